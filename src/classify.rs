@@ -1,0 +1,65 @@
+//! What an outcome means to a breaker: [`Verdict`], and the [`Classify`] trait
+//! that maps a job's error to one.
+//!
+//! The rule (seed 000): only what says the provider is unwell is a failure:
+//! transport errors, timeouts, 5xx, panics. A 4xx is the caller's (or one
+//! tenant's) problem: it is *ignored*, counted neither as a failure nor as a
+//! success, and the error still reaches the caller.
+
+/// How one completed call counts in a breaker's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// The provider answered as it should.
+    Success,
+    /// The provider is unwell: transport error, timeout, 5xx, panic.
+    Failure,
+    /// Says nothing about the provider's health (a 4xx, a bad request built by
+    /// the caller): neither a success nor a failure.
+    Ignore,
+}
+
+/// Maps an error to a [`Verdict`].
+///
+/// [`Dependency::call`](crate::Dependency::call) uses it on the job's error
+/// when no classifier is given (`Ok` is always a success there). Implemented
+/// for [`std::io::Error`], for `ureq::Error` (feature `ureq`), and for the
+/// plain error types below, which are all failures.
+pub trait Classify {
+    /// The verdict for this error.
+    fn classify(&self) -> Verdict;
+}
+
+impl Classify for std::io::Error {
+    /// An `InvalidInput` error was built by the caller and says nothing about
+    /// the provider: ignored. Every other I/O error is a failure.
+    fn classify(&self) -> Verdict {
+        match self.kind() {
+            std::io::ErrorKind::InvalidInput => Verdict::Ignore,
+            _ => Verdict::Failure,
+        }
+    }
+}
+
+impl Classify for String {
+    fn classify(&self) -> Verdict {
+        Verdict::Failure
+    }
+}
+
+impl Classify for &'static str {
+    fn classify(&self) -> Verdict {
+        Verdict::Failure
+    }
+}
+
+impl Classify for Box<dyn std::error::Error + Send + Sync> {
+    fn classify(&self) -> Verdict {
+        Verdict::Failure
+    }
+}
+
+impl Classify for std::convert::Infallible {
+    fn classify(&self) -> Verdict {
+        match *self {}
+    }
+}

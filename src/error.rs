@@ -1,0 +1,235 @@
+//! The errors of every surface: a call's [`Error`], why a call was turned away
+//! ([`Rejection`]), and an invalid configuration ([`ConfigError`]).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a call was turned away before the dependency was asked anything.
+///
+/// A rejection is never an outcome of the provider: it is never recorded as a
+/// failure by a breaker and never retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The circuit breaker is open (or forced open): the provider is
+    /// considered down and is not called.
+    CircuitOpen,
+    /// Every worker is busy and the bounded queue is full.
+    QueueFull,
+    /// The work already queued is estimated to take longer than the call's
+    /// remaining deadline, so queueing it could only end in a timeout.
+    DeadlineUnmeetable,
+    /// The pool is shutting down (or has shut down) and admits nothing more;
+    /// also the answer for queued work that shutdown could not run in time.
+    ShuttingDown,
+}
+
+impl Rejection {
+    /// A short, stable, lower-case name (`"circuit_open"`, `"queue_full"`, ...),
+    /// suitable for metric labels and JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Rejection::CircuitOpen => "circuit_open",
+            Rejection::QueueFull => "queue_full",
+            Rejection::DeadlineUnmeetable => "deadline_unmeetable",
+            Rejection::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Rejection::CircuitOpen => "the circuit breaker is open",
+            Rejection::QueueFull => "the worker pool and its queue are full",
+            Rejection::DeadlineUnmeetable => "the queued work would outlast the deadline",
+            Rejection::ShuttingDown => "the worker pool is shutting down",
+        })
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// The answer to a call that did not produce the job's `Ok` value.
+///
+/// Every call ends in exactly one of these or in `Ok`. `E` is the job's own
+/// error type.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error<E> {
+    /// The call was turned away at once; the job never ran.
+    Rejected(Rejection),
+    /// No answer came before the deadline. The caller stopped waiting after
+    /// `waited`; the job, if it had started, is abandoned and finishes on its
+    /// worker without anyone waiting for it.
+    Timeout {
+        /// How long the caller waited, from the call to giving up.
+        waited: Duration,
+    },
+    /// The job ran and returned this error.
+    Failed(E),
+    /// The job panicked with this message; its worker survived.
+    Panicked(String),
+}
+
+impl<E> Error<E> {
+    /// `true` for [`Error::Rejected`]: the job never ran.
+    pub fn is_rejected(&self) -> bool {
+        matches!(self, Error::Rejected(_))
+    }
+
+    /// `true` for [`Error::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// The rejection, if the call was rejected.
+    pub fn rejection(&self) -> Option<Rejection> {
+        match self {
+            Error::Rejected(r) => Some(*r),
+            _ => None,
+        }
+    }
+
+    /// `true` when trying again later may succeed because the provider itself
+    /// misbehaved: a timeout, a panic, or a job error that its
+    /// [`Classify`](crate::Classify) implementation calls a failure (a
+    /// transport error or a 5xx). Rejections and ignored errors (4xx) are not
+    /// transient: retrying them cannot help and would only add load.
+    pub fn is_transient(&self) -> bool
+    where
+        E: crate::Classify,
+    {
+        match self {
+            Error::Rejected(_) => false,
+            Error::Timeout { .. } | Error::Panicked(_) => true,
+            Error::Failed(e) => e.classify() == crate::Verdict::Failure,
+        }
+    }
+
+    /// Maps the job's error, keeping every other variant.
+    pub fn map_err<F, O: FnOnce(E) -> F>(self, op: O) -> Error<F> {
+        match self {
+            Error::Rejected(r) => Error::Rejected(r),
+            Error::Timeout { waited } => Error::Timeout { waited },
+            Error::Failed(e) => Error::Failed(op(e)),
+            Error::Panicked(m) => Error::Panicked(m),
+        }
+    }
+
+    /// The job's own error, if the job ran and failed.
+    pub fn into_failed(self) -> Option<E> {
+        match self {
+            Error::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<E> From<Rejection> for Error<E> {
+    fn from(r: Rejection) -> Self {
+        Error::Rejected(r)
+    }
+}
+
+impl<E> fmt::Display for Error<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Rejected(r) => write!(f, "call rejected: {r}"),
+            Error::Timeout { waited } => write!(f, "no answer within the deadline (waited {waited:?})"),
+            // The job's error is the `source()`; repeating it here would print it twice
+            // in every error chain.
+            Error::Failed(_) => f.write_str("the dependency call failed"),
+            Error::Panicked(msg) => write!(f, "the job panicked: {msg}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Failed(e) => Some(e),
+            Error::Rejected(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// An invalid configuration value, refused by a `build()`.
+///
+/// It names the field, the value it was given, and the rule it broke:
+/// `failure_rate must be in (0, 100], got 101`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    field: &'static str,
+    rule: &'static str,
+    value: String,
+}
+
+impl ConfigError {
+    /// A new error for `field`, which must satisfy `rule` but was `value`.
+    pub fn new(field: &'static str, rule: &'static str, value: impl fmt::Display) -> Self {
+        ConfigError { field, rule, value: value.to_string() }
+    }
+
+    /// The name of the offending field, as its builder setter spells it.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+
+    /// The rule the value broke, e.g. `"in (0, 100]"`.
+    pub fn rule(&self) -> &'static str {
+        self.rule
+    }
+
+    /// The value that was given, as text.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} must be {}, got {}", self.field, self.rule, self.value)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_stay_small() {
+        // A call's error travels through every caller; keep it to a few words.
+        assert!(std::mem::size_of::<Error<()>>() <= 32);
+        assert!(std::mem::size_of::<Rejection>() == 1);
+    }
+
+    #[test]
+    fn display_does_not_repeat_source() {
+        let io = std::io::Error::other("connection reset by peer");
+        let err: Error<std::io::Error> = Error::Failed(io);
+        let shown = err.to_string();
+        let source = std::error::Error::source(&err).unwrap().to_string();
+        assert!(!shown.contains(&source), "{shown:?} repeats {source:?}");
+    }
+
+    #[test]
+    fn config_error_names_field_rule_and_value() {
+        let e = ConfigError::new("failure_rate", "in (0, 100]", 101.0);
+        assert_eq!(e.to_string(), "failure_rate must be in (0, 100], got 101");
+        assert_eq!(e.field(), "failure_rate");
+    }
+
+    #[test]
+    fn transient_only_for_provider_faults() {
+        let e: Error<std::io::Error> = Error::Rejected(Rejection::CircuitOpen);
+        assert!(!e.is_transient() && e.is_rejected());
+        let e: Error<std::io::Error> = Error::Timeout { waited: Duration::from_millis(5) };
+        assert!(e.is_transient());
+        let e: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::ConnectionRefused.into());
+        assert!(e.is_transient());
+    }
+}

@@ -1,0 +1,20 @@
+//! Blocking, thread-pool bulkheads for synchronous, thread-per-request servers.
+//!
+//! (Crate tutorial: written once the call path is complete.)
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms)]
+
+mod classify;
+mod clock;
+mod error;
+
+// -- pool (src/pool.rs)
+
+// -- breaker (src/breaker/)
+
+// -- dependency, retry, registry, metrics, http, server
+
+pub use crate::classify::{Classify, Verdict};
+pub use crate::clock::{Clock, ManualClock, SystemClock};
+pub use crate::error::{ConfigError, Error, Rejection};
