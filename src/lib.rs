@@ -17,6 +17,8 @@ pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ti
 // -- breaker (src/breaker/)
 
 // -- dependency, retry, registry, metrics, http, server
+#[cfg(feature = "ureq")]
+pub mod http;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
