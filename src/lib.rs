@@ -9,7 +9,10 @@ mod classify;
 mod clock;
 mod error;
 
-// -- pool (src/pool.rs)
+// -- pool (src/pool/, src/sync.rs)
+mod pool;
+mod sync;
+pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
 
 // -- breaker (src/breaker/)
 mod breaker;
