@@ -14,6 +14,8 @@ mod error;
 // -- breaker (src/breaker/)
 
 // -- dependency, retry, registry, metrics, http, server
+#[cfg(feature = "tiny_http")]
+pub mod server;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
