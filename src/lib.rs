@@ -9,11 +9,16 @@ mod classify;
 mod clock;
 mod error;
 
-// -- pool (src/pool.rs)
+// -- pool (src/pool/, src/sync.rs)
+mod pool;
+mod sync;
+pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
 
 // -- breaker (src/breaker/)
 
 // -- dependency, retry, registry, metrics, http, server
+#[cfg(feature = "ureq")]
+pub mod http;
 #[cfg(feature = "tiny_http")]
 pub mod server;
 

@@ -255,8 +255,9 @@ impl FakeProvider {
 
     /// Queues one-shot faults, consumed one per request before the standing fault
     /// applies again: `script([Fault::Error(503)])` fails the next request only. A
-    /// scripted `refuse` closes its connection at once and is not counted as a hit
-    /// (the port is open, so this is the nearest a single request gets to refused).
+    /// scripted `refuse` drops its connection unread, so the client sees a reset, and
+    /// is not counted as a hit (the port is open: this is the nearest a single request
+    /// gets to being refused).
     pub fn script(&self, faults: impl IntoIterator<Item = Fault>) {
         self.shared.lock().script.extend(faults);
     }
