@@ -15,12 +15,22 @@ mod sync;
 pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
 
 // -- breaker (src/breaker/)
+mod breaker;
+pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition};
 
 // -- dependency, retry, registry, metrics, http, server
+mod dependency;
 #[cfg(feature = "ureq")]
 pub mod http;
+pub mod metrics;
+mod registry;
+mod retry;
 #[cfg(feature = "tiny_http")]
 pub mod server;
+pub use crate::dependency::{Dependency, DependencyBuilder, Event};
+pub use crate::metrics::{CallCounts, DependencySnapshot};
+pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
+pub use crate::retry::Retry;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
