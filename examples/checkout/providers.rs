@@ -11,6 +11,7 @@
 //! | `slow:<ms>`    | the same, `<ms>` milliseconds later                                    |
 //! | `hang`         | nothing: the request is read and never answered; the connection closes |
 //! |                | when the fault changes, the provider is dropped, or after 60 s         |
+//! |                | (or when the client leaves: see [`FakeProvider::release_on_client_close`]) |
 //! | `error:<code>` | status `<code>` with a small JSON body (the responder is not asked)    |
 //! | `refuse`       | "connection refused": nothing listens on the port any more             |
 //! | `reset`        | the connection is reset (TCP RST) before any answer                    |
@@ -32,7 +33,7 @@ use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,6 +44,8 @@ const HANG_CAP: Duration = Duration::from_secs(60);
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most a request (head and body) may carry.
 const MAX_REQUEST: u64 = 1 << 20;
+/// How often a held (hung or slow) request looks whether its client has left.
+const WATCH_EVERY: Duration = Duration::from_millis(25);
 
 /// How a provider answers a request. See the [module docs](self) for each mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +161,10 @@ struct Shared {
     changed: Condvar,
     hits: AtomicU64,
     in_flight: AtomicUsize,
+    /// Held requests whose client closed the connection while they were held.
+    clients_gone: AtomicU64,
+    /// Whether a held request ends as soon as its client has left.
+    release_on_close: AtomicBool,
 }
 
 struct State {
@@ -198,6 +205,8 @@ impl FakeProvider {
             changed: Condvar::new(),
             hits: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            clients_gone: AtomicU64::new(0),
+            release_on_close: AtomicBool::new(false),
         });
         // Starting as `refuse`: the port is reserved by the bind above, then released.
         let listener = (fault != Fault::Refuse).then_some(listener);
@@ -271,6 +280,22 @@ impl FakeProvider {
     /// Requests being handled right now, hung ones included.
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Held requests (`hang`, `slow`) whose client closed its connection while they
+    /// were held: the client gave up, and its socket really was closed. Seen within
+    /// about 25 ms of the close.
+    pub fn clients_gone(&self) -> u64 {
+        self.shared.clients_gone.load(Ordering::SeqCst)
+    }
+
+    /// Whether a held request (`hang`, `slow`) ends, unanswered, as soon as its client
+    /// closes the connection. Default `false`: like a truly stuck server, a hung
+    /// request holds its thread whatever the client does (it is still counted in
+    /// [`clients_gone`](Self::clients_gone)). Turn it on to keep a long run against a
+    /// hung provider from piling up the provider's own threads.
+    pub fn release_on_client_close(&self, on: bool) {
+        self.shared.release_on_close.store(on, Ordering::SeqCst);
     }
 }
 
@@ -418,14 +443,15 @@ impl Shared {
         let answer = match fault {
             Fault::Healthy => self.answer(&call),
             Fault::Slow(d) => {
-                if !self.pause(d, generation) {
+                if !self.hold(&stream, d, generation) {
                     return;
                 }
                 self.answer(&call)
             }
             Fault::Hang => {
-                self.pause(HANG_CAP, generation);
-                let _ = stream.shutdown(Shutdown::Both);
+                if self.hold(&stream, HANG_CAP, generation) {
+                    let _ = stream.shutdown(Shutdown::Both);
+                }
                 return;
             }
             Fault::Error(code) => {
@@ -473,6 +499,50 @@ impl Shared {
             st = self.changed.wait_timeout(st, until - now).unwrap_or_else(PoisonError::into_inner).0;
         }
     }
+
+    /// Holds a request for up to `d`, like [`pause`](Self::pause), and watches its
+    /// client meanwhile. `false` when the provider stops, or when the client leaves
+    /// and `release_on_close` is on: the handler then closes without answering.
+    fn hold(&self, stream: &TcpStream, d: Duration, generation: u64) -> bool {
+        let until = Instant::now() + d;
+        let mut seen_gone = false;
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            let step = (until - now).min(WATCH_EVERY);
+            if !self.pause(step, generation) {
+                return false;
+            }
+            if self.lock().generation != generation {
+                return true;
+            }
+            if !seen_gone && client_gone(stream) {
+                seen_gone = true;
+                self.clients_gone.fetch_add(1, Ordering::SeqCst);
+            }
+            if seen_gone && self.release_on_close.load(Ordering::SeqCst) {
+                return false;
+            }
+        }
+    }
+}
+
+/// Whether the client has closed (or reset) a connection whose request was read
+/// whole: a non-blocking peek sees end-of-file or an error instead of "nothing yet".
+fn client_gone(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let gone = match stream.peek(&mut [0u8; 1]) {
+        Ok(0) => true,
+        // Bytes after the request (a pipelined one): the client is still there.
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
+    };
+    let _ = stream.set_nonblocking(false);
+    gone
 }
 
 /// Counts a request out of `in_flight` however its handler ends (a panicking
