@@ -35,6 +35,7 @@ fn faults_parse_and_display_round_trip() {
         Fault::Garbage,
         Fault::Trickle(Duration::from_millis(20)),
         Fault::Close,
+        Fault::Cut,
     ];
     for fault in all {
         assert_eq!(fault.to_string().parse::<Fault>(), Ok(fault));
@@ -122,6 +123,36 @@ fn close_without_answer_is_an_error() {
     let err = get(&p, LONG).unwrap_err();
     assert_eq!(io_kind(&err), Some(io::ErrorKind::UnexpectedEof), "{err:?}");
     assert_eq!(p.hits(), 1);
+}
+
+#[test]
+fn cut_breaks_off_mid_body() {
+    use std::io::{Read, Write};
+    let p = provider(Fault::Cut);
+    // Seen raw: the whole head, part of the body it announces, then a reset.
+    let mut raw = std::net::TcpStream::connect(p.addr()).unwrap();
+    raw.set_read_timeout(Some(LONG)).unwrap();
+    raw.write_all(b"GET /probe HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let end = raw.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    let (head, body) = text.split_once("\r\n\r\n").expect("the head arrives whole");
+    let announced: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.parse().ok())
+        .expect("a Content-Length");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head:?}");
+    assert!(!body.is_empty() && body.len() < announced, "{} of {announced} body bytes", body.len());
+    // The reset usually comes as ECONNRESET; if it overtakes nothing, as a plain end.
+    assert!(matches!(&end, Err(e) if e.kind() == io::ErrorKind::ConnectionReset) || end.is_ok(), "{end:?}");
+    // Through ureq: an I/O error while reading the body.
+    let err = get(&p, LONG).unwrap_err();
+    assert!(
+        matches!(io_kind(&err), Some(io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof)),
+        "{err:?}"
+    );
+    assert_eq!(p.hits(), 2);
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //! | `garbage`      | bytes that are not HTTP, then the connection closes                    |
 //! | `trickle:<ms>` | a valid answer, one byte every `<ms>` milliseconds                     |
 //! | `close`        | the request is read, then the connection closes with no answer         |
+//! | `cut`          | a `200` head announcing a body, half of that body, then a TCP RST      |
 //!
 //! It speaks just enough HTTP/1.1 over `std::net` (request line, headers, a
 //! `Content-Length` or chunked body; every answer says `Connection: close`, so each
@@ -68,6 +69,8 @@ pub enum Fault {
     Trickle(Duration),
     /// Closes the connection without an answer.
     Close,
+    /// Answers a head and part of the body, then resets the connection.
+    Cut,
 }
 
 impl fmt::Display for Fault {
@@ -82,6 +85,7 @@ impl fmt::Display for Fault {
             Fault::Garbage => f.write_str("garbage"),
             Fault::Trickle(d) => write!(f, "trickle:{}", d.as_millis()),
             Fault::Close => f.write_str("close"),
+            Fault::Cut => f.write_str("cut"),
         }
     }
 }
@@ -107,6 +111,7 @@ impl FromStr for Fault {
             ("garbage", None) => Some(Fault::Garbage),
             ("trickle", Some(_)) => millis().map(Fault::Trickle),
             ("close", None) => Some(Fault::Close),
+            ("cut", None) => Some(Fault::Cut),
             _ => None,
         };
         fault.ok_or_else(|| ParseFaultError(input.to_owned()))
@@ -122,7 +127,7 @@ impl fmt::Display for ParseFaultError {
         write!(
             f,
             "unknown fault {:?}: expected healthy, slow:<ms>, hang, error:<status 100-599>, \
-             refuse, reset, garbage, trickle:<ms> or close",
+             refuse, reset, garbage, trickle:<ms>, close or cut",
             self.0
         )
     }
@@ -439,6 +444,17 @@ impl Shared {
             // send RST instead of FIN: the client sees "connection reset".
             return;
         }
+        if fault == Fault::Cut {
+            // The same RST, after a head that promises more body than is sent: the
+            // request stays unread on purpose. The client has sent it whole (the
+            // first byte is here, and a request is one small write), so answering
+            // before reading it is harmless.
+            let body = "{\"partial\":\"the rest of this body never arrives\"}";
+            let answer = http_response(200, body);
+            let _ = stream.write_all(&answer[..answer.len() - body.len() / 2]);
+            let _ = stream.flush();
+            return;
+        }
         let Ok(call) = read_call(&stream) else { return };
         let answer = match fault {
             Fault::Healthy => self.answer(&call),
@@ -467,7 +483,7 @@ impl Shared {
                 let _ = stream.shutdown(Shutdown::Write);
                 return;
             }
-            Fault::Close | Fault::Refuse | Fault::Reset => {
+            Fault::Close | Fault::Refuse | Fault::Reset | Fault::Cut => {
                 let _ = stream.shutdown(Shutdown::Both);
                 return;
             }
