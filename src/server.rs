@@ -26,8 +26,24 @@
 //! Request bodies are tiny_http's: when a request is dropped with part of a
 //! `Content-Length` body unread, tiny_http 0.12 discards the rest through a
 //! buffer as large as that rest, so a request that *declares* a huge body
-//! can exhaust memory whatever the handler does. Expose such a server
-//! through a proxy that caps request bodies.
+//! can exhaust memory whatever the handler does, and one that declares more
+//! than the machine can allocate (`Content-Length: 1000000000000`) aborts the
+//! process once it is answered. Expose such a server through a proxy that
+//! caps request bodies.
+//!
+//! # Slow clients
+//!
+//! tiny_http reads request heads, and bodies of at most 1 KiB, on threads of
+//! its own (one per connection) before a request reaches this pool. A longer
+//! or chunked body is read by the handler, on a request thread, and tiny_http
+//! has no time limit on any read: a client that trickles such a body holds
+//! that request thread for as long as it trickles (and an unread
+//! `Content-Length` body is drained to its end when the request is answered,
+//! so answering early does not help). Neither a per-read nor a per-request
+//! timeout can be set from outside tiny_http 0.12: its accepted sockets are
+//! out of reach, and a timeout set on the listening socket also times out its
+//! `accept`, which ends its accept loop for good. A proxy in front that
+//! buffers request bodies is the remedy.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
