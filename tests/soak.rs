@@ -104,6 +104,9 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
     let agent = ureq::Agent::new_with_defaults();
     let url = format!("{}/score", provider.url());
     let next = Arc::new(AtomicUsize::new(0));
+    // Resident memory each time another quarter of the calls has been started:
+    // a leak grows it call after call, a warm-up only at first.
+    let quarters = Arc::new(std::sync::Mutex::new(Vec::new()));
     let start = Arc::new(Barrier::new(CALLERS + 1));
     let began = Instant::now();
     let stop_at = began + TIME_LIMIT;
@@ -111,10 +114,18 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
         .map(|_| {
             let (dep, agent, url, next, start) =
                 (dep.clone(), agent.clone(), url.clone(), next.clone(), start.clone());
+            let quarters = Arc::clone(&quarters);
             thread::spawn(move || {
                 let mut tally = Tally::default();
                 start.wait();
-                while next.fetch_add(1, Ordering::Relaxed) < calls && Instant::now() < stop_at {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= calls || Instant::now() >= stop_at {
+                        break;
+                    }
+                    if i > 0 && i % (calls / 4).max(1) == 0 {
+                        quarters.lock().unwrap().push((i, procfs::rss()));
+                    }
                     let (agent, url) = (agent.clone(), url.clone());
                     let called = Instant::now();
                     let result = dep.call(move |ctx| agent.get(&url).with_deadline(ctx).call().map(|_| ()));
@@ -162,6 +173,9 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
     let named = procfs::threads_named("watertight-soak");
     let rss_after = procfs::rss();
     let rss_peak = procfs::status_bytes("VmHWM");
+    let mut quarters = quarters.lock().unwrap().clone();
+    quarters.sort();
+    let quarters: Vec<String> = quarters.iter().map(|(i, b)| format!("{i}: {}", procfs::mib(*b))).collect();
 
     all.latencies.sort();
     let answered: usize = all.kinds.values().sum();
@@ -174,7 +188,7 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
          provider: hits {} clients_gone {} in_flight {}\n  \
          threads: before {threads_before}, with pool {threads_with_pool}, after {threads_after} \
          (want {want}); named watertight-soak: {named}\n  \
-         rss: before {}, after {} (growth {}), peak {}",
+         rss: before {}, after {} (growth {}), peak {}; after n calls: {}",
         PROVIDER_DELAY.as_millis(),
         all.kinds,
         pct(50),
@@ -188,6 +202,7 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
         procfs::mib(rss_after),
         procfs::mib(rss_after.saturating_sub(rss_before)),
         procfs::mib(rss_peak),
+        quarters.join(", "),
     );
     println!("{figures}");
 
