@@ -45,8 +45,12 @@ const DEADLINE: Duration = Duration::from_millis(50);
 const SLACK: Duration = Duration::from_millis(200);
 /// How long the provider holds each request.
 const PROVIDER_DELAY: Duration = Duration::from_secs(10);
-/// The load loop stops here whatever the count (the test then fails on the count).
-const TIME_LIMIT: Duration = Duration::from_secs(100);
+/// The load loop stops here whatever the count (the test then fails on the
+/// count): 100 s for the default 10,000 calls, 10 ms a call for longer soaks.
+fn time_limit(calls: usize) -> Duration {
+    Duration::from_millis(u64::try_from(calls).unwrap_or(u64::MAX).saturating_mul(10))
+        .max(Duration::from_secs(100))
+}
 /// A caller turned away pauses this long before its next call, as a client
 /// backing off would; it also keeps eight threads from spinning on two cores.
 const PAUSE_AFTER_REJECTION: Duration = Duration::from_millis(2);
@@ -109,7 +113,7 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
     let quarters = Arc::new(std::sync::Mutex::new(Vec::new()));
     let start = Arc::new(Barrier::new(CALLERS + 1));
     let began = Instant::now();
-    let stop_at = began + TIME_LIMIT;
+    let stop_at = began + time_limit(calls);
     let callers: Vec<_> = (0..CALLERS)
         .map(|_| {
             let (dep, agent, url, next, start) =
