@@ -12,6 +12,8 @@ mod error;
 // -- pool (src/pool.rs)
 
 // -- breaker (src/breaker/)
+mod breaker;
+pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition};
 
 // -- dependency, retry, registry, metrics, http, server
 

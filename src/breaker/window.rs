@@ -1,0 +1,292 @@
+//! The sliding windows a breaker computes its rates over.
+//!
+//! Both keep running totals, so recording an outcome and reading the rates
+//! are O(1) (amortised, for the time window). Neither is synchronised: the
+//! breaker only touches a window while it holds its lock.
+//!
+//! Ignored outcomes never get here: they are neither successes nor failures.
+
+use super::config::WindowKind;
+
+/// One recorded (non-ignored) outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub(crate) failed: bool,
+    pub(crate) slow: bool,
+}
+
+impl Outcome {
+    /// Packs the outcome into the byte a count window stores per call.
+    fn bits(self) -> u8 {
+        u8::from(self.failed) | (u8::from(self.slow) << 1)
+    }
+}
+
+/// Running sums over the outcomes in a window.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub(crate) calls: u64,
+    pub(crate) failures: u64,
+    pub(crate) slow: u64,
+}
+
+impl Totals {
+    fn add(&mut self, bits: u8) {
+        self.calls += 1;
+        self.failures += u64::from(bits & 1);
+        self.slow += u64::from((bits >> 1) & 1);
+    }
+
+    fn sub(&mut self, bits: u8) {
+        self.calls -= 1;
+        self.failures -= u64::from(bits & 1);
+        self.slow -= u64::from((bits >> 1) & 1);
+    }
+
+    fn sub_totals(&mut self, other: Totals) {
+        self.calls -= other.calls;
+        self.failures -= other.failures;
+        self.slow -= other.slow;
+    }
+
+    /// Adds one outcome.
+    pub(crate) fn record(&mut self, outcome: Outcome) {
+        self.add(outcome.bits());
+    }
+
+    /// `(failure rate, slow-call rate)` in percent. Callers make sure
+    /// `calls > 0` (they compare against a minimum of at least 1).
+    pub(crate) fn rates(&self) -> (f64, f64) {
+        let calls = self.calls as f64;
+        (self.failures as f64 * 100.0 / calls, self.slow as f64 * 100.0 / calls)
+    }
+}
+
+/// A count-based or a time-based sliding window.
+#[derive(Debug)]
+pub(crate) enum Window {
+    Count(CountWindow),
+    Time(TimeWindow),
+}
+
+impl Window {
+    pub(crate) fn new(kind: WindowKind) -> Self {
+        match kind {
+            WindowKind::Count(n) => Window::Count(CountWindow::new(n)),
+            WindowKind::Time(secs) => Window::Time(TimeWindow::new(secs)),
+        }
+    }
+
+    /// Records one outcome. `now_sec` (whole seconds since the breaker's
+    /// start) is read by the time window only.
+    #[inline]
+    pub(crate) fn record(&mut self, outcome: Outcome, now_sec: u64) {
+        match self {
+            Window::Count(w) => w.record(outcome.bits()),
+            Window::Time(w) => w.record(outcome.bits(), now_sec),
+        }
+    }
+
+    /// Forgets whatever has slid out of the window by `now_sec`. A no-op for
+    /// the count window.
+    pub(crate) fn advance(&mut self, now_sec: u64) {
+        if let Window::Time(w) = self {
+            w.advance(now_sec);
+        }
+    }
+
+    /// The totals as of the last `record` or `advance`.
+    #[inline]
+    pub(crate) fn totals(&self) -> Totals {
+        match self {
+            Window::Count(w) => w.totals,
+            Window::Time(w) => w.totals,
+        }
+    }
+
+    /// Empties the window.
+    pub(crate) fn clear(&mut self) {
+        match self {
+            Window::Count(w) => w.clear(),
+            Window::Time(w) => w.clear(),
+        }
+    }
+}
+
+/// The last `n` outcomes, one byte each, in a ring.
+///
+/// Invariant: `totals` is the sum over `ring[..len]` (the slots written
+/// since the last clear); `head` is the slot the next outcome goes to, which
+/// holds the oldest outcome once the ring is full.
+#[derive(Debug)]
+pub(crate) struct CountWindow {
+    ring: Box<[u8]>,
+    head: usize,
+    len: usize,
+    totals: Totals,
+}
+
+impl CountWindow {
+    fn new(n: u32) -> Self {
+        let n = usize::try_from(n).expect("window size validated");
+        CountWindow { ring: vec![0; n].into_boxed_slice(), head: 0, len: 0, totals: Totals::default() }
+    }
+
+    #[inline]
+    fn record(&mut self, bits: u8) {
+        if self.len == self.ring.len() {
+            self.totals.sub(self.ring[self.head]);
+        } else {
+            self.len += 1;
+        }
+        self.ring[self.head] = bits;
+        self.totals.add(bits);
+        self.head += 1;
+        if self.head == self.ring.len() {
+            self.head = 0;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.head = 0;
+        self.len = 0;
+        self.totals = Totals::default();
+    }
+}
+
+/// The outcomes of the last `n` seconds, in `n` one-second buckets.
+///
+/// Invariant: bucket `s % n` holds the outcomes of second `s` for every
+/// second `s` in `(head_sec - n, head_sec]` and nothing else; `totals` is the
+/// sum of all buckets. So at second `t` the window covers the current,
+/// partial second and the `n - 1` before it.
+#[derive(Debug)]
+pub(crate) struct TimeWindow {
+    buckets: Box<[Totals]>,
+    head_sec: u64,
+    totals: Totals,
+}
+
+impl TimeWindow {
+    fn new(secs: u32) -> Self {
+        let n = usize::try_from(secs).expect("window size validated");
+        TimeWindow {
+            buckets: vec![Totals::default(); n].into_boxed_slice(),
+            head_sec: 0,
+            totals: Totals::default(),
+        }
+    }
+
+    fn index(&self, sec: u64) -> usize {
+        // The remainder is below `buckets.len()`, which is a `usize`.
+        (sec % self.buckets.len() as u64) as usize
+    }
+
+    /// Moves the head to `now_sec`, emptying the buckets of the seconds that
+    /// left the window. An older `now_sec` (a thread that read the clock
+    /// before another one took the lock) leaves the head where it is, and
+    /// its outcome lands in the current bucket: off by under a second, never
+    /// lost.
+    fn advance(&mut self, now_sec: u64) {
+        if now_sec <= self.head_sec {
+            return;
+        }
+        let n = self.buckets.len() as u64;
+        if now_sec - self.head_sec >= n {
+            self.clear();
+        } else {
+            for sec in self.head_sec + 1..=now_sec {
+                let i = self.index(sec);
+                let old = std::mem::take(&mut self.buckets[i]);
+                self.totals.sub_totals(old);
+            }
+        }
+        self.head_sec = now_sec;
+    }
+
+    fn record(&mut self, bits: u8, now_sec: u64) {
+        self.advance(now_sec);
+        let i = self.index(self.head_sec);
+        self.buckets[i].add(bits);
+        self.totals.add(bits);
+    }
+
+    fn clear(&mut self) {
+        self.buckets.fill(Totals::default());
+        self.totals = Totals::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: Outcome = Outcome { failed: false, slow: false };
+    const FAIL: Outcome = Outcome { failed: true, slow: false };
+    const SLOW_FAIL: Outcome = Outcome { failed: true, slow: true };
+
+    fn totals(calls: u64, failures: u64, slow: u64) -> Totals {
+        Totals { calls, failures, slow }
+    }
+
+    #[test]
+    fn count_window_keeps_the_last_n() {
+        let mut w = Window::new(WindowKind::Count(3));
+        w.record(FAIL, 0);
+        w.record(SLOW_FAIL, 0);
+        assert_eq!(w.totals(), totals(2, 2, 1));
+        w.record(OK, 0);
+        w.record(OK, 0); // evicts FAIL
+        assert_eq!(w.totals(), totals(3, 1, 1));
+        w.record(OK, 0); // evicts SLOW_FAIL
+        assert_eq!(w.totals(), totals(3, 0, 0));
+        w.clear();
+        assert_eq!(w.totals(), totals(0, 0, 0));
+        w.record(FAIL, 0);
+        assert_eq!(w.totals(), totals(1, 1, 0));
+    }
+
+    #[test]
+    fn count_window_of_one() {
+        let mut w = Window::new(WindowKind::Count(1));
+        for i in 0..5 {
+            w.record(if i % 2 == 0 { FAIL } else { OK }, 0);
+            assert_eq!(w.totals(), totals(1, u64::from(i % 2 == 0), 0));
+        }
+    }
+
+    #[test]
+    fn time_window_forgets_by_the_second() {
+        let mut w = Window::new(WindowKind::Time(3));
+        w.record(FAIL, 0);
+        w.record(FAIL, 1);
+        w.record(OK, 2);
+        assert_eq!(w.totals(), totals(3, 2, 0));
+        w.advance(3); // second 0 leaves
+        assert_eq!(w.totals(), totals(2, 1, 0));
+        w.record(SLOW_FAIL, 4); // second 1 leaves
+        assert_eq!(w.totals(), totals(2, 1, 1));
+        w.advance(100);
+        assert_eq!(w.totals(), totals(0, 0, 0));
+        w.record(OK, 100);
+        assert_eq!(w.totals(), totals(1, 0, 0));
+    }
+
+    #[test]
+    fn time_window_takes_a_late_reading_into_the_current_second() {
+        let mut w = Window::new(WindowKind::Time(2));
+        w.record(OK, 5);
+        w.record(FAIL, 4);
+        assert_eq!(w.totals(), totals(2, 1, 0));
+        w.advance(6);
+        assert_eq!(w.totals(), totals(2, 1, 0));
+        w.advance(7);
+        assert_eq!(w.totals(), totals(0, 0, 0));
+    }
+
+    #[test]
+    fn rates_in_percent() {
+        let (f, s) = totals(4, 1, 3).rates();
+        assert_eq!((f, s), (25.0, 75.0));
+    }
+}
