@@ -65,9 +65,15 @@ const CANCELLED: u8 = 4;
 const ABANDONED: u8 = 5;
 
 /// One call's answer, and the caller's presence.
+#[repr(C)]
 pub struct Slot<R> {
     /// One of the six states above; see the module docs for who moves it.
     state: AtomicU8,
+    /// Keeps `state` alone on its cache line (and the adjacent one), so the
+    /// caller polling it does not steal the line the worker is writing the
+    /// answer to. 127 bytes, not an alignment, so the call's allocation stays
+    /// a plain `malloc`.
+    _pad: [u8; 127],
     /// The answer and the thread to wake. Held only for a few instructions:
     /// no user code runs under it.
     inner: Mutex<Inner<R>>,
@@ -104,7 +110,11 @@ impl<R> Default for Slot<R> {
 impl<R> Slot<R> {
     /// A slot for a job that has just been queued.
     pub fn new() -> Self {
-        Slot { state: AtomicU8::new(QUEUED), inner: Mutex::new(Inner { value: None, waiter: None }) }
+        Slot {
+            state: AtomicU8::new(QUEUED),
+            _pad: [0; 127],
+            inner: Mutex::new(Inner { value: None, waiter: None }),
+        }
     }
 
     // ---- worker side ----
