@@ -9,7 +9,13 @@ mod classify;
 mod clock;
 mod error;
 
-// -- pool (src/pool.rs)
+// -- pool (src/pool/, src/sync.rs)
+mod pool;
+mod sync;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::pool::slot as __loom_slot;
+pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
 
 // -- breaker (src/breaker/)
 mod breaker;

@@ -1,0 +1,455 @@
+//! One call through the pool: its single allocation ([`Call`]), the caller's
+//! end ([`Ticket`]), the worker's end ([`Job`], [`QueuedJob`]), and what the
+//! job sees ([`CallContext`]).
+//!
+//! A call costs one heap allocation: the `Arc<Call>` holds the job, its
+//! context and its reply slot together. The queue carries it as
+//! `Arc<dyn Job>` (type-erased over the job and its output) and the ticket as
+//! `Arc<dyn Waitable<T, E>>` (erased over the job only); both point into the
+//! same allocation.
+
+use std::any::Any;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use super::Shared;
+use super::slot::{Finish, Slot};
+use crate::error::{Error, Rejection};
+use crate::sync::{current, park_timeout, spin_until};
+
+/// What a call ends with, as the reply slot carries it.
+pub(crate) type Reply<T, E> = Result<T, Error<E>>;
+
+/// What a running job knows about its call.
+///
+/// A job receives `&CallContext`. Use [`remaining`](CallContext::remaining)
+/// as the job's own I/O timeout, so a hung provider frees the worker at the
+/// deadline instead of holding it; check [`is_cancelled`](CallContext::is_cancelled)
+/// between steps of a long job to stop work nobody waits for.
+///
+/// ```
+/// use std::time::Duration;
+/// use watertight::{CallContext, Pool};
+///
+/// let pool = Pool::builder("inventory").workers(2).build()?;
+/// let answer = pool.call_timeout(Duration::from_secs(1), |ctx: &CallContext| {
+///     assert_eq!(ctx.dependency(), "inventory");
+///     assert_eq!(ctx.attempt(), 1);
+///     assert!(ctx.remaining() <= Duration::from_secs(1));
+///     Ok::<_, std::io::Error>(ctx.remaining() > Duration::ZERO)
+/// });
+/// assert!(answer?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct CallContext {
+    deadline: Instant,
+    attempt: u32,
+    /// Set (after the slot has moved to `ABANDONED`) when the caller gives up
+    /// while the job runs. Advisory, so `Relaxed`: it publishes nothing else.
+    cancelled: AtomicBool,
+    /// The pool's name and counters; the ticket reaches the counters through
+    /// here too, so a call clones this `Arc` once.
+    shared: Arc<Shared>,
+}
+
+impl CallContext {
+    /// The instant by which the caller wants the answer. Queue wait counts:
+    /// it was fixed when the call was submitted.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Time left until the deadline, zero once it has passed. Give it to the
+    /// job's own I/O as its timeout.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// `true` once the caller has stopped waiting (it timed out or dropped
+    /// its [`Ticket`]). The answer will be dropped; a job may stop early.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Relaxed)
+    }
+
+    /// Which attempt this is, starting at 1. Plain pool calls are always
+    /// attempt 1; a retrying dependency counts up.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The name of the pool (the dependency) running the job.
+    pub fn dependency(&self) -> &str {
+        &self.shared.name
+    }
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("dependency", &self.dependency())
+            .field("attempt", &self.attempt)
+            .field("remaining", &self.remaining())
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+/// A job the pool did not accept, with the reason and the job itself.
+///
+/// `Debug` and `Display` do not need the job to be `Debug`.
+pub struct SubmitError<F> {
+    rejection: Rejection,
+    job: F,
+}
+
+impl<F> SubmitError<F> {
+    pub(crate) fn new(rejection: Rejection, job: F) -> Self {
+        SubmitError { rejection, job }
+    }
+
+    /// Why the job was not accepted: [`Rejection::QueueFull`],
+    /// [`Rejection::ShuttingDown`] or [`Rejection::DeadlineUnmeetable`] (the
+    /// deadline had already passed).
+    pub fn rejection(&self) -> Rejection {
+        self.rejection
+    }
+
+    /// The job, never run, handed back.
+    pub fn into_job(self) -> F {
+        self.job
+    }
+}
+
+impl<F> fmt::Debug for SubmitError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubmitError").field("rejection", &self.rejection).finish_non_exhaustive()
+    }
+}
+
+impl<F> fmt::Display for SubmitError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job not accepted: {}", self.rejection)
+    }
+}
+
+// The reason is in `Display`, so there is no `source()` to print it twice.
+impl<F> std::error::Error for SubmitError<F> {}
+
+impl<F, E> From<SubmitError<F>> for Error<E> {
+    fn from(e: SubmitError<F>) -> Self {
+        Error::Rejected(e.rejection)
+    }
+}
+
+/// The single allocation of a call.
+#[repr(C)]
+pub(crate) struct Call<F, T, E> {
+    /// First, so its padded state shares its line only with the `Arc`'s
+    /// counts, which change at submission and at the very end.
+    slot: Slot<Reply<T, E>>,
+    ctx: CallContext,
+    /// `Some` until a worker takes it to run, or until a rejected submission
+    /// takes it back (by value, through `Arc::try_unwrap`). The lock is taken
+    /// once per call, by one thread: uncontended.
+    job: parking_lot::Mutex<Option<F>>,
+}
+
+impl<F, T, E> Call<F, T, E>
+where
+    F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    pub(crate) fn new(shared: Arc<Shared>, deadline: Instant, attempt: u32, job: F) -> Self {
+        Call {
+            ctx: CallContext { deadline, attempt, cancelled: AtomicBool::new(false), shared },
+            slot: Slot::new(),
+            job: parking_lot::Mutex::new(Some(job)),
+        }
+    }
+
+    /// The job back out of a call that was never queued.
+    pub(crate) fn into_job(self) -> Option<F> {
+        self.job.into_inner()
+    }
+}
+
+/// The worker's view of a call, erased over the job's types.
+pub(crate) trait Job: Send + Sync {
+    /// Runs the job if it should run, and settles its slot. The worker has
+    /// counted itself `busy` before calling this; `run` uncounts it. Never
+    /// panics because of the job: a panic is caught and becomes the answer.
+    fn run(&self);
+    /// Answers a queued job that will never run with `ShuttingDown`.
+    fn discard(&self);
+}
+
+impl<F, T, E> Job for Call<F, T, E>
+where
+    F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    fn run(&self) {
+        let shared = &*self.ctx.shared;
+        let stats = &shared.stats;
+        // The worker counted itself `busy` when it took this call off the
+        // queue. Every path below stops counting it, and counts the outcome,
+        // before settling the slot: a caller that has its answer sees the
+        // counts its call caused.
+        let idle_again = || stats.workers.busy.fetch_sub(1, Relaxed);
+        if shared.grace_over.load(std::sync::atomic::Ordering::Acquire) {
+            idle_again();
+            return self.discard();
+        }
+        // Never start what nobody can use: a passed deadline or a caller that
+        // has gone.
+        if Instant::now() >= self.ctx.deadline {
+            stats.workers.expired.fetch_add(1, Relaxed);
+            idle_again();
+            self.slot.expire();
+            let job = self.job.lock().take();
+            drop_quietly(job);
+            return;
+        }
+        if !self.slot.start() {
+            stats.workers.expired.fetch_add(1, Relaxed);
+            idle_again();
+            let job = self.job.lock().take();
+            drop_quietly(job);
+            return;
+        }
+        let Some(job) = self.job.lock().take() else {
+            // Unreachable: only the one worker that dequeued this call takes
+            // the job. Answer rather than leave the caller hanging.
+            stats.workers.panicked.fetch_add(1, Relaxed);
+            idle_again();
+            let _ = self.slot.complete(Err(Error::Panicked("job missing from its call".into())));
+            return;
+        };
+        let reply = match catch_unwind(AssertUnwindSafe(|| job(&self.ctx))) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Error::Failed(e)),
+            Err(payload) => {
+                let msg = panic_message(payload.as_ref());
+                drop_quietly(payload);
+                Err(Error::Panicked(msg))
+            }
+        };
+        if matches!(reply, Err(Error::Panicked(_))) {
+            stats.workers.panicked.fetch_add(1, Relaxed);
+        } else {
+            stats.workers.completed.fetch_add(1, Relaxed);
+        }
+        idle_again();
+        if let Err(reply) = self.slot.complete(reply) {
+            // The caller abandoned the job (and raised `abandoned` under the
+            // slot lock before `complete` could see it): lower it again.
+            stats.callers.abandoned.fetch_sub(1, Relaxed);
+            drop_quietly(reply);
+        }
+    }
+
+    fn discard(&self) {
+        self.ctx.shared.stats.workers.expired.fetch_add(1, Relaxed);
+        if let Err(reply) = self.slot.answer(Err(Error::Rejected(Rejection::ShuttingDown))) {
+            drop_quietly(reply);
+        }
+        let job = self.job.lock().take();
+        drop_quietly(job);
+    }
+}
+
+/// A queued call. Dropping one that no worker took (shutdown drains the queue
+/// this way, and a channel dropped with messages in it would too) answers its
+/// caller with `ShuttingDown`: nothing leaves the queue unanswered.
+pub(crate) struct QueuedJob(Option<Arc<dyn Job>>);
+
+impl QueuedJob {
+    pub(crate) fn new(job: Arc<dyn Job>) -> Self {
+        QueuedJob(Some(job))
+    }
+
+    /// Takes the call out, so dropping the wrapper answers nothing.
+    pub(crate) fn take(mut self) -> Option<Arc<dyn Job>> {
+        self.0.take()
+    }
+}
+
+impl Drop for QueuedJob {
+    fn drop(&mut self) {
+        if let Some(job) = self.0.take() {
+            job.discard();
+        }
+    }
+}
+
+/// The caller's view of a call, erased over the job's type.
+pub(crate) trait Waitable<T, E>: Send + Sync {
+    fn ctx(&self) -> &CallContext;
+    fn slot(&self) -> &Slot<Reply<T, E>>;
+}
+
+impl<F, T, E> Waitable<T, E> for Call<F, T, E>
+where
+    F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    fn ctx(&self) -> &CallContext {
+        &self.ctx
+    }
+
+    fn slot(&self) -> &Slot<Reply<T, E>> {
+        &self.slot
+    }
+}
+
+/// The caller's claim on the answer of a submitted job.
+///
+/// [`wait`](Ticket::wait) blocks until the answer or the deadline, whichever
+/// comes first. Every ticket gets exactly one answer: the job's result,
+/// [`Error::Timeout`], or [`Rejection::ShuttingDown`] if shutdown had to
+/// discard the job.
+#[must_use = "dropping a Ticket gives up on the call: a queued job is withdrawn, a running one abandoned"]
+pub struct Ticket<T, E> {
+    /// `None` only after `wait` took it (so `Drop` knows the call is settled).
+    call: Option<Arc<dyn Waitable<T, E>>>,
+    /// When the call was submitted, for `Timeout { waited }`.
+    start: Instant,
+    deadline: Instant,
+}
+
+impl<T, E> Ticket<T, E> {
+    pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant) -> Self {
+        let deadline = call.ctx().deadline;
+        Ticket { call: Some(call), start, deadline }
+    }
+
+    /// The call's deadline: [`wait`](Ticket::wait) returns by then.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Waits for the answer until the call's deadline.
+    ///
+    /// Returns `Ok` or `Failed(e)` from the job, `Panicked(message)` if it
+    /// panicked, `Rejected(ShuttingDown)` if shutdown discarded it, or
+    /// `Timeout { waited }` at the deadline, at once. After a timeout a job that
+    /// had started is abandoned (it finishes on its worker, its answer dropped)
+    /// and one still queued never starts.
+    ///
+    /// The wait polls briefly (about as long as a crossbeam channel receive
+    /// spins), then yields, then parks until the deadline: a short job is
+    /// answered without a sleep and wake-up on the caller's side.
+    pub fn wait(mut self) -> Result<T, Error<E>> {
+        let Some(call) = self.call.take() else {
+            // Unreachable: `wait` consumes the ticket and is the only taker.
+            return Err(Error::Rejected(Rejection::ShuttingDown));
+        };
+        let (ctx, slot) = (call.ctx(), call.slot());
+
+        // 1. Spin, then yield: most short jobs answer within this.
+        // 2. Park until the deadline. Register first, then check once more
+        //    inside `register`, so a settle in between is never missed.
+        if !spin_until(|| slot.is_settled()) && slot.register(current()) {
+            loop {
+                if slot.is_settled() {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= ctx.deadline {
+                    break;
+                }
+                // May return early (unpark, or spuriously): loop and look.
+                park_timeout(ctx.deadline - now);
+            }
+        }
+        // 3. Take the answer, or give up.
+        let stats = &ctx.shared.stats;
+        match slot.finish(|| {
+            stats.callers.abandoned.fetch_add(1, Relaxed);
+        }) {
+            Finish::Ready(reply) => reply,
+            finish => {
+                if matches!(finish, Finish::Abandoned) {
+                    ctx.cancelled.store(true, Relaxed);
+                }
+                stats.callers.timed_out.fetch_add(1, Relaxed);
+                Err(Error::Timeout { waited: self.start.elapsed() })
+            }
+        }
+    }
+}
+
+impl<T, E> Drop for Ticket<T, E> {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            let ctx = call.ctx();
+            let stats = &ctx.shared.stats;
+            match call.slot().finish(|| {
+                stats.callers.abandoned.fetch_add(1, Relaxed);
+            }) {
+                Finish::Abandoned => ctx.cancelled.store(true, Relaxed),
+                Finish::Ready(reply) => drop_quietly(reply),
+                Finish::Expired | Finish::Withdrawn => {}
+            }
+        }
+    }
+}
+
+impl<T, E> fmt::Debug for Ticket<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Ticket");
+        if let Some(call) = &self.call {
+            d.field("dependency", &call.ctx().dependency())
+                .field("state", &call.slot().state_name())
+                .field("remaining", &call.ctx().remaining());
+        }
+        d.finish()
+    }
+}
+
+/// The text of a panic payload: `panic!` makes a `&str` or a `String`.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// Drops a value whose `Drop` is user code, so a panic there cannot take a
+/// worker (or shutdown) down with it.
+fn drop_quietly<V>(value: V) {
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(value)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_messages_from_str_and_string() {
+        let p: Box<dyn Any + Send> = Box::new("boom");
+        assert_eq!(panic_message(p.as_ref()), "boom");
+        let p: Box<dyn Any + Send> = Box::new(String::from("kaboom 7"));
+        assert_eq!(panic_message(p.as_ref()), "kaboom 7");
+        let p: Box<dyn Any + Send> = Box::new(7u8);
+        assert_eq!(panic_message(p.as_ref()), "non-string panic payload");
+    }
+
+    #[test]
+    fn submit_error_debug_and_display_without_job_debug() {
+        struct NotDebug;
+        let e = SubmitError { rejection: Rejection::QueueFull, job: NotDebug };
+        assert!(format!("{e:?}").contains("QueueFull"));
+        assert!(e.to_string().contains("queue"));
+        let _job: NotDebug = e.into_job();
+    }
+}

@@ -1,0 +1,168 @@
+//! The few synchronization primitives the pool's reply protocol is built on,
+//! behind one door.
+//!
+//! Normally these are `std` atomics and threads and a `parking_lot` mutex.
+//! Under `cfg(loom)` the same names are loom's models, so the protocol in
+//! `pool/slot.rs`, which takes everything it shares from here, can be model
+//! checked without a single edit. Nothing else in the crate needs to go
+//! through this module: counters and flags that only feed statistics stay on
+//! plain `std` atomics.
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use std::hint::spin_loop;
+    pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use std::thread::{Thread, current, park_timeout, yield_now};
+
+    /// A mutex whose `lock` cannot fail: `parking_lot`'s, which does not
+    /// poison. A panic while it is held cannot happen in the slot protocol
+    /// (no user code runs under it), and if it did, the state stays consistent
+    /// because every transition is a single store.
+    pub(crate) struct Mutex<T>(parking_lot::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(parking_lot::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, T> {
+            self.0.lock()
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
+    pub(crate) use loom::thread::{Thread, current, yield_now};
+
+    /// Under loom a spin is a yield: it lets the model schedule another thread.
+    pub(crate) fn spin_loop() {
+        loom::thread::yield_now();
+    }
+
+    /// `park_timeout` may always return early (a spurious wake-up), so a
+    /// yield is a faithful model of it, and one that cannot deadlock the model.
+    pub(crate) fn park_timeout(_: std::time::Duration) {
+        loom::thread::yield_now();
+    }
+
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            // loom's mutex poisons like std's; the protocol never panics while
+            // holding it, so a poisoned lock is a bug worth a loud failure.
+            self.0.lock().expect("slot mutex poisoned")
+        }
+    }
+}
+
+pub(crate) use imp::*;
+
+/// Exponential back-off for a thread waiting on another one: spin a little,
+/// then yield a few times, then report that it is time to park.
+///
+/// The limits are crossbeam's, on purpose: a pool round trip should wait the
+/// same way a crossbeam channel round trip does, so it costs the same. Spinning
+/// first matters on small virtual machines, where a futex sleep and wake-up
+/// costs tens of microseconds and a short job usually answers within the spin.
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// `2^step` spins per round up to this step, then yields.
+    const SPIN_LIMIT: u32 = 6;
+    /// After this step, [`is_completed`](Backoff::is_completed) says park.
+    const YIELD_LIMIT: u32 = 10;
+
+    pub(crate) fn new() -> Self {
+        Backoff { step: 0 }
+    }
+
+    /// Waits a little, longer each time.
+    pub(crate) fn snooze(&mut self) {
+        if self.step <= Self::SPIN_LIMIT {
+            for _ in 0..1u32 << self.step {
+                spin_loop();
+            }
+        } else {
+            yield_now();
+        }
+        if self.step <= Self::YIELD_LIMIT {
+            self.step += 1;
+        }
+    }
+
+    /// `true` once spinning and yielding are used up: block instead.
+    pub(crate) fn is_completed(&self) -> bool {
+        self.step > Self::YIELD_LIMIT
+    }
+}
+
+/// Polls `ready` until it returns `true` or the spin-and-yield budget is
+/// spent; returns the last answer. For a waiter that only *reads* a flag
+/// another thread will set.
+///
+/// The budget is [`Backoff`]'s (127 spins, then 4 yields), but the flag is
+/// read after every spin instead of after exponentially growing rounds: a
+/// read of a cache line nobody writes costs no traffic between cores, so
+/// polling often is free, and it notices the answer up to a whole round
+/// sooner. (Exponential rounds are for retrying a contended write.)
+pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
+    const SPINS: u32 = (1 << (Backoff::SPIN_LIMIT + 1)) - 1;
+    const YIELDS: u32 = Backoff::YIELD_LIMIT - Backoff::SPIN_LIMIT;
+    for _ in 0..SPINS {
+        if ready() {
+            return true;
+        }
+        spin_loop();
+    }
+    for _ in 0..YIELDS {
+        if ready() {
+            return true;
+        }
+        yield_now();
+    }
+    ready()
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Backoff, spin_until};
+
+    #[test]
+    fn spin_until_polls_the_whole_budget_then_gives_up() {
+        let mut polls = 0;
+        assert!(!spin_until(|| {
+            polls += 1;
+            false
+        }));
+        // 127 spins + 4 yields, one poll before each, and a last look.
+        assert_eq!(polls, 127 + 4 + 1);
+        let mut n = 0;
+        assert!(spin_until(|| {
+            n += 1;
+            n == 3
+        }));
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn backoff_completes_after_spins_and_yields() {
+        let mut b = Backoff::new();
+        let mut rounds = 0;
+        while !b.is_completed() {
+            b.snooze();
+            rounds += 1;
+            assert!(rounds < 100, "backoff never completes");
+        }
+        // 7 spin rounds (1..=64 spins) and 4 yields.
+        assert_eq!(rounds, 11);
+    }
+}

@@ -1,0 +1,639 @@
+//! The pool with real threads: deadlines, rejection, expiry, panics,
+//! isolation between pools, shutdown, and the stats identity.
+//!
+//! Hung jobs block on a [`Gate`] that the test opens at its end (and that opens
+//! itself if the test fails), so no thread outlives its test. Nothing sleeps to
+//! let threads start: a `Barrier` proves the workers are inside their jobs.
+//! Pools whose threads are counted have two-letter names, so that
+//! `watertight-<name>-<i>` fits the 15 bytes Linux keeps of a thread's name.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use watertight::{CallContext, Error, Pool, PoolStats, Rejection};
+
+type Res<T> = Result<T, std::io::Error>;
+
+/// A gate hung jobs wait at; opened by `open` or by dropping it.
+struct Gate {
+    tx: Option<Sender<()>>,
+    rx: Receiver<()>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        Gate { tx: Some(tx), rx }
+    }
+
+    /// A waiter for a job to block on until the gate opens.
+    fn waiter(&self) -> Receiver<()> {
+        self.rx.clone()
+    }
+
+    fn open(&mut self) {
+        self.tx.take();
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
+/// Occupies every worker of `pool` with a job that blocks at `gate`, and
+/// returns once all of them are running (proved by a barrier).
+fn hang_all_workers(pool: &Pool, gate: &Gate) -> Vec<watertight::Ticket<(), std::io::Error>> {
+    let n = pool.workers();
+    let started = Arc::new(Barrier::new(n + 1));
+    let tickets = (0..n)
+        .map(|_| {
+            let started = started.clone();
+            let wait = gate.waiter();
+            let job = move |_ctx: &CallContext| {
+                started.wait();
+                let _ = wait.recv();
+                Ok(())
+            };
+            submit_when_taken(pool, Duration::from_secs(60), job)
+        })
+        .collect();
+    started.wait();
+    tickets
+}
+
+/// Submits `job`, retrying (bounded) while the pool refuses it as full: with
+/// queue 0 a worker takes a job only once it is back waiting for one.
+fn submit_when_taken<T, F>(
+    pool: &Pool,
+    timeout: Duration,
+    mut job: F,
+) -> watertight::Ticket<T, std::io::Error>
+where
+    F: FnOnce(&CallContext) -> Res<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match pool.submit_timeout(timeout, job) {
+            Ok(t) => return t,
+            Err(e) => {
+                assert_eq!(e.rejection(), Rejection::QueueFull);
+                assert!(Instant::now() < until, "no worker took the job");
+                job = e.into_job();
+                thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Threads of this process whose kernel name starts with `prefix`; `None`
+/// where `/proc` is not available.
+fn threads_named(prefix: &str) -> Option<usize> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    Some(
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end().starts_with(prefix))
+            .count(),
+    )
+}
+
+/// Waits (bounded, 5 s) for the kernel to stop listing threads named
+/// `prefix`: a joined thread can stay listed for a moment after `join`.
+fn threads_gone(prefix: &str) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match threads_named(prefix) {
+            None | Some(0) => return true,
+            Some(_) if Instant::now() >= until => return false,
+            Some(_) => thread::sleep(Duration::from_millis(2)),
+        }
+    }
+}
+
+/// The identity documented on `PoolStats`.
+fn assert_identity(s: &PoolStats) {
+    assert_eq!(
+        s.submitted,
+        s.completed + s.panicked + s.expired + s.queued as u64 + s.busy as u64,
+        "accounting identity broken: {s:?}"
+    );
+}
+
+#[test]
+fn hung_job_times_out_at_its_deadline_and_is_abandoned() {
+    let pool = Pool::builder("hung").workers(1).queue(0).build().unwrap();
+    let mut gate = Gate::new();
+    let wait = gate.waiter();
+    let saw_cancel = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(Barrier::new(2));
+    let (s2, c2) = (started.clone(), saw_cancel.clone());
+
+    let ticket = submit_when_taken(&pool, Duration::from_millis(200), move |ctx: &CallContext| {
+        s2.wait();
+        let _ = wait.recv();
+        c2.store(ctx.is_cancelled(), Ordering::SeqCst);
+        Res::Ok(())
+    });
+    // Submitted at most this long ago.
+    let t0 = Instant::now();
+    started.wait();
+    let err = ticket.wait().unwrap_err();
+    let elapsed = t0.elapsed();
+    match err {
+        Error::Timeout { waited } => {
+            assert!(waited >= Duration::from_millis(200), "gave up early: {waited:?}");
+            assert!(waited < Duration::from_millis(700), "waited {waited:?}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(elapsed < Duration::from_millis(700), "returned {elapsed:?} after submission");
+
+    // The abandoned job still holds the only worker: nothing more gets in.
+    let s = pool.stats();
+    assert_eq!((s.busy, s.abandoned, s.timed_out), (1, 1, 1), "{s:?}");
+    let refused = pool.submit_timeout(Duration::from_secs(1), |_| Res::Ok(())).unwrap_err();
+    assert_eq!(refused.rejection(), Rejection::QueueFull);
+
+    gate.open();
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    assert!(saw_cancel.load(Ordering::SeqCst), "the job did not see its caller leave");
+    let s = pool.stats();
+    assert_eq!((s.busy, s.abandoned, s.completed, s.workers), (0, 0, 1, 0), "{s:?}");
+    assert_identity(&s);
+}
+
+#[test]
+fn full_pool_rejects_at_once_and_hands_the_job_back() {
+    let pool = Pool::builder("full").workers(4).queue(8).build().unwrap();
+    let gate = Gate::new();
+    let _hung = hang_all_workers(&pool, &gate);
+    let queued: Vec<_> = (0..8)
+        .map(|_| pool.submit_timeout(Duration::from_secs(60), |_| Res::Ok(())).expect("room in the queue"))
+        .collect();
+    assert_eq!(pool.stats().queued, 8);
+
+    let mut slowest = Duration::ZERO;
+    for i in 0..1000u32 {
+        let t = Instant::now();
+        let err = pool.submit_timeout(Duration::from_secs(60), move |_| Res::Ok(i)).unwrap_err();
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        assert_eq!(err.rejection(), Rejection::QueueFull);
+        assert!(took < Duration::from_millis(5), "rejection {i} took {took:?}");
+        let _job = err.into_job();
+    }
+    let s = pool.stats();
+    assert_eq!((s.rejected, s.submitted, s.busy, s.queued), (1000, 12, 4, 8), "{s:?}");
+    eprintln!("slowest of 1000 rejections: {slowest:?}");
+    drop(gate);
+    for t in queued {
+        assert!(t.wait().is_ok());
+    }
+}
+
+#[test]
+fn a_job_that_expired_in_the_queue_never_runs() {
+    let pool = Pool::builder("expq").workers(1).queue(2).build().unwrap();
+    let mut gate = Gate::new();
+    let hung = hang_all_workers(&pool, &gate);
+    let ran = Arc::new(AtomicUsize::new(0));
+
+    // Deadline passes while queued: the caller times out, the job never runs.
+    let r1 = ran.clone();
+    let t0 = Instant::now();
+    let short = pool
+        .submit_timeout(Duration::from_millis(100), move |_| {
+            r1.fetch_add(1, Ordering::SeqCst);
+            Res::Ok(())
+        })
+        .unwrap();
+    assert!(short.wait().unwrap_err().is_timeout());
+    assert!(t0.elapsed() < Duration::from_millis(600));
+
+    // Caller gone (ticket dropped) with plenty of deadline left: never runs.
+    let r2 = ran.clone();
+    let dropped = pool
+        .submit_timeout(Duration::from_secs(60), move |_| {
+            r2.fetch_add(1, Ordering::SeqCst);
+            Res::Ok(())
+        })
+        .unwrap();
+    drop(dropped);
+
+    let s = pool.stats();
+    assert_eq!((s.queued, s.abandoned), (2, 0), "queued jobs are not abandoned: {s:?}");
+    gate.open();
+    for t in hung {
+        assert!(t.wait().is_ok());
+    }
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "an expired job ran");
+    let s = pool.stats();
+    assert_eq!((s.expired, s.completed, s.timed_out), (2, 1, 1), "{s:?}");
+    assert_identity(&s);
+}
+
+#[test]
+fn a_panic_keeps_every_worker_and_the_next_call_succeeds() {
+    let pool = Pool::builder("pn").workers(2).queue(4).build().unwrap();
+    // Both workers inside a job at once: both threads exist and carry their name.
+    let gate = Gate::new();
+    let warm = hang_all_workers(&pool, &gate);
+    drop(gate);
+    for t in warm {
+        assert!(t.wait().is_ok());
+    }
+    let err =
+        pool.call_timeout(Duration::from_secs(10), |_| -> Res<()> { panic!("boom {}", 42) }).unwrap_err();
+    match err {
+        Error::Panicked(msg) => assert_eq!(msg, "boom 42"),
+        other => panic!("expected a panic, got {other:?}"),
+    }
+    let err =
+        pool.call_timeout(Duration::from_secs(10), |_| -> Res<()> { panic!("static boom") }).unwrap_err();
+    assert!(matches!(err, Error::Panicked(ref m) if m == "static boom"), "{err:?}");
+
+    let name =
+        pool.call_timeout(Duration::from_secs(10), |_| Res::Ok(thread::current().name().map(String::from)));
+    let name = name.unwrap().unwrap();
+    assert!(name.starts_with("watertight-pn-"), "{name}");
+    let s = pool.stats();
+    assert_eq!((s.workers, s.panicked, s.completed), (2, 2, 3), "{s:?}");
+    if let Some(n) = threads_named("watertight-pn-") {
+        assert_eq!(n, 2, "live worker threads after panics");
+    }
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    assert!(threads_gone("watertight-pn-"));
+    assert_identity(&pool.stats());
+}
+
+#[test]
+fn a_hung_pool_does_not_slow_its_neighbour() {
+    let hung = Pool::builder("ha").workers(2).queue(2).build().unwrap();
+    let healthy = Pool::builder("hb").workers(2).queue(4).build().unwrap();
+    let gate = Gate::new();
+    let _stuck = hang_all_workers(&hung, &gate);
+    let _queued: Vec<_> =
+        (0..2).map(|_| hung.submit_timeout(Duration::from_secs(60), |_| Res::Ok(())).unwrap()).collect();
+
+    let deadline = Duration::from_secs(1);
+    let all = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for i in 0..1000u64 {
+        // The hung pool refuses at once...
+        let refused = hung.submit_timeout(deadline, |_| Res::Ok(())).unwrap_err();
+        assert_eq!(refused.rejection(), Rejection::QueueFull);
+        // ...and the healthy one answers, far inside its deadline.
+        let t = Instant::now();
+        assert_eq!(healthy.call_timeout(deadline, move |_| Res::Ok(i * 2)).unwrap(), i * 2);
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        assert!(took < deadline / 4, "call {i} took {took:?}");
+        assert!(all.elapsed() < Duration::from_secs(60), "load loop over its time bound");
+    }
+    eprintln!("1000 calls beside a hung pool: {:?} in all, slowest {slowest:?}", all.elapsed());
+    assert_eq!(healthy.stats().completed, 1000);
+    assert_eq!(hung.stats().rejected, 1000);
+}
+
+#[test]
+fn shutdown_answers_every_queued_caller_and_joins_every_worker() {
+    let pool = Pool::builder("s1").workers(2).queue(64).build().unwrap();
+    let mut gate = Gate::new();
+    let hung = hang_all_workers(&pool, &gate);
+    assert_eq!(threads_named("watertight-s1-").unwrap_or(2), 2);
+
+    // 64 callers, each on its own thread, each waiting on a queued job.
+    let (submitted_tx, submitted) = crossbeam_channel::bounded(64);
+    let callers: Vec<_> = (0..64)
+        .map(|i| {
+            let pool = pool.clone();
+            let submitted_tx = submitted_tx.clone();
+            thread::spawn(move || {
+                let ticket = pool.submit_timeout(Duration::from_secs(60), move |_| Res::Ok(i)).unwrap();
+                submitted_tx.send(()).unwrap();
+                let t = Instant::now();
+                (ticket.wait(), t.elapsed())
+            })
+        })
+        .collect();
+    for _ in 0..64 {
+        submitted.recv_timeout(Duration::from_secs(10)).unwrap();
+    }
+    assert_eq!(pool.stats().queued, 64);
+
+    // The workers stay stuck past the grace period: the queue cannot run.
+    let t = Instant::now();
+    let joined = pool.shutdown(Duration::from_millis(200));
+    let took = t.elapsed();
+    assert!(!joined, "workers stuck in jobs cannot have been joined");
+    assert!(took < Duration::from_secs(2), "shutdown took {took:?}");
+    for c in callers {
+        let (answer, waited) = c.join().unwrap();
+        assert_eq!(answer.unwrap_err().rejection(), Some(Rejection::ShuttingDown));
+        assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
+    }
+    let refused = pool.submit_timeout(Duration::from_secs(1), |_| Res::Ok(0)).unwrap_err();
+    assert_eq!(refused.rejection(), Rejection::ShuttingDown);
+
+    // Once the hung jobs return, their callers get their answers and a second
+    // shutdown joins every worker.
+    gate.open();
+    for t in hung {
+        assert!(t.wait().is_ok());
+    }
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    let s = pool.stats();
+    assert_eq!((s.workers, s.completed, s.expired, s.submitted), (0, 2, 64, 66), "{s:?}");
+    assert_identity(&s);
+    assert!(threads_gone("watertight-s1-"), "worker threads still listed");
+}
+
+#[test]
+fn shutdown_lets_queued_work_finish_within_grace() {
+    let pool = Pool::builder("s2").workers(2).queue(64).build().unwrap();
+    let mut gate = Gate::new();
+    let hung = hang_all_workers(&pool, &gate);
+    let queued: Vec<_> = (0..64u32)
+        .map(|i| pool.submit_timeout(Duration::from_secs(60), move |_| Res::Ok(i)).unwrap())
+        .collect();
+    // Release the workers from another thread once shutdown has begun.
+    let opener = {
+        let pool = pool.clone();
+        thread::spawn(move || {
+            while !pool.is_shut_down() {
+                thread::yield_now();
+            }
+            gate.open();
+        })
+    };
+    assert!(pool.shutdown(Duration::from_secs(10)), "every worker joined");
+    opener.join().unwrap();
+    for t in hung {
+        assert!(t.wait().is_ok());
+    }
+    for (i, t) in queued.into_iter().enumerate() {
+        assert_eq!(t.wait().unwrap(), i as u32);
+    }
+    let s = pool.stats();
+    assert_eq!((s.completed, s.expired, s.workers), (66, 0, 0), "{s:?}");
+    assert!(threads_gone("watertight-s2-"));
+}
+
+#[test]
+fn dropping_the_last_handle_shuts_down() {
+    let pool = Pool::builder("d1").workers(3).queue(4).drop_grace(Duration::from_secs(10)).build().unwrap();
+    let t = pool.submit_timeout(Duration::from_secs(10), |_| Res::Ok(5)).unwrap();
+    assert_eq!(t.wait().unwrap(), 5);
+    // A queued call outlives the handle and still gets its answer.
+    let gate = Gate::new();
+    let hung = hang_all_workers(&pool, &gate);
+    let queued = pool.submit_timeout(Duration::from_secs(60), |_| Res::Ok(6)).unwrap();
+    let closer = thread::spawn(move || drop(pool));
+    drop(gate);
+    closer.join().unwrap();
+    assert_eq!(queued.wait().unwrap(), 6);
+    for t in hung {
+        assert!(t.wait().is_ok());
+    }
+    assert!(threads_gone("watertight-d1-"));
+}
+
+#[test]
+fn stats_add_up_over_every_kind_of_ending() {
+    let pool = Pool::builder("acct").workers(2).queue(4).build().unwrap();
+    // 10 successes, 5 failures, 3 panics.
+    for i in 0..18 {
+        let r = pool.call_timeout(Duration::from_secs(10), move |_| match i {
+            0..10 => Ok(i),
+            10..15 => Err(std::io::Error::other("no")),
+            _ => panic!("planned {i}"),
+        });
+        match i {
+            0..10 => assert!(r.is_ok()),
+            10..15 => assert!(matches!(r, Err(Error::Failed(_)))),
+            _ => assert!(matches!(r, Err(Error::Panicked(_)))),
+        }
+    }
+    // 2 time out while running (abandoned), 2 are withdrawn from the queue
+    // (tickets dropped), 2 more fill the queue, and 1 is refused.
+    let mut gate = Gate::new();
+    let wait = gate.waiter();
+    let started = Arc::new(Barrier::new(3));
+    let abandoned: Vec<_> = (0..2)
+        .map(|_| {
+            let (w, s) = (wait.clone(), started.clone());
+            pool.submit_timeout(Duration::from_millis(150), move |_| {
+                s.wait();
+                let _ = w.recv();
+                Res::Ok(0)
+            })
+            .unwrap()
+        })
+        .collect();
+    started.wait();
+    let withdrawn: Vec<_> =
+        (0..2).map(|_| pool.submit_timeout(Duration::from_secs(60), |_| Res::Ok(1)).unwrap()).collect();
+    let kept: Vec<_> =
+        (0..2).map(|_| pool.submit_timeout(Duration::from_secs(60), |_| Res::Ok(2)).unwrap()).collect();
+    assert!(pool.submit_timeout(Duration::from_secs(60), |_| Res::Ok(3)).is_err());
+    drop(withdrawn);
+    for t in abandoned {
+        assert!(t.wait().unwrap_err().is_timeout());
+    }
+    let mid = pool.stats();
+    assert_eq!((mid.busy, mid.abandoned, mid.queued), (2, 2, 4), "{mid:?}");
+    assert_identity(&mid);
+
+    gate.open();
+    for t in kept {
+        assert_eq!(t.wait().unwrap(), 2);
+    }
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    let s = pool.stats();
+    assert_eq!(s.submitted, 18 + 2 + 2 + 2, "{s:?}");
+    assert_eq!(s.completed, 10 + 5 + 2 + 2, "{s:?}");
+    assert_eq!((s.panicked, s.expired, s.rejected, s.timed_out), (3, 2, 1, 2), "{s:?}");
+    assert_eq!((s.busy, s.queued, s.abandoned), (0, 0, 0), "{s:?}");
+    assert_identity(&s);
+}
+
+#[test]
+fn queue_zero_hands_off_only_to_an_idle_worker() {
+    let pool = Pool::builder("hand").workers(2).queue(0).build().unwrap();
+    assert_eq!(pool.queue_capacity(), 0);
+
+    // `build` returns once the workers wait for work: the first call is taken.
+    let first = pool.call_timeout(Duration::from_secs(10), |_| Res::Ok(1));
+    assert_eq!(first.unwrap(), 1);
+
+    // A worker that has just answered is back at the queue within moments; a
+    // hand-off waits for it (briefly) instead of refusing. Scheduling on a
+    // loaded machine can still make a few miss.
+    let mut refusals = 0u64;
+    for i in 0..200u64 {
+        match pool.call_timeout(Duration::from_secs(10), move |_| Res::Ok(i)) {
+            Ok(v) => assert_eq!(v, i),
+            Err(e) => {
+                assert_eq!(e.rejection(), Some(Rejection::QueueFull));
+                refusals += 1;
+            }
+        }
+    }
+    eprintln!("hand-off refusals in 200 back-to-back calls: {refusals}");
+    assert!(refusals <= 20, "{refusals} of 200 back-to-back hand-offs refused");
+    assert_eq!(pool.stats().rejected, refusals);
+
+    // Both workers busy: nothing waits, the next job is refused at once.
+    let gate = Gate::new();
+    let hung = hang_all_workers(&pool, &gate);
+    let err = pool.submit_timeout(Duration::from_secs(10), |_| Res::Ok(2)).unwrap_err();
+    assert_eq!(err.rejection(), Rejection::QueueFull);
+    assert_eq!(pool.stats().queued, 0);
+    drop(gate);
+    for t in hung {
+        assert!(t.wait().is_ok());
+    }
+}
+
+#[test]
+fn never_more_than_n_jobs_at_once() {
+    let pool = Pool::builder("cap").workers(3).queue(3).build().unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let mut tickets = Vec::new();
+    let all = Instant::now();
+    for _ in 0..300 {
+        let (running, peak) = (running.clone(), peak.clone());
+        let job = move |_: &CallContext| {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            // Long enough for callers to give up on some: abandoned work.
+            thread::sleep(Duration::from_millis(2));
+            running.fetch_sub(1, Ordering::SeqCst);
+            Res::Ok(())
+        };
+        if let Ok(t) = pool.submit_timeout(Duration::from_millis(1), job) {
+            tickets.push(t);
+        }
+        if tickets.len() >= 6 {
+            for t in tickets.drain(..) {
+                let _ = t.wait();
+            }
+        }
+        assert!(all.elapsed() < Duration::from_secs(30));
+    }
+    drop(tickets);
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    assert!(peak.load(Ordering::SeqCst) <= 3, "peak {}", peak.load(Ordering::SeqCst));
+    assert_identity(&pool.stats());
+}
+
+#[test]
+fn context_tells_the_job_about_its_call() {
+    let pool = Pool::builder("ctx").workers(1).queue(1).build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (d, rem, att, dep, cancelled) = pool
+        .call_deadline(deadline, |ctx: &CallContext| {
+            Res::Ok((
+                ctx.deadline(),
+                ctx.remaining(),
+                ctx.attempt(),
+                ctx.dependency().to_owned(),
+                ctx.is_cancelled(),
+            ))
+        })
+        .unwrap();
+    assert_eq!(d, deadline);
+    assert!(rem <= Duration::from_secs(5) && rem > Duration::from_secs(3), "{rem:?}");
+    assert_eq!((att, dep.as_str(), cancelled), (1, "ctx", false));
+    assert!(format!("{pool:?}").contains("ctx"));
+}
+
+#[test]
+fn invalid_config_names_the_field() {
+    let err = Pool::builder("bad").workers(0).build().unwrap_err();
+    assert_eq!(err.field(), "workers");
+    assert!(err.to_string().starts_with("workers must be"), "{err}");
+    assert_eq!(Pool::builder("bad").stack_size(10).build().unwrap_err().field(), "stack_size");
+    assert_eq!(Pool::builder("bad").queue(usize::MAX).build().unwrap_err().field(), "queue");
+}
+
+#[test]
+fn concurrent_callers_each_get_exactly_one_outcome() {
+    const CALLERS: usize = 8;
+    const CALLS: u64 = 300;
+    let pool = Pool::builder("mix").workers(3).queue(4).build().unwrap();
+    let start = Arc::new(Barrier::new(CALLERS));
+    let all = Instant::now();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|c| {
+            let (pool, start) = (pool.clone(), start.clone());
+            thread::spawn(move || {
+                // [ok, failed, panicked, timed out, rejected]
+                let mut seen = [0u64; 5];
+                start.wait();
+                for i in 0..CALLS {
+                    let n = c as u64 * CALLS + i;
+                    let r = pool.call_timeout(Duration::from_millis(2 + n % 5), move |ctx: &CallContext| {
+                        match n % 50 {
+                            // Rare: a panic's report is slow to print.
+                            7 => panic!("planned"),
+                            1 | 11 | 21 | 31 | 41 => Err(std::io::Error::other("planned")),
+                            // Sometimes outlive the deadline: abandoned work.
+                            2 | 12 | 22 | 32 | 42 => {
+                                thread::sleep(ctx.remaining() + Duration::from_millis(1));
+                                Ok(n)
+                            }
+                            _ => Ok(n),
+                        }
+                    });
+                    let slot = match r {
+                        Ok(v) => {
+                            assert_eq!(v, n);
+                            0
+                        }
+                        Err(Error::Failed(_)) => 1,
+                        Err(Error::Panicked(_)) => 2,
+                        Err(Error::Timeout { .. }) => 3,
+                        Err(Error::Rejected(Rejection::QueueFull)) => {
+                            // Let the workers catch up rather than spin.
+                            thread::yield_now();
+                            4
+                        }
+                        Err(other) => panic!("unexpected outcome {other:?}"),
+                    };
+                    seen[slot] += 1;
+                    assert!(all.elapsed() < Duration::from_secs(60), "load loop over its time bound");
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut seen = [0u64; 5];
+    for c in callers {
+        for (total, n) in seen.iter_mut().zip(c.join().unwrap()) {
+            *total += n;
+        }
+    }
+    assert_eq!(seen.iter().sum::<u64>(), CALLERS as u64 * CALLS, "a call without exactly one outcome");
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    let s = pool.stats();
+    eprintln!("outcomes [ok, failed, panicked, timeout, rejected] = {seen:?}; {s:?}");
+    assert_identity(&s);
+    assert_eq!((s.busy, s.queued, s.abandoned), (0, 0, 0), "{s:?}");
+    assert_eq!(s.rejected, seen[4]);
+    assert_eq!(s.timed_out, seen[3]);
+    assert_eq!(s.submitted, seen[..4].iter().sum::<u64>());
+    // A caller that got an answer was answered by a job that ran; a timed-out
+    // caller's job either ran late (abandoned), or never started (expired).
+    assert!(s.completed >= seen[0] + seen[1], "{s:?}");
+    assert!(s.panicked >= seen[2], "{s:?}");
+    assert_eq!(s.completed + s.panicked + s.expired, s.submitted, "{s:?}");
+}
