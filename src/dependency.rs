@@ -674,8 +674,10 @@ impl Dependency {
         }
     }
 
-    /// Stops admitting calls (they are answered `ShuttingDown`) and lets
-    /// running and queued work finish within `grace`. Idempotent.
+    /// Stops admitting calls (they are answered `ShuttingDown`, counted as
+    /// `shutting_down` and never recorded by the breaker) and lets running and
+    /// queued work finish within `grace`. Idempotent. Returns `true` when every
+    /// worker thread has been joined (see [`Pool::shutdown`]).
     pub fn shutdown(&self, grace: Duration) -> bool {
         self.inner.pool.shutdown(grace)
     }
