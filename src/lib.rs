@@ -22,6 +22,14 @@ mod breaker;
 pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition};
 
 // -- dependency, retry, registry, metrics, http, server
+mod dependency;
+pub mod metrics;
+mod registry;
+mod retry;
+pub use crate::dependency::{Dependency, DependencyBuilder, Event};
+pub use crate::metrics::{CallCounts, DependencySnapshot};
+pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
+pub use crate::retry::Retry;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};

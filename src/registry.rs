@@ -1,0 +1,287 @@
+//! Named dependencies: [`Registry`], their snapshots, and the capacity check
+//! ([`Registry::check_capacity`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use crate::dependency::Dependency;
+use crate::error::ConfigError;
+use crate::metrics::DependencySnapshot;
+
+/// A set of uniquely named [`Dependency`] handles. Cheap to clone; clones
+/// share the set.
+///
+/// ```
+/// use watertight::{Dependency, Registry};
+///
+/// let registry = Registry::new();
+/// registry.register(Dependency::builder("fraud").workers(2).build()?)?;
+/// assert!(registry.get("fraud").is_some());
+/// assert!(registry.register(Dependency::builder("fraud").workers(1).build()?).is_err());
+/// assert_eq!(registry.snapshot()[0].name, "fraud");
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Registry {
+    /// Registration order is kept (snapshots and metrics list dependencies in
+    /// it). A registry holds a handful of entries, so lookups scan.
+    deps: Arc<RwLock<Vec<Dependency>>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `dep`. A second dependency with the same name is refused (field
+    /// `name`), and the registry is left as it was.
+    pub fn register(&self, dep: Dependency) -> Result<(), ConfigError> {
+        let mut deps = self.deps.write();
+        if deps.iter().any(|d| d.name() == dep.name()) {
+            return Err(ConfigError::new("name", "unique within the registry", dep.name()));
+        }
+        deps.push(dep);
+        Ok(())
+    }
+
+    /// The dependency called `name`, if registered.
+    pub fn get(&self, name: &str) -> Option<Dependency> {
+        self.deps.read().iter().find(|d| d.name() == name).cloned()
+    }
+
+    /// Every registered dependency, in registration order.
+    pub fn dependencies(&self) -> Vec<Dependency> {
+        self.deps.read().clone()
+    }
+
+    /// How many dependencies are registered.
+    pub fn len(&self) -> usize {
+        self.deps.read().len()
+    }
+
+    /// `true` when none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.deps.read().is_empty()
+    }
+
+    /// A snapshot of every dependency, in registration order.
+    ///
+    /// The list of handles is copied under the read lock and the lock released
+    /// before any counter is read, so a slow reader never holds up
+    /// `register`.
+    pub fn snapshot(&self) -> Vec<DependencySnapshot> {
+        self.dependencies().iter().map(Dependency::snapshot).collect()
+    }
+
+    /// Checks every dependency's worst-case hold on a request pool of
+    /// `request_threads` threads.
+    ///
+    /// A request thread that calls a dependency waits for the answer, so while a
+    /// provider hangs, one dependency can hold at most `workers + queue` request
+    /// threads (each for at most its deadline): more callers than that are
+    /// answered `QueueFull` at once. Isolation holds only while that *hold*, for
+    /// the worst dependency, leaves the request pool room for everything else.
+    /// This check applies the rule to every dependency:
+    ///
+    /// - **error**: `hold >= request_threads`. One hung provider can take every
+    ///   request thread, and the server stops answering anything, even routes
+    ///   that never call that provider.
+    /// - **warning**: `hold > request_threads / 2`. One hung provider can take
+    ///   more than half of the request threads.
+    /// - **warning** (for the whole registry): the holds add up to
+    ///   `request_threads` or more, so providers failing together (a network
+    ///   partition) can still take every request thread.
+    ///
+    /// The breaker opening, deadline-aware admission and short deadlines all make
+    /// the real hold smaller; the rule takes the worst case because that is what
+    /// a hung provider produces before the breaker's window has filled.
+    ///
+    /// `Ok` carries the report, warnings included; `Err` names the dependency
+    /// with the largest hold among those that can take every request thread,
+    /// and carries the report too.
+    ///
+    /// ```
+    /// use watertight::{Dependency, Registry};
+    ///
+    /// let registry = Registry::new();
+    /// registry.register(Dependency::builder("fraud").workers(10).queue(5).build()?)?;
+    /// let report = registry.check_capacity(15).unwrap_err();
+    /// assert_eq!(report.dependency(), "fraud");
+    /// assert!(registry.check_capacity(40).unwrap().warnings().is_empty());
+    /// # Ok::<(), watertight::ConfigError>(())
+    /// ```
+    pub fn check_capacity(&self, request_threads: usize) -> Result<CapacityReport, CapacityError> {
+        let entries: Vec<CapacityEntry> = self
+            .dependencies()
+            .iter()
+            .map(|d| {
+                let workers = d.pool().workers();
+                let queue = d.pool().queue_capacity();
+                let hold = workers.saturating_add(queue);
+                let level = if hold >= request_threads {
+                    CapacityLevel::Error
+                } else if hold > request_threads / 2 {
+                    CapacityLevel::Warning
+                } else {
+                    CapacityLevel::Ok
+                };
+                CapacityEntry {
+                    name: d.name().to_owned(),
+                    workers,
+                    queue,
+                    hold,
+                    room_left: request_threads.saturating_sub(hold),
+                    deadline: d.deadline(),
+                    level,
+                }
+            })
+            .collect();
+        let total_hold = entries.iter().fold(0usize, |acc, e| acc.saturating_add(e.hold));
+        let report = CapacityReport { request_threads, total_hold, entries };
+        let worst = report
+            .entries
+            .iter()
+            .filter(|e| e.level == CapacityLevel::Error)
+            .max_by_key(|e| e.hold)
+            .map(|e| e.name.clone());
+        match worst {
+            Some(dependency) => Err(CapacityError { dependency, report }),
+            None => Ok(report),
+        }
+    }
+}
+
+impl fmt::Debug for Registry {
+    /// Never blocks: prints `<locked>` while a registration holds the lock.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.deps.try_read() {
+            Some(deps) => f.debug_list().entries(deps.iter().map(|d| d.name().to_owned())).finish(),
+            None => f.write_str("Registry(<locked>)"),
+        }
+    }
+}
+
+/// How one dependency's hold compares with the request pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapacityLevel {
+    /// At most half of the request threads.
+    Ok,
+    /// More than half of the request threads.
+    Warning,
+    /// Every request thread.
+    Error,
+}
+
+/// One dependency's line in a [`CapacityReport`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapacityEntry {
+    /// The dependency's name.
+    pub name: String,
+    /// Its worker threads.
+    pub workers: usize,
+    /// Its queue bound.
+    pub queue: usize,
+    /// `workers + queue`: the request threads it can hold while its provider
+    /// hangs.
+    pub hold: usize,
+    /// Request threads left for everything else while it holds that many.
+    pub room_left: usize,
+    /// How long it holds each of them at most.
+    pub deadline: Duration,
+    /// The verdict for this dependency.
+    pub level: CapacityLevel,
+}
+
+/// The result of [`Registry::check_capacity`]: one entry per dependency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapacityReport {
+    /// The request pool size checked against.
+    pub request_threads: usize,
+    /// The holds of every dependency added up (all providers hung at once).
+    pub total_hold: usize,
+    /// One entry per dependency, in registration order.
+    pub entries: Vec<CapacityEntry>,
+}
+
+impl CapacityReport {
+    /// One line per finding that is not an error: dependencies above half the
+    /// request pool, and the holds adding up to all of it.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|e| e.level == CapacityLevel::Warning)
+            .map(|e| {
+                format!(
+                    "dependency `{}` can hold {} of {} request threads (workers {} + queue {}), more than half",
+                    e.name, e.hold, self.request_threads, e.workers, e.queue
+                )
+            })
+            .collect();
+        if self.entries.len() > 1 && self.total_hold >= self.request_threads {
+            out.push(format!(
+                "all dependencies together can hold {} of {} request threads if their providers hang at once",
+                self.total_hold, self.request_threads
+            ));
+        }
+        out
+    }
+}
+
+impl fmt::Display for CapacityReport {
+    /// A small table, one dependency a line, for start-up logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "request threads: {}", self.request_threads)?;
+        for e in &self.entries {
+            writeln!(
+                f,
+                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?})",
+                e.name, e.workers, e.queue, e.hold, e.deadline, e.room_left, e.level
+            )?;
+        }
+        write!(f, "  total hold {}", self.total_hold)
+    }
+}
+
+/// A dependency whose hold leaves the request pool no room (see
+/// [`Registry::check_capacity`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityError {
+    dependency: String,
+    report: CapacityReport,
+}
+
+impl CapacityError {
+    /// The dependency with the largest hold among those at or above the
+    /// request pool size.
+    pub fn dependency(&self) -> &str {
+        &self.dependency
+    }
+
+    /// The full report, warnings included.
+    pub fn report(&self) -> &CapacityReport {
+        &self.report
+    }
+}
+
+impl fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.report.entries.iter().find(|e| e.name == self.dependency);
+        match e {
+            Some(e) => write!(
+                f,
+                "dependency `{}` can hold {} of {} request threads (workers {} + queue {}), leaving none for other work",
+                e.name, e.hold, self.report.request_threads, e.workers, e.queue
+            ),
+            None => write!(f, "dependency `{}` can hold every request thread", self.dependency),
+        }
+    }
+}
+
+impl std::error::Error for CapacityError {}

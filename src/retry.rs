@@ -1,0 +1,423 @@
+//! Retries outside the breaker: [`Retry`] (attempts, backoff with full jitter,
+//! overall timeout), the retry budget that keeps retries from multiplying an
+//! outage, and the small PRNG behind the jitter.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::error::ConfigError;
+
+/// One-second buckets in the budget window.
+const BUCKETS: usize = 10;
+
+/// How a dependency retries transient failures, used by
+/// [`Dependency::call_retry`](crate::Dependency::call_retry).
+///
+/// The rules: a retry sits *outside* the breaker, so
+/// every attempt asks the breaker for its own permit and is counted by it; only
+/// transient outcomes are retried (transport errors, timeouts, 5xx, panics:
+/// whatever the classifier calls a [`Failure`](crate::Verdict::Failure));
+/// a rejection ([`CircuitOpen`](crate::Rejection::CircuitOpen),
+/// [`QueueFull`](crate::Rejection::QueueFull), ...) and an ignored outcome
+/// (a 4xx) are never retried.
+///
+/// # The budget
+///
+/// Backoff alone does not stop a fleet of callers from tripling the load on a
+/// provider that is already failing: each caller backs off, but each still
+/// sends up to `max_attempts` requests. The budget (after Finagle's
+/// `RetryBudget` and Envoy's retry budgets) caps retries as a share of calls:
+/// over any [`BUDGET_WINDOW`](Retry::BUDGET_WINDOW) (10 s), the retries a
+/// dependency makes are at most `ratio x calls + min_per_sec x 10`, where
+/// *calls* are the calls made through `call_retry` (first attempts), counted
+/// on the dependency's clock in one-second buckets. The floor lets a caller
+/// with little traffic still retry now and then. When the budget is spent,
+/// the last outcome is returned as it is.
+///
+/// ```
+/// use std::time::Duration;
+/// use watertight::Retry;
+///
+/// let retry = Retry::new()
+///     .max_attempts(3)
+///     .backoff(Duration::from_millis(50), Duration::from_secs(1))
+///     .budget(0.2, 10)
+///     .overall_timeout(Duration::from_secs(5));
+/// assert_eq!(retry.get_max_attempts(), 3);
+/// assert!(retry.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    multiplier: f64,
+    budget_ratio: f64,
+    budget_min_per_sec: u32,
+    overall_timeout: Option<Duration>,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+            multiplier: 2.0,
+            budget_ratio: 0.2,
+            budget_min_per_sec: 10,
+            overall_timeout: None,
+        }
+    }
+}
+
+impl Retry {
+    /// The span over which the retry budget compares retries with calls.
+    pub const BUDGET_WINDOW: Duration = Duration::from_secs(BUCKETS as u64);
+
+    /// The defaults: 3 attempts, backoff from 50 ms doubling up to 1 s with
+    /// full jitter, a budget of 20 % of calls plus 10 retries a second, and no
+    /// overall timeout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// No retries at all: one attempt per call.
+    pub fn disabled() -> Self {
+        Self::default().max_attempts(1)
+    }
+
+    /// Attempts per call, the first one included. Default 3; 1 turns retries
+    /// off. Must be at least 1.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The backoff before the first retry (`initial`) and the cap it grows to
+    /// (`max`). Default 50 ms and 1 s. The actual sleep is drawn uniformly from
+    /// zero to the current cap ("full jitter"), so callers that failed together
+    /// do not retry together. `initial` must not exceed `max`; a zero
+    /// `initial` retries at once.
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+
+    /// How the backoff cap grows from one retry to the next. Default 2.0;
+    /// must be finite and at least 1.
+    pub fn backoff_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// The retry budget: retries may be at most `ratio` of the calls made,
+    /// plus `min_per_sec` retries a second, over a 10-second window (see
+    /// [the budget](Retry#the-budget)). Default 0.2 and 10. `ratio` must be finite and
+    /// within `[0, 100]`; `budget(0.0, 0)` forbids retries outright.
+    pub fn budget(mut self, ratio: f64, min_per_sec: u32) -> Self {
+        self.budget_ratio = ratio;
+        self.budget_min_per_sec = min_per_sec;
+        self
+    }
+
+    /// The most one call may take, all attempts and backoffs included. Default
+    /// none (each attempt still has the dependency's deadline). With it set, no
+    /// attempt's deadline lies past it, and a backoff that would end past it
+    /// is not slept: the last outcome is returned instead. Must be non-zero.
+    pub fn overall_timeout(mut self, timeout: Duration) -> Self {
+        self.overall_timeout = Some(timeout);
+        self
+    }
+
+    /// The configured attempts per call.
+    pub fn get_max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The configured `(initial, max)` backoff.
+    pub fn get_backoff(&self) -> (Duration, Duration) {
+        (self.initial_backoff, self.max_backoff)
+    }
+
+    /// The configured backoff multiplier.
+    pub fn get_backoff_multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// The configured `(ratio, min_per_sec)` budget.
+    pub fn get_budget(&self) -> (f64, u32) {
+        (self.budget_ratio, self.budget_min_per_sec)
+    }
+
+    /// The configured overall timeout, if any.
+    pub fn get_overall_timeout(&self) -> Option<Duration> {
+        self.overall_timeout
+    }
+
+    /// Checks every field; the error names the first bad one, as its setter
+    /// spells it (`retry.max_attempts`, `retry.backoff`, ...).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_attempts == 0 {
+            return Err(ConfigError::new("retry.max_attempts", "at least 1", self.max_attempts));
+        }
+        if self.initial_backoff > self.max_backoff {
+            return Err(ConfigError::new(
+                "retry.backoff",
+                "initial <= max",
+                format_args!("initial {:?} > max {:?}", self.initial_backoff, self.max_backoff),
+            ));
+        }
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
+            return Err(ConfigError::new("retry.backoff_multiplier", "finite and >= 1", self.multiplier));
+        }
+        if !(self.budget_ratio.is_finite() && (0.0..=100.0).contains(&self.budget_ratio)) {
+            return Err(ConfigError::new("retry.budget", "a ratio in [0, 100]", self.budget_ratio));
+        }
+        if self.overall_timeout == Some(Duration::ZERO) {
+            return Err(ConfigError::new("retry.overall_timeout", "greater than zero", "0ns"));
+        }
+        Ok(())
+    }
+
+    /// The cap on the backoff before retry number `retry` (1 for the first
+    /// retry): `initial x multiplier^(retry - 1)`, at most `max`.
+    pub(crate) fn backoff_cap(&self, retry: u32) -> Duration {
+        if self.initial_backoff.is_zero() || retry == 0 {
+            return Duration::ZERO;
+        }
+        let exp = i32::try_from(retry - 1).unwrap_or(i32::MAX);
+        let secs = self.initial_backoff.as_secs_f64() * self.multiplier.powi(exp);
+        // `secs` may be +inf after many retries; `min` brings it back to the cap.
+        let capped = secs.min(self.max_backoff.as_secs_f64());
+        Duration::try_from_secs_f64(capped).unwrap_or(self.max_backoff).min(self.max_backoff)
+    }
+}
+
+/// A time-bucketed count of calls and retries, the retry budget of one
+/// dependency (see [`Retry`]).
+///
+/// Buckets are one second of the injected clock wide, in a ring of
+/// [`BUCKETS`]; a bucket whose second has passed out of the window is reset
+/// when its slot is reused, and ignored when summed.
+///
+/// A mutex guards the ring rather than atomics because a withdrawal is a
+/// check-then-act over the whole window: with atomics, many threads could pass
+/// the check together and overdraw the budget exactly when a provider fails
+/// for everyone at once. The critical section is a few additions over ten
+/// buckets and is taken only on the retry path.
+#[derive(Debug)]
+pub(crate) struct RetryBudget {
+    ratio: f64,
+    /// Retries the floor allows per window: `min_per_sec x window seconds`.
+    floor: u64,
+    base: Instant,
+    ring: Mutex<[Bucket; BUCKETS]>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Bucket {
+    /// The second (since `base`) this bucket counts; stale when it is not
+    /// within the last `BUCKETS` seconds.
+    second: u64,
+    calls: u64,
+    retries: u64,
+}
+
+impl RetryBudget {
+    pub(crate) fn new(retry: &Retry, now: Instant) -> Self {
+        RetryBudget {
+            ratio: retry.budget_ratio,
+            floor: u64::from(retry.budget_min_per_sec) * BUCKETS as u64,
+            base: now,
+            ring: Mutex::new([Bucket::default(); BUCKETS]),
+        }
+    }
+
+    fn second(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.base).as_secs()
+    }
+
+    /// The bucket for `second`, reset first if it held an older second.
+    fn bucket(ring: &mut [Bucket; BUCKETS], second: u64) -> &mut Bucket {
+        let b = &mut ring[(second % BUCKETS as u64) as usize];
+        if b.second != second {
+            *b = Bucket { second, calls: 0, retries: 0 };
+        }
+        b
+    }
+
+    /// Counts one call (a first attempt).
+    pub(crate) fn deposit(&self, now: Instant) {
+        let second = self.second(now);
+        let mut ring = self.ring.lock();
+        Self::bucket(&mut ring, second).calls += 1;
+    }
+
+    /// Takes one retry from the budget if it allows one, and says whether it did.
+    pub(crate) fn try_withdraw(&self, now: Instant) -> bool {
+        let second = self.second(now);
+        let oldest = second.saturating_sub(BUCKETS as u64 - 1);
+        let mut ring = self.ring.lock();
+        let (mut calls, mut retries) = (0u64, 0u64);
+        for b in ring.iter().filter(|b| b.second >= oldest && b.second <= second) {
+            calls += b.calls;
+            retries += b.retries;
+        }
+        // Ratio arithmetic in f64: exact for any count a window can hold.
+        let allowed = self.ratio * calls as f64 + self.floor as f64;
+        if (retries + 1) as f64 > allowed {
+            return false;
+        }
+        Self::bucket(&mut ring, second).retries += 1;
+        true
+    }
+}
+
+/// A small, lock-free pseudo-random source for backoff jitter (SplitMix64).
+///
+/// Jitter needs spread, not cryptographic quality, and the core carries no
+/// `rand` dependency. Every draw advances one shared atomic by a fixed odd
+/// step (so concurrent callers never draw the same state) and mixes it;
+/// `Relaxed` is enough because the state publishes no other memory.
+#[derive(Debug)]
+pub(crate) struct Jitter {
+    state: AtomicU64,
+}
+
+impl Jitter {
+    const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    /// Seeded from the standard library's per-process random hasher keys.
+    pub(crate) fn new() -> Self {
+        let seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        Self::with_seed(seed)
+    }
+
+    pub(crate) fn with_seed(seed: u64) -> Self {
+        Jitter { state: AtomicU64::new(seed) }
+    }
+
+    pub(crate) fn next_u64(&self) -> u64 {
+        let mut z = self.state.fetch_add(Self::GAMMA, Ordering::Relaxed).wrapping_add(Self::GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A duration drawn uniformly from `[0, cap]`.
+    pub(crate) fn upto(&self, cap: Duration) -> Duration {
+        let nanos = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
+        // Multiply-shift maps a 64-bit draw onto [0, nanos] without modulo bias worth
+        // mentioning at these sizes.
+        let scaled = (u128::from(self.next_u64()) * (u128::from(nanos) + 1)) >> 64;
+        Duration::from_nanos(scaled as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_docs() {
+        let r = Retry::new();
+        assert_eq!(r.get_max_attempts(), 3);
+        assert_eq!(r.get_backoff(), (Duration::from_millis(50), Duration::from_secs(1)));
+        assert_eq!(r.get_backoff_multiplier(), 2.0);
+        assert_eq!(r.get_budget(), (0.2, 10));
+        assert_eq!(r.get_overall_timeout(), None);
+        assert!(r.validate().is_ok());
+        assert_eq!(Retry::disabled().get_max_attempts(), 1);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let field = |r: Retry| r.validate().unwrap_err().field();
+        assert_eq!(field(Retry::new().max_attempts(0)), "retry.max_attempts");
+        assert_eq!(
+            field(Retry::new().backoff(Duration::from_secs(2), Duration::from_secs(1))),
+            "retry.backoff"
+        );
+        assert_eq!(field(Retry::new().backoff_multiplier(0.5)), "retry.backoff_multiplier");
+        assert_eq!(field(Retry::new().backoff_multiplier(f64::NAN)), "retry.backoff_multiplier");
+        assert_eq!(field(Retry::new().budget(-0.1, 1)), "retry.budget");
+        assert_eq!(field(Retry::new().budget(f64::INFINITY, 1)), "retry.budget");
+        assert_eq!(field(Retry::new().overall_timeout(Duration::ZERO)), "retry.overall_timeout");
+    }
+
+    #[test]
+    fn backoff_cap_grows_then_saturates() {
+        let r = Retry::new().backoff(Duration::from_millis(50), Duration::from_millis(300));
+        assert_eq!(r.backoff_cap(1), Duration::from_millis(50));
+        assert_eq!(r.backoff_cap(2), Duration::from_millis(100));
+        assert_eq!(r.backoff_cap(3), Duration::from_millis(200));
+        assert_eq!(r.backoff_cap(4), Duration::from_millis(300));
+        assert_eq!(r.backoff_cap(u32::MAX), Duration::from_millis(300));
+        let zero = Retry::new().backoff(Duration::ZERO, Duration::from_secs(1));
+        assert_eq!(zero.backoff_cap(40), Duration::ZERO);
+    }
+
+    #[test]
+    fn jitter_stays_within_the_cap_and_spreads() {
+        let j = Jitter::with_seed(7);
+        let cap = Duration::from_millis(100);
+        let draws: Vec<Duration> = (0..1000).map(|_| j.upto(cap)).collect();
+        assert!(draws.iter().all(|d| *d <= cap));
+        let low = draws.iter().filter(|d| **d < cap / 2).count();
+        assert!((350..650).contains(&low), "{low} of 1000 draws below half the cap");
+        assert_eq!(j.upto(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn budget_allows_the_floor_then_the_ratio() {
+        let clock = crate::ManualClock::new();
+        use crate::Clock;
+        let budget = RetryBudget::new(&Retry::new().budget(0.2, 1), clock.now());
+        // Floor: 1/s over a 10 s window = 10 retries with no calls at all.
+        let granted = (0..50).filter(|_| budget.try_withdraw(clock.now())).count();
+        assert_eq!(granted, 10);
+        // 100 calls earn 20 more.
+        for _ in 0..100 {
+            budget.deposit(clock.now());
+        }
+        let granted = (0..50).filter(|_| budget.try_withdraw(clock.now())).count();
+        assert_eq!(granted, 20);
+    }
+
+    #[test]
+    fn budget_window_slides_with_the_clock() {
+        let clock = crate::ManualClock::new();
+        use crate::Clock;
+        let budget = RetryBudget::new(&Retry::new().budget(0.5, 0), clock.now());
+        for _ in 0..10 {
+            budget.deposit(clock.now());
+        }
+        assert_eq!((0..10).filter(|_| budget.try_withdraw(clock.now())).count(), 5);
+        // Nine seconds on, the calls and retries are still in the window.
+        clock.advance(Duration::from_secs(9));
+        assert!(!budget.try_withdraw(clock.now()));
+        // Ten seconds on, both have left it: nothing deposited, nothing allowed.
+        clock.advance(Duration::from_secs(1));
+        assert!(!budget.try_withdraw(clock.now()));
+        budget.deposit(clock.now());
+        budget.deposit(clock.now());
+        assert!(budget.try_withdraw(clock.now()));
+        assert!(!budget.try_withdraw(clock.now()));
+    }
+
+    #[test]
+    fn zero_budget_forbids_retries() {
+        let clock = crate::ManualClock::new();
+        use crate::Clock;
+        let budget = RetryBudget::new(&Retry::new().budget(0.0, 0), clock.now());
+        for _ in 0..100 {
+            budget.deposit(clock.now());
+        }
+        assert!(!budget.try_withdraw(clock.now()));
+    }
+}
