@@ -30,6 +30,8 @@ pub use crate::dependency::{Dependency, DependencyBuilder, Event};
 pub use crate::metrics::{CallCounts, DependencySnapshot};
 pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
 pub use crate::retry::Retry;
+#[cfg(feature = "ureq")]
+pub mod http;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};

@@ -1,0 +1,49 @@
+//! Helpers shared by the integration tests: the fake providers of the checkout demo,
+//! ureq agents, and a bounded poller.
+#![allow(dead_code)] // each test file uses a different part of this module
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[path = "../../examples/checkout/providers.rs"]
+pub mod providers;
+
+#[allow(unused_imports)] // not every test file uses every name
+pub use providers::{Call, FakeProvider, Fault};
+
+/// A provider that answers `200 ok` while healthy.
+pub fn provider(fault: Fault) -> FakeProvider {
+    FakeProvider::start("test", fault, |_| (200, "ok".to_owned())).expect("bind a loopback port")
+}
+
+/// An agent whose every request gives up after `timeout`; 4xx and 5xx are
+/// `ureq::Error::StatusCode` (ureq's default).
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder().timeout_global(Some(timeout)).build().into()
+}
+
+/// Like [`agent`], but 4xx and 5xx come back as responses, not errors.
+pub fn agent_status_ok(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into()
+}
+
+/// Polls `cond` every 2 ms until it holds (`true`) or `timeout` passes (`false`).
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let give_up = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= give_up {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The median of some durations (sorts them).
+pub fn median(samples: &mut [Duration]) -> Duration {
+    assert!(!samples.is_empty(), "no samples");
+    samples.sort();
+    samples[samples.len() / 2]
+}
