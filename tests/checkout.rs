@@ -434,7 +434,7 @@ fn a_short_demo_completes_with_a_summary() {
     let out = out.expect("the demo finished within 40 s");
     assert!(status.success(), "{status}: {out}");
     assert!(out.contains("summary (bulkhead, 16 request threads)"), "{out}");
-    assert!(out.contains("while fraud hung, /orders"), "{out}");
+    assert!(out.contains("while fraud hung, /orders (which never calls fraud) answered"), "{out}");
     let per_second = out.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count();
     assert_eq!(per_second, 4, "one line per second: {out}");
     let series = std::fs::read_to_string(&csv).expect("the CSV was written");

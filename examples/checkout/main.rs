@@ -258,8 +258,11 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
+    // The demo prints a table on stdout; its log keeps to the breaker's
+    // transitions and to warnings unless RUST_LOG says otherwise.
+    let default_log = if args.demo { "warn,watertight=info" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_log)).init();
     let result = if args.demo { demo::run(&args) } else { serve_forever(&args) };
     if let Err(e) = result {
         eprintln!("checkout: {e}");
