@@ -4,14 +4,15 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use watertight::http::WithDeadline;
-//! use watertight::{CallContext, Pool};
+//! use watertight::{CallContext, Dependency};
 //!
-//! let fraud = Pool::builder("fraud").workers(4).build()?;
+//! let fraud = Dependency::builder("fraud").workers(4).deadline(Duration::from_secs(2)).build()?;
 //! let agent = ureq::Agent::new_with_defaults();
-//! let body = fraud.call_timeout(Duration::from_secs(2), move |ctx: &CallContext| {
+//! let body = fraud.call(move |ctx: &CallContext| {
 //!     // The request gives up when the call's deadline passes, and frees this worker.
 //!     agent.get("http://127.0.0.1:9000/verify").with_deadline(ctx).call()?.body_mut().read_to_string()
 //! });
+//! // 5xx, timeouts and transport errors count against the breaker; 4xx do not.
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -96,6 +97,9 @@ impl Classify for ureq::Error {
 /// where a 4xx or 5xx arrives as an `Ok` response: the status decides (5xx failure,
 /// 4xx ignored, else success), and an error is classified by the
 /// [outcome table](crate::http#the-outcome-table).
+///
+/// Pass it to [`Dependency::call_with`](crate::Dependency::call_with):
+/// `dep.call_with(classify_response, move |ctx| agent.get(&url).with_deadline(ctx).call())`.
 ///
 /// ```
 /// use watertight::Verdict;

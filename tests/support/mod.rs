@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 #[path = "../../examples/checkout/providers.rs"]
 pub mod providers;
 
+#[allow(unused_imports)] // not every test file uses every name
 pub use providers::{Call, FakeProvider, Fault};
 
 /// A provider that answers `200 ok` while healthy.
