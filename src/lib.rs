@@ -12,6 +12,9 @@ mod error;
 // -- pool (src/pool/, src/sync.rs)
 mod pool;
 mod sync;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::pool::slot as __loom_slot;
 pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
 
 // -- breaker (src/breaker/)
