@@ -468,6 +468,8 @@ fn csv(seconds: &[Second]) -> String {
          fraud_pool_busy,fraud_pool_queued,request_pool_busy\n",
     );
     let num = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
+    // No pool in the naive mode: its pool columns stay empty, not zero.
+    let pool = |s: &Second, n: usize| if s.breaker == "-" { String::new() } else { n.to_string() };
     for (i, s) in seconds.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -484,8 +486,8 @@ fn csv(seconds: &[Second]) -> String {
             s.unavailable,
             s.checkout_err,
             s.breaker,
-            s.fraud_busy,
-            s.fraud_queued,
+            pool(s, s.fraud_busy),
+            pool(s, s.fraud_queued),
             s.request_busy
         );
     }
