@@ -7,7 +7,7 @@
 //! process, and a guard kills it when the test ends, passed or failed.
 #![cfg(all(feature = "ureq", feature = "tiny_http", feature = "prometheus"))]
 
-#[allow(unused_imports)] // the shared helpers re-export more than this file uses
+#[allow(unused_imports)] // the shared test support re-exports more than this file uses
 mod support;
 
 use std::io::{BufRead, BufReader, Read};
