@@ -26,6 +26,8 @@ mod dependency;
 pub mod metrics;
 mod registry;
 mod retry;
+#[cfg(feature = "tiny_http")]
+pub mod server;
 pub use crate::dependency::{Dependency, DependencyBuilder, Event};
 pub use crate::metrics::{CallCounts, DependencySnapshot};
 pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
