@@ -3,8 +3,8 @@
 //! This is the *shared* pool of a thread-per-request server: every route is
 //! answered by one of its `threads` threads, named `watertight-http-<i>`, and
 //! a request holds its thread until the handler returns. That is exactly the
-//! resource a hung provider exhausts in the incident the crate answers (seed
-//! 001), so the pool is fixed and its occupancy is observable through
+//! resource a hung provider exhausts in the incident the crate answers,
+//! so the pool is fixed and its occupancy is observable through
 //! [`ServerHandle::busy`]: put every dependency behind a
 //! [`Dependency`](crate::Dependency) and this pool keeps room for the routes
 //! that do not call it.

@@ -151,7 +151,7 @@ fn fraud_circuit(agent: &ureq::Agent, server: &Checkout) -> Value {
         .unwrap_or_else(|| panic!("no fraud dependency in {circuits}"))
 }
 
-/// Seed 001: fraud hangs; order status keeps working.
+/// The incident: fraud hangs; order status keeps working.
 ///
 /// 20 request threads: fewer than the 32 checkouts held at once, so without
 /// the bulkhead they would take every thread (the next test shows that); fraud
@@ -290,7 +290,7 @@ fn without_the_bulkhead_order_status_collapses() {
     }
 }
 
-/// Seed 000, section 4: the access gate fails closed, caches decisions, never failures.
+/// The access gate fails closed, caches decisions, never failures.
 #[test]
 fn the_access_gate_fails_closed_and_recovers() {
     let server = Checkout::start(&[]);
@@ -393,7 +393,7 @@ fn bad_input_gets_clear_json_errors() {
     assert!(!server.stderr().contains("panicked"), "{}", server.stderr());
 }
 
-/// Seed 001's breaker: a slow fraud still approves within the deadline; a
+/// The fraud breaker: a slow fraud still approves within the deadline; a
 /// failing one opens the circuit and checkouts go to manual review at once.
 #[test]
 fn slow_fraud_approves_and_failing_fraud_opens_the_circuit() {

@@ -1,4 +1,4 @@
-//! `--demo`: the incident of seed 001, run by itself.
+//! `--demo`: the fraud-hang incident, run by itself.
 //!
 //! Starts the server on a free loopback port with its embedded providers, and
 //! a fixed, bounded load: checkout clients (each fraud-checked) and
