@@ -1,7 +1,7 @@
 //! What an outcome means to a breaker: [`Verdict`], and the [`Classify`] trait
 //! that maps a job's error to one.
 //!
-//! The rule (seed 000): only what says the provider is unwell is a failure:
+//! The rule: only what says the provider is unwell is a failure:
 //! transport errors, timeouts, 5xx, panics. A 4xx is the caller's (or one
 //! tenant's) problem: it is *ignored*, counted neither as a failure nor as a
 //! success, and the error still reaches the caller.

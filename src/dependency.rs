@@ -19,6 +19,8 @@
 //! worker without touching the breaker: its outcome was already recorded as
 //! the timeout.
 
+use std::any::Any;
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,7 +76,8 @@ pub struct DependencyBuilder {
     deadline: Duration,
     breaker: BreakerConfig,
     retry: Retry,
-    clock: Arc<dyn Clock>,
+    /// `None` for the system clock, read directly (see [`Inner::clock`]).
+    clock: Option<Arc<dyn Clock>>,
     stack_size: Option<usize>,
     admission: bool,
     listeners: Vec<Listener>,
@@ -89,7 +92,7 @@ impl fmt::Debug for DependencyBuilder {
             .field("deadline", &self.deadline)
             .field("breaker", &self.breaker)
             .field("retry", &self.retry)
-            .field("clock", &self.clock)
+            .field("clock", self.clock.as_ref().map_or(&SystemClock as &dyn fmt::Debug, |c| c))
             .field("stack_size", &self.stack_size)
             .field("deadline_aware_admission", &self.admission)
             .field("listeners", &self.listeners.len())
@@ -146,13 +149,13 @@ impl DependencyBuilder {
     /// its states without sleeping, and a hung job still times out at its
     /// real deadline.
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = if (&clock as &dyn Any).is::<SystemClock>() { None } else { Some(Arc::new(clock)) };
         self
     }
 
     /// The clock, already shared. Default [`SystemClock`].
     pub fn clock_arc(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
         self
     }
 
@@ -209,7 +212,8 @@ impl DependencyBuilder {
         }
         let pool = pool.build()?;
         let listeners: Arc<[Listener]> = self.listeners.into();
-        let breaker = Breaker::with_clock(self.name.clone(), self.breaker.clone(), Arc::clone(&self.clock))?;
+        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let breaker = Breaker::with_clock(self.name.clone(), self.breaker.clone(), clock)?;
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
             breaker.on_transition(move |t| {
@@ -217,7 +221,7 @@ impl DependencyBuilder {
                 listeners.iter().for_each(|l| l(&event));
             });
         }
-        let now = self.clock.now();
+        let now = self.clock.as_ref().map_or_else(Instant::now, |c| c.now());
         Ok(Dependency {
             inner: Arc::new(Inner {
                 name: self.name.as_str().into(),
@@ -279,10 +283,23 @@ struct Inner {
     jitter: Jitter,
     counters: Counters,
     service: Arc<ServiceTime>,
-    clock: Arc<dyn Clock>,
+    clock: Option<Arc<dyn Clock>>,
     listeners: Arc<[Listener]>,
     breaker: Breaker,
     pool: Pool,
+}
+
+impl Inner {
+    /// The injected clock's time. `real_now` is a real instant the caller has
+    /// just read: with the system clock (`clock` is `None`) it *is* the time,
+    /// which saves the hot path a second clock read.
+    #[inline]
+    fn clock_now(&self, real_now: Instant) -> Instant {
+        match &self.clock {
+            None => real_now,
+            Some(clock) => clock.now(),
+        }
+    }
 }
 
 /// The recent mean time a job runs on a worker, for deadline-aware admission.
@@ -295,15 +312,48 @@ struct Inner {
 /// publishes nothing else, and a stale read only makes one estimate a little
 /// older.
 ///
+/// Timing a job costs two clock reads and an atomic update on the worker,
+/// between the job and its answer. That is noise next to a slow job and a
+/// third of the overhead of a fast one, so fast jobs are sampled: while the
+/// mean is under [`SAMPLE_ALL_FROM`](Self::SAMPLE_ALL_FROM) one job in
+/// [`SAMPLE_EVERY`](Self::SAMPLE_EVERY) (per calling thread) is timed, and
+/// from there on every job. A fast mean only matters to admission behind a
+/// very deep queue, and a slowdown is caught by the next sample, which lifts
+/// the mean over the threshold at once (a 1 s sample moves a 1 ms mean to
+/// 250 ms), after which every job is timed.
+///
 /// It cannot lock a dependency out: admission consults it only while the queue
-/// is non-empty, the queue drains as workers finish, and each finished job
-/// brings a fresh sample.
+/// is non-empty, the queue drains as workers finish, and finished jobs bring
+/// fresh samples.
 #[derive(Debug, Default)]
 struct ServiceTime {
     ewma_ns: AtomicU64,
 }
 
+thread_local! {
+    /// Calls this thread has made through any dependency, for sampling.
+    static TICK: Cell<u32> = const { Cell::new(0) };
+}
+
 impl ServiceTime {
+    /// From this mean (in nanoseconds, 1 ms) on, every job is timed.
+    const SAMPLE_ALL_FROM: u64 = 1_000_000;
+    /// Below it, one job in this many is.
+    const SAMPLE_EVERY: u32 = 8;
+
+    /// Whether the job about to be submitted should be timed.
+    fn should_sample(&self) -> bool {
+        let mean = self.ewma_ns.load(Ordering::Relaxed);
+        if mean == 0 || mean >= Self::SAMPLE_ALL_FROM {
+            return true;
+        }
+        TICK.with(|tick| {
+            let n = tick.get().wrapping_add(1);
+            tick.set(n);
+            n % Self::SAMPLE_EVERY == 0
+        })
+    }
+
     fn record(&self, sample: Duration) {
         let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX).max(1);
         let _ = self.ewma_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
@@ -342,7 +392,7 @@ impl Dependency {
             deadline: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
             retry: Retry::default(),
-            clock: Arc::new(SystemClock),
+            clock: None,
             stack_size: None,
             admission: true,
             listeners: Vec::new(),
@@ -369,7 +419,8 @@ impl Dependency {
     /// Like [`call`](Self::call), with `classify` deciding what the job's
     /// outcome means to the breaker (for example a response whose 5xx status
     /// is not an `Err`). Timeouts and panics are always failures; rejections
-    /// are never recorded.
+    /// are never recorded. The classifier runs on the calling thread and must
+    /// not panic (the attempt would go uncounted).
     pub fn call_with<T, E, F, C>(&self, classify: C, job: F) -> Result<T, Error<E>>
     where
         T: Send + 'static,
@@ -414,7 +465,7 @@ impl Dependency {
         let job = Arc::new(job);
         let mut now = Instant::now();
         let overall = retry.get_overall_timeout().and_then(|t| now.checked_add(t));
-        inner.budget.deposit(inner.clock.now());
+        inner.budget.deposit(inner.clock_now(now));
 
         let mut attempt = 1;
         loop {
@@ -435,7 +486,7 @@ impl Dependency {
                 log::debug!("dependency {}: no retry, the overall timeout is near", inner.name);
                 return result;
             }
-            if !inner.budget.try_withdraw(inner.clock.now()) {
+            if !inner.budget.try_withdraw(inner.clock_now(now)) {
                 log::debug!("dependency {}: no retry, the retry budget is spent", inner.name);
                 return result;
             }
@@ -469,7 +520,7 @@ impl Dependency {
         C: Fn(&Result<T, E>) -> Verdict,
     {
         let inner = &*self.inner;
-        let start = inner.clock.now();
+        let start = inner.clock_now(now);
         let permit = match inner.breaker.try_acquire() {
             Ok(permit) => permit,
             Err(_) => return (Err(self.rejected(Rejection::CircuitOpen)), None),
@@ -481,11 +532,12 @@ impl Dependency {
             return (Err(self.rejected(Rejection::DeadlineUnmeetable)), None);
         }
 
-        let service = Arc::clone(&inner.service);
+        let timer = inner.service.should_sample().then(|| Arc::clone(&inner.service));
         let timed = move |ctx: &CallContext| {
+            let Some(timer) = timer else { return job(ctx) };
             let began = Instant::now();
             let result = job(ctx);
-            service.record(began.elapsed());
+            timer.record(began.elapsed());
             result
         };
         let ticket = match inner.pool.submit_attempt(deadline, attempt, timed) {
@@ -497,7 +549,7 @@ impl Dependency {
         };
 
         let answer = ticket.wait();
-        let elapsed = inner.clock.now().saturating_duration_since(start);
+        let elapsed = inner.clock_now(Instant::now()).saturating_duration_since(start);
         let (result, verdict, outcome) = match answer {
             Ok(value) => Self::classified(classify, Ok(value)),
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
@@ -622,8 +674,10 @@ impl Dependency {
         }
     }
 
-    /// Stops admitting calls (they are answered `ShuttingDown`) and lets
-    /// running and queued work finish within `grace`. Idempotent.
+    /// Stops admitting calls (they are answered `ShuttingDown`, counted as
+    /// `shutting_down` and never recorded by the breaker) and lets running and
+    /// queued work finish within `grace`. Idempotent. Returns `true` when every
+    /// worker thread has been joined (see [`Pool::shutdown`]).
     pub fn shutdown(&self, grace: Duration) -> bool {
         self.inner.pool.shutdown(grace)
     }
@@ -669,5 +723,17 @@ mod tests {
         let z = ServiceTime::default();
         z.record(Duration::ZERO);
         assert_eq!(z.mean(), Some(Duration::from_nanos(1)));
+    }
+
+    #[test]
+    fn fast_jobs_are_sampled_slow_ones_all_timed() {
+        let s = ServiceTime::default();
+        assert!((0..20).all(|_| s.should_sample()), "no sample yet: time every job");
+        s.record(Duration::from_micros(50));
+        let sampled = (0..800).filter(|_| s.should_sample()).count();
+        assert_eq!(sampled, 100, "one in eight below 1 ms");
+        s.record(Duration::from_secs(1));
+        assert!(s.mean().unwrap() >= Duration::from_millis(1));
+        assert!((0..20).all(|_| s.should_sample()), "from 1 ms on: every job");
     }
 }

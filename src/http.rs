@@ -18,7 +18,7 @@
 //!
 //! # The outcome table
 //!
-//! Seed 000's rule: only what says the provider is unwell is a failure. The caller's own
+//! The rule: only what says the provider is unwell is a failure. The caller's own
 //! mistakes and the caller's own limits say nothing about the provider's health, so they
 //! are ignored: they neither open the breaker nor dilute its failure rate, and the error
 //! still reaches the caller.

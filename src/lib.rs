@@ -1,6 +1,61 @@
 //! Blocking, thread-pool bulkheads for synchronous, thread-per-request servers.
 //!
-//! (Crate tutorial: written once the call path is complete.)
+//! A server with a fixed pool of request threads that calls a provider over
+//! blocking I/O loses every request thread to that provider the day it hangs,
+//! and with them every endpoint, even those that never call it. watertight
+//! gives each dependency its own compartment, a [`Dependency`]:
+//!
+//! - a fixed [`Pool`] of worker threads with a bounded queue, so a hung
+//!   provider floods only its own workers;
+//! - a [`Breaker`] in front of it, so a failing provider is not called at all
+//!   while it recovers;
+//! - a deadline on every call, so the request thread waits at most that long,
+//!   and the job sees what is left of it ([`CallContext::remaining`]) to use
+//!   as its own socket timeout.
+//!
+//! The request thread gets an explicit answer at once or by the deadline:
+//! the job's result, or an [`Error`] saying it was rejected, timed out,
+//! failed or panicked.
+//!
+//! ```
+//! use std::time::Duration;
+//! use watertight::{BreakerConfig, CallContext, Dependency, Error};
+//!
+//! let fraud = Dependency::builder("fraud")
+//!     .workers(4)
+//!     .queue(2)
+//!     .deadline(Duration::from_millis(200))
+//!     .breaker(BreakerConfig::count_based(10).minimum_calls(2))
+//!     .build()?;
+//!
+//! // A healthy call: the job runs on a worker named "watertight-fraud-<i>".
+//! let ok = fraud.call(|ctx: &CallContext| Ok::<_, std::io::Error>(ctx.remaining() > Duration::ZERO));
+//! assert!(ok.unwrap());
+//!
+//! // A provider that never answers in time: the caller gets `Timeout` at the deadline.
+//! let late = fraud.call(|ctx: &CallContext| {
+//!     std::thread::sleep(ctx.remaining() + Duration::from_millis(50));
+//!     Ok::<_, std::io::Error>(false)
+//! });
+//! assert!(matches!(late, Err(Error::Timeout { .. })));
+//!
+//! // One success and one timeout: a 50 % failure rate over `minimum_calls(2)`
+//! // opens the breaker, and from now on the answer is immediate.
+//! let rejected = fraud.call(|_ctx: &CallContext| Ok::<_, std::io::Error>(true)).unwrap_err();
+//! assert!(rejected.is_rejected());
+//! # Ok::<(), watertight::ConfigError>(())
+//! ```
+//!
+//! What counts as a failure is decided by [`Classify`] (or a classifier given
+//! to [`Dependency::call_with`]): transport errors, timeouts, 5xx and panics
+//! are failures; a 4xx is ignored, because it is the caller's problem, not the
+//! provider's. Retries ([`Retry`], through [`Dependency::call_retry`]) sit
+//! outside the breaker and only retry transient failures, within a budget.
+//!
+//! Features (all on by default): `ureq` ([`http`]: outcome table for
+//! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server`]: a
+//! request pool for tiny_http), `prometheus` ([`metrics`]: a prometheus-client
+//! collector over a [`Registry`]).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
@@ -12,6 +67,9 @@ mod error;
 // -- pool (src/pool/, src/sync.rs)
 mod pool;
 mod sync;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::pool::slot as __loom_slot;
 pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
 
 // -- breaker (src/breaker/)
@@ -20,8 +78,6 @@ pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, P
 
 // -- dependency, retry, registry, metrics, http, server
 mod dependency;
-#[cfg(feature = "ureq")]
-pub mod http;
 pub mod metrics;
 mod registry;
 mod retry;
@@ -31,7 +87,14 @@ pub use crate::dependency::{Dependency, DependencyBuilder, Event};
 pub use crate::metrics::{CallCounts, DependencySnapshot};
 pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
 pub use crate::retry::Retry;
+#[cfg(feature = "ureq")]
+pub mod http;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::error::{ConfigError, Error, Rejection};
+
+// The README's examples are compiled and run as doctests, so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

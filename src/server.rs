@@ -3,8 +3,8 @@
 //! This is the *shared* pool of a thread-per-request server: every route is
 //! answered by one of its `threads` threads, named `watertight-http-<i>`, and
 //! a request holds its thread until the handler returns. That is exactly the
-//! resource a hung provider exhausts in the incident the crate answers (seed
-//! 001), so the pool is fixed and its occupancy is observable through
+//! resource a hung provider exhausts in the incident the crate answers,
+//! so the pool is fixed and its occupancy is observable through
 //! [`ServerHandle::busy`]: put every dependency behind a
 //! [`Dependency`](crate::Dependency) and this pool keeps room for the routes
 //! that do not call it.
@@ -23,27 +23,32 @@
 //! caught, the client gets a `500` with a JSON body, and the thread goes back
 //! to serving.
 //!
-//! Request bodies are tiny_http's: when a request is dropped with part of a
-//! `Content-Length` body unread, tiny_http 0.12 discards the rest through a
-//! buffer as large as that rest, so a request that *declares* a huge body
-//! can exhaust memory whatever the handler does, and one that declares more
-//! than the machine can allocate (`Content-Length: 1000000000000`) aborts the
-//! process once it is answered. Expose such a server through a proxy that
-//! caps request bodies.
+//! Connections and bodies are tiny_http's, and so are these limits of tiny_http
+//! 0.12 that this pool cannot change:
+//! - each open connection holds one of tiny_http's own connection threads,
+//!   and handing a new connection to them can lose a wake-up: in a burst of
+//!   new connections, one may wait until another connection closes, however
+//!   idle this pool is;
+//! - a request dropped with part of its `Content-Length` body unread has the
+//!   rest discarded through a buffer as large as that rest, so a request that
+//!   *declares* a huge body can exhaust memory whatever the handler does, and
+//!   one that declares more than the machine can allocate
+//!   (`Content-Length: 1000000000000`) aborts the process once it is answered.
+//!   Expose such a server through a proxy that caps request bodies.
 //!
 //! # Slow clients
 //!
-//! tiny_http reads request heads, and bodies of at most 1 KiB, on threads of
-//! its own (one per connection) before a request reaches this pool. A longer
-//! or chunked body is read by the handler, on a request thread, and tiny_http
-//! has no time limit on any read: a client that trickles such a body holds
-//! that request thread for as long as it trickles (and an unread
-//! `Content-Length` body is drained to its end when the request is answered,
-//! so answering early does not help). Neither a per-read nor a per-request
-//! timeout can be set from outside tiny_http 0.12: its accepted sockets are
-//! out of reach, and a timeout set on the listening socket also times out its
-//! `accept`, which ends its accept loop for good. A proxy in front that
-//! buffers request bodies is the remedy.
+//! tiny_http reads request heads, and bodies of at most 1 KiB, on its own
+//! connection threads before a request reaches this pool. A longer or chunked
+//! body is read by the handler, on a request thread, and tiny_http has no time
+//! limit on any read: a client that trickles such a body holds that request
+//! thread for as long as it trickles (and an unread `Content-Length` body is
+//! drained to its end when the request is answered, so answering early does
+//! not help). Neither a per-read nor a per-request timeout can be set from
+//! outside tiny_http 0.12: its accepted sockets are out of reach, and a
+//! timeout set on the listening socket also times out its `accept`, which ends
+//! its accept loop for good. A proxy in front that buffers request bodies is
+//! the remedy.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};

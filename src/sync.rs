@@ -105,9 +105,53 @@ impl Backoff {
     }
 }
 
+/// Polls `ready` until it returns `true` or the spin-and-yield budget is
+/// spent; returns the last answer. For a waiter that only *reads* a flag
+/// another thread will set.
+///
+/// The budget is [`Backoff`]'s (127 spins, then 4 yields), but the flag is
+/// read after every spin instead of after exponentially growing rounds: a
+/// read of a cache line nobody writes costs no traffic between cores, so
+/// polling often is free, and it notices the answer up to a whole round
+/// sooner. (Exponential rounds are for retrying a contended write.)
+pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
+    const SPINS: u32 = (1 << (Backoff::SPIN_LIMIT + 1)) - 1;
+    const YIELDS: u32 = Backoff::YIELD_LIMIT - Backoff::SPIN_LIMIT;
+    for _ in 0..SPINS {
+        if ready() {
+            return true;
+        }
+        spin_loop();
+    }
+    for _ in 0..YIELDS {
+        if ready() {
+            return true;
+        }
+        yield_now();
+    }
+    ready()
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::Backoff;
+    use super::{Backoff, spin_until};
+
+    #[test]
+    fn spin_until_polls_the_whole_budget_then_gives_up() {
+        let mut polls = 0;
+        assert!(!spin_until(|| {
+            polls += 1;
+            false
+        }));
+        // 127 spins + 4 yields, one poll before each, and a last look.
+        assert_eq!(polls, 127 + 4 + 1);
+        let mut n = 0;
+        assert!(spin_until(|| {
+            n += 1;
+            n == 3
+        }));
+        assert_eq!(n, 3);
+    }
 
     #[test]
     fn backoff_completes_after_spins_and_yields() {

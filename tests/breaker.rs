@@ -1,5 +1,5 @@
 //! The circuit breaker on a manual clock: scripted state walks, the cases of
-//! seed 000, a model-based comparison and a multi-threaded stress run.
+//! the permission-check report, a model-based comparison and a multi-threaded stress run.
 //! Nothing here sleeps; time moves only when a test says so.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -29,7 +29,7 @@ fn recorder(breaker: &Breaker) -> Arc<Mutex<Vec<(State, State)>>> {
     seen
 }
 
-/// Seed 000's circuit: count window, small numbers so a test walks it in a few calls.
+/// A permission-check circuit: count window, small numbers so a test walks it in a few calls.
 fn small() -> BreakerConfig {
     BreakerConfig::count_based(10)
         .minimum_calls(4)

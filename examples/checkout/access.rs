@@ -1,4 +1,4 @@
-//! The access gate: may this user use checkout? (seed 000, section 4)
+//! The access gate: may this user use checkout? (it fails closed)
 //!
 //! Every checkout asks the account service whether the user may use the
 //! checkout service, through the `account-access` dependency. The gate fails

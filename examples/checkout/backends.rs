@@ -40,7 +40,7 @@ pub struct Unavailable {
 /// The three dependencies of the bulkhead mode.
 #[derive(Clone)]
 pub struct Deps {
-    /// The fraud check (seed 001's numbers).
+    /// The fraud check (the numbers of the fraud-hang incident's fix).
     pub fraud: Dependency,
     /// Account: "may this user use checkout?" (the authorization path).
     pub access: Dependency,

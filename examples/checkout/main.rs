@@ -1,5 +1,5 @@
 //! A checkout server whose fraud provider may hang without taking the server
-//! down with it: the incident of seed 001, reproduced and contained.
+//! down with it: the fraud-hang incident, reproduced and contained.
 //!
 //! ```text
 //! cargo run --release --example checkout                    # serve on 127.0.0.1:8080
@@ -166,7 +166,7 @@ fn account_responder(call: &Call) -> (u16, String) {
 /// Capacity: a request thread waiting on a dependency is held for at most
 /// its deadline, and one dependency can hold at most `workers + queue`
 /// request threads. With the default 16 request threads:
-/// - fraud 10 + 5 = 15 (seed 001's pool) leaves 1 thread for everything
+/// - fraud 10 + 5 = 15 (the incident fix's pool) leaves 1 thread for everything
 ///   else: the least that keeps order status up, so the capacity check
 ///   passes with a warning (more than half the pool);
 /// - account-access 6 + 2 = 8 and account-read 3 + 1 = 4 stay within half of
@@ -189,7 +189,7 @@ fn build_deps() -> Result<Deps, watertight::ConfigError> {
                 .half_open_calls(5),
         )
         .build()?;
-    // Seed 000's circuits: a 30 s time window, at least 10 calls, 50 %, open
+    // The permission-check circuits: a 30 s time window, at least 10 calls, 50 %, open
     // 15 s, 3 probes, a half-open that waits at most 60 s for them.
     let account = |name: &str, workers: usize, queue: usize| {
         Dependency::builder(name)
@@ -258,8 +258,11 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
 }
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
+    // The demo prints a table on stdout; its log keeps to the breaker's
+    // transitions and to warnings unless RUST_LOG says otherwise.
+    let default_log = if args.demo { "warn,watertight=info" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_log)).init();
     let result = if args.demo { demo::run(&args) } else { serve_forever(&args) };
     if let Err(e) = result {
         eprintln!("checkout: {e}");
@@ -316,6 +319,9 @@ pub fn print_capacity(registry: &Registry, threads: usize) {
                 println!("capacity warning: {warning}");
             }
         }
-        Err(e) => eprintln!("WARNING: capacity check failed: {e}"),
+        Err(e) => {
+            println!("capacity: {}", e.report());
+            eprintln!("WARNING: capacity check failed: {e}: a hung provider can stall every route");
+        }
     }
 }

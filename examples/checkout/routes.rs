@@ -180,7 +180,9 @@ impl App {
             Ok(FraudVerdict::Approve) => (201, "approved", None),
             Ok(FraudVerdict::Reject(why)) => (402, "rejected", Some(why)),
             Err(unavailable) => {
-                log::warn!("fraud check unavailable ({}): {}", unavailable.reason, unavailable.detail);
+                // Debug, not warn: in an outage this is every checkout, and
+                // /circuits and /metrics count them already.
+                log::debug!("fraud check unavailable ({}): {}", unavailable.reason, unavailable.detail);
                 (202, "manual_review", Some(format!("fraud_{}", unavailable.reason)))
             }
         };
@@ -255,13 +257,20 @@ impl App {
                         "timed_out": s.calls.timed_out,
                         "expired": s.calls.expired,
                         "panicked": s.calls.panicked,
+                        "retried": s.calls.retried,
+                        "shutting_down": s.calls.shutting_down,
                     },
                     "pool": {
                         "workers": s.pool.workers,
                         "busy": s.pool.busy,
                         "queued": s.pool.queued,
+                        "queue_capacity": s.queue_capacity,
                         "abandoned": s.pool.abandoned,
+                        "submitted": s.pool.submitted,
+                        "completed": s.pool.completed,
                     },
+                    "deadline_ms": s.deadline.as_millis() as u64,
+                    "mean_service_time_ms": s.mean_service_time.map(|d| d.as_secs_f64() * 1000.0),
                 })
             })
             .collect();

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::Shared;
 use super::slot::{Finish, Slot};
 use crate::error::{Error, Rejection};
-use crate::sync::{Backoff, current, park_timeout};
+use crate::sync::{current, park_timeout, spin_until};
 
 /// What a call ends with, as the reply slot carries it.
 pub(crate) type Reply<T, E> = Result<T, Error<E>>;
@@ -145,9 +145,12 @@ impl<F, E> From<SubmitError<F>> for Error<E> {
 }
 
 /// The single allocation of a call.
+#[repr(C)]
 pub(crate) struct Call<F, T, E> {
-    ctx: CallContext,
+    /// First, so its padded state shares its line only with the `Arc`'s
+    /// counts, which change at submission and at the very end.
     slot: Slot<Reply<T, E>>,
+    ctx: CallContext,
     /// `Some` until a worker takes it to run, or until a rejected submission
     /// takes it back (by value, through `Arc::try_unwrap`). The lock is taken
     /// once per call, by one thread: uncontended.
@@ -317,16 +320,18 @@ pub struct Ticket<T, E> {
     call: Option<Arc<dyn Waitable<T, E>>>,
     /// When the call was submitted, for `Timeout { waited }`.
     start: Instant,
+    deadline: Instant,
 }
 
 impl<T, E> Ticket<T, E> {
     pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant) -> Self {
-        Ticket { call: Some(call), start }
+        let deadline = call.ctx().deadline;
+        Ticket { call: Some(call), start, deadline }
     }
 
-    /// The call's deadline.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.call.as_ref().map(|c| c.ctx().deadline)
+    /// The call's deadline: [`wait`](Ticket::wait) returns by then.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     /// Waits for the answer until the call's deadline.
@@ -337,8 +342,9 @@ impl<T, E> Ticket<T, E> {
     /// had started is abandoned (it finishes on its worker, its answer dropped)
     /// and one still queued never starts.
     ///
-    /// The wait spins briefly, then yields, then parks until the deadline:
-    /// a short job costs about a channel round trip.
+    /// The wait polls briefly (about as long as a crossbeam channel receive
+    /// spins), then yields, then parks until the deadline: a short job is
+    /// answered without a sleep and wake-up on the caller's side.
     pub fn wait(mut self) -> Result<T, Error<E>> {
         let Some(call) = self.call.take() else {
             // Unreachable: `wait` consumes the ticket and is the only taker.
@@ -347,13 +353,9 @@ impl<T, E> Ticket<T, E> {
         let (ctx, slot) = (call.ctx(), call.slot());
 
         // 1. Spin, then yield: most short jobs answer within this.
-        let mut backoff = Backoff::new();
-        while !slot.is_settled() && !backoff.is_completed() {
-            backoff.snooze();
-        }
         // 2. Park until the deadline. Register first, then check once more
         //    inside `register`, so a settle in between is never missed.
-        if !slot.is_settled() && slot.register(current()) {
+        if !spin_until(|| slot.is_settled()) && slot.register(current()) {
             loop {
                 if slot.is_settled() {
                     break;
