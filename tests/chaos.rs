@@ -50,8 +50,10 @@ const DEADLINE: Duration = Duration::from_millis(50);
 const ATTEMPTS: u32 = 3;
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(20));
 const OPEN_FOR: Duration = Duration::from_millis(200);
-/// What a call may take past its own budget: scheduling noise on a busy machine.
-const SLACK: Duration = Duration::from_millis(250);
+/// What a call may take past its own budget: scheduling noise on a busy machine
+/// (two shared cores, some forty runnable threads), as generous as the house
+/// rule for real-time bounds (a 200 ms deadline returns within 700 ms).
+const SLACK: Duration = Duration::from_millis(500);
 /// The load loop stops here whatever the count (the test then fails on the count).
 const TIME_LIMIT: Duration = Duration::from_secs(90);
 /// One first attempt in this many panics inside its job, with this message.
@@ -186,6 +188,8 @@ struct Tally {
     /// Calls over budget: how long, and how they ended.
     late: Vec<(Duration, Final)>,
     max: Duration,
+    /// Every call's duration, for the percentiles.
+    took: Vec<Duration>,
     panics_planned: usize,
 }
 
@@ -290,6 +294,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
                     let took = called.elapsed();
                     let fin = final_of(&result);
                     tally.max = tally.max.max(took);
+                    tally.took.push(took);
                     if took > budget {
                         tally.late.push((took, fin));
                     }
@@ -313,6 +318,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
         }
         all.late.extend(t.late);
         all.max = all.max.max(t.max);
+        all.took.extend(t.took);
         all.panics_planned += t.panics_planned;
     }
     let wall = began.elapsed();
@@ -330,18 +336,26 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
 
     let answered: usize = all.finals.values().sum();
     let seen = |f: Final| all.finals.get(&f).copied().unwrap_or(0) as u64;
+    all.took.sort();
+    let pct = |p: f64| {
+        let i = ((all.took.len() as f64 * p) as usize).min(all.took.len().saturating_sub(1));
+        all.took.get(i).copied().unwrap_or_default()
+    };
     let figures = format!(
         "chaos (WATERTIGHT_CHAOS_SEED={seed}): {answered} calls answered of {calls} in {wall:.2?}, \
          {CALLERS} callers, {WORKERS} workers, queue {QUEUE}, deadline {DEADLINE:?}, {ATTEMPTS} attempts\n  \
          faults set: {faults:?}, one-shot faults scripted: {scripted}, panics planned: {}, fired: {}\n  \
          finals: {:?}\n  \
-         max call {:.1?} (budget {budget:?}); over budget: {}\n  \
+         call time p50 {:.1?} p99 {:.1?} p99.9 {:.1?} max {:.1?} (budget {budget:?}); over budget: {}\n  \
          dependency: {c:?}\n  \
          pool: {pool:?}\n  \
          breaker transitions: {}, provider hits {}",
         all.panics_planned,
         panics_fired.load(Ordering::Relaxed),
         all.finals,
+        pct(0.5),
+        pct(0.99),
+        pct(0.999),
         all.max,
         all.late.len(),
         transitions.load(Ordering::Relaxed),
