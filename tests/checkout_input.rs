@@ -17,23 +17,13 @@
 #[path = "support/checkout_bin.rs"]
 mod checkout_bin;
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use checkout_bin::{Answer, Checkout};
 use proptest::prelude::*;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The server every case talks to, started once, and a known order on it.
-fn server() -> &'static Mutex<(Checkout, String)> {
-    static SERVER: OnceLock<Mutex<(Checkout, String)>> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let server = Checkout::start(&[]);
-        let order = checkout_bin::place_order(server.addr, "alice").expect("an order");
-        Mutex::new((server, order))
-    })
-}
 
 #[derive(Debug, Clone)]
 enum Framing {
@@ -292,7 +282,11 @@ fn check(request: &RawRequest, answer: &Result<Answer, String>) -> Result<(), Te
 
 #[test]
 fn arbitrary_requests_get_clear_answers_and_the_server_survives() {
-    let order = server().lock().unwrap().1.clone();
+    // Owned by the test, so the process is killed when the test ends, passed or
+    // failed (a `static` would never be dropped and would outlive the test).
+    let server = Mutex::new(Checkout::start(&[]));
+    let addr = server.lock().unwrap().addr;
+    let order = checkout_bin::place_order(addr, "alice").expect("an order");
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: 500,
         // The cases talk to one long-lived process; a failure is replayed from
@@ -303,25 +297,22 @@ fn arbitrary_requests_get_clear_answers_and_the_server_survives() {
     // Answers by status (0: none), to show what the run covered.
     let seen = Mutex::new(std::collections::BTreeMap::<u16, usize>::new());
     let outcome = runner.run(&raw_request(order.clone()), |request| {
-        let mut guard = server().lock().unwrap();
-        let (server, _) = &mut *guard;
-        let answer = checkout_bin::exchange(server.addr, &request.bytes(), TIMEOUT);
+        let mut server = server.lock().unwrap();
+        let answer = checkout_bin::exchange(addr, &request.bytes(), TIMEOUT);
         *seen.lock().unwrap().entry(answer.as_ref().map_or(0, |a| a.status)).or_default() += 1;
         prop_assert!(server.exited().is_none(), "the server died on {request:?}:\n{}", server.stderr());
         check(&request, &answer)?;
         Ok(())
     });
     println!("checkout input: answers by status (0 = none): {:?}", seen.lock().unwrap());
-    let mut guard = server().lock().unwrap();
-    let (server, _) = &mut *guard;
+    let server = server.into_inner().unwrap();
     if let Err(e) = outcome {
         panic!("{e}\nserver stderr:\n{}", server.stderr());
     }
     // Still serving, with the order still there, and no panic in its log.
-    let health = checkout_bin::get(server.addr, "/health", TIMEOUT).expect("/health answers");
+    let health = checkout_bin::get(addr, "/health", TIMEOUT).expect("/health answers");
     assert_eq!(health.status, 200, "{health:?}");
-    let found =
-        checkout_bin::get(server.addr, &format!("/orders/{order}"), TIMEOUT).expect("/orders answers");
+    let found = checkout_bin::get(addr, &format!("/orders/{order}"), TIMEOUT).expect("/orders answers");
     assert_eq!(found.status, 200, "{found:?}");
     assert!(!server.stderr().contains("panicked"), "a panic in the log:\n{}", server.stderr());
 }
