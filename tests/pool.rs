@@ -17,6 +17,14 @@ use watertight::{CallContext, Error, Pool, PoolStats, Rejection};
 
 type Res<T> = Result<T, std::io::Error>;
 
+/// Tests that assert real-time bounds take this, and so do the tests that
+/// keep many threads busy, so the two never share the (small) machine.
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn timing_sensitive() -> std::sync::MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A gate hung jobs wait at; opened by `open` or by dropping it.
 struct Gate {
     tx: Option<Sender<()>>,
@@ -127,6 +135,7 @@ fn assert_identity(s: &PoolStats) {
 
 #[test]
 fn hung_job_times_out_at_its_deadline_and_is_abandoned() {
+    let _serial = timing_sensitive();
     let pool = Pool::builder("hung").workers(1).queue(0).build().unwrap();
     let mut gate = Gate::new();
     let wait = gate.waiter();
@@ -170,6 +179,7 @@ fn hung_job_times_out_at_its_deadline_and_is_abandoned() {
 
 #[test]
 fn full_pool_rejects_at_once_and_hands_the_job_back() {
+    let _serial = timing_sensitive();
     let pool = Pool::builder("full").workers(4).queue(8).build().unwrap();
     let gate = Gate::new();
     let _hung = hang_all_workers(&pool, &gate);
@@ -199,6 +209,7 @@ fn full_pool_rejects_at_once_and_hands_the_job_back() {
 
 #[test]
 fn a_job_that_expired_in_the_queue_never_runs() {
+    let _serial = timing_sensitive();
     let pool = Pool::builder("expq").workers(1).queue(2).build().unwrap();
     let mut gate = Gate::new();
     let hung = hang_all_workers(&pool, &gate);
@@ -275,6 +286,7 @@ fn a_panic_keeps_every_worker_and_the_next_call_succeeds() {
 
 #[test]
 fn a_hung_pool_does_not_slow_its_neighbour() {
+    let _serial = timing_sensitive();
     let hung = Pool::builder("ha").workers(2).queue(2).build().unwrap();
     let healthy = Pool::builder("hb").workers(2).queue(4).build().unwrap();
     let gate = Gate::new();
@@ -504,6 +516,7 @@ fn queue_zero_hands_off_only_to_an_idle_worker() {
 
 #[test]
 fn never_more_than_n_jobs_at_once() {
+    let _serial = timing_sensitive();
     let pool = Pool::builder("cap").workers(3).queue(3).build().unwrap();
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
@@ -567,6 +580,7 @@ fn invalid_config_names_the_field() {
 
 #[test]
 fn concurrent_callers_each_get_exactly_one_outcome() {
+    let _serial = timing_sensitive();
     const CALLERS: usize = 8;
     const CALLS: u64 = 300;
     let pool = Pool::builder("mix").workers(3).queue(4).build().unwrap();

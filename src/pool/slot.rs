@@ -69,10 +69,12 @@ const ABANDONED: u8 = 5;
 pub struct Slot<R> {
     /// One of the six states above; see the module docs for who moves it.
     state: AtomicU8,
-    /// Keeps `state` alone on its cache line (and the adjacent one), so the
-    /// caller polling it does not steal the line the worker is writing the
-    /// answer to. 127 bytes, not an alignment, so the call's allocation stays
-    /// a plain `malloc`.
+    /// Keeps everything after `state` off its cache line (and the adjacent
+    /// one), so the caller polling `state` does not steal the line the worker
+    /// is writing the answer, the mutex or the job to. (Before it, in a call's
+    /// allocation, are only the `Arc`'s counts, which change at submission and
+    /// at the end.) Bytes, not an alignment, so the allocation stays a plain
+    /// `malloc`.
     _pad: [u8; 127],
     /// The answer and the thread to wake. Held only for a few instructions:
     /// no user code runs under it.
