@@ -4,10 +4,10 @@
 //! # The call path
 //!
 //! ```text
-//! caller ─► Breaker::try_acquire ─► admission check ─► Pool::submit ─► wait until the deadline ─► classify ─► record
-//!             │ not permitted          │ wait > deadline     │ full / shutting down                                 
-//!             ▼                        ▼                     ▼
-//!       Rejected(CircuitOpen)  Rejected(DeadlineUnmeetable)  Rejected(QueueFull | ShuttingDown)
+//! caller ─► try_acquire ─► admission ─► submit ─► wait until deadline ─► classify ─► record
+//!              │ open         │ too late    │ full, shut down
+//!              ▼              ▼             ▼
+//!         CircuitOpen   DeadlineUnmeetable  QueueFull, ShuttingDown   (all at once, never recorded)
 //! ```
 //!
 //! The breaker permit is held by the calling thread from `try_acquire` to the
@@ -98,15 +98,15 @@ impl fmt::Debug for DependencyBuilder {
 }
 
 impl DependencyBuilder {
-    /// Worker threads, named `watertight-<name>-<i>`. Default 10; must be at
-    /// least 1.
+    /// Worker threads, named `watertight-<name>-<i>`. Default 10; must be
+    /// 1 to 4096.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n;
         self
     }
 
     /// Jobs that may wait for a worker. Default 0: a call is handed straight
-    /// to an idle worker or rejected with `QueueFull`.
+    /// to an idle worker or rejected with `QueueFull`. At most 2^20.
     pub fn queue(mut self, capacity: usize) -> Self {
         self.queue = capacity;
         self
@@ -136,10 +136,15 @@ impl DependencyBuilder {
         self
     }
 
-    /// The clock for deadlines, elapsed times, the breaker and the retry
-    /// budget. Default [`SystemClock`]. Waiting itself is real time: a
-    /// [`ManualClock`](crate::ManualClock) is for driving the breaker and the
-    /// budget in tests.
+    /// The clock of the breaker (open periods, time windows), of the elapsed
+    /// times recorded on it (slow calls), and of the retry budget. Default
+    /// [`SystemClock`].
+    ///
+    /// Deadlines, backoff sleeps and the service-time estimate stay on real
+    /// time whatever the clock, because waiting is real: with a
+    /// [`ManualClock`](crate::ManualClock), a test moves the breaker through
+    /// its states without sleeping, and a hung job still times out at its
+    /// real deadline.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -152,7 +157,8 @@ impl DependencyBuilder {
     }
 
     /// The stack size of each worker thread, in bytes. Default: the standard
-    /// library's (2 MiB unless `RUST_MIN_STACK` says otherwise).
+    /// library's (2 MiB unless `RUST_MIN_STACK` says otherwise); at least
+    /// 64 KiB.
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
         self
@@ -167,6 +173,7 @@ impl DependencyBuilder {
     /// consulted only while the queue is not empty. Such a call could only
     /// time out; rejecting it frees the request thread at once and adds no
     /// load. It is not a provider failure and is not recorded by the breaker.
+    /// With a queue of 0 nothing ever waits, and the check is skipped.
     pub fn deadline_aware_admission(mut self, enabled: bool) -> Self {
         self.admission = enabled;
         self
@@ -181,16 +188,11 @@ impl DependencyBuilder {
 
     /// Validates every field and starts the worker threads.
     ///
-    /// The error names the field as its setter spells it: `name`, `workers`,
-    /// `deadline`, `stack_size`, the breaker's own fields (`failure_rate`, ...)
-    /// and `retry.*`.
+    /// The error names the field as its setter spells it: `name` (empty),
+    /// `workers`, `queue`, `deadline`, `stack_size`, the breaker's own fields
+    /// (`failure_rate`, ...) and `retry.*`.
     pub fn build(self) -> Result<Dependency, ConfigError> {
-        if self.name.is_empty() {
-            return Err(ConfigError::new("name", "not empty", "\"\""));
-        }
-        if self.workers == 0 {
-            return Err(ConfigError::new("workers", "at least 1", self.workers));
-        }
+        // `name`, `workers`, `queue` and `stack_size` are the pool's to check.
         if self.deadline.is_zero() || self.deadline > MAX_DEADLINE {
             return Err(ConfigError::new(
                 "deadline",
@@ -201,6 +203,11 @@ impl DependencyBuilder {
         self.breaker.validate()?;
         self.retry.validate()?;
 
+        let mut pool = Pool::builder(self.name.clone()).workers(self.workers).queue(self.queue);
+        if let Some(bytes) = self.stack_size {
+            pool = pool.stack_size(bytes);
+        }
+        let pool = pool.build()?;
         let listeners: Arc<[Listener]> = self.listeners.into();
         let breaker = Breaker::with_clock(self.name.clone(), self.breaker.clone(), Arc::clone(&self.clock))?;
         if !listeners.is_empty() {
@@ -210,23 +217,19 @@ impl DependencyBuilder {
                 listeners.iter().for_each(|l| l(&event));
             });
         }
-        let mut pool = Pool::builder(self.name.clone()).workers(self.workers).queue(self.queue);
-        if let Some(bytes) = self.stack_size {
-            pool = pool.stack_size(bytes);
-        }
-        let pool = pool.build()?;
         let now = self.clock.now();
         Ok(Dependency {
             inner: Arc::new(Inner {
                 name: self.name.as_str().into(),
                 deadline: self.deadline,
                 slow_call_duration: self.breaker.slow_call_duration,
-                admission: self.admission,
+                // A hand-off pool (queue 0) never has work queued: nothing to estimate.
+                admission: self.admission && self.queue > 0,
                 budget: RetryBudget::new(&self.retry, now),
                 retry: self.retry,
                 jitter: Jitter::new(),
                 counters: Counters::default(),
-                service: Arc::new(ServiceTime { clock: Arc::clone(&self.clock), ewma_ns: AtomicU64::new(0) }),
+                service: Arc::new(ServiceTime::default()),
                 clock: self.clock,
                 listeners,
                 breaker,
@@ -295,9 +298,8 @@ struct Inner {
 /// It cannot lock a dependency out: admission consults it only while the queue
 /// is non-empty, the queue drains as workers finish, and each finished job
 /// brings a fresh sample.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct ServiceTime {
-    clock: Arc<dyn Clock>,
     ewma_ns: AtomicU64,
 }
 
@@ -375,8 +377,8 @@ impl Dependency {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
         C: Fn(&Result<T, E>) -> Verdict,
     {
-        let start = self.inner.clock.now();
-        self.attempt(start, start + self.inner.deadline, 1, &classify, job).0
+        let now = Instant::now();
+        self.attempt(now, now + self.inner.deadline, 1, &classify, job).0
     }
 
     /// Calls `job` with the builder's [`Retry`]: up to `max_attempts`
@@ -410,11 +412,10 @@ impl Dependency {
         let inner = &*self.inner;
         let retry = &inner.retry;
         let job = Arc::new(job);
-        let start = inner.clock.now();
-        let overall = retry.get_overall_timeout().and_then(|t| start.checked_add(t));
-        inner.budget.deposit(start);
+        let mut now = Instant::now();
+        let overall = retry.get_overall_timeout().and_then(|t| now.checked_add(t));
+        inner.budget.deposit(inner.clock.now());
 
-        let mut now = start;
         let mut attempt = 1;
         loop {
             let mut deadline = now + inner.deadline;
@@ -427,14 +428,14 @@ impl Dependency {
                 return result;
             }
             let pause = inner.jitter.upto(retry.backoff_cap(attempt));
-            now = inner.clock.now();
+            now = Instant::now();
             // The overall deadline bounds the sleep *and* leaves the next attempt some time:
             // a backoff that ends at or past it would only buy an attempt with no time at all.
             if overall.is_some_and(|o| now.checked_add(pause).is_none_or(|end| end >= o)) {
                 log::debug!("dependency {}: no retry, the overall timeout is near", inner.name);
                 return result;
             }
-            if !inner.budget.try_withdraw(now) {
+            if !inner.budget.try_withdraw(inner.clock.now()) {
                 log::debug!("dependency {}: no retry, the retry budget is spent", inner.name);
                 return result;
             }
@@ -444,16 +445,18 @@ impl Dependency {
             }
             attempt += 1;
             inner.counters.retried();
-            now = inner.clock.now();
+            now = Instant::now();
         }
     }
 
-    /// One attempt: permit, admission, submit, wait, classify, record. Returns
-    /// the outcome and the verdict recorded on the breaker (`None` when the
-    /// attempt was rejected and nothing was recorded).
+    /// One attempt: permit, admission, submit, wait, classify, record. `now`
+    /// and `deadline` are real time; the elapsed time recorded on the breaker
+    /// is the injected clock's. Returns the outcome and the verdict recorded
+    /// on the breaker (`None` when the attempt was rejected and nothing was
+    /// recorded).
     fn attempt<T, E, F, C>(
         &self,
-        start: Instant,
+        now: Instant,
         deadline: Instant,
         attempt: u32,
         classify: &C,
@@ -466,11 +469,12 @@ impl Dependency {
         C: Fn(&Result<T, E>) -> Verdict,
     {
         let inner = &*self.inner;
+        let start = inner.clock.now();
         let permit = match inner.breaker.try_acquire() {
             Ok(permit) => permit,
             Err(_) => return (Err(self.rejected(Rejection::CircuitOpen)), None),
         };
-        if inner.admission && self.deadline_unmeetable(start, deadline) {
+        if inner.admission && self.deadline_unmeetable(now, deadline) {
             // Dropping the permit releases it as ignored (and hands a half-open probe slot
             // back): the provider was never asked.
             drop(permit);
@@ -479,9 +483,9 @@ impl Dependency {
 
         let service = Arc::clone(&inner.service);
         let timed = move |ctx: &CallContext| {
-            let began = service.clock.now();
+            let began = Instant::now();
             let result = job(ctx);
-            service.record(service.clock.now().saturating_duration_since(began));
+            service.record(began.elapsed());
             result
         };
         let ticket = match inner.pool.submit_attempt(deadline, attempt, timed) {
@@ -558,11 +562,12 @@ impl Dependency {
     /// than what is left of the deadline.
     fn deadline_unmeetable(&self, now: Instant, deadline: Instant) -> bool {
         let inner = &*self.inner;
+        // The mean first: one load, and no estimate at all before the first job ends.
+        let Some(mean) = inner.service.mean() else { return false };
         let queued = inner.pool.stats().queued;
         if queued == 0 {
             return false;
         }
-        let Some(mean) = inner.service.mean() else { return false };
         let workers = inner.pool.workers().max(1);
         let wait = mean.saturating_mul(u32::try_from(queued).unwrap_or(u32::MAX)) / workers as u32;
         wait > deadline.saturating_duration_since(now)
@@ -593,7 +598,7 @@ impl Dependency {
         &self.inner.retry
     }
 
-    /// Whether deadline-aware admission is on.
+    /// Whether deadline-aware admission is on (never with a queue of 0).
     pub fn deadline_aware_admission(&self) -> bool {
         self.inner.admission
     }
@@ -650,7 +655,7 @@ mod tests {
 
     #[test]
     fn service_time_starts_empty_then_averages() {
-        let s = ServiceTime { clock: Arc::new(SystemClock), ewma_ns: AtomicU64::new(0) };
+        let s = ServiceTime::default();
         assert_eq!(s.mean(), None);
         s.record(Duration::from_millis(100));
         assert_eq!(s.mean(), Some(Duration::from_millis(100)));
@@ -661,7 +666,7 @@ mod tests {
         s.record(Duration::from_millis(40));
         assert_eq!(s.mean(), Some(Duration::from_millis(160)));
         // A zero-length job still counts (as 1 ns), so the mean never reads as "no sample".
-        let z = ServiceTime { clock: Arc::new(SystemClock), ewma_ns: AtomicU64::new(0) };
+        let z = ServiceTime::default();
         z.record(Duration::ZERO);
         assert_eq!(z.mean(), Some(Duration::from_nanos(1)));
     }

@@ -20,15 +20,17 @@ pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, P
 
 // -- dependency, retry, registry, metrics, http, server
 mod dependency;
+#[cfg(feature = "ureq")]
+pub mod http;
 pub mod metrics;
 mod registry;
 mod retry;
+#[cfg(feature = "tiny_http")]
+pub mod server;
 pub use crate::dependency::{Dependency, DependencyBuilder, Event};
 pub use crate::metrics::{CallCounts, DependencySnapshot};
 pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
 pub use crate::retry::Retry;
-#[cfg(feature = "ureq")]
-pub mod http;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use watertight::{
-    BreakerConfig, CallContext, CapacityLevel, Dependency, Error, Event, Registry, Rejection, Retry, State,
-    Verdict,
+    BreakerConfig, CallContext, CapacityLevel, Dependency, Error, Event, ManualClock, Registry, Rejection,
+    Retry, State, Verdict,
 };
 
 /// A gate jobs block on until the test drops the sender (or 10 s pass, so a
@@ -232,6 +232,98 @@ fn an_abandoned_job_is_recorded_once() {
     assert_eq!((m.failed, m.successful, m.ignored), (1, 0, 0), "{m:?}");
     let c = dep.snapshot().calls;
     assert_eq!((c.timed_out, c.successful, c.total()), (1, 0, 1));
+}
+
+#[test]
+fn a_manual_clock_walks_the_breaker_through_half_open_without_sleeping() {
+    let clock = ManualClock::new();
+    let dep = Dependency::builder("account")
+        .workers(1)
+        .clock(clock.clone())
+        .breaker(small_breaker(2).open_for(Duration::from_secs(15)).half_open_calls(2))
+        .build()
+        .unwrap();
+    let _ = dep.call(fail);
+    let _ = dep.call(fail);
+    assert_eq!(dep.breaker().state(), State::Open);
+    clock.advance(Duration::from_secs(14));
+    assert_eq!(dep.call(ok).unwrap_err().rejection(), Some(Rejection::CircuitOpen));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(dep.call(ok).unwrap(), 1);
+    assert_eq!(dep.breaker().state(), State::HalfOpen);
+    assert_eq!(dep.call(ok).unwrap(), 1);
+    assert_eq!(dep.breaker().state(), State::Closed);
+}
+
+#[test]
+fn a_probe_turned_away_by_a_full_pool_gives_its_slot_back() {
+    let clock = ManualClock::new();
+    let (release, gate) = gate();
+    let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
+    let dep = Dependency::builder("account")
+        .workers(1)
+        .clock(clock.clone())
+        .breaker(small_breaker(2).half_open_calls(1))
+        .build()
+        .unwrap();
+    let _ = dep.call(fail);
+    let _ = dep.call(fail);
+    clock.advance(Duration::from_secs(60));
+    // Occupy the only worker behind the breaker's back, then probe.
+    let holder = dep
+        .pool()
+        .submit_timeout(Duration::from_secs(10), move |_| {
+            started_tx.send(()).unwrap();
+            block_on(&gate);
+            Ok::<_, String>(())
+        })
+        .unwrap();
+    started.recv_timeout(Duration::from_secs(5)).expect("the holding job starts");
+    assert_eq!(dep.call(ok).unwrap_err().rejection(), Some(Rejection::QueueFull));
+    assert_eq!(dep.breaker().state(), State::HalfOpen);
+    drop(release);
+    holder.wait().unwrap();
+    // The single probe slot came back with the rejection: this call is the probe.
+    assert_eq!(dep.call(ok).unwrap(), 1);
+    assert_eq!(dep.breaker().state(), State::Closed);
+}
+
+#[test]
+fn slow_calls_are_timed_on_the_injected_clock() {
+    let clock = ManualClock::new();
+    let dep = Dependency::builder("fraud")
+        .workers(1)
+        .clock(clock.clone())
+        .breaker(BreakerConfig::count_based(10).slow_call_duration(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let moved = clock.clone();
+    dep.call(move |_| {
+        moved.advance(Duration::from_secs(3));
+        Ok::<_, String>(())
+    })
+    .unwrap();
+    dep.call(ok).unwrap();
+    assert_eq!(dep.snapshot().calls.slow, 1);
+    assert_eq!(dep.breaker().metrics().slow, 1);
+}
+
+#[test]
+fn a_disabled_breaker_records_nothing_but_the_dependency_still_counts() {
+    let dep = Dependency::builder("mail")
+        .workers(1)
+        .breaker(BreakerConfig::default().enabled(false))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        dep.call(ok).unwrap();
+    }
+    let _ = dep.call(fail);
+    let snap = dep.snapshot();
+    assert_eq!(snap.state, State::Disabled);
+    assert_eq!((snap.calls.successful, snap.calls.failed), (3, 1));
+    let m = dep.breaker().metrics();
+    assert_eq!((m.successful, m.failed), (0, 0));
 }
 
 /// Fills a 1-worker, 2-slot dependency so that one job runs for a long time
@@ -486,7 +578,7 @@ fn invalid_config_names_the_field() {
     assert_eq!(field(Dependency::builder("x").retry(Retry::new().max_attempts(0))), "retry.max_attempts");
     assert_eq!(field(Dependency::builder("")), "name");
     let err = Dependency::builder("x").workers(0).build().unwrap_err();
-    assert_eq!(err.to_string(), "workers must be at least 1, got 0");
+    assert_eq!(err.to_string(), "workers must be between 1 and 4096, got 0");
 }
 
 #[test]
