@@ -1,1 +1,161 @@
-fn main() {}
+//! What a breaker costs on the call path, next to its peers and to the two
+//! primitives it is built from.
+//!
+//! Group `breaker` (one thread):
+//! - `watertight_closed`: `try_acquire` + `record(Success)` on a CLOSED breaker
+//!   (count-based window, the system clock).
+//! - `watertight_open_reject`: `try_acquire` on an OPEN breaker, rejected.
+//! - `failsafe_closed`, `failsafe_open_reject`: the same with the `failsafe`
+//!   crate (`is_call_permitted` + `on_success`; a rejected `is_call_permitted`).
+//! - `instant_now`: one `Instant::now()`, the floor of anything that reads time.
+//! - `mutex_lock_unlock`: one uncontended `parking_lot` lock and unlock, the
+//!   floor of anything that updates a shared window.
+//!
+//! Group `breaker_contended`: two threads sharing one breaker (or one mutex),
+//! each doing `iters` operations; criterion is given the wall time until both
+//! are done, so the figure is the time per operation as each thread sees it
+//! while the other one competes.
+//!
+//! Group `breaker_parts`: the primitives those paths are made of (see `parts`).
+//!
+//! Run: `cargo bench --bench breaker -- --warm-up-time 1 --measurement-time 3`
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use failsafe::{backoff, failure_policy};
+use watertight::{Breaker, BreakerConfig, Clock, State, SystemClock, Verdict};
+
+const ELAPSED: Duration = Duration::from_millis(3);
+
+fn closed_breaker() -> Breaker {
+    Breaker::new("bench", BreakerConfig::default()).expect("valid config")
+}
+
+fn open_breaker() -> Breaker {
+    let config = BreakerConfig::count_based(1).minimum_calls(1).open_for(Duration::from_secs(3600));
+    let breaker = Breaker::new("bench", config).expect("valid config");
+    breaker.try_acquire().expect("closed").record(Verdict::Failure, ELAPSED);
+    assert_eq!(breaker.state(), State::Open);
+    breaker
+}
+
+fn single_thread(c: &mut Criterion) {
+    let mut g = c.benchmark_group("breaker");
+
+    let breaker = closed_breaker();
+    g.bench_function("watertight_closed", |b| {
+        b.iter(|| {
+            if let Ok(permit) = breaker.try_acquire() {
+                permit.record(Verdict::Success, black_box(ELAPSED));
+            }
+        })
+    });
+    assert_eq!(breaker.state(), State::Closed);
+
+    let breaker = open_breaker();
+    g.bench_function("watertight_open_reject", |b| b.iter(|| black_box(breaker.try_acquire()).is_err()));
+    assert_eq!(breaker.state(), State::Open);
+
+    // failsafe's default policy: success rate over a time window, or consecutive failures.
+    let fs = failsafe::Config::new().build();
+    g.bench_function("failsafe_closed", |b| {
+        b.iter(|| {
+            if black_box(fs.is_call_permitted()) {
+                fs.on_success();
+            }
+        })
+    });
+
+    let policy = failure_policy::consecutive_failures(1, backoff::constant(Duration::from_secs(3600)));
+    let fs_open = failsafe::Config::new().failure_policy(policy).build();
+    fs_open.on_error();
+    assert!(!fs_open.is_call_permitted());
+    g.bench_function("failsafe_open_reject", |b| b.iter(|| black_box(fs_open.is_call_permitted())));
+
+    g.bench_function("instant_now", |b| b.iter(Instant::now));
+
+    let mutex = parking_lot::Mutex::new(0u64);
+    g.bench_function("mutex_lock_unlock", |b| {
+        b.iter(|| {
+            let guard = mutex.lock();
+            black_box(&*guard);
+        })
+    });
+    g.finish();
+}
+
+/// Runs `op` `iters` times on each of two threads started together and
+/// returns the wall time until both are done.
+fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
+    let barrier = Barrier::new(3);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                barrier.wait();
+                for _ in 0..iters {
+                    op();
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // Leaving the scope joins both threads.
+        start
+    })
+    .elapsed()
+}
+
+fn contended(c: &mut Criterion) {
+    let mut g = c.benchmark_group("breaker_contended");
+
+    let breaker = closed_breaker();
+    let op = || {
+        if let Ok(permit) = breaker.try_acquire() {
+            permit.record(Verdict::Success, black_box(ELAPSED));
+        }
+    };
+    g.bench_function("watertight_closed_2threads", |b| b.iter_custom(|iters| on_two_threads(iters, &op)));
+
+    let fs = failsafe::Config::new().build();
+    let op = || {
+        if black_box(fs.is_call_permitted()) {
+            fs.on_success();
+        }
+    };
+    g.bench_function("failsafe_closed_2threads", |b| b.iter_custom(|iters| on_two_threads(iters, &op)));
+
+    let mutex = parking_lot::Mutex::new(0u64);
+    let op = || {
+        let mut guard = mutex.lock();
+        *guard = black_box(*guard + 1);
+    };
+    g.bench_function("mutex_lock_unlock_2threads", |b| b.iter_custom(|iters| on_two_threads(iters, &op)));
+    g.finish();
+}
+
+/// The pieces the two paths above are made of, to show where their floor is:
+/// a permit that may outlive the caller's borrow (it is `Send + 'static`)
+/// holds an `Arc`, so a CLOSED call is two reference-count updates plus one
+/// lock and unlock; an OPEN reject is a clock reading, a subtraction from the
+/// breaker's base instant and one counter increment.
+fn parts(c: &mut Criterion) {
+    let mut g = c.benchmark_group("breaker_parts");
+    let arc = Arc::new(0u64);
+    g.bench_function("arc_clone_drop", |b| b.iter(|| black_box(Arc::clone(&arc))));
+    let counter = AtomicU64::new(0);
+    g.bench_function("atomic_fetch_add", |b| b.iter(|| counter.fetch_add(1, Ordering::Relaxed)));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    g.bench_function("dyn_clock_now", |b| b.iter(|| clock.now()));
+    let (base, later) = (Instant::now(), Instant::now());
+    g.bench_function("duration_since", |b| {
+        b.iter(|| black_box(later).saturating_duration_since(black_box(base)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, single_thread, contended, parts);
+criterion_main!(benches);

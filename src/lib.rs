@@ -12,6 +12,9 @@ mod error;
 // -- pool (src/pool/, src/sync.rs)
 mod pool;
 mod sync;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::pool::slot as __loom_slot;
 pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
 
 // -- breaker (src/breaker/)
@@ -20,8 +23,6 @@ pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, P
 
 // -- dependency, retry, registry, metrics, http, server
 mod dependency;
-#[cfg(feature = "ureq")]
-pub mod http;
 pub mod metrics;
 mod registry;
 mod retry;
@@ -31,6 +32,8 @@ pub use crate::dependency::{Dependency, DependencyBuilder, Event};
 pub use crate::metrics::{CallCounts, DependencySnapshot};
 pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
 pub use crate::retry::Retry;
+#[cfg(feature = "ureq")]
+pub mod http;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};

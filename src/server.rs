@@ -22,6 +22,12 @@
 //! A handler that panics does not take its thread with it: the panic is
 //! caught, the client gets a `500` with a JSON body, and the thread goes back
 //! to serving.
+//!
+//! Request bodies are tiny_http's: when a request is dropped with part of a
+//! `Content-Length` body unread, tiny_http 0.12 discards the rest through a
+//! buffer as large as that rest, so a request that *declares* a huge body
+//! can exhaust memory whatever the handler does. Expose such a server
+//! through a proxy that caps request bodies.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};

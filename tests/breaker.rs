@@ -335,6 +335,37 @@ fn open_backoff_grows_and_caps_and_starts_over_once_closed() {
 }
 
 #[test]
+fn open_deadlines_of_interleaved_breakers_never_mix() {
+    // One thread, rejected in turn by two open breakers with different open
+    // periods, then by a second open period of the first: each must keep its own end.
+    let clock = ManualClock::new();
+    let make = |name: &str, secs| {
+        let config = BreakerConfig::count_based(1).half_open_calls(1).open_for(Duration::from_secs(secs));
+        Breaker::with_clock(name, config, Arc::new(clock.clone())).unwrap()
+    };
+    let (short, long) = (make("short", 5), make("long", 50));
+    call(&short, Verdict::Failure);
+    call(&long, Verdict::Failure);
+    for _ in 0..4 {
+        clock.advance(Duration::from_secs(1));
+        assert!(short.try_acquire().is_err());
+        assert!(long.try_acquire().is_err());
+    }
+    clock.advance(Duration::from_secs(1)); // 5 s: short's period is over, long's is not
+    assert!(long.try_acquire().is_err());
+    let probe = short.try_acquire().expect("short is half-open");
+    probe.record(Verdict::Failure, FAST); // open again, 5 s from now
+    assert!(short.try_acquire().is_err());
+    clock.advance(Duration::from_millis(4_999));
+    assert!(short.try_acquire().is_err());
+    assert!(long.try_acquire().is_err());
+    clock.advance(Duration::from_millis(1));
+    assert!(short.try_acquire().is_ok(), "the second period ends 5 s after it began");
+    clock.advance(Duration::from_secs(40));
+    assert!(long.try_acquire().is_ok());
+}
+
+#[test]
 fn listeners_get_each_transition_once_and_may_call_back() {
     let (b, clock) = manual(small().half_open_calls(1));
     // (breaker, from, to, failure rate, state() seen from inside the listener)

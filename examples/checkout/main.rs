@@ -1,1 +1,324 @@
-fn main() {}
+//! A checkout server whose fraud provider may hang without taking the server
+//! down with it: the incident of seed 001, reproduced and contained.
+//!
+//! ```text
+//! cargo run --release --example checkout                    # serve on 127.0.0.1:8080
+//! cargo run --release --example checkout -- --fraud hang    # start with a hung fraud provider
+//! cargo run --release --example checkout -- --demo          # the whole incident, by itself
+//! cargo run --release --example checkout -- --demo --no-bulkhead   # ... on the naive server
+//! ```
+//!
+//! Every provider call goes through a watertight `Dependency`: a breaker, a
+//! dedicated bounded pool and a deadline. `--no-bulkhead` calls the providers
+//! on the request threads instead, as the incident did.
+
+mod access;
+mod backends;
+mod demo;
+mod providers;
+mod routes;
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::{Value, json};
+use watertight::server::{ServerHandle, serve};
+
+use crate::access::AccessGate;
+use crate::backends::{Backends, Deps, Mode};
+use crate::providers::{Call, FakeProvider, Fault};
+use crate::routes::App;
+use watertight::{BreakerConfig, Dependency, Registry};
+
+/// A checkout server protected by watertight bulkheads, with embedded fake
+/// fraud and account providers whose faults can be switched at run time.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "checkout",
+    version,
+    after_help = "\
+ROUTES:
+  POST /checkout          header X-User-Id, body {\"customer_id\": \"c1\", \"amount\": 120.5}
+                          201 approved, 402 rejected by fraud, 202 manual_review when fraud is unavailable,
+                          403 SERVICE_ACCESS_DENIED, 503 SERVICE_ACCESS_UNAVAILABLE (fails closed)
+  GET  /orders/{id}       the order from memory (never calls fraud)
+  GET  /me                header X-User-Id: the user's profile from account
+  GET  /health            liveness: 200 whatever the breakers say
+  GET  /circuits          every dependency's breaker, counters and pool, as JSON
+  GET  /metrics           Prometheus text
+  GET  /_faults           the embedded providers' faults
+  POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`
+
+FAULTS (embedded providers):
+  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close)
+
+EMBEDDED PROVIDERS:
+  fraud    POST /verify {customer_id, amount}: rejects amounts over 1000, approves the rest
+  account  GET /users/{id}/access: denies users `mallory` and `blocked-*`, allows the rest;
+           GET /users/{id}: a profile
+
+EXAMPLE:
+  curl -i -H 'X-User-Id: alice' -d '{\"customer_id\":\"c1\",\"amount\":42}' localhost:8080/checkout"
+)]
+pub struct Args {
+    /// Address to listen on; port 0 picks a free one. The first line printed
+    /// is `listening on http://<address>`.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: String,
+
+    /// Threads of the shared request pool.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub request_threads: u16,
+
+    /// The embedded fraud provider's fault at start.
+    #[arg(long, default_value = "healthy", value_name = "FAULT")]
+    pub fraud: Fault,
+
+    /// The embedded account provider's fault at start.
+    #[arg(long, default_value = "healthy", value_name = "FAULT")]
+    pub account: Fault,
+
+    /// Call this fraud provider instead of the embedded one.
+    #[arg(long, value_name = "URL")]
+    pub fraud_url: Option<String>,
+
+    /// Call this account provider instead of the embedded one.
+    #[arg(long, value_name = "URL")]
+    pub account_url: Option<String>,
+
+    /// Call the providers directly on the request threads (no breaker, no
+    /// pool, no deadline), as in the incident, for comparison.
+    #[arg(long)]
+    pub no_bulkhead: bool,
+
+    /// With --no-bulkhead: the client timeout in seconds (0 = none, ureq's
+    /// default, which is what the incident had).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub direct_timeout: u64,
+
+    /// Run the incident by itself on a free port, with its own bounded load,
+    /// and print one line per second, then a summary.
+    #[arg(long)]
+    pub demo: bool,
+
+    /// The demo's phase lengths in seconds: healthy, fraud hung, healed.
+    #[arg(long, default_value = "5,15,10", value_name = "H,F,R", value_parser = demo::parse_phases)]
+    pub demo_phases: demo::Phases,
+
+    /// Write the demo's per-second series to this CSV file.
+    #[arg(long, value_name = "PATH")]
+    pub demo_csv: Option<PathBuf>,
+}
+
+/// A started server with everything it owns.
+pub struct Running {
+    /// The request pool; dropping it stops the server.
+    pub handle: ServerHandle,
+    /// The application state shared by the request threads.
+    pub app: Arc<App>,
+    /// Where the server listens.
+    pub addr: SocketAddr,
+    /// The embedded providers (none for real ones).
+    pub providers: Vec<Arc<FakeProvider>>,
+}
+
+/// Fraud approves up to this amount.
+const FRAUD_LIMIT: f64 = 1000.0;
+
+/// The fake fraud provider's business rule.
+fn fraud_responder(call: &Call) -> (u16, String) {
+    if call.method != "POST" || call.url != "/verify" {
+        return (404, json!({ "error": "not found" }).to_string());
+    }
+    let order: Value = match serde_json::from_str(&call.body) {
+        Ok(v) => v,
+        Err(_) => return (400, json!({ "error": "invalid JSON" }).to_string()),
+    };
+    match order["amount"].as_f64() {
+        Some(amount) if amount > FRAUD_LIMIT => {
+            (200, json!({ "decision": "reject", "reason": "amount over limit" }).to_string())
+        }
+        Some(_) => (200, json!({ "decision": "approve" }).to_string()),
+        None => (400, json!({ "error": "amount missing" }).to_string()),
+    }
+}
+
+/// The fake account provider's rules: who may use checkout, and profiles.
+fn account_responder(call: &Call) -> (u16, String) {
+    let path = call.url.split('?').next().unwrap_or("");
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (call.method.as_str(), segments.as_slice()) {
+        ("GET", ["users", id, "access"]) => {
+            let allowed = !(*id == "mallory" || id.starts_with("blocked"));
+            (200, json!({ "user_id": id, "allowed": allowed }).to_string())
+        }
+        ("GET", ["users", id]) => (200, json!({ "id": id, "name": format!("User {id}") }).to_string()),
+        _ => (404, json!({ "error": "not found" }).to_string()),
+    }
+}
+
+/// The three dependencies.
+///
+/// Capacity: a request thread waiting on a dependency is held for at most
+/// its deadline, and one dependency can hold at most `workers + queue`
+/// request threads. With the default 16 request threads:
+/// - fraud 10 + 5 = 15 (seed 001's pool) leaves 1 thread for everything
+///   else: the least that keeps order status up, so the capacity check
+///   passes with a warning (more than half the pool);
+/// - account-access 6 + 2 = 8 and account-read 3 + 1 = 4 stay within half of
+///   the pool, so an account outage leaves checkout's other routes at least
+///   8 threads.
+///
+/// No single provider, hung, can take every request thread. All three hung
+/// at once could (15 + 8 + 4 > 16; the check warns about that too): run
+/// `--request-threads 28` or more if that must hold as well.
+fn build_deps() -> Result<Deps, watertight::ConfigError> {
+    let fraud = Dependency::builder("fraud")
+        .workers(10)
+        .queue(5)
+        .deadline(Duration::from_secs(3))
+        .breaker(
+            BreakerConfig::count_based(20)
+                .minimum_calls(10)
+                .failure_rate(50.0)
+                .open_for(Duration::from_secs(15))
+                .half_open_calls(5),
+        )
+        .build()?;
+    // Seed 000's circuits: a 30 s time window, at least 10 calls, 50 %, open
+    // 15 s, 3 probes, a half-open that waits at most 60 s for them.
+    let account = |name: &str, workers: usize, queue: usize| {
+        Dependency::builder(name)
+            .workers(workers)
+            .queue(queue)
+            .deadline(Duration::from_secs(10))
+            .breaker(
+                BreakerConfig::time_based(30)
+                    .minimum_calls(10)
+                    .failure_rate(50.0)
+                    .open_for(Duration::from_secs(15))
+                    .half_open_calls(3)
+                    .max_wait_in_half_open(Duration::from_secs(60)),
+            )
+            .build()
+    };
+    Ok(Deps { fraud, access: account("account-access", 6, 2)?, read: account("account-read", 3, 1)? })
+}
+
+/// Starts the providers (embedded unless a URL is given), the dependencies
+/// and the server.
+pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
+    let mut providers = Vec::new();
+    let mut provider =
+        |name: &str, url: &Option<String>, fault: Fault, responder: fn(&Call) -> (u16, String)| match url {
+            Some(url) => Ok::<_, std::io::Error>(url.trim_end_matches('/').to_owned()),
+            None => {
+                let p = Arc::new(FakeProvider::start(name, fault, responder)?);
+                let url = p.url();
+                providers.push(p);
+                Ok(url)
+            }
+        };
+    let fraud_url = provider("fraud", &args.fraud_url, args.fraud, fraud_responder)?;
+    let account_url = provider("account", &args.account_url, args.account, account_responder)?;
+
+    let registry = Registry::new();
+    let mode = if args.no_bulkhead {
+        Mode::Direct
+    } else {
+        let deps = build_deps()?;
+        for dep in [&deps.fraud, &deps.access, &deps.read] {
+            registry.register(dep.clone())?;
+        }
+        Mode::Bulkhead(deps)
+    };
+    let direct_timeout = (args.direct_timeout > 0).then(|| Duration::from_secs(args.direct_timeout));
+    let backends = Arc::new(Backends::new(mode, fraud_url, account_url, direct_timeout));
+    let gate = AccessGate::new(Duration::from_secs(60), Duration::from_secs(10), {
+        let backends = Arc::clone(&backends);
+        move |user: &str| backends.has_access(user)
+    });
+    let mut prometheus = prometheus_client::registry::Registry::default();
+    watertight::metrics::register_prometheus(&registry, &mut prometheus);
+
+    let threads = usize::from(args.request_threads);
+    let app = Arc::new(App::new(backends, gate, registry, prometheus, providers.clone(), threads));
+    let server =
+        tiny_http::Server::http(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+    let handle = serve(server, threads, {
+        let app = Arc::clone(&app);
+        move |req| app.handle(req)
+    });
+    let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
+    Ok(Running { handle, app, addr, providers })
+}
+
+fn main() {
+    let args = Args::parse();
+    // The demo prints a table on stdout; its log keeps to the breaker's
+    // transitions and to warnings unless RUST_LOG says otherwise.
+    let default_log = if args.demo { "warn,watertight=info" } else { "info" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_log)).init();
+    let result = if args.demo { demo::run(&args) } else { serve_forever(&args) };
+    if let Err(e) = result {
+        eprintln!("checkout: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
+    let running = start(args)?;
+    // The first line: scripts and tests read the bound address from it.
+    println!("listening on http://{}", running.addr);
+    let threads = running.handle.threads();
+    if args.no_bulkhead {
+        let timeout = match args.direct_timeout {
+            0 => "no client timeout".to_owned(),
+            s => format!("client timeout {s} s"),
+        };
+        println!(
+            "mode: no bulkhead (providers called on the request threads, {timeout}), {threads} request threads"
+        );
+    } else {
+        println!("mode: bulkhead, {threads} request threads");
+    }
+    for p in &running.providers {
+        println!("provider {:<8} {} (embedded, fault {})", p.name(), p.url(), p.fault());
+    }
+    for (name, url) in [("fraud", &args.fraud_url), ("account", &args.account_url)] {
+        if let Some(url) = url {
+            println!("provider {name:<8} {url}");
+        }
+    }
+    print_capacity(&running.app.registry, threads);
+    println!(
+        "try: curl -i -H 'X-User-Id: alice' -d '{{\"customer_id\":\"c1\",\"amount\":42}}' http://{}/checkout",
+        running.addr
+    );
+    // Serve until killed. The request threads do the work; this one only
+    // keeps the server (and the providers) alive.
+    let _keep = running;
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Prints the capacity budget of the request pool (bulkhead mode).
+pub fn print_capacity(registry: &Registry, threads: usize) {
+    if registry.snapshot().is_empty() {
+        return;
+    }
+    match registry.check_capacity(threads) {
+        Ok(report) => {
+            println!("capacity: {report}");
+            for warning in report.warnings() {
+                println!("capacity warning: {warning}");
+            }
+        }
+        Err(e) => eprintln!("WARNING: capacity check failed: {e}"),
+    }
+}

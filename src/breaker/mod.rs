@@ -28,16 +28,20 @@
 //! queue of transitions still to announce. Three things live outside it:
 //!
 //! - `current`: the generation and state packed into one `AtomicU64`, a
-//!   read-only mirror of the locked values, written only under the lock. A
-//!   CLOSED (or METRICS_ONLY, DISABLED) acquire is one load of it; an OPEN
-//!   reject is one load, one clock reading and one increment.
-//! - `open_until_ns`: when the current open period ends, written under the
-//!   lock *before* `current` switches to OPEN (`Release`), so a reader that
-//!   sees OPEN (`Acquire`) sees that period's end or a later one.
+//!   read-only mirror of the locked values, written only under the lock
+//!   (`Release`, read with `Acquire`). A CLOSED (or METRICS_ONLY, DISABLED)
+//!   acquire is one load of it.
 //! - `not_permitted`: a relaxed counter, monotonic, read by `metrics()`.
+//! - `OPEN_UNTIL`, a per-thread cache of the end of the open period this
+//!   thread was last rejected by, keyed by the breaker's unique id and the
+//!   packed `current` word. An open period's end is fixed when OPEN is
+//!   entered and every entry bumps the generation, so a cached end that
+//!   matches the key is exact, never stale. With it, an OPEN reject is one
+//!   load, one clock reading, one `Instant` comparison and one increment: no
+//!   lock, and no conversion of the clock reading.
 //!
-//! A stale lock-free read is harmless: a decision taken on it is the one the
-//! breaker would have taken a moment earlier, and everything that changes
+//! A stale read of `current` is harmless: a decision taken on it is the one
+//! the breaker would have taken a moment earlier, and everything that changes
 //! state re-checks under the lock.
 //!
 //! # Generations
@@ -54,6 +58,7 @@ mod window;
 
 pub use self::config::BreakerConfig;
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -61,7 +66,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use self::config::WindowKind;
 use self::window::{Outcome, Totals, Window};
@@ -264,6 +269,17 @@ pub struct BreakerMetrics {
 
 type Listener = Arc<dyn Fn(&Transition) + Send + Sync + 'static>;
 
+/// Gives every breaker its `uid`; starts at 1 so that the empty cache entry
+/// matches none.
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// `(breaker uid, packed current, end of that open period)`: see the
+    /// module docs. One entry per thread: a thread rejected by several open
+    /// breakers in turn just takes the lock more often.
+    static OPEN_UNTIL: Cell<(u64, u64, Option<Instant>)> = const { Cell::new((0, 0, None)) };
+}
+
 /// Keeps what it wraps on a cache line of its own, so that the read-mostly
 /// state word is not invalidated by every lock and unlock of the mutex.
 #[repr(align(128))]
@@ -292,8 +308,8 @@ pub struct Breaker {
 struct Inner {
     /// Lock-free mirror of `(core.generation, core.state)`, see the module docs.
     current: Padded<AtomicU64>,
-    /// End of the current open period, in nanoseconds since `base`.
-    open_until_ns: AtomicU64,
+    /// Unique among the breakers of this process: the key of `OPEN_UNTIL`.
+    uid: u64,
     not_permitted: Padded<AtomicU64>,
     core: Mutex<Core>,
     listeners: Mutex<Arc<Vec<Listener>>>,
@@ -318,8 +334,9 @@ struct Core {
     window: Window,
     /// What `metrics()` shows while OPEN.
     frozen: View,
-    /// Valid while OPEN; mirrored in `Inner::open_until_ns`.
-    open_until_ns: u64,
+    /// Valid while OPEN: when the open period ends (`None`: beyond what an
+    /// `Instant` can hold, i.e. never).
+    open_until: Option<Instant>,
     /// Consecutive openings since the breaker was last CLOSED: picks the
     /// next open period when `open_backoff` is set.
     opens: u32,
@@ -356,6 +373,20 @@ struct Lifetime {
     slow: u64,
 }
 
+impl Lifetime {
+    /// Every report counts here, late ones included; a slow call only when
+    /// it was a success or a failure.
+    #[inline]
+    fn count(&mut self, verdict: Verdict, slow: bool) {
+        match verdict {
+            Verdict::Success => self.successful += 1,
+            Verdict::Failure => self.failed += 1,
+            Verdict::Ignore => return self.ignored += 1,
+        }
+        self.slow += u64::from(slow);
+    }
+}
+
 /// Rates and size as `metrics()` shows them.
 #[derive(Debug, Default, Clone, Copy)]
 struct View {
@@ -380,13 +411,18 @@ impl View {
 struct LazyNow<'a> {
     clock: &'a dyn Clock,
     base: Instant,
-    ns: Option<u64>,
+    now: Option<Instant>,
 }
 
 impl LazyNow<'_> {
+    fn instant(&mut self) -> Instant {
+        let clock = self.clock;
+        *self.now.get_or_insert_with(|| clock.now())
+    }
+
+    /// Nanoseconds since the breaker's base instant.
     fn ns(&mut self) -> u64 {
-        let (clock, base) = (self.clock, self.base);
-        *self.ns.get_or_insert_with(|| nanos_since(base, clock.now()))
+        nanos_since(self.base, self.instant())
     }
 
     fn secs(&mut self) -> u64 {
@@ -394,8 +430,12 @@ impl LazyNow<'_> {
     }
 }
 
+#[inline]
 fn nanos_since(base: Instant, now: Instant) -> u64 {
-    u64::try_from(now.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
+    // u64 arithmetic rather than `as_nanos()`'s u128: this is on the OPEN
+    // reject path, whose cost should be the clock reading and little else.
+    let d = now.saturating_duration_since(base);
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
 }
 
 fn duration_ns(d: Duration) -> u64 {
@@ -435,7 +475,7 @@ impl Breaker {
             generation: 0,
             window: Window::new(config.window),
             frozen: View::default(),
-            open_until_ns: 0,
+            open_until: None,
             opens: 0,
             round: Round::default(),
             lifetime: Lifetime::default(),
@@ -444,7 +484,7 @@ impl Breaker {
         };
         let inner = Inner {
             current: Padded(AtomicU64::new(pack(0, state))),
-            open_until_ns: AtomicU64::new(0),
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             not_permitted: Padded(AtomicU64::new(0)),
             core: Mutex::new(core),
             listeners: Mutex::new(Arc::new(Vec::new())),
@@ -477,14 +517,19 @@ impl Breaker {
     pub fn try_acquire(&self) -> Result<Permit, NotPermitted> {
         let inner = &*self.inner;
         let current = inner.current.0.load(Ordering::Acquire);
+        // CLOSED first, as a plain branch: it is the state a healthy breaker lives in.
+        if current & STATE_MASK == State::Closed.bits() {
+            return Ok(self.permit(current));
+        }
         match state_of(current) {
             State::Closed | State::MetricsOnly | State::Disabled => Ok(self.permit(current)),
             State::Open => {
-                let now_ns = nanos_since(inner.base, inner.clock.now());
-                if now_ns < inner.open_until_ns.load(Ordering::Relaxed) {
-                    Err(inner.reject(State::Open))
-                } else {
-                    self.acquire_slow(Some(now_ns))
+                let now = inner.clock.now();
+                match OPEN_UNTIL.get() {
+                    (uid, key, Some(until)) if uid == inner.uid && key == current && now < until => {
+                        Err(inner.reject(State::Open))
+                    }
+                    _ => self.acquire_slow(Some(now)),
                 }
             }
             State::HalfOpen => self.acquire_slow(None),
@@ -501,9 +546,9 @@ impl Breaker {
     /// HALF_OPEN. Decided under the lock, on the locked state, whatever the
     /// lock-free read said.
     #[cold]
-    fn acquire_slow(&self, now_ns: Option<u64>) -> Result<Permit, NotPermitted> {
+    fn acquire_slow(&self, now: Option<Instant>) -> Result<Permit, NotPermitted> {
         let inner = &*self.inner;
-        let mut now = inner.lazy_now(now_ns);
+        let mut now = inner.lazy_now(now);
         let mut core = inner.core.lock();
         // Each pass either answers or changes state; a change never leads back
         // to the state it left within one call (open and half-open periods are
@@ -515,7 +560,10 @@ impl Breaker {
                 }
                 State::ForcedOpen => break Err(State::ForcedOpen),
                 State::Open => {
-                    if now.ns() < core.open_until_ns {
+                    if core.open_until.is_none_or(|until| now.instant() < until) {
+                        // Remember this period's end, so that this thread's next
+                        // rejects need no lock (see `OPEN_UNTIL`).
+                        OPEN_UNTIL.set((inner.uid, pack(core.generation, State::Open), core.open_until));
                         break Err(State::Open);
                     }
                     inner.enter(&mut core, State::HalfOpen, &mut now, View::default());
@@ -643,8 +691,8 @@ impl Core {
 }
 
 impl Inner {
-    fn lazy_now(&self, ns: Option<u64>) -> LazyNow<'_> {
-        LazyNow { clock: &*self.clock, base: self.base, ns }
+    fn lazy_now(&self, now: Option<Instant>) -> LazyNow<'_> {
+        LazyNow { clock: &*self.clock, base: self.base, now }
     }
 
     #[inline]
@@ -678,9 +726,7 @@ impl Inner {
                 core.frozen = self.view(core, now);
                 let period = self.config.open_duration(core.opens);
                 core.opens = core.opens.saturating_add(1);
-                core.open_until_ns = now.ns().saturating_add(duration_ns(period));
-                // Published before `current` says OPEN; see the module docs.
-                self.open_until_ns.store(core.open_until_ns, Ordering::Relaxed);
+                core.open_until = now.instant().checked_add(period);
             }
             State::HalfOpen => {
                 let wait = self.config.max_wait_in_half_open;
@@ -711,6 +757,11 @@ impl Inner {
 
     /// Takes one permit's report. `issued` is the packed generation and
     /// state the permit was issued in.
+    ///
+    /// The common case, a CLOSED permit on a count-based window, is handled
+    /// here in one short critical section without reading the clock;
+    /// everything else goes to `record_general`.
+    #[inline]
     fn record(&self, issued: u64, verdict: Verdict, elapsed: Duration) {
         let issued_in = state_of(issued);
         if issued_in == State::Disabled {
@@ -718,21 +769,33 @@ impl Inner {
         }
         let outcome =
             Outcome { failed: verdict == Verdict::Failure, slow: elapsed > self.config.slow_call_duration };
+        if issued_in != State::Closed || self.time_window {
+            return self.record_general(issued, verdict, outcome);
+        }
+        let mut core = self.core.lock();
+        core.lifetime.count(verdict, outcome.slow);
+        // Same generation means the same CLOSED window as at issue (every
+        // change of state bumps it); otherwise the report is late and counts
+        // in the lifetime totals only.
+        if core.generation != issued >> 8 || verdict == Verdict::Ignore {
+            return;
+        }
+        core.window.record(outcome, 0);
+        if let Some(cause) = self.over_threshold(core.window.totals()) {
+            self.trip(core, cause);
+        }
+    }
+
+    /// Every report but a CLOSED one on a count-based window.
+    #[inline(never)]
+    fn record_general(&self, issued: u64, verdict: Verdict, outcome: Outcome) {
         let mut now = self.lazy_now(None);
-        if self.time_window && verdict != Verdict::Ignore && issued_in != State::HalfOpen {
+        if self.time_window && verdict != Verdict::Ignore && state_of(issued) != State::HalfOpen {
             // Read before the lock, to keep the clock out of the critical section.
             now.ns();
         }
         let mut core = self.core.lock();
-        let life = &mut core.lifetime;
-        match verdict {
-            Verdict::Success => life.successful += 1,
-            Verdict::Failure => life.failed += 1,
-            Verdict::Ignore => life.ignored += 1,
-        }
-        if outcome.slow && verdict != Verdict::Ignore {
-            life.slow += 1;
-        }
+        core.lifetime.count(verdict, outcome.slow);
         // Same generation means the same state as at issue (every change bumps
         // it), so the permit belongs to the current window or round.
         if core.generation == issued >> 8 {
@@ -742,12 +805,14 @@ impl Inner {
                         let sec = if self.time_window { now.secs() } else { 0 };
                         core.window.record(outcome, sec);
                         if core.state == State::Closed {
-                            self.check_window(&mut core, &mut now);
+                            if let Some(cause) = self.over_threshold(core.window.totals()) {
+                                self.enter(&mut core, State::Open, &mut now, cause);
+                            }
                         }
                     }
                 }
                 State::HalfOpen => self.record_probe(&mut core, verdict, outcome, &mut now),
-                // These never issue permits that report (DISABLED returned above).
+                // These never issue permits that report (DISABLED returns early).
                 State::Open | State::ForcedOpen | State::Disabled => {
                     debug_assert!(false, "a permit of generation {} in {:?}", issued >> 8, core.state);
                 }
@@ -760,20 +825,33 @@ impl Inner {
         }
     }
 
-    /// CLOSED: opens when the window holds enough calls and a rate reaches
-    /// its threshold.
+    /// CLOSED: the rates that open the breaker, if the window holds enough
+    /// calls and one of them reaches its threshold.
     #[inline]
-    fn check_window(&self, core: &mut Core, now: &mut LazyNow<'_>) {
-        let t = core.window.totals();
+    fn over_threshold(&self, t: Totals) -> Option<View> {
         // Thresholds are above zero, so a window without failures or slow calls
         // can never open: skip the divisions on the common path.
         if t.calls < self.min_calls || (t.failures == 0 && t.slow == 0) {
-            return;
+            return None;
         }
         let (fr, sr) = t.rates();
-        if fr >= self.config.failure_rate || sr >= self.config.slow_call_rate {
-            let cause = View { failure_rate: Some(fr), slow_call_rate: Some(sr), buffered: 0 };
-            self.enter(core, State::Open, now, cause);
+        (fr >= self.config.failure_rate || sr >= self.config.slow_call_rate).then_some(View {
+            failure_rate: Some(fr),
+            slow_call_rate: Some(sr),
+            buffered: 0,
+        })
+    }
+
+    /// CLOSED -> OPEN from the fast path, then the announcement.
+    #[cold]
+    #[inline(never)]
+    fn trip(&self, mut core: MutexGuard<'_, Core>, cause: View) {
+        let mut now = self.lazy_now(None);
+        self.enter(&mut core, State::Open, &mut now, cause);
+        let announce = core.must_announce();
+        drop(core);
+        if announce {
+            self.deliver();
         }
     }
 
@@ -890,6 +968,7 @@ impl Permit {
 }
 
 impl Drop for Permit {
+    #[inline]
     fn drop(&mut self) {
         if !self.reported {
             self.inner.record(self.issued, Verdict::Ignore, Duration::ZERO);

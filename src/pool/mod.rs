@@ -17,6 +17,10 @@
 //! `slot.rs`.
 
 mod call;
+// Public (and re-exported, hidden) only for the loom model in tests/loom_pool.rs.
+#[cfg(loom)]
+pub mod slot;
+#[cfg(not(loom))]
 mod slot;
 
 use std::fmt;

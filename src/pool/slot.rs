@@ -65,7 +65,7 @@ const CANCELLED: u8 = 4;
 const ABANDONED: u8 = 5;
 
 /// One call's answer, and the caller's presence.
-pub(crate) struct Slot<R> {
+pub struct Slot<R> {
     /// One of the six states above; see the module docs for who moves it.
     state: AtomicU8,
     /// The answer and the thread to wake. Held only for a few instructions:
@@ -84,7 +84,7 @@ struct Inner<R> {
 
 /// What the caller learns when it stops waiting.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Finish<R> {
+pub enum Finish<R> {
     /// The answer was there: the caller takes it.
     Ready(R),
     /// The job was never started because its deadline passed in the queue.
@@ -95,9 +95,15 @@ pub(crate) enum Finish<R> {
     Abandoned,
 }
 
+impl<R> Default for Slot<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<R> Slot<R> {
     /// A slot for a job that has just been queued.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Slot { state: AtomicU8::new(QUEUED), inner: Mutex::new(Inner { value: None, waiter: None }) }
     }
 
@@ -105,7 +111,7 @@ impl<R> Slot<R> {
 
     /// Claims the job for running: `QUEUED -> RUNNING`. `false` when the
     /// caller has already gone (`CANCELLED`): the job must not run.
-    pub(crate) fn start(&self) -> bool {
+    pub fn start(&self) -> bool {
         self.state.compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
@@ -113,7 +119,7 @@ impl<R> Slot<R> {
     /// queue: `QUEUED -> EXPIRED`, then wakes the caller if it is parked so
     /// it can report its timeout at once. `false` when the caller had already
     /// gone.
-    pub(crate) fn expire(&self) -> bool {
+    pub fn expire(&self) -> bool {
         if self.state.compare_exchange(QUEUED, EXPIRED, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return false;
         }
@@ -129,13 +135,13 @@ impl<R> Slot<R> {
     /// Stores the answer of a job that ran: `RUNNING -> READY`, and wakes the
     /// caller. When the caller has abandoned the job the answer comes back as
     /// `Err` so the worker can drop it outside the lock.
-    pub(crate) fn complete(&self, value: R) -> Result<(), R> {
+    pub fn complete(&self, value: R) -> Result<(), R> {
         self.settle(RUNNING, value)
     }
 
     /// Answers a job that will never run (shutdown): `QUEUED -> READY`.
     /// `Err` hands the answer back when the caller has gone.
-    pub(crate) fn answer(&self, value: R) -> Result<(), R> {
+    pub fn answer(&self, value: R) -> Result<(), R> {
         self.settle(QUEUED, value)
     }
 
@@ -168,12 +174,12 @@ impl<R> Slot<R> {
     /// `true` once the slot holds an answer or the job has expired; the
     /// caller then calls [`finish`](Slot::finish). Lock-free: this is what
     /// the caller spins on.
-    pub(crate) fn is_settled(&self) -> bool {
+    pub fn is_settled(&self) -> bool {
         matches!(self.state.load(Ordering::Acquire), READY | EXPIRED)
     }
 
     /// The state's name, for `Debug` output.
-    pub(crate) fn state_name(&self) -> &'static str {
+    pub fn state_name(&self) -> &'static str {
         match self.state.load(Ordering::Acquire) {
             QUEUED => "queued",
             RUNNING => "running",
@@ -186,7 +192,7 @@ impl<R> Slot<R> {
 
     /// Registers `thread` to be unparked when the slot settles. `false` when
     /// it has already settled: do not park, call [`finish`](Slot::finish).
-    pub(crate) fn register(&self, thread: Thread) -> bool {
+    pub fn register(&self, thread: Thread) -> bool {
         let mut inner = self.inner.lock();
         if matches!(self.state.load(Ordering::Acquire), READY | EXPIRED) {
             return false;
@@ -200,7 +206,7 @@ impl<R> Slot<R> {
     /// abandons (`RUNNING -> ABANDONED`). `on_abandon` runs under the lock
     /// when the job is abandoned, so a count it raises is raised before the
     /// worker can see the abandonment and lower it.
-    pub(crate) fn finish(&self, on_abandon: impl FnOnce()) -> Finish<R> {
+    pub fn finish(&self, on_abandon: impl FnOnce()) -> Finish<R> {
         let mut inner = self.inner.lock();
         inner.waiter = None;
         let mut current = self.state.load(Ordering::Acquire);

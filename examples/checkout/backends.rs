@@ -1,0 +1,192 @@
+//! The calls to the fraud and account providers, in both modes.
+//!
+//! *Bulkhead* (the default): every call goes through its dependency: breaker,
+//! dedicated pool, deadline. The request thread waits at most the deadline,
+//! and never more than `workers + queue` request threads wait on one provider.
+//!
+//! *Direct* (`--no-bulkhead`): the call runs on the request thread itself
+//! with one fixed client timeout (none by default of ureq; the incident had
+//! none, or a long one). This is the incident, kept for comparison.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::access::{Decision, LookupError};
+use watertight::http::WithDeadline;
+use watertight::{CallContext, Dependency, Error};
+
+/// The fraud provider's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FraudVerdict {
+    /// The order may go through.
+    Approve,
+    /// The order is refused, for this reason.
+    Reject(String),
+}
+
+/// Why a provider could not give an answer: the checkout falls back to
+/// manual review (fraud) or fails closed (account).
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    /// A short stable code: `circuit_open`, `queue_full`, `deadline_unmeetable`,
+    /// `timeout`, `provider_error`, `bad_answer`, `shutting_down`.
+    pub reason: &'static str,
+    /// Human-readable detail, for logs.
+    pub detail: String,
+}
+
+/// The three dependencies of the bulkhead mode.
+#[derive(Clone)]
+pub struct Deps {
+    /// The fraud check (seed 001's numbers).
+    pub fraud: Dependency,
+    /// Account: "may this user use checkout?" (the authorization path).
+    pub access: Dependency,
+    /// Account: every other lookup (a profile here). Its own breaker, so a
+    /// slow read path cannot open the circuit of the authorization path.
+    pub read: Dependency,
+}
+
+/// How provider calls are made.
+pub enum Mode {
+    /// Through dependencies.
+    Bulkhead(Deps),
+    /// On the request thread, with the agent's own timeout.
+    Direct,
+}
+
+/// Outbound calls to fraud and account.
+pub struct Backends {
+    mode: Mode,
+    agent: ureq::Agent,
+    fraud_url: String,
+    account_url: String,
+}
+
+#[derive(Deserialize)]
+struct FraudAnswer {
+    decision: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AccessAnswer {
+    allowed: bool,
+}
+
+/// Applies the call's deadline to a request when there is one (bulkhead mode).
+fn bounded<B>(req: ureq::RequestBuilder<B>, ctx: Option<&CallContext>) -> ureq::RequestBuilder<B>
+where
+    ureq::RequestBuilder<B>: WithDeadline,
+{
+    match ctx {
+        Some(ctx) => req.with_deadline(ctx),
+        None => req,
+    }
+}
+
+impl Backends {
+    /// Calls through `mode`. `direct_timeout` is the client timeout of the
+    /// direct mode (`None`: wait forever, like the incident); in bulkhead
+    /// mode each request's timeouts come from its deadline instead.
+    pub fn new(mode: Mode, fraud_url: String, account_url: String, direct_timeout: Option<Duration>) -> Self {
+        let config = ureq::Agent::config_builder();
+        let config = match mode {
+            Mode::Direct => config.timeout_global(direct_timeout),
+            Mode::Bulkhead(_) => config,
+        };
+        let agent = config.build().into();
+        Backends { mode, agent, fraud_url, account_url }
+    }
+
+    /// The dependencies, in bulkhead mode.
+    pub fn deps(&self) -> Option<&Deps> {
+        match &self.mode {
+            Mode::Bulkhead(deps) => Some(deps),
+            Mode::Direct => None,
+        }
+    }
+
+    /// Runs `job` through `pick(deps)` in bulkhead mode, or right here in
+    /// direct mode.
+    fn run<T, F>(&self, pick: fn(&Deps) -> &Dependency, job: F) -> Result<T, Error<ureq::Error>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ureq::Agent, Option<&CallContext>) -> Result<T, ureq::Error> + Send + 'static,
+    {
+        let agent = self.agent.clone();
+        match &self.mode {
+            Mode::Bulkhead(deps) => pick(deps).call(move |ctx: &CallContext| job(&agent, Some(ctx))),
+            Mode::Direct => job(&agent, None).map_err(Error::Failed),
+        }
+    }
+
+    /// Asks fraud about an order. Never approves on its own: any failure is
+    /// an `Unavailable`, which the caller turns into manual review.
+    pub fn check_fraud(&self, customer_id: &str, amount: f64) -> Result<FraudVerdict, Unavailable> {
+        let url = format!("{}/verify", self.fraud_url);
+        let body = json!({ "customer_id": customer_id, "amount": amount });
+        let answer = self
+            .run(
+                |d| &d.fraud,
+                move |agent, ctx| bounded(agent.post(&url), ctx).send_json(&body)?.body_mut().read_json(),
+            )
+            .map_err(unavailable)?;
+        let FraudAnswer { decision, reason } = answer;
+        match decision.as_str() {
+            "approve" => Ok(FraudVerdict::Approve),
+            "reject" => Ok(FraudVerdict::Reject(reason.unwrap_or_else(|| "rejected by fraud".into()))),
+            other => {
+                Err(Unavailable { reason: "bad_answer", detail: format!("unknown fraud decision {other:?}") })
+            }
+        }
+    }
+
+    /// Asks account whether `user` may use checkout. `user` is already
+    /// validated as URL-safe by the route.
+    pub fn has_access(&self, user: &str) -> Result<Decision, LookupError> {
+        let url = format!("{}/users/{user}/access?service=checkout", self.account_url);
+        let answer: Result<AccessAnswer, _> = self.run(
+            |d| &d.access,
+            move |agent, ctx| bounded(agent.get(&url), ctx).call()?.body_mut().read_json(),
+        );
+        match answer {
+            Ok(AccessAnswer { allowed: true }) => Ok(Decision::Allowed),
+            Ok(AccessAnswer { allowed: false }) => Ok(Decision::Denied),
+            Err(Error::Failed(ureq::Error::StatusCode(status))) if (400..500).contains(&status) => {
+                Err(LookupError::Rejected { status })
+            }
+            Err(err) => {
+                let u = unavailable(err);
+                Err(LookupError::Unavailable(format!("{}: {}", u.reason, u.detail)))
+            }
+        }
+    }
+
+    /// The user's profile from account (the `account-read` path).
+    pub fn profile(&self, user: &str) -> Result<serde_json::Value, Unavailable> {
+        let url = format!("{}/users/{user}", self.account_url);
+        self.run(|d| &d.read, move |agent, ctx| bounded(agent.get(&url), ctx).call()?.body_mut().read_json())
+            .map_err(unavailable)
+    }
+}
+
+/// Names the failure with a stable reason code.
+fn unavailable(err: Error<ureq::Error>) -> Unavailable {
+    let reason = match &err {
+        Error::Rejected(r) => r.as_str(),
+        Error::Timeout { .. } => "timeout",
+        Error::Failed(ureq::Error::Timeout(_)) => "timeout",
+        Error::Failed(ureq::Error::Json(_)) => "bad_answer",
+        Error::Failed(_) | Error::Panicked(_) => "provider_error",
+        _ => "provider_error",
+    };
+    let detail = match err {
+        Error::Failed(e) => e.to_string(),
+        other => other.to_string(),
+    };
+    Unavailable { reason, detail }
+}

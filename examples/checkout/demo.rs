@@ -1,0 +1,489 @@
+//! `--demo`: the incident of seed 001, run by itself.
+//!
+//! Starts the server on a free loopback port with its embedded providers, and
+//! a fixed, bounded load: checkout clients (each fraud-checked) and
+//! order-status clients (`GET /orders/{id}`, which never calls fraud). Then
+//! three phases: fraud healthy, fraud hung, fraud healed. One line per second
+//! shows what each kind of client saw and what the breaker and the pools did;
+//! a summary per phase closes the run. With `--no-bulkhead` the same load
+//! runs against the naive server, and the order-status clients go down with
+//! fraud, as they did in the incident.
+//!
+//! The load is closed-loop and bounded: a fixed number of clients, each
+//! waiting for its answer (or its client timeout) and then pacing itself, all
+//! stopped and joined at the end.
+
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::providers::Fault;
+use crate::{Args, print_capacity, start};
+
+/// Checkout clients. Fewer than fraud's workers + queue (15), so in bulkhead
+/// mode they are all admitted and the breaker sees every one time out.
+const CHECKOUT_CLIENTS: usize = 12;
+/// Each checkout client sends one order per this period (when answered in time).
+const CHECKOUT_EVERY: Duration = Duration::from_millis(250);
+/// Longer than fraud's 3 s deadline: in bulkhead mode a checkout client is
+/// always answered (with `manual_review` at worst) before it gives up.
+const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(4);
+/// Order-status clients.
+const ORDER_CLIENTS: usize = 2;
+const ORDERS_EVERY: Duration = Duration::from_millis(50);
+const ORDERS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The demo's phase lengths in whole seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Phases {
+    /// Fraud healthy.
+    pub healthy: u64,
+    /// Fraud hung.
+    pub hang: u64,
+    /// Fraud healthy again.
+    pub healed: u64,
+}
+
+/// Parses `5,15,10`.
+pub fn parse_phases(text: &str) -> Result<Phases, String> {
+    let parts: Vec<u64> = text
+        .split(',')
+        .map(|p| p.trim().parse::<u64>().map_err(|_| format!("{p:?} is not a whole number of seconds")))
+        .collect::<Result<_, _>>()?;
+    match *parts.as_slice() {
+        [healthy, hang, healed] if healthy + hang + healed > 0 && healthy + hang + healed <= 3600 => {
+            Ok(Phases { healthy, hang, healed })
+        }
+        [_, _, _] => Err("the phases must add up to 1..=3600 seconds".into()),
+        _ => Err("expected three lengths in seconds: healthy,hang,healed (e.g. 5,15,10)".into()),
+    }
+}
+
+impl Phases {
+    fn total(&self) -> u64 {
+        self.healthy + self.hang + self.healed
+    }
+
+    /// The phase of second `s` (0-based): 0 healthy, 1 hang, 2 healed.
+    fn of(&self, s: u64) -> usize {
+        if s < self.healthy {
+            0
+        } else if s < self.healthy + self.hang {
+            1
+        } else {
+            2
+        }
+    }
+}
+
+const PHASE_NAMES: [&str; 3] = ["healthy", "fraud hang", "healed"];
+const PHASE_FAULTS: [Fault; 3] = [Fault::Healthy, Fault::Hang, Fault::Healthy];
+
+/// What the clients saw in one second (by completion time), and the gauges
+/// sampled at its end.
+#[derive(Clone, Debug, Default)]
+struct Second {
+    /// Latency of every `/orders` attempt, errors included (a timed-out one
+    /// counts with the time it waited).
+    orders_ms: Vec<f64>,
+    orders_err: u32,
+    approved: u32,
+    rejected: u32,
+    review: u32,
+    /// 403 / 503 from the access gate.
+    unavailable: u32,
+    checkout_err: u32,
+    fault: String,
+    breaker: String,
+    fraud_busy: usize,
+    fraud_queued: usize,
+    request_busy: usize,
+}
+
+struct Recorder {
+    start: Instant,
+    seconds: Mutex<Vec<Second>>,
+}
+
+impl Recorder {
+    fn record(&self, f: impl FnOnce(&mut Second)) {
+        let s = self.start.elapsed().as_secs() as usize;
+        let mut seconds = self.seconds.lock();
+        // Completions after the last second (clients finishing during the
+        // stop) are dropped; the vector never grows past the run.
+        if let Some(second) = seconds.get_mut(s) {
+            f(second);
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+fn ms(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v >= 100.0 => format!("{v:.0}ms"),
+        Some(v) => format!("{v:.1}ms"),
+    }
+}
+
+fn client(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into()
+}
+
+/// Runs the demo; `args` gives the mode, the request threads, the phases and
+/// the CSV path.
+pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
+    if args.fraud_url.is_some() || args.account_url.is_some() {
+        return Err("--demo runs its own embedded providers: drop --fraud-url / --account-url".into());
+    }
+    let phases = args.demo_phases;
+    let mut cfg = args.clone();
+    cfg.addr = "127.0.0.1:0".into();
+    cfg.fraud = Fault::Healthy;
+    cfg.account = Fault::Healthy;
+    let running = start(&cfg)?;
+    let providers = running.providers.clone();
+    let fraud = providers.iter().find(|p| p.name() == "fraud").cloned().ok_or("no fraud provider")?;
+    let base = format!("http://{}", running.addr);
+    let threads = running.handle.threads();
+    let mode = if args.no_bulkhead { "no bulkhead" } else { "bulkhead" };
+
+    println!("demo server listening on {base}");
+    println!(
+        "mode: {mode}, {threads} request threads; phases: healthy {} s, fraud hang {} s, healed {} s",
+        phases.healthy, phases.hang, phases.healed
+    );
+    print_capacity(&running.app.registry, threads);
+    println!(
+        "load: {CHECKOUT_CLIENTS} checkout clients (one order per {} ms each, client timeout {} s), \
+         {ORDER_CLIENTS} order-status clients (one GET /orders/{{id}} per {} ms each, timeout {} s)",
+        CHECKOUT_EVERY.as_millis(),
+        CHECKOUT_TIMEOUT.as_secs(),
+        ORDERS_EVERY.as_millis(),
+        ORDERS_TIMEOUT.as_secs()
+    );
+
+    // Every client's user into the access cache, one at a time: twelve cold
+    // misses at once would exceed account-access's pool (6 + 2) and some would
+    // fail closed, which is right, but not what this demo is about.
+    let warm = client(CHECKOUT_TIMEOUT);
+    for i in 0..CHECKOUT_CLIENTS {
+        let status = warm
+            .post(format!("{base}/checkout"))
+            .header("X-User-Id", &format!("demo-{i}"))
+            .send_json(json!({ "customer_id": format!("c-{i}"), "amount": 10.0 }))?
+            .status();
+        if status != 201 {
+            return Err(format!("warm-up checkout answered {status}").into());
+        }
+    }
+    // Orders for the status clients to read, made while fraud is healthy.
+    let mut order_ids = Vec::new();
+    for i in 0..ORDER_CLIENTS {
+        let mut resp = warm
+            .post(format!("{base}/checkout"))
+            .header("X-User-Id", &format!("demo-reader-{i}"))
+            .send_json(json!({ "customer_id": format!("c-{i}"), "amount": 10.0 }))?;
+        let body: Value = resp.body_mut().read_json()?;
+        let id = body["order_id"].as_str().ok_or("the warm-up checkout made no order")?;
+        order_ids.push(id.to_owned());
+    }
+
+    let total = phases.total();
+    let recorder = Arc::new(Recorder {
+        start: Instant::now(),
+        seconds: Mutex::new(vec![Second::default(); total as usize]),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for i in 0..CHECKOUT_CLIENTS {
+        let (recorder, stop, base) = (Arc::clone(&recorder), Arc::clone(&stop), base.clone());
+        clients.push(thread::Builder::new().name(format!("demo-checkout-{i}")).spawn(move || {
+            let agent = client(CHECKOUT_TIMEOUT);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let began = Instant::now();
+                // Every tenth order is over fraud's limit: a rejection, so
+                // "approved" is visibly a decision and not a default.
+                let amount = if n % 10 == 9 { 2500.0 } else { 20.0 + i as f64 };
+                n += 1;
+                let answer = agent
+                    .post(format!("{base}/checkout"))
+                    .header("X-User-Id", &format!("demo-{i}"))
+                    .send_json(json!({ "customer_id": format!("c-{i}"), "amount": amount }));
+                let status = answer.map(|r| r.status().as_u16()).unwrap_or(0);
+                recorder.record(|s| match status {
+                    201 => s.approved += 1,
+                    402 => s.rejected += 1,
+                    202 => s.review += 1,
+                    403 | 503 => s.unavailable += 1,
+                    _ => s.checkout_err += 1,
+                });
+                pace(began, CHECKOUT_EVERY, &stop);
+            }
+        })?);
+    }
+    for (i, id) in order_ids.iter().enumerate() {
+        let (recorder, stop) = (Arc::clone(&recorder), Arc::clone(&stop));
+        let url = format!("{base}/orders/{id}");
+        clients.push(thread::Builder::new().name(format!("demo-orders-{i}")).spawn(move || {
+            let agent = client(ORDERS_TIMEOUT);
+            while !stop.load(Ordering::Relaxed) {
+                let began = Instant::now();
+                let ok = matches!(agent.get(&url).call(), Ok(r) if r.status() == 200);
+                let took = began.elapsed().as_secs_f64() * 1000.0;
+                recorder.record(|s| {
+                    s.orders_ms.push(took);
+                    if !ok {
+                        s.orders_err += 1;
+                    }
+                });
+                pace(began, ORDERS_EVERY, &stop);
+            }
+        })?);
+    }
+
+    println!(
+        "{:>4} {:<8} | {:>6} {:>7} {:>7} {:>4} | {:>4} {:>4} {:>6} {:>4} {:>4} | {:<9} {:>5} {:>6} | {:>7}",
+        "t",
+        "fraud",
+        "orders",
+        "p50",
+        "p99",
+        "err",
+        "ok",
+        "rej",
+        "review",
+        "403+",
+        "err",
+        "breaker",
+        "busy",
+        "queued",
+        "req.busy"
+    );
+    let mut fault = Fault::Healthy;
+    for s in 0..total {
+        let want = PHASE_FAULTS[phases.of(s)];
+        if want != fault {
+            fraud.set_fault(want);
+            fault = want;
+        }
+        let tick = recorder.start + Duration::from_secs(s + 1);
+        if let Some(left) = tick.checked_duration_since(Instant::now()) {
+            thread::sleep(left);
+        }
+        let (breaker, fraud_busy, fraud_queued) = match running.app.backends.deps() {
+            Some(deps) => {
+                let snap = deps.fraud.snapshot();
+                (snap.state.as_str().to_owned(), snap.pool.busy, snap.pool.queued)
+            }
+            None => ("-".to_owned(), 0, 0),
+        };
+        let request_busy = running.handle.busy();
+        let line = {
+            let mut seconds = recorder.seconds.lock();
+            let sec = &mut seconds[s as usize];
+            sec.fault = fault.to_string();
+            sec.breaker = breaker;
+            sec.fraud_busy = fraud_busy;
+            sec.fraud_queued = fraud_queued;
+            sec.request_busy = request_busy;
+            sec.orders_ms.sort_by(f64::total_cmp);
+            let pool = if args.no_bulkhead {
+                ("-".into(), "-".into())
+            } else {
+                (fraud_busy.to_string(), fraud_queued.to_string())
+            };
+            format!(
+                "{:>3}s {:<8} | {:>6} {:>7} {:>7} {:>4} | {:>4} {:>4} {:>6} {:>4} {:>4} | {:<9} {:>5} {:>6} | {:>4}/{}",
+                s + 1,
+                sec.fault,
+                sec.orders_ms.len(),
+                ms(percentile(&sec.orders_ms, 0.50)),
+                ms(percentile(&sec.orders_ms, 0.99)),
+                sec.orders_err,
+                sec.approved,
+                sec.rejected,
+                sec.review,
+                sec.unavailable,
+                sec.checkout_err,
+                sec.breaker,
+                pool.0,
+                pool.1,
+                sec.request_busy,
+                threads
+            )
+        };
+        println!("{line}");
+    }
+
+    // Stop: clients finish their request in flight (bounded by their
+    // timeouts), then every held provider request is released (a healed
+    // phase of 0 s would leave fraud hung) so the request threads can drain.
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        let _ = c.join();
+    }
+    for p in &providers {
+        p.set_fault(Fault::Healthy);
+    }
+    let seconds = recorder.seconds.lock().clone();
+    print!("{}", summary(&seconds, &phases, mode, threads));
+    if let Some(path) = &args.demo_csv {
+        std::fs::write(path, csv(&seconds))?;
+        println!("per-second series written to {}", path.display());
+    }
+    running.handle.shutdown();
+    Ok(())
+}
+
+/// Sleeps out the rest of `period` since `began`, waking early on stop.
+fn pace(began: Instant, period: Duration, stop: &AtomicBool) {
+    let until = began + period;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(left) = until.checked_duration_since(Instant::now()) else { return };
+        thread::sleep(left.min(Duration::from_millis(100)));
+    }
+}
+
+fn summary(seconds: &[Second], phases: &Phases, mode: &str, threads: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\nsummary ({mode}, {threads} request threads)");
+    // The order-status clients are closed-loop: a client stuck on a request
+    // sends no other, so attempts shrink when the server stalls. The rate of
+    // answered requests and the seconds with none answered show the stall;
+    // a success percentage of the attempts alone would hide it.
+    let _ = writeln!(
+        out,
+        "{:<11} {:>4} | {:>8} {:>6} {:>6} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>13} {:>7} {:>6} | {:>8}",
+        "phase",
+        "secs",
+        "/orders",
+        "per s",
+        "failed",
+        "p50",
+        "p99",
+        "dark s",
+        "approved",
+        "rejected",
+        "manual_review",
+        "403/503",
+        "errors",
+        "req.busy"
+    );
+    let mut healthy_rate = None;
+    let mut hang_line = None;
+    for (phase, name) in PHASE_NAMES.iter().enumerate() {
+        let secs: Vec<&Second> = seconds
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| phases.of(*s as u64) == phase)
+            .map(|(_, s)| s)
+            .collect();
+        if secs.is_empty() {
+            continue;
+        }
+        let mut lat: Vec<f64> = secs.iter().flat_map(|s| s.orders_ms.iter().copied()).collect();
+        lat.sort_by(f64::total_cmp);
+        let failed: u32 = secs.iter().map(|s| s.orders_err).sum();
+        let answered = lat.len().saturating_sub(failed as usize);
+        let rate = answered as f64 / secs.len() as f64;
+        let dark = secs.iter().filter(|s| s.orders_ms.len() == s.orders_err as usize).count();
+        let sum = |f: fn(&Second) -> u32| secs.iter().map(|s| f(s)).sum::<u32>();
+        let max_busy = secs.iter().map(|s| s.request_busy).max().unwrap_or(0);
+        let p99 = percentile(&lat, 0.99);
+        let _ = writeln!(
+            out,
+            "{:<11} {:>4} | {:>8} {:>6.1} {:>6} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>13} {:>7} {:>6} | {:>5}/{}",
+            name,
+            secs.len(),
+            answered,
+            rate,
+            failed,
+            ms(percentile(&lat, 0.50)),
+            ms(p99),
+            dark,
+            sum(|s| s.approved),
+            sum(|s| s.rejected),
+            sum(|s| s.review),
+            sum(|s| s.unavailable),
+            sum(|s| s.checkout_err),
+            max_busy,
+            threads
+        );
+        if phase == 0 {
+            healthy_rate = Some(rate);
+        }
+        if phase == 1 {
+            let before = healthy_rate.map(|r| format!(" ({r:.1}/s while healthy)")).unwrap_or_default();
+            hang_line = Some(format!(
+                "while fraud hung, /orders (which never calls fraud) answered {rate:.1}/s{before}, {failed} failed, \
+                 p99 {}, {dark} of {} seconds with none answered; checkout: {} manual_review, {} approved, \
+                 {} client errors",
+                ms(p99),
+                secs.len(),
+                sum(|s| s.review),
+                sum(|s| s.approved),
+                sum(|s| s.checkout_err)
+            ));
+        }
+    }
+    // The breaker's state, second by second, run-length encoded.
+    let mut runs: Vec<(String, usize, usize)> = Vec::new();
+    for (i, s) in seconds.iter().enumerate() {
+        match runs.last_mut() {
+            Some((state, _, end)) if *state == s.breaker => *end = i + 1,
+            _ => runs.push((s.breaker.clone(), i, i + 1)),
+        }
+    }
+    let states: Vec<String> = runs.iter().map(|(state, from, to)| format!("{state} {from}-{to}s")).collect();
+    let _ = writeln!(out, "fraud breaker: {}", states.join(", "));
+    if let Some(line) = hang_line {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+fn csv(seconds: &[Second]) -> String {
+    let mut out = String::from(
+        "second,fraud_fault,orders,orders_p50_ms,orders_p99_ms,orders_errors,checkout_approved,\
+         checkout_rejected,checkout_manual_review,checkout_unavailable,checkout_errors,fraud_breaker,\
+         fraud_pool_busy,fraud_pool_queued,request_pool_busy\n",
+    );
+    let num = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_default();
+    for (i, s) in seconds.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            i + 1,
+            s.fault,
+            s.orders_ms.len(),
+            num(percentile(&s.orders_ms, 0.50)),
+            num(percentile(&s.orders_ms, 0.99)),
+            s.orders_err,
+            s.approved,
+            s.rejected,
+            s.review,
+            s.unavailable,
+            s.checkout_err,
+            s.breaker,
+            s.fraud_busy,
+            s.fraud_queued,
+            s.request_busy
+        );
+    }
+    out
+}

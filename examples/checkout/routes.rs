@@ -1,0 +1,386 @@
+//! The checkout server's routes.
+//!
+//! | route                   | what it does                                                  |
+//! |-------------------------|---------------------------------------------------------------|
+//! | `POST /checkout`        | access check, fraud check, order stored: 201 / 402 / 202      |
+//! | `GET /orders/{id}`      | the order from memory: never calls a provider                 |
+//! | `GET /me`               | the user's profile from account (the `account-read` path)     |
+//! | `GET /health`           | liveness: 200 whatever the breakers say                       |
+//! | `GET /circuits`         | every dependency's state, counters and pool, as JSON          |
+//! | `GET /metrics`          | Prometheus text                                               |
+//! | `GET /_faults`          | the embedded providers' faults                                |
+//! | `POST /_faults/{name}`  | sets an embedded provider's fault (body: `hang`, `slow:500`...) |
+//!
+//! Every error is a JSON `{"code", "message"}`; nothing a client sends can
+//! make a handler panic (and the request pool answers 500 if one does).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tiny_http::{Header, Method, Request, Response, ResponseBox};
+
+use crate::access::{AccessGate, Decision, LookupError};
+use crate::backends::{Backends, FraudVerdict};
+use crate::providers::{FakeProvider, Fault};
+use watertight::Registry;
+
+/// The largest request body accepted.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The most of an over-long body discarded to keep its connection usable.
+const MAX_DRAIN: u64 = 1024 * 1024;
+
+/// Orders kept in memory; the oldest are forgotten beyond this, so a long
+/// run (or the demo's load) cannot grow the process without bound.
+const MAX_ORDERS: usize = 100_000;
+
+/// An order as stored and as answered.
+#[derive(Clone, Debug, Serialize)]
+pub struct Order {
+    order_id: String,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    customer_id: String,
+    amount: f64,
+    user_id: String,
+}
+
+#[derive(Deserialize)]
+struct CheckoutRequest {
+    customer_id: String,
+    amount: f64,
+}
+
+/// Everything a request handler needs. Shared by every request thread.
+pub struct App {
+    /// Outbound calls.
+    pub backends: Arc<Backends>,
+    /// The cached, fail-closed access gate.
+    pub gate: AccessGate,
+    /// The dependencies by name (bulkhead mode; empty in direct mode).
+    pub registry: Registry,
+    /// Prometheus registry holding watertight's collector.
+    pub prometheus: prometheus_client::registry::Registry,
+    /// The embedded fake providers, by name (empty for real providers).
+    pub providers: Vec<Arc<FakeProvider>>,
+    /// The request pool's size, for `/circuits`.
+    pub request_threads: usize,
+    orders: Mutex<BTreeMap<u64, Order>>,
+    next_order: AtomicU64,
+    /// Requests inside `handle` right now (the request pool's busy gauge as
+    /// this side sees it; relaxed, for display only).
+    in_flight: AtomicUsize,
+}
+
+impl App {
+    /// Assembles the application.
+    pub fn new(
+        backends: Arc<Backends>,
+        gate: AccessGate,
+        registry: Registry,
+        prometheus: prometheus_client::registry::Registry,
+        providers: Vec<Arc<FakeProvider>>,
+        request_threads: usize,
+    ) -> Self {
+        App {
+            backends,
+            gate,
+            registry,
+            prometheus,
+            providers,
+            request_threads,
+            orders: Mutex::new(BTreeMap::new()),
+            next_order: AtomicU64::new(1),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// Answers one request.
+    pub fn handle(&self, req: &mut Request) -> ResponseBox {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let response = self.route(req);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        response
+    }
+
+    fn route(&self, req: &mut Request) -> ResponseBox {
+        let url = req.url().to_owned();
+        let path = url.split(['?', '#']).next().unwrap_or("");
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let method = req.method().clone();
+        let get = method == Method::Get;
+        let post = method == Method::Post;
+        match segments.as_slice() {
+            ["checkout"] if post => self.checkout(req),
+            ["checkout"] => method_not_allowed("POST"),
+            ["orders", id] if get => self.order(id),
+            ["orders", _] => method_not_allowed("GET"),
+            ["me"] if get => self.me(req),
+            ["me"] => method_not_allowed("GET"),
+            ["health"] if get => json_response(200, &json!({ "status": "UP" })),
+            ["health"] => method_not_allowed("GET"),
+            ["circuits"] if get => self.circuits(),
+            ["circuits"] => method_not_allowed("GET"),
+            ["metrics"] if get => self.metrics(),
+            ["metrics"] => method_not_allowed("GET"),
+            ["_faults"] if get => self.faults(),
+            ["_faults"] => method_not_allowed("GET"),
+            ["_faults", name] if post => self.set_fault(req, name),
+            ["_faults", _] => method_not_allowed("POST"),
+            _ => error(404, "NOT_FOUND", &format!("no route for {path}")),
+        }
+    }
+
+    fn checkout(&self, req: &mut Request) -> ResponseBox {
+        let user = match user_id(req) {
+            Ok(user) => user,
+            Err(resp) => return resp,
+        };
+        let body = match read_body(req) {
+            Ok(body) => body,
+            Err(resp) => return resp,
+        };
+        let order: CheckoutRequest = match serde_json::from_slice(&body) {
+            Ok(order) => order,
+            Err(e) if e.is_data() => return error(400, "INVALID_ORDER", &e.to_string()),
+            Err(e) => return error(400, "INVALID_JSON", &format!("the body is not valid JSON: {e}")),
+        };
+        if order.customer_id.is_empty() || order.customer_id.len() > 128 {
+            return error(400, "INVALID_ORDER", "customer_id must be 1 to 128 characters");
+        }
+        if !(order.amount.is_finite() && order.amount > 0.0) {
+            return error(400, "INVALID_ORDER", "amount must be a positive number");
+        }
+
+        // The gate first: when access cannot be decided, the business code
+        // below never runs (fail closed).
+        match self.gate.check(&user) {
+            Ok(Decision::Allowed) => {}
+            Ok(Decision::Denied) => {
+                return error(403, "SERVICE_ACCESS_DENIED", "this user may not use checkout");
+            }
+            Err(LookupError::Rejected { .. }) | Err(LookupError::Unavailable(_)) => {
+                return error(
+                    503,
+                    "SERVICE_ACCESS_UNAVAILABLE",
+                    "access to checkout cannot be checked right now; try again later",
+                );
+            }
+        }
+
+        // Fraud: an explicit verdict, or manual review. Never a silent approval.
+        let (status_code, status, reason) = match self.backends.check_fraud(&order.customer_id, order.amount)
+        {
+            Ok(FraudVerdict::Approve) => (201, "approved", None),
+            Ok(FraudVerdict::Reject(why)) => (402, "rejected", Some(why)),
+            Err(unavailable) => {
+                // Debug, not warn: in an outage this is every checkout, and
+                // /circuits and /metrics count them already.
+                log::debug!("fraud check unavailable ({}): {}", unavailable.reason, unavailable.detail);
+                (202, "manual_review", Some(format!("fraud_{}", unavailable.reason)))
+            }
+        };
+        let n = self.next_order.fetch_add(1, Ordering::Relaxed);
+        let stored = Order {
+            order_id: format!("ord-{n}"),
+            status,
+            reason,
+            customer_id: order.customer_id,
+            amount: order.amount,
+            user_id: user,
+        };
+        let answer = serde_json::to_value(&stored).unwrap_or(Value::Null);
+        {
+            let mut orders = self.orders.lock();
+            if orders.len() >= MAX_ORDERS {
+                orders.pop_first();
+            }
+            orders.insert(n, stored);
+        }
+        json_response(status_code, &answer)
+    }
+
+    fn order(&self, id: &str) -> ResponseBox {
+        let found = id
+            .strip_prefix("ord-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(|n| self.orders.lock().get(&n).cloned());
+        match found {
+            Some(order) => json_response(200, &serde_json::to_value(order).unwrap_or(Value::Null)),
+            None => error(404, "ORDER_NOT_FOUND", &format!("no order {id:?}")),
+        }
+    }
+
+    fn me(&self, req: &Request) -> ResponseBox {
+        let user = match user_id(req) {
+            Ok(user) => user,
+            Err(resp) => return resp,
+        };
+        match self.backends.profile(&user) {
+            Ok(profile) => json_response(200, &profile),
+            Err(u) => {
+                log::warn!("profile lookup unavailable ({}): {}", u.reason, u.detail);
+                error(
+                    503,
+                    "ACCOUNT_UNAVAILABLE",
+                    &format!("the account service is unavailable ({})", u.reason),
+                )
+            }
+        }
+    }
+
+    fn circuits(&self) -> ResponseBox {
+        let deps: Vec<Value> = self
+            .registry
+            .snapshot()
+            .into_iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "state": s.state.as_str(),
+                    "failure_rate": s.failure_rate,
+                    "slow_call_rate": s.slow_call_rate,
+                    "calls": {
+                        "successful": s.calls.successful,
+                        "failed": s.calls.failed,
+                        "ignored": s.calls.ignored,
+                        "slow": s.calls.slow,
+                        "not_permitted": s.calls.not_permitted,
+                        "queue_full": s.calls.queue_full,
+                        "rejected_deadline": s.calls.rejected_deadline,
+                        "timed_out": s.calls.timed_out,
+                        "expired": s.calls.expired,
+                        "panicked": s.calls.panicked,
+                        "retried": s.calls.retried,
+                        "shutting_down": s.calls.shutting_down,
+                    },
+                    "pool": {
+                        "workers": s.pool.workers,
+                        "busy": s.pool.busy,
+                        "queued": s.pool.queued,
+                        "queue_capacity": s.queue_capacity,
+                        "abandoned": s.pool.abandoned,
+                        "submitted": s.pool.submitted,
+                        "completed": s.pool.completed,
+                    },
+                    "deadline_ms": s.deadline.as_millis() as u64,
+                    "mean_service_time_ms": s.mean_service_time.map(|d| d.as_secs_f64() * 1000.0),
+                })
+            })
+            .collect();
+        let mode = if self.backends.deps().is_some() { "bulkhead" } else { "direct" };
+        json_response(
+            200,
+            &json!({
+                "mode": mode,
+                "request_pool": {
+                    "threads": self.request_threads,
+                    "busy": self.in_flight.load(Ordering::Relaxed),
+                },
+                "dependencies": deps,
+            }),
+        )
+    }
+
+    fn metrics(&self) -> ResponseBox {
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.prometheus) {
+            return error(500, "METRICS_FAILED", &format!("encoding the metrics failed: {e}"));
+        }
+        Response::from_string(text)
+            .with_header(header("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8"))
+            .boxed()
+    }
+
+    fn faults(&self) -> ResponseBox {
+        let faults: serde_json::Map<String, Value> =
+            self.providers.iter().map(|p| (p.name().to_owned(), json!(p.fault().to_string()))).collect();
+        json_response(200, &Value::Object(faults))
+    }
+
+    fn set_fault(&self, req: &mut Request, name: &str) -> ResponseBox {
+        let Some(provider) = self.providers.iter().find(|p| p.name() == name) else {
+            return error(404, "NO_SUCH_PROVIDER", &format!("no embedded provider named {name:?}"));
+        };
+        let body = match read_body(req) {
+            Ok(body) => body,
+            Err(resp) => return resp,
+        };
+        let text = String::from_utf8_lossy(&body);
+        match text.parse::<Fault>() {
+            Ok(fault) => {
+                provider.set_fault(fault);
+                log::info!("provider {name}: fault set to {fault}");
+                json_response(200, &json!({ "provider": name, "fault": fault.to_string() }))
+            }
+            Err(e) => error(400, "INVALID_FAULT", &e.to_string()),
+        }
+    }
+}
+
+/// The caller's user id from `X-User-Id`: 401 when missing or empty, 400 when
+/// it is not a plain id (it goes into account's URL path).
+fn user_id(req: &Request) -> Result<String, ResponseBox> {
+    let value = req.headers().iter().find(|h| h.field.equiv("X-User-Id")).map(|h| h.value.as_str().trim());
+    match value {
+        None | Some("") => Err(error(401, "UNAUTHENTICATED", "the X-User-Id header is required")),
+        Some(id)
+            if id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b)) =>
+        {
+            Ok(id.to_owned())
+        }
+        Some(_) => Err(error(400, "INVALID_USER_ID", "X-User-Id must be 1-64 of [A-Za-z0-9-_.@]")),
+    }
+}
+
+/// Reads the body, at most [`MAX_BODY`] bytes. A declared length over the
+/// limit is refused without reading; an undeclared (chunked) or understated
+/// one is caught by reading one byte past the limit.
+fn read_body(req: &mut Request) -> Result<Vec<u8>, ResponseBox> {
+    let too_large = || error(413, "PAYLOAD_TOO_LARGE", &format!("the body must not exceed {MAX_BODY} bytes"));
+    if req.body_length().is_some_and(|n| n > MAX_BODY) {
+        return Err(too_large());
+    }
+    let mut body = Vec::with_capacity(req.body_length().unwrap_or(0).min(MAX_BODY));
+    match req.as_reader().take(MAX_BODY as u64 + 1).read_to_end(&mut body) {
+        Ok(_) if body.len() > MAX_BODY => {
+            // tiny_http does not skip the unread rest of a chunked body, and
+            // the keep-alive connection would read it as the next request.
+            // Discard a bounded amount; past that the connection is lost to
+            // that client anyway.
+            let _ = std::io::copy(&mut req.as_reader().take(MAX_DRAIN), &mut std::io::sink());
+            Err(too_large())
+        }
+        Ok(_) => Ok(body),
+        Err(e) => Err(error(400, "BAD_BODY", &format!("reading the body failed: {e}"))),
+    }
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
+}
+
+/// A JSON answer.
+pub fn json_response(status: u16, body: &Value) -> ResponseBox {
+    Response::from_string(body.to_string())
+        .with_status_code(status)
+        .with_header(header("Content-Type", "application/json"))
+        .boxed()
+}
+
+/// A JSON error `{"code", "message"}`.
+pub fn error(status: u16, code: &str, message: &str) -> ResponseBox {
+    json_response(status, &json!({ "code": code, "message": message }))
+}
+
+fn method_not_allowed(allow: &str) -> ResponseBox {
+    let mut resp = error(405, "METHOD_NOT_ALLOWED", &format!("this route answers {allow} only"));
+    resp.add_header(header("Allow", allow));
+    resp
+}
