@@ -654,18 +654,20 @@ struct HttpRow {
     elapsed: Duration,
 }
 
+/// The two ways of calling fraud in the `http` group.
+const HTTP_IDS: [(&str, Mode); 2] = [
+    ("direct", Mode::Direct { fraud_timeout: Some(FRAUD_DEADLINE) }),
+    // The queue holds every offered call (16 connections, one call each), so no
+    // call is turned away: this measures the hop, not rejections.
+    ("watertight", Mode::Watertight { fraud_queue: HTTP_CONNECTIONS }),
+];
+
 fn http(c: &mut Criterion) -> Vec<HttpRow> {
-    let ids: [(&'static str, Mode); 2] = [
-        ("direct", Mode::Direct { fraud_timeout: Some(FRAUD_DEADLINE) }),
-        // The queue holds every offered call (16 connections, one call each), so no
-        // call is turned away: this measures the hop, not rejections.
-        ("watertight", Mode::Watertight { fraud_queue: HTTP_CONNECTIONS }),
-    ];
     let mut rows = Vec::new();
     let mut group = c.benchmark_group("http");
     group.throughput(Throughput::Elements(1)).sample_size(20);
     group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
-    for (id, mode) in ids {
+    for (id, mode) in HTTP_IDS {
         let scenario = Scenario::start(&format!("http/{id}"), mode, Fault::Healthy);
         let gang = Gang::start(&scenario.base, HTTP_CONNECTIONS);
         let mut row = HttpRow { id, ..HttpRow::default() };
@@ -686,9 +688,67 @@ fn http(c: &mut Criterion) -> Vec<HttpRow> {
     rows
 }
 
+/// Rounds of the paired comparison, after one unrecorded warm-up round each.
+const PAIRED_ROUNDS: usize = 8;
+/// Requests per id per round (about half a second at 2,000 requests/s).
+const PAIRED_REQUESTS: u64 = 1_000;
+
+/// Requests per second of each id, round by round.
+#[derive(Debug, Default)]
+struct Paired {
+    direct: Vec<f64>,
+    watertight: Vec<f64>,
+    not_approved: u64,
+}
+
+/// The `http` comparison once more, outside criterion: both servers up at once and
+/// the two ids taking turns, so that a change in the machine's load (other builds
+/// on its 2 cores) hits both alike and the per-round ratio cancels it. Criterion
+/// measures one id after the other, seconds apart.
+fn http_paired() -> Paired {
+    let started: Vec<(Scenario, Gang)> = HTTP_IDS
+        .iter()
+        .map(|(id, mode)| {
+            let scenario = Scenario::start(&format!("http-paired/{id}"), *mode, Fault::Healthy);
+            let gang = Gang::start(&scenario.base, HTTP_CONNECTIONS);
+            (scenario, gang)
+        })
+        .collect();
+    let mut paired = Paired::default();
+    for (_, gang) in &started {
+        let _ = gang.run(PAIRED_REQUESTS);
+    }
+    for round in 0..PAIRED_ROUNDS {
+        // Each goes first every other round.
+        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for k in order {
+            let (took, other) = started[k].1.run(PAIRED_REQUESTS);
+            paired.not_approved += other;
+            let rate = PAIRED_REQUESTS as f64 / took.as_secs_f64();
+            if k == 0 { paired.direct.push(rate) } else { paired.watertight.push(rate) }
+        }
+    }
+    // The last started is torn down first: its thread count before includes the other's.
+    for (scenario, gang) in started.into_iter().rev() {
+        gang.stop();
+        scenario.finish(None);
+    }
+    paired
+}
+
 // ---------------------------------------------------------------------------------
 // Summary
 // ---------------------------------------------------------------------------------
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -715,7 +775,7 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-fn summary(isolation: &mut [IsolationRow], http: &[HttpRow]) {
+fn summary(isolation: &mut [IsolationRow], http: &[HttpRow], paired: &Paired) {
     println!();
     println!("== isolation: GET /orders/{{id}} while 32 clients call /checkout (failures charged 2 s)");
     println!(
@@ -786,8 +846,23 @@ fn summary(isolation: &mut [IsolationRow], http: &[HttpRow]) {
     }
     if let (Some(d), Some(w)) = (rates.get("direct"), rates.get("watertight")) {
         let cost = (1.0 - w / d) * 100.0;
-        println!("goal the hop costs <= 15 % throughput: {cost:.1} %, {}", verdict(cost <= 15.0));
+        println!("hop cost, criterion runs (one id after the other): {cost:.1} %");
     }
+    let ratios: Vec<f64> = paired.direct.iter().zip(&paired.watertight).map(|(d, w)| w / d).collect();
+    let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" ");
+    println!(
+        "paired rounds ({PAIRED_ROUNDS} x {PAIRED_REQUESTS} requests each, alternating), req/s, not approved: {}",
+        paired.not_approved
+    );
+    println!("  direct:     median {:>6.0}   rounds {}", median(&paired.direct), fmt(&paired.direct));
+    println!("  watertight: median {:>6.0}   rounds {}", median(&paired.watertight), fmt(&paired.watertight));
+    let ratio_text = ratios.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(" ");
+    println!("  watertight/direct per round: {ratio_text}");
+    let cost = (1.0 - median(&ratios)) * 100.0;
+    println!(
+        "goal the hop costs <= 15 % throughput (median of paired rounds): {cost:.1} %, {}",
+        verdict(cost <= 15.0)
+    );
 }
 
 fn main() {
@@ -795,5 +870,9 @@ fn main() {
     let mut isolation_rows = isolation(&mut c);
     let http_rows = http(&mut c);
     c.final_summary();
-    summary(&mut isolation_rows, &http_rows);
+    // Not a criterion measurement: skipped when criterion only lists or tests.
+    let args: Vec<String> = std::env::args().collect();
+    let paired =
+        if args.iter().any(|a| a == "--list" || a == "--test") { Paired::default() } else { http_paired() };
+    summary(&mut isolation_rows, &http_rows, &paired);
 }
