@@ -24,6 +24,14 @@
 //! but cannot stop a blocking call, so every hung fraud call keeps a pool thread, and
 //! `orders-db` queues behind them.
 //!
+//! Two control ids say what the outcome rests on:
+//!
+//! - `watertight_job_no_timeout`: as `watertight`, but the fraud job ignores its
+//!   deadline (no `with_deadline`), so hung calls pin the fraud workers. Isolation
+//!   must not depend on every job bounding its own I/O.
+//! - `shared_pool_job_timeout`: as `shared_pool`, but the fraud call carries its own
+//!   1 s timeout, so the shared pool drains once the breaker opens.
+//!
 //! An `/orders` request that does not get its order (a client timeout of 2 s, or any
 //! answer but 200) is charged the full 2 s: failing fast is still failing. Every
 //! request is recorded, and a summary with p50/p99 and the ratios to `baseline` is
@@ -111,17 +119,19 @@ fn fraud_breaker() -> BreakerConfig {
 /// Where the server runs its blocking calls.
 #[derive(Clone, Copy, Debug)]
 enum Mode {
-    /// A `Dependency` per dependency; `fraud_queue` is the fraud pool's queue.
-    Watertight { fraud_queue: usize },
+    /// A `Dependency` per dependency; `fraud_queue` is the fraud pool's queue;
+    /// `job_deadline`: whether the fraud job hands its deadline to its request.
+    Watertight { fraud_queue: usize, job_deadline: bool },
     /// One tokio blocking pool for every blocking call, a breaker in front of fraud,
-    /// and the deadlines applied to the wait.
-    SharedPool,
+    /// and the deadlines applied to the wait; `fraud_timeout` is the fraud client's
+    /// own bound, if any.
+    SharedPool { fraud_timeout: Option<Duration> },
     /// On the request thread; `fraud_timeout` is the fraud client's only bound.
     Direct { fraud_timeout: Option<Duration> },
 }
 
 enum Route {
-    Watertight { orders: Dependency, fraud: Dependency },
+    Watertight { orders: Dependency, fraud: Dependency, job_deadline: bool },
     SharedPool { runtime: tokio::runtime::Runtime, fraud_breaker: Breaker },
     Direct,
 }
@@ -141,11 +151,12 @@ impl App {
             .map(|id| (id, format!(r#"{{"id":{id},"status":"shipped","items":2,"total":"42.00"}}"#)))
             .collect();
         let mut agent = ureq::Agent::config_builder();
-        if let Mode::Direct { fraud_timeout } = mode {
+        if let Mode::Direct { fraud_timeout } | Mode::SharedPool { fraud_timeout } = mode {
             agent = agent.timeout_global(fraud_timeout);
         }
         let route = match mode {
-            Mode::Watertight { fraud_queue } => Route::Watertight {
+            Mode::Watertight { fraud_queue, job_deadline } => Route::Watertight {
+                job_deadline,
                 orders: Dependency::builder("orders-db")
                     .workers(4)
                     .queue(4)
@@ -160,7 +171,7 @@ impl App {
                     .build()
                     .expect("a valid fraud configuration"),
             },
-            Mode::SharedPool => Route::SharedPool {
+            Mode::SharedPool { .. } => Route::SharedPool {
                 runtime: tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(1)
                     .max_blocking_threads(SHARED_BLOCKING_THREADS)
@@ -218,11 +229,16 @@ impl App {
     fn checkout(&self) -> ResponseBox {
         let (agent, url) = (self.agent.clone(), self.verify_url.clone());
         let approved = match &self.route {
-            Route::Watertight { fraud, .. } => fraud
-                .call(move |ctx| {
-                    agent.post(&url).with_deadline(ctx).send(ORDER_BODY)?.body_mut().read_to_string()
-                })
-                .is_ok(),
+            Route::Watertight { fraud, job_deadline, .. } => {
+                let job_deadline = *job_deadline;
+                fraud
+                    .call(move |ctx| {
+                        let request = agent.post(&url);
+                        let request = if job_deadline { request.with_deadline(ctx) } else { request };
+                        request.send(ORDER_BODY)?.body_mut().read_to_string()
+                    })
+                    .is_ok()
+            }
             Route::SharedPool { runtime, fraud_breaker } => match fraud_breaker.try_acquire() {
                 Err(_) => false,
                 Ok(permit) => {
@@ -263,7 +279,7 @@ impl App {
     /// threads waited for. Returns whether every thread ended within its grace.
     fn shutdown(self) -> bool {
         match self.route {
-            Route::Watertight { orders, fraud } => {
+            Route::Watertight { orders, fraud, .. } => {
                 let a = orders.shutdown(Duration::from_secs(2));
                 let b = fraud.shutdown(Duration::from_secs(2));
                 a && b
@@ -518,21 +534,26 @@ struct IsolationRow {
 }
 
 fn isolation(c: &mut Criterion) -> Vec<IsolationRow> {
-    let watertight = Mode::Watertight { fraud_queue: 2 };
-    let ids: [(&'static str, Mode, Fault); 4] = [
+    let watertight = Mode::Watertight { fraud_queue: 2, job_deadline: true };
+    let ids: [(&'static str, Mode, Fault); 6] = [
         ("baseline", watertight, Fault::Healthy),
         ("watertight", watertight, Fault::Hang),
-        ("shared_pool", Mode::SharedPool, Fault::Hang),
+        ("shared_pool", Mode::SharedPool { fraud_timeout: None }, Fault::Hang),
         ("naive", Mode::Direct { fraud_timeout: None }, Fault::Hang),
+        ("watertight_job_no_timeout", Mode::Watertight { fraud_queue: 2, job_deadline: false }, Fault::Hang),
+        ("shared_pool_job_timeout", Mode::SharedPool { fraud_timeout: Some(FRAUD_DEADLINE) }, Fault::Hang),
     ];
     let mut rows = Vec::new();
     let mut group = c.benchmark_group("isolation");
     for (id, mode, fault) in ids {
-        let slow = matches!(id, "shared_pool" | "naive");
-        if slow {
+        if matches!(id, "shared_pool" | "naive") {
             // Each request may cost 2 s: ten samples of one request each.
             group.sample_size(10).sampling_mode(SamplingMode::Flat);
             group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(1));
+        } else if id.contains("job") {
+            // Controls: short, and bounded whether they turn out fast or slow.
+            group.sample_size(10).sampling_mode(SamplingMode::Flat);
+            group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
         } else {
             group.sample_size(30).sampling_mode(SamplingMode::Auto);
             group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
@@ -543,7 +564,7 @@ fn isolation(c: &mut Criterion) -> Vec<IsolationRow> {
         match id {
             "baseline" => scenario
                 .settle("every client served", || scenario.fraud.hits() >= 2 * CHECKOUT_CLIENTS as u64),
-            "watertight" => {
+            "watertight" | "watertight_job_no_timeout" | "shared_pool_job_timeout" => {
                 scenario.settle("fraud breaker open", || scenario.app.fraud_state() == Some(State::Open))
             }
             "shared_pool" => scenario.settle("fraud breaker open and the shared pool pinned", || {
@@ -659,7 +680,7 @@ const HTTP_IDS: [(&str, Mode); 2] = [
     ("direct", Mode::Direct { fraud_timeout: Some(FRAUD_DEADLINE) }),
     // The queue holds every offered call (16 connections, one call each), so no
     // call is turned away: this measures the hop, not rejections.
-    ("watertight", Mode::Watertight { fraud_queue: HTTP_CONNECTIONS }),
+    ("watertight", Mode::Watertight { fraud_queue: HTTP_CONNECTIONS, job_deadline: true }),
 ];
 
 fn http(c: &mut Criterion) -> Vec<HttpRow> {
@@ -779,7 +800,7 @@ fn summary(isolation: &mut [IsolationRow], http: &[HttpRow], paired: &Paired) {
     println!();
     println!("== isolation: GET /orders/{{id}} while 32 clients call /checkout (failures charged 2 s)");
     println!(
-        "{:<12} {:>6} {:>6} {:>7} {:>9} {:>11} {:>11} {:>11} {:>14} {:>10} {:>11} {:>11}",
+        "{:<26} {:>6} {:>6} {:>7} {:>9} {:>11} {:>11} {:>11} {:>14} {:>10} {:>11} {:>11}",
         "id",
         "n",
         "ok",
@@ -808,7 +829,7 @@ fn summary(isolation: &mut [IsolationRow], http: &[HttpRow], paired: &Paired) {
         let crit = criterion_median("isolation", row.id)
             .map_or("n/a".to_owned(), |ns| ms(Duration::from_nanos(ns as u64)));
         println!(
-            "{:<12} {:>6} {:>6} {:>7} {:>9} {:>11} {:>11} {:>11} {:>14} {:>9.2}x {:>11} {:>11}",
+            "{:<26} {:>6} {:>6} {:>7} {:>9} {:>11} {:>11} {:>11} {:>14} {:>9.2}x {:>11} {:>11}",
             row.id,
             r.charged.len(),
             r.ok,
