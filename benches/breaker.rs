@@ -16,7 +16,9 @@
 //! are done, so the figure is the time per operation as each thread sees it
 //! while the other one competes.
 //!
-//! Group `breaker_parts`: the primitives those paths are made of (see `parts`).
+//! Group `breaker_parts`: the primitives those paths are made of (see `parts`),
+//! `arc_and_lock_floor` above all: the four atomic read-modify-writes of a
+//! CLOSED acquire + record with no work between them.
 //!
 //! Run: `cargo bench --bench breaker -- --warm-up-time 1 --measurement-time 3`
 
@@ -140,14 +142,28 @@ fn contended(c: &mut Criterion) {
 /// The pieces the two paths above are made of, to show where their floor is:
 /// a permit that may outlive the caller's borrow (it is `Send + 'static`)
 /// holds an `Arc`, so a CLOSED call is two reference-count updates plus one
-/// lock and unlock; an OPEN reject is a clock reading, a subtraction from the
-/// breaker's base instant and one counter increment.
+/// lock and unlock (`arc_and_lock_floor`); an OPEN reject is a clock reading,
+/// an `Instant` comparison and one counter increment (`atomic_fetch_add`).
+/// `duration_since` shows what the reject saves by comparing instants rather
+/// than converting the reading to an offset.
 fn parts(c: &mut Criterion) {
     let mut g = c.benchmark_group("breaker_parts");
     let arc = Arc::new(0u64);
     g.bench_function("arc_clone_drop", |b| b.iter(|| black_box(Arc::clone(&arc))));
     let counter = AtomicU64::new(0);
     g.bench_function("atomic_fetch_add", |b| b.iter(|| counter.fetch_add(1, Ordering::Relaxed)));
+    // The four atomic read-modify-writes every CLOSED acquire + record makes,
+    // with nothing else: the floor of `watertight_closed`.
+    let mutex = parking_lot::Mutex::new(0u64);
+    g.bench_function("arc_and_lock_floor", |b| {
+        b.iter(|| {
+            let permit = Arc::clone(&arc);
+            let guard = mutex.lock();
+            black_box(&*guard);
+            drop(guard);
+            drop(black_box(permit));
+        })
+    });
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     g.bench_function("dyn_clock_now", |b| b.iter(|| clock.now()));
     let (base, later) = (Instant::now(), Instant::now());

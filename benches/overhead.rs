@@ -8,6 +8,9 @@
 //!   a reused bounded(1) reply channel; the least a thread hop can cost.
 //! - `watertight_pool`: one call through a 1-worker [`Pool`] with a deadline:
 //!   allocation, deadline checks, reply slot, counters, panic catching.
+//! - `watertight_dependency`: one call through a 1-worker [`Dependency`]:
+//!   the pool call plus breaker permit and record, deadline-aware admission,
+//!   service-time sampling, clock reads and outcome counters.
 //! - `threadpool`: the `threadpool` crate's `execute` with a crossbeam reply.
 //! - `tokio_spawn_blocking`: tokio's blocking pool, `spawn_blocking` +
 //!   `block_on` from this plain thread on a current-thread runtime.
@@ -19,7 +22,7 @@ use std::thread;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use watertight::Pool;
+use watertight::{BreakerConfig, Dependency, Pool};
 
 fn dispatch(c: &mut Criterion) {
     let mut group = c.benchmark_group("dispatch");
@@ -70,7 +73,26 @@ fn dispatch(c: &mut Criterion) {
         assert!(pool.shutdown(Duration::from_secs(5)));
     }
 
-    // (`watertight_dependency`, a call through breaker + pool, belongs here.)
+    {
+        // The same worker and queue as `watertight_pool`, behind a closed
+        // count-based breaker; a queue of 64 keeps deadline-aware admission on.
+        let dep = Dependency::builder("bench")
+            .workers(1)
+            .queue(64)
+            .deadline(Duration::from_secs(1))
+            .breaker(BreakerConfig::count_based(100))
+            .build()
+            .unwrap();
+        group.bench_function("watertight_dependency", |b| {
+            let mut x = 0u64;
+            b.iter(|| {
+                let y = black_box(x);
+                x = dep.call(move |_ctx| Ok::<_, std::convert::Infallible>(job(y))).unwrap();
+                x
+            })
+        });
+        assert!(dep.shutdown(Duration::from_secs(5)));
+    }
 
     {
         let tp = threadpool::ThreadPool::new(1);

@@ -19,6 +19,7 @@
 //! worker without touching the breaker: its outcome was already recorded as
 //! the timeout.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,7 +75,8 @@ pub struct DependencyBuilder {
     deadline: Duration,
     breaker: BreakerConfig,
     retry: Retry,
-    clock: Arc<dyn Clock>,
+    /// `None` for the system clock, read directly (see [`Inner::clock`]).
+    clock: Option<Arc<dyn Clock>>,
     stack_size: Option<usize>,
     admission: bool,
     listeners: Vec<Listener>,
@@ -89,7 +91,7 @@ impl fmt::Debug for DependencyBuilder {
             .field("deadline", &self.deadline)
             .field("breaker", &self.breaker)
             .field("retry", &self.retry)
-            .field("clock", &self.clock)
+            .field("clock", self.clock.as_ref().map_or(&SystemClock as &dyn fmt::Debug, |c| c))
             .field("stack_size", &self.stack_size)
             .field("deadline_aware_admission", &self.admission)
             .field("listeners", &self.listeners.len())
@@ -146,13 +148,13 @@ impl DependencyBuilder {
     /// its states without sleeping, and a hung job still times out at its
     /// real deadline.
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = if (&clock as &dyn Any).is::<SystemClock>() { None } else { Some(Arc::new(clock)) };
         self
     }
 
     /// The clock, already shared. Default [`SystemClock`].
     pub fn clock_arc(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
         self
     }
 
@@ -209,7 +211,8 @@ impl DependencyBuilder {
         }
         let pool = pool.build()?;
         let listeners: Arc<[Listener]> = self.listeners.into();
-        let breaker = Breaker::with_clock(self.name.clone(), self.breaker.clone(), Arc::clone(&self.clock))?;
+        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let breaker = Breaker::with_clock(self.name.clone(), self.breaker.clone(), clock)?;
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
             breaker.on_transition(move |t| {
@@ -217,7 +220,7 @@ impl DependencyBuilder {
                 listeners.iter().for_each(|l| l(&event));
             });
         }
-        let now = self.clock.now();
+        let now = self.clock.as_ref().map_or_else(Instant::now, |c| c.now());
         Ok(Dependency {
             inner: Arc::new(Inner {
                 name: self.name.as_str().into(),
@@ -279,10 +282,23 @@ struct Inner {
     jitter: Jitter,
     counters: Counters,
     service: Arc<ServiceTime>,
-    clock: Arc<dyn Clock>,
+    clock: Option<Arc<dyn Clock>>,
     listeners: Arc<[Listener]>,
     breaker: Breaker,
     pool: Pool,
+}
+
+impl Inner {
+    /// The injected clock's time. `real_now` is a real instant the caller has
+    /// just read: with the system clock (`clock` is `None`) it *is* the time,
+    /// which saves the hot path a second clock read.
+    #[inline]
+    fn clock_now(&self, real_now: Instant) -> Instant {
+        match &self.clock {
+            None => real_now,
+            Some(clock) => clock.now(),
+        }
+    }
 }
 
 /// The recent mean time a job runs on a worker, for deadline-aware admission.
@@ -342,7 +358,7 @@ impl Dependency {
             deadline: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
             retry: Retry::default(),
-            clock: Arc::new(SystemClock),
+            clock: None,
             stack_size: None,
             admission: true,
             listeners: Vec::new(),
@@ -369,7 +385,8 @@ impl Dependency {
     /// Like [`call`](Self::call), with `classify` deciding what the job's
     /// outcome means to the breaker (for example a response whose 5xx status
     /// is not an `Err`). Timeouts and panics are always failures; rejections
-    /// are never recorded.
+    /// are never recorded. The classifier runs on the calling thread and must
+    /// not panic (the attempt would go uncounted).
     pub fn call_with<T, E, F, C>(&self, classify: C, job: F) -> Result<T, Error<E>>
     where
         T: Send + 'static,
@@ -414,7 +431,7 @@ impl Dependency {
         let job = Arc::new(job);
         let mut now = Instant::now();
         let overall = retry.get_overall_timeout().and_then(|t| now.checked_add(t));
-        inner.budget.deposit(inner.clock.now());
+        inner.budget.deposit(inner.clock_now(now));
 
         let mut attempt = 1;
         loop {
@@ -435,7 +452,7 @@ impl Dependency {
                 log::debug!("dependency {}: no retry, the overall timeout is near", inner.name);
                 return result;
             }
-            if !inner.budget.try_withdraw(inner.clock.now()) {
+            if !inner.budget.try_withdraw(inner.clock_now(now)) {
                 log::debug!("dependency {}: no retry, the retry budget is spent", inner.name);
                 return result;
             }
@@ -469,7 +486,7 @@ impl Dependency {
         C: Fn(&Result<T, E>) -> Verdict,
     {
         let inner = &*self.inner;
-        let start = inner.clock.now();
+        let start = inner.clock_now(now);
         let permit = match inner.breaker.try_acquire() {
             Ok(permit) => permit,
             Err(_) => return (Err(self.rejected(Rejection::CircuitOpen)), None),
@@ -497,7 +514,7 @@ impl Dependency {
         };
 
         let answer = ticket.wait();
-        let elapsed = inner.clock.now().saturating_duration_since(start);
+        let elapsed = inner.clock_now(Instant::now()).saturating_duration_since(start);
         let (result, verdict, outcome) = match answer {
             Ok(value) => Self::classified(classify, Ok(value)),
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),

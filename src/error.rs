@@ -149,7 +149,7 @@ impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Failed(e) => Some(e),
-            Error::Rejected(r) => Some(r),
+            // A rejection is shown in full by `Display`; it has no further cause.
             _ => None,
         }
     }

@@ -20,8 +20,9 @@
 //! - `slow`: attempts recorded on the breaker (successful, failed, timed out,
 //!   panicked) that took longer than the breaker's `slow_call_duration`;
 //! - `retried`: attempts that were retries (at most `attempts - calls`);
-//! - `expired`: jobs the pool dropped unstarted because their deadline passed
-//!   in the queue; their callers already counted them as `timed_out`. It is
+//! - `expired`: jobs the pool dropped unstarted, because their deadline passed
+//!   in the queue, their caller had gone, or shutdown discarded them. Their
+//!   callers already counted them as `timed_out` or `shutting_down`. It is
 //!   read from the dependency's own pool.
 //!
 //! The counters are the dependency's own relaxed atomics, not the breaker's
@@ -84,8 +85,9 @@ pub struct CallCounts {
     pub rejected_deadline: u64,
     /// No answer within the deadline.
     pub timed_out: u64,
-    /// Jobs dropped unstarted because their deadline passed in the queue
-    /// (overlaps `timed_out`; read from the pool).
+    /// Jobs the pool dropped unstarted: deadline passed in the queue, caller
+    /// gone, or discarded by shutdown (overlaps `timed_out` and
+    /// `shutting_down`; read from the pool).
     pub expired: u64,
     /// The job panicked.
     pub panicked: u64,
@@ -197,7 +199,7 @@ mod prom {
     /// | `watertight_calls_total` | counter | `kind` | attempts by outcome kind; their sum is every attempt |
     /// | `watertight_slow_calls_total` | counter | | attempts slower than `slow_call_duration` |
     /// | `watertight_retries_total` | counter | | attempts that were retries |
-    /// | `watertight_expired_total` | counter | | jobs dropped unstarted past their deadline |
+    /// | `watertight_expired_total` | counter | | jobs the pool dropped unstarted |
     /// | `watertight_failure_ratio` | gauge | | breaker failure rate, 0 to 1 (absent until computed) |
     /// | `watertight_slow_call_ratio` | gauge | | breaker slow-call rate, 0 to 1 (absent until computed) |
     /// | `watertight_pool_workers` | gauge | | worker threads |
@@ -334,7 +336,7 @@ mod prom {
             counters(
                 enc,
                 "watertight_expired",
-                "Jobs dropped unstarted because their deadline passed in the queue.",
+                "Jobs dropped unstarted: deadline passed in the queue, caller gone, or shutdown.",
                 &snaps,
                 |s| s.calls.expired,
             )?;

@@ -23,11 +23,16 @@
 //! caught, the client gets a `500` with a JSON body, and the thread goes back
 //! to serving.
 //!
-//! Request bodies are tiny_http's: when a request is dropped with part of a
-//! `Content-Length` body unread, tiny_http 0.12 discards the rest through a
-//! buffer as large as that rest, so a request that *declares* a huge body
-//! can exhaust memory whatever the handler does. Expose such a server
-//! through a proxy that caps request bodies.
+//! Connections and bodies are tiny_http's, and so are two limits of tiny_http
+//! 0.12 that this pool cannot change:
+//! - each open connection holds one of tiny_http's own connection threads,
+//!   and handing a new connection to them can lose a wake-up: in a burst of
+//!   new connections, one may wait until another connection closes, however
+//!   idle this pool is;
+//! - a request dropped with part of its `Content-Length` body unread has the
+//!   rest discarded through a buffer as large as that rest, so a request that
+//!   *declares* a huge body can exhaust memory whatever the handler does.
+//!   Expose such a server through a proxy that caps request bodies.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -526,6 +526,41 @@ fn the_budget_bounds_attempts_under_a_permanent_failure() {
 }
 
 #[test]
+fn the_budget_holds_under_concurrent_callers() {
+    const THREADS: u64 = 4;
+    const CALLS: u64 = 50;
+    let dep = Dependency::builder("read")
+        .workers(THREADS as usize)
+        .breaker(BreakerConfig::default().enabled(false))
+        .retry(Retry::new().max_attempts(3).backoff(Duration::ZERO, Duration::ZERO).budget(0.2, 1))
+        .build()
+        .unwrap();
+    let attempts = Arc::new(AtomicU32::new(0));
+    let barrier = Arc::new(Barrier::new(THREADS as usize));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (dep, attempts, barrier) = (dep.clone(), Arc::clone(&attempts), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..CALLS {
+                    let seen = Arc::clone(&attempts);
+                    let _ = dep.call_retry(move |ctx| {
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        fail(ctx)
+                    });
+                }
+            })
+        })
+        .collect();
+    handles.into_iter().for_each(|h| h.join().unwrap());
+    let calls = THREADS * CALLS;
+    let attempts = u64::from(attempts.load(Ordering::SeqCst));
+    let bound = calls + calls / 5 + Retry::BUDGET_WINDOW.as_secs();
+    assert!(attempts <= bound, "{attempts} attempts for {calls} calls, bound {bound}");
+    assert_eq!(dep.snapshot().calls.total(), attempts);
+}
+
+#[test]
 fn backoff_never_sleeps_past_the_overall_timeout() {
     let dep = Dependency::builder("read")
         .workers(1)

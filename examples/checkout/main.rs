@@ -319,6 +319,9 @@ pub fn print_capacity(registry: &Registry, threads: usize) {
                 println!("capacity warning: {warning}");
             }
         }
-        Err(e) => eprintln!("WARNING: capacity check failed: {e}"),
+        Err(e) => {
+            println!("capacity: {}", e.report());
+            eprintln!("WARNING: capacity check failed: {e}: a hung provider can stall every route");
+        }
     }
 }

@@ -318,8 +318,8 @@ struct Inner {
     min_calls: u64,
     time_window: bool,
     clock: Arc<dyn Clock>,
-    /// The clock's reading when the breaker was built: every instant is kept
-    /// as nanoseconds since then, which fits an atomic.
+    /// The clock's reading when the breaker was built: the time window's
+    /// seconds and the half-open deadline count from it.
     base: Instant,
 }
 
