@@ -37,6 +37,19 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// Calls until the pool admits the call (bounded). A hand-off pool (queue 0)
+/// refuses a call while its only worker is still on its way back from the
+/// previous one, which a busy machine can stretch.
+fn admitted<T, E>(mut call: impl FnMut() -> Result<T, Error<E>>) -> Result<T, Error<E>> {
+    for _ in 0..10_000 {
+        match call() {
+            Err(Error::Rejected(Rejection::QueueFull)) => thread::yield_now(),
+            other => return other,
+        }
+    }
+    call()
+}
+
 fn ok(_: &CallContext) -> Result<u32, String> {
     Ok(1)
 }
@@ -81,7 +94,7 @@ fn context_carries_deadline_attempt_and_name() {
 
 #[test]
 fn job_errors_are_classified() {
-    let dep = Dependency::builder("account").workers(1).build().unwrap();
+    let dep = Dependency::builder("account").workers(1).queue(4).build().unwrap();
     assert!(matches!(dep.call(fail), Err(Error::Failed(_))));
     assert!(matches!(dep.call(bad_request), Err(Error::Failed(_))));
     // A classifier over the whole result: an Ok carrying a 503 is a failure.
@@ -132,7 +145,13 @@ fn timeout_counts_as_failure_and_opens_the_breaker() {
 
 #[test]
 fn panic_is_a_failure_and_keeps_the_worker() {
-    let dep = Dependency::builder("fraud").workers(1).breaker(small_breaker(2)).build().unwrap();
+    let dep = Dependency::builder("fraud")
+        .workers(1)
+        .queue(4)
+        .deadline(Duration::from_secs(5))
+        .breaker(small_breaker(2))
+        .build()
+        .unwrap();
     let r = dep.call(|_| -> Result<(), String> { panic!("provider client bug") });
     match r {
         Err(Error::Panicked(msg)) => assert!(msg.contains("provider client bug"), "{msg}"),
@@ -185,15 +204,16 @@ fn queue_full_and_circuit_open_are_never_failures() {
     let c = dep.snapshot().calls;
     assert_eq!((c.queue_full, c.not_permitted, c.successful, c.failed), (10, 10, 1, 0));
     // Two real failures now open it: the rejections did not dilute or fill its window.
-    let _ = dep.call(fail);
-    let _ = dep.call(fail);
+    let _ = admitted(|| dep.call(fail));
+    let _ = admitted(|| dep.call(fail));
     assert_eq!(dep.breaker().state(), State::Open);
 }
 
 #[test]
 fn ignored_outcomes_never_open_the_breaker() {
     // Per call site semantics: 4xx count as 0 while two 503s open the circuit.
-    let dep = Dependency::builder("account-access").workers(1).breaker(small_breaker(2)).build().unwrap();
+    let dep =
+        Dependency::builder("account-access").workers(1).queue(4).breaker(small_breaker(2)).build().unwrap();
     let classify = |r: &Result<u16, String>| match r {
         Ok(s) if *s >= 500 => Verdict::Failure,
         Ok(s) if *s >= 400 => Verdict::Ignore,
@@ -239,6 +259,7 @@ fn a_manual_clock_walks_the_breaker_through_half_open_without_sleeping() {
     let clock = ManualClock::new();
     let dep = Dependency::builder("account")
         .workers(1)
+        .queue(4)
         .clock(clock.clone())
         .breaker(small_breaker(2).open_for(Duration::from_secs(15)).half_open_calls(2))
         .build()
@@ -284,7 +305,7 @@ fn a_probe_turned_away_by_a_full_pool_gives_its_slot_back() {
     drop(release);
     holder.wait().unwrap();
     // The single probe slot came back with the rejection: this call is the probe.
-    assert_eq!(dep.call(ok).unwrap(), 1);
+    assert_eq!(admitted(|| dep.call(ok)).unwrap(), 1);
     assert_eq!(dep.breaker().state(), State::Closed);
 }
 
@@ -293,6 +314,7 @@ fn slow_calls_are_timed_on_the_injected_clock() {
     let clock = ManualClock::new();
     let dep = Dependency::builder("fraud")
         .workers(1)
+        .queue(4)
         .clock(clock.clone())
         .breaker(BreakerConfig::count_based(10).slow_call_duration(Duration::from_secs(2)))
         .build()
@@ -312,6 +334,7 @@ fn slow_calls_are_timed_on_the_injected_clock() {
 fn a_disabled_breaker_records_nothing_but_the_dependency_still_counts() {
     let dep = Dependency::builder("mail")
         .workers(1)
+        .queue(4)
         .breaker(BreakerConfig::default().enabled(false))
         .build()
         .unwrap();
@@ -416,7 +439,7 @@ fn quick_retry() -> Retry {
 
 #[test]
 fn retry_succeeds_on_the_second_attempt() {
-    let dep = Dependency::builder("read").workers(1).retry(quick_retry()).build().unwrap();
+    let dep = Dependency::builder("read").workers(1).queue(4).retry(quick_retry()).build().unwrap();
     let attempts = Arc::new(AtomicU32::new(0));
     let seen = Arc::clone(&attempts);
     let r = dep.call_retry(move |ctx| {
@@ -434,7 +457,7 @@ fn retry_succeeds_on_the_second_attempt() {
 
 #[test]
 fn retry_gives_up_after_max_attempts() {
-    let dep = Dependency::builder("read").workers(1).retry(quick_retry()).build().unwrap();
+    let dep = Dependency::builder("read").workers(1).queue(4).retry(quick_retry()).build().unwrap();
     let r = dep.call_retry(fail);
     assert!(matches!(r, Err(Error::Failed(_))));
     let c = dep.snapshot().calls;
@@ -443,7 +466,7 @@ fn retry_gives_up_after_max_attempts() {
 
 #[test]
 fn retry_never_retries_an_open_breaker() {
-    let dep = Dependency::builder("read").workers(1).retry(quick_retry()).build().unwrap();
+    let dep = Dependency::builder("read").workers(1).queue(4).retry(quick_retry()).build().unwrap();
     dep.breaker().transition_to(State::ForcedOpen);
     let ran = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&ran);
@@ -459,7 +482,7 @@ fn retry_never_retries_an_open_breaker() {
 
 #[test]
 fn retry_never_retries_an_ignored_error() {
-    let dep = Dependency::builder("read").workers(1).retry(quick_retry()).build().unwrap();
+    let dep = Dependency::builder("read").workers(1).queue(4).retry(quick_retry()).build().unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&ran);
     let r = dep.call_retry(move |ctx| {
@@ -473,22 +496,26 @@ fn retry_never_retries_an_ignored_error() {
 
 #[test]
 fn retry_retries_timeouts_and_panics() {
+    let (release, gate) = gate();
+    // A deadline long enough for a panic to be reported even on a busy machine.
     let dep = Dependency::builder("read")
         .workers(2)
-        .deadline(Duration::from_millis(50))
+        .queue(2)
+        .deadline(Duration::from_millis(500))
         .retry(quick_retry())
         .build()
         .unwrap();
-    let r = dep.call_retry(|ctx| -> Result<u32, String> {
+    let r = dep.call_retry(move |ctx| -> Result<u32, String> {
         match ctx.attempt() {
             1 => panic!("first attempt panics"),
             2 => {
-                thread::sleep(ctx.remaining() + Duration::from_millis(100));
+                block_on(&gate);
                 Ok(2)
             }
             n => Ok(n),
         }
     });
+    drop(release);
     assert_eq!(r.unwrap(), 3);
     let c = dep.snapshot().calls;
     assert_eq!((c.panicked, c.timed_out, c.successful, c.retried), (1, 1, 1, 2));
@@ -502,6 +529,7 @@ fn the_budget_bounds_attempts_under_a_permanent_failure() {
     // failing provider and `calls x max_attempts` = 300 attempts.
     let dep = Dependency::builder("read")
         .workers(1)
+        .queue(4)
         .breaker(BreakerConfig::default().enabled(false))
         .retry(Retry::new().max_attempts(3).backoff(Duration::ZERO, Duration::ZERO).budget(ratio, per_sec))
         .build()
@@ -531,6 +559,7 @@ fn the_budget_holds_under_concurrent_callers() {
     const CALLS: u64 = 50;
     let dep = Dependency::builder("read")
         .workers(THREADS as usize)
+        .queue(THREADS as usize)
         .breaker(BreakerConfig::default().enabled(false))
         .retry(Retry::new().max_attempts(3).backoff(Duration::ZERO, Duration::ZERO).budget(0.2, 1))
         .build()
@@ -564,6 +593,7 @@ fn the_budget_holds_under_concurrent_callers() {
 fn backoff_never_sleeps_past_the_overall_timeout() {
     let dep = Dependency::builder("read")
         .workers(1)
+        .queue(4)
         .retry(
             Retry::new()
                 .max_attempts(20)
@@ -680,8 +710,12 @@ fn registry_refuses_duplicates_and_checks_capacity() {
 /// Makes a known mix of calls on two dependencies and returns how many each made.
 fn known_mix(registry: &Registry) -> Vec<(String, u64)> {
     let (release, gate) = gate();
-    let a = Dependency::builder("alpha").workers(2).deadline(Duration::from_millis(50)).build().unwrap();
-    let b = Dependency::builder("beta").workers(1).build().unwrap();
+    // Alpha's outcomes come back at once; beta's first call times out (and keeps one
+    // of its two workers until the end).
+    let a =
+        Dependency::builder("alpha").workers(2).queue(4).deadline(Duration::from_secs(5)).build().unwrap();
+    let b =
+        Dependency::builder("beta").workers(2).queue(4).deadline(Duration::from_millis(100)).build().unwrap();
     registry.register(a.clone()).unwrap();
     registry.register(b.clone()).unwrap();
     for _ in 0..5 {
@@ -691,17 +725,16 @@ fn known_mix(registry: &Registry) -> Vec<(String, u64)> {
         let _ = a.call(fail);
     }
     let _ = a.call(bad_request);
-    let gate2 = gate.clone();
-    let _ = a.call(move |_| {
-        block_on(&gate2);
+    let _ = a.call(|_| -> Result<(), String> { panic!("bug") });
+    let _ = b.call(move |_| {
+        block_on(&gate);
         Ok::<_, String>(())
     });
-    let _ = a.call(|_| -> Result<(), String> { panic!("bug") });
     let _ = b.call_retry(fail);
     b.breaker().transition_to(State::ForcedOpen);
     let _ = b.call(ok);
     drop(release);
-    vec![("alpha".to_owned(), 11), ("beta".to_owned(), 4)]
+    vec![("alpha".to_owned(), 10), ("beta".to_owned(), 5)]
 }
 
 #[test]
@@ -715,9 +748,9 @@ fn registry_snapshot_adds_up() {
         assert_eq!(s.calls.total(), calls, "{name}: {:?}", s.calls);
     }
     let a = &snaps[0].calls;
-    assert_eq!((a.successful, a.failed, a.ignored, a.timed_out, a.panicked), (5, 3, 1, 1, 1));
+    assert_eq!((a.successful, a.failed, a.ignored, a.panicked), (5, 3, 1, 1));
     let b = &snaps[1].calls;
-    assert_eq!((b.failed, b.retried, b.not_permitted), (3, 2, 1));
+    assert_eq!((b.timed_out, b.failed, b.retried, b.not_permitted), (1, 3, 2, 1));
     assert_eq!(snaps[1].state, State::ForcedOpen);
 }
 

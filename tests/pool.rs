@@ -564,3 +564,76 @@ fn invalid_config_names_the_field() {
     assert_eq!(Pool::builder("bad").stack_size(10).build().unwrap_err().field(), "stack_size");
     assert_eq!(Pool::builder("bad").queue(usize::MAX).build().unwrap_err().field(), "queue");
 }
+
+#[test]
+fn concurrent_callers_each_get_exactly_one_outcome() {
+    const CALLERS: usize = 8;
+    const CALLS: u64 = 300;
+    let pool = Pool::builder("mix").workers(3).queue(4).build().unwrap();
+    let start = Arc::new(Barrier::new(CALLERS));
+    let all = Instant::now();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|c| {
+            let (pool, start) = (pool.clone(), start.clone());
+            thread::spawn(move || {
+                // [ok, failed, panicked, timed out, rejected]
+                let mut seen = [0u64; 5];
+                start.wait();
+                for i in 0..CALLS {
+                    let n = c as u64 * CALLS + i;
+                    let r = pool.call_timeout(Duration::from_millis(2 + n % 5), move |ctx: &CallContext| {
+                        match n % 50 {
+                            // Rare: a panic's report is slow to print.
+                            7 => panic!("planned"),
+                            1 | 11 | 21 | 31 | 41 => Err(std::io::Error::other("planned")),
+                            // Sometimes outlive the deadline: abandoned work.
+                            2 | 12 | 22 | 32 | 42 => {
+                                thread::sleep(ctx.remaining() + Duration::from_millis(1));
+                                Ok(n)
+                            }
+                            _ => Ok(n),
+                        }
+                    });
+                    let slot = match r {
+                        Ok(v) => {
+                            assert_eq!(v, n);
+                            0
+                        }
+                        Err(Error::Failed(_)) => 1,
+                        Err(Error::Panicked(_)) => 2,
+                        Err(Error::Timeout { .. }) => 3,
+                        Err(Error::Rejected(Rejection::QueueFull)) => {
+                            // Let the workers catch up rather than spin.
+                            thread::yield_now();
+                            4
+                        }
+                        Err(other) => panic!("unexpected outcome {other:?}"),
+                    };
+                    seen[slot] += 1;
+                    assert!(all.elapsed() < Duration::from_secs(60), "load loop over its time bound");
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut seen = [0u64; 5];
+    for c in callers {
+        for (total, n) in seen.iter_mut().zip(c.join().unwrap()) {
+            *total += n;
+        }
+    }
+    assert_eq!(seen.iter().sum::<u64>(), CALLERS as u64 * CALLS, "a call without exactly one outcome");
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    let s = pool.stats();
+    eprintln!("outcomes [ok, failed, panicked, timeout, rejected] = {seen:?}; {s:?}");
+    assert_identity(&s);
+    assert_eq!((s.busy, s.queued, s.abandoned), (0, 0, 0), "{s:?}");
+    assert_eq!(s.rejected, seen[4]);
+    assert_eq!(s.timed_out, seen[3]);
+    assert_eq!(s.submitted, seen[..4].iter().sum::<u64>());
+    // A caller that got an answer was answered by a job that ran; a timed-out
+    // caller's job either ran late (abandoned), or never started (expired).
+    assert!(s.completed >= seen[0] + seen[1], "{s:?}");
+    assert!(s.panicked >= seen[2], "{s:?}");
+    assert_eq!(s.completed + s.panicked + s.expired, s.submitted, "{s:?}");
+}

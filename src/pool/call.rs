@@ -317,16 +317,18 @@ pub struct Ticket<T, E> {
     call: Option<Arc<dyn Waitable<T, E>>>,
     /// When the call was submitted, for `Timeout { waited }`.
     start: Instant,
+    deadline: Instant,
 }
 
 impl<T, E> Ticket<T, E> {
     pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant) -> Self {
-        Ticket { call: Some(call), start }
+        let deadline = call.ctx().deadline;
+        Ticket { call: Some(call), start, deadline }
     }
 
-    /// The call's deadline.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.call.as_ref().map(|c| c.ctx().deadline)
+    /// The call's deadline: [`wait`](Ticket::wait) returns by then.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     /// Waits for the answer until the call's deadline.

@@ -75,6 +75,15 @@ const DEFAULT_DROP_GRACE: Duration = Duration::from_secs(1);
 /// assert_eq!(late.unwrap_err().rejection(), Some(Rejection::ShuttingDown));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A job runs on another thread, so it must be `Send`:
+///
+/// ```compile_fail
+/// # use std::time::Duration;
+/// let pool = watertight::Pool::builder("x").build().unwrap();
+/// let not_send = std::rc::Rc::new(1);
+/// let _ = pool.call_timeout(Duration::from_secs(1), move |_| Ok::<_, ()>(*not_send));
+/// ```
 #[derive(Clone)]
 pub struct Pool {
     inner: Arc<Handle>,
@@ -385,7 +394,9 @@ impl Pool {
     /// the job handed back, when the queue is full ([`Rejection::QueueFull`];
     /// with queue 0, when no worker is idle), when the pool is shutting down
     /// ([`Rejection::ShuttingDown`]), or when `deadline` has already passed
-    /// ([`Rejection::DeadlineUnmeetable`]).
+    /// ([`Rejection::DeadlineUnmeetable`]). (With queue 0 and a worker idle
+    /// but not yet back at the queue, it spins and yields for a few
+    /// microseconds for that worker; see [`PoolBuilder::queue`].)
     pub fn submit_deadline<T, E, F>(&self, deadline: Instant, job: F) -> Result<Ticket<T, E>, SubmitError<F>>
     where
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
