@@ -901,14 +901,19 @@ fn summary(
     let mut base_p50 = None;
     let mut p50s = HashMap::new();
     for row in isolation.iter_mut() {
+        row.record.charged.sort();
+        row.record.wall.sort();
+        if row.id == "baseline" && !row.record.charged.is_empty() {
+            base_p50 = Some(percentile(&row.record.charged, 50.0));
+        }
+    }
+    // Ids filtered out on the command line ran nothing.
+    for row in isolation.iter_mut().filter(|row| !row.record.charged.is_empty()) {
         let r = &mut row.record;
-        r.charged.sort();
-        r.wall.sort();
         let p50 = percentile(&r.charged, 50.0);
         let p99 = percentile(&r.charged, 99.0);
         let mean = r.charged.iter().sum::<Duration>() / (r.charged.len().max(1) as u32);
-        let base = *base_p50.get_or_insert(p50);
-        let ratio = p50.as_secs_f64() / base.as_secs_f64();
+        let ratio = base_p50.map_or(f64::NAN, |base: Duration| p50.as_secs_f64() / base.as_secs_f64());
         p50s.insert(row.id, ratio);
         let crit = criterion_median("isolation", row.id)
             .map_or("n/a".to_owned(), |ns| ms(Duration::from_nanos(ns as u64)));
@@ -984,7 +989,7 @@ fn summary(
         "id", "requests", "not_approved", "req/s", "crit. median req/s"
     );
     let mut rates = HashMap::new();
-    for row in http {
+    for row in http.iter().filter(|row| row.requests > 0) {
         let rate = row.requests as f64 / row.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
         rates.insert(row.id, rate);
         let crit = criterion_median("http", row.id).map_or("n/a".to_owned(), |ns| format!("{:.0}", 1e9 / ns));
@@ -1018,10 +1023,11 @@ fn main() {
     c.final_summary();
     // Not criterion measurements: skipped when criterion only lists or tests.
     let args: Vec<String> = std::env::args().collect();
-    let (mut iso_paired, paired) = if args.iter().any(|a| a == "--list" || a == "--test") {
-        (IsolationPaired::default(), Paired::default())
-    } else {
-        (isolation_paired(), http_paired())
-    };
+    if args.iter().any(|a| a == "--list" || a == "--test") {
+        println!("(one pass per id, nothing measured: no summary)");
+        return;
+    }
+    let mut iso_paired = isolation_paired();
+    let paired = http_paired();
     summary(&mut isolation_rows, &mut iso_paired, &http_rows, &paired);
 }
