@@ -42,6 +42,11 @@
 //! provider on the request thread (`direct`) or through its `Dependency`
 //! (`watertight`).
 //!
+//! After criterion, two paired comparisons run outside it (`baseline` against
+//! `watertight`, `direct` against `watertight`): both servers up at once and measured
+//! in turn, round by round, so that the other builds sharing a small machine weigh on
+//! both sides alike. Their per-round ratios and medians close the summary.
+//!
 //! Every id starts from nothing and is torn down before the next: providers
 //! released, clients joined, the server and the pools shut down, and the process's
 //! thread count back where it was.
