@@ -1,4 +1,4 @@
-//! Does one hung dependency take the whole server down? Seed 001's incident, measured.
+//! Does one hung dependency take the whole server down? The checkout incident, measured.
 //!
 //! A tiny_http server on loopback answers on a fixed request pool of 16 threads
 //! ([`watertight::server::serve`]) two routes:
@@ -19,7 +19,7 @@
 //! |               |          | the same deadlines applied to the *wait* (a time limiter)             |
 //! | `naive`       | hung     | on the request thread, fraud without any timeout (the incident)       |
 //!
-//! `shared_pool` is the Rust counterpart of seed 001's first fix: breaker and time
+//! `shared_pool` is the Rust counterpart of the incident's first fix: breaker and time
 //! limiter around `supplyAsync` on the common pool. A time limiter can stop waiting
 //! but cannot stop a blocking call, so every hung fraud call keeps a pool thread, and
 //! `orders-db` queues behind them.
@@ -267,7 +267,7 @@ impl App {
         if approved {
             json(200, r#"{"decision":"approved"}"#)
         } else {
-            // Seed 001: an explicit degradation, never a silent approval.
+            // An explicit degradation, never a silent approval.
             json(202, r#"{"decision":"manual_review"}"#)
         }
     }
