@@ -1,8 +1,11 @@
 //! Time, injected: [`Clock`], the real [`SystemClock`], and [`ManualClock`] for tests.
 //!
-//! Every component that reads time takes an `Arc<dyn Clock>` through its
-//! builder, so a test that owns a [`ManualClock`] moves time for every thread
-//! that uses the component (workers, listeners, benches) at once. There is no
+//! The breaker, and the timings and retry budget a `Dependency` records on
+//! it, read time through an `Arc<dyn Clock>` given to their builder, so a
+//! test that owns a [`ManualClock`] moves time for every thread that uses
+//! them (workers, listeners, benches) at once. Deadlines are real time
+//! everywhere: a caller waits on the real clock, and a deadline on a manual
+//! clock would hold it for real. There is no
 //! thread-local or `cfg(test)` swap to forget.
 
 use std::fmt;

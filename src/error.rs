@@ -17,7 +17,8 @@ pub enum Rejection {
     /// Every worker is busy and the bounded queue is full.
     QueueFull,
     /// The work already queued is estimated to take longer than the call's
-    /// remaining deadline, so queueing it could only end in a timeout.
+    /// remaining deadline, so queueing it could only end in a timeout; also
+    /// the answer when the deadline has already passed at submission.
     DeadlineUnmeetable,
     /// The pool is shutting down (or has shut down) and admits nothing more;
     /// also the answer for queued work that shutdown could not run in time.
@@ -91,18 +92,19 @@ impl<E> Error<E> {
         }
     }
 
-    /// `true` when trying again later may succeed because the provider itself
-    /// misbehaved: a timeout, a panic, or a job error that its
+    /// `true` when trying again may succeed because the provider itself
+    /// misbehaved: a timeout, or a job error that its
     /// [`Classify`](crate::Classify) implementation calls a failure (a
-    /// transport error or a 5xx). Rejections and ignored errors (4xx) are not
-    /// transient: retrying them cannot help and would only add load.
+    /// transport error or a 5xx). Rejections, ignored errors (4xx) and panics
+    /// are not transient: a rejection or a 4xx would only add load, and a
+    /// panic is a bug in the job that would panic again.
     pub fn is_transient(&self) -> bool
     where
         E: crate::Classify,
     {
         match self {
-            Error::Rejected(_) => false,
-            Error::Timeout { .. } | Error::Panicked(_) => true,
+            Error::Rejected(_) | Error::Panicked(_) => false,
+            Error::Timeout { .. } => true,
             Error::Failed(e) => e.classify() == crate::Verdict::Failure,
         }
     }

@@ -96,7 +96,7 @@ fn state_walk_closed_open_half_open_closed_and_open_again() {
 }
 
 #[test]
-fn seed_000_ignored_4xx_count_as_zero_while_two_failures_open_it() {
+fn permission_check_ignored_4xx_count_as_zero_while_two_failures_open_it() {
     let (b, _clock) = manual(BreakerConfig::time_based(30).minimum_calls(2).failure_rate(50.0));
     // 400, 401, 403, 404, 409, 429: the caller's or one tenant's problem.
     for _status in [400, 401, 403, 404, 409, 429] {
@@ -126,7 +126,7 @@ fn ignored_calls_do_not_dilute_the_failure_rate() {
 }
 
 #[test]
-fn seed_000_two_breakers_are_independent() {
+fn permission_check_two_breakers_are_independent() {
     let clock = ManualClock::new();
     let config = BreakerConfig::count_based(10).minimum_calls(2);
     let access = Breaker::with_clock("account-access", config.clone(), Arc::new(clock.clone())).unwrap();
@@ -149,7 +149,7 @@ fn opened(config: BreakerConfig) -> (Breaker, ManualClock) {
 }
 
 #[test]
-fn seed_000_two_half_open_successes_close_it() {
+fn permission_check_two_half_open_successes_close_it() {
     let (b, _clock) = opened(BreakerConfig::count_based(10).half_open_calls(2));
     call(&b, Verdict::Success);
     assert_eq!(b.state(), State::HalfOpen);
@@ -158,7 +158,7 @@ fn seed_000_two_half_open_successes_close_it() {
 }
 
 #[test]
-fn seed_000_a_half_open_failure_reopens_it() {
+fn permission_check_a_half_open_failure_reopens_it() {
     let (b, _clock) = opened(BreakerConfig::count_based(10).half_open_calls(2));
     call(&b, Verdict::Failure);
     call(&b, Verdict::Success);
@@ -167,7 +167,7 @@ fn seed_000_a_half_open_failure_reopens_it() {
 }
 
 #[test]
-fn seed_000_failure_rate_101_is_refused() {
+fn permission_check_failure_rate_101_is_refused() {
     let err = Breaker::new("account-access", BreakerConfig::default().failure_rate(101.0)).unwrap_err();
     assert_eq!(err.to_string(), "failure_rate must be in (0, 100], got 101");
     assert_eq!((err.field(), err.rule(), err.value()), ("failure_rate", "in (0, 100]", "101"));

@@ -57,7 +57,12 @@ pub fn parse_phases(text: &str) -> Result<Phases, String> {
         .map(|p| p.trim().parse::<u64>().map_err(|_| format!("{p:?} is not a whole number of seconds")))
         .collect::<Result<_, _>>()?;
     match *parts.as_slice() {
-        [healthy, hang, healed] if healthy + hang + healed > 0 && healthy + hang + healed <= 3600 => {
+        [healthy, hang, healed]
+            if healthy
+                .checked_add(hang)
+                .and_then(|s| s.checked_add(healed))
+                .is_some_and(|s| (1..=3600).contains(&s)) =>
+        {
             Ok(Phases { healthy, hang, healed })
         }
         [_, _, _] => Err("the phases must add up to 1..=3600 seconds".into()),

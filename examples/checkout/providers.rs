@@ -100,7 +100,9 @@ impl FromStr for Fault {
             Some((kind, arg)) => (kind, Some(arg.trim())),
             None => (text.as_str(), None),
         };
-        let millis = || arg?.parse().ok().map(Duration::from_millis);
+        // Capped at the hang cap: a longer fault means the same, and an absurd one
+        // must not overflow an `Instant` later.
+        let millis = || arg?.parse().ok().map(|ms| Duration::from_millis(ms).min(HANG_CAP));
         let fault = match (kind, arg) {
             ("healthy", None) => Some(Fault::Healthy),
             ("slow", Some(_)) => millis().map(Fault::Slow),

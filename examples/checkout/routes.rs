@@ -331,7 +331,11 @@ fn user_id(req: &Request) -> Result<String, ResponseBox> {
     match value {
         None | Some("") => Err(error(401, "UNAUTHENTICATED", "the X-User-Id header is required")),
         Some(id)
-            if id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b)) =>
+            // Not `.` or `..`: the id becomes a path segment of account's URL.
+            if id.len() <= 64
+                && id != "."
+                && id != ".."
+                && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b)) =>
         {
             Ok(id.to_owned())
         }
