@@ -20,10 +20,9 @@
 //! the timeout.
 
 use std::any::Any;
-use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::breaker::{Breaker, BreakerConfig, Transition};
@@ -316,7 +315,7 @@ impl Inner {
 /// between the job and its answer. That is noise next to a slow job and a
 /// third of the overhead of a fast one, so fast jobs are sampled: while the
 /// mean is under [`SAMPLE_ALL_FROM`](Self::SAMPLE_ALL_FROM) one job in
-/// [`SAMPLE_EVERY`](Self::SAMPLE_EVERY) (per calling thread) is timed, and
+/// [`SAMPLE_EVERY`](Self::SAMPLE_EVERY) is timed, and
 /// from there on every job. A fast mean only matters to admission behind a
 /// very deep queue, and a slowdown is caught by the next sample, which lifts
 /// the mean over the threshold at once (a 1 s sample moves a 1 ms mean to
@@ -328,11 +327,10 @@ impl Inner {
 #[derive(Debug, Default)]
 struct ServiceTime {
     ewma_ns: AtomicU64,
-}
-
-thread_local! {
-    /// Calls this thread has made through any dependency, for sampling.
-    static TICK: Cell<u32> = const { Cell::new(0) };
+    /// Calls made through this dependency, for sampling one in
+    /// [`SAMPLE_EVERY`](Self::SAMPLE_EVERY). Per dependency, so that a caller
+    /// alternating between two dependencies samples both.
+    tick: AtomicU32,
 }
 
 impl ServiceTime {
@@ -347,11 +345,7 @@ impl ServiceTime {
         if mean == 0 || mean >= Self::SAMPLE_ALL_FROM {
             return true;
         }
-        TICK.with(|tick| {
-            let n = tick.get().wrapping_add(1);
-            tick.set(n);
-            n % Self::SAMPLE_EVERY == 0
-        })
+        self.tick.fetch_add(1, Ordering::Relaxed).wrapping_add(1).is_multiple_of(Self::SAMPLE_EVERY)
     }
 
     fn record(&self, sample: Duration) {
@@ -434,7 +428,7 @@ impl Dependency {
 
     /// Calls `job` with the builder's [`Retry`]: up to `max_attempts`
     /// attempts, each through the breaker (so each is counted by it), retried
-    /// only after a transient outcome (a failure verdict, a timeout, a panic)
+    /// only after a transient outcome (a failure verdict or a timeout; never a panic)
     /// and only while the retry budget allows, with exponential backoff and
     /// full jitter between them. Never retries a rejection or an ignored
     /// outcome, and never sleeps past [`Retry::overall_timeout`].
@@ -475,7 +469,10 @@ impl Dependency {
             }
             let shared = Arc::clone(&job);
             let (result, verdict) = self.attempt(now, deadline, attempt, &classify, move |ctx| shared(ctx));
-            if verdict != Some(Verdict::Failure) || attempt >= retry.get_max_attempts() {
+            // A panic is a failure to the breaker, but a bug in the job, not a transient
+            // fault of the provider: running it again would only panic again.
+            let panicked = matches!(result, Err(Error::Panicked(_)));
+            if verdict != Some(Verdict::Failure) || panicked || attempt >= retry.get_max_attempts() {
                 return result;
             }
             let pause = inner.jitter.upto(retry.backoff_cap(attempt));
@@ -490,13 +487,19 @@ impl Dependency {
                 log::debug!("dependency {}: no retry, the retry budget is spent", inner.name);
                 return result;
             }
-            drop(result);
             if !pause.is_zero() {
                 std::thread::sleep(pause);
             }
+            now = Instant::now();
+            // A sleep may overshoot: if it ate the rest of the overall timeout, the
+            // failure that caused the retry is the answer, not a rejection of an
+            // attempt that had no time left.
+            if overall.is_some_and(|o| now >= o) {
+                return result;
+            }
+            drop(result);
             attempt += 1;
             inner.counters.retried();
-            now = Instant::now();
         }
     }
 
@@ -555,7 +558,6 @@ impl Dependency {
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
-                self.emit(|| Event::TimedOut { dependency: Arc::clone(&inner.name), waited });
                 (Err(Error::Timeout { waited }), Verdict::Failure, Outcome::TimedOut)
             }
             Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
@@ -571,6 +573,12 @@ impl Dependency {
         }
         // The only place this attempt's permit is recorded: on the calling thread, once.
         permit.record(verdict, elapsed);
+        // Listeners hear of a timeout only once it is counted and recorded, so that
+        // a slow or panicking listener cannot change what the breaker saw.
+        if let Err(Error::Timeout { waited }) = &result {
+            let waited = *waited;
+            self.emit(|| Event::TimedOut { dependency: Arc::clone(&inner.name), waited });
+        }
         (result, Some(verdict))
     }
 
@@ -602,11 +610,18 @@ impl Dependency {
         Error::Rejected(rejection)
     }
 
+    /// Delivers an event to every listener. A panicking listener is logged and
+    /// skipped: it must not unwind through a caller whose outcome is already
+    /// decided.
     fn emit(&self, event: impl FnOnce() -> Event) {
         let listeners = &self.inner.listeners;
         if !listeners.is_empty() {
             let event = event();
-            listeners.iter().for_each(|l| l(&event));
+            for listener in listeners.iter() {
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| listener(&event))).is_err() {
+                    log::error!("dependency {}: an event listener panicked", self.inner.name);
+                }
+            }
         }
     }
 
@@ -655,8 +670,10 @@ impl Dependency {
         self.inner.admission
     }
 
-    /// Counters, breaker state and rates, and pool figures, read without
-    /// taking any lock.
+    /// Counters, breaker state and rates, and pool figures. The counters and
+    /// pool figures are relaxed atomic reads; the rates come from the
+    /// breaker, which holds its window lock for the few instructions it takes
+    /// to copy them (the same lock a call's outcome takes to be recorded).
     pub fn snapshot(&self) -> DependencySnapshot {
         let inner = &*self.inner;
         let metrics = inner.breaker.metrics();

@@ -292,8 +292,8 @@ mod prom {
 
     impl prometheus_client::collector::Collector for Collector {
         fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Res {
-            // One snapshot per dependency per scrape, taken with no lock held (see
-            // `Registry::snapshot`), so every family below shows the same moment.
+            // One snapshot per dependency per scrape (see `Registry::snapshot`),
+            // so every family below shows the same moment.
             let snaps = self.registry.snapshot();
             let enc = &mut encoder;
 

@@ -83,7 +83,13 @@ impl Registry {
     /// A request thread that calls a dependency waits for the answer, so while a
     /// provider hangs, one dependency can hold at most `workers + queue` request
     /// threads (each for at most its deadline): more callers than that are
-    /// answered `QueueFull` at once. Isolation holds only while that *hold*, for
+    /// answered `QueueFull` at once. The bound is for single attempts
+    /// ([`Dependency::call`](crate::Dependency::call)): a caller of
+    /// [`call_retry`](crate::Dependency::call_retry) also holds its request
+    /// thread while it sleeps between attempts, outside the pool, for up to
+    /// `max_attempts` deadlines plus the backoffs in all;
+    /// [`Retry::overall_timeout`](crate::Retry::overall_timeout) bounds that.
+    /// Isolation holds only while that *hold*, for
     /// the worst dependency, leaves the request pool room for everything else.
     /// This check applies the rule to every dependency:
     ///

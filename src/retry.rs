@@ -18,11 +18,11 @@ const BUCKETS: usize = 10;
 ///
 /// The rules: a retry sits *outside* the breaker, so
 /// every attempt asks the breaker for its own permit and is counted by it; only
-/// transient outcomes are retried (transport errors, timeouts, 5xx, panics:
+/// transient outcomes are retried (transport errors, timeouts, 5xx:
 /// whatever the classifier calls a [`Failure`](crate::Verdict::Failure));
 /// a rejection ([`CircuitOpen`](crate::Rejection::CircuitOpen),
-/// [`QueueFull`](crate::Rejection::QueueFull), ...) and an ignored outcome
-/// (a 4xx) are never retried.
+/// [`QueueFull`](crate::Rejection::QueueFull), ...), an ignored outcome
+/// (a 4xx) and a panic (a bug in the job) are never retried.
 ///
 /// # The budget
 ///

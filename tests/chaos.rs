@@ -370,6 +370,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
     assert_eq!(c.successful, seen(Final::Ok), "a success ends its call\n{figures}");
     assert_eq!(c.ignored, seen(Final::Ignored), "an ignored outcome is never retried\n{figures}");
     assert_eq!(c.not_permitted, seen(Final::CircuitOpen), "a rejection is never retried\n{figures}");
+    assert_eq!(c.panicked, seen(Final::Panicked), "a panic is never retried\n{figures}");
     assert_eq!(c.queue_full, seen(Final::QueueFull), "{figures}");
     assert_eq!(c.rejected_deadline, seen(Final::DeadlineUnmeetable), "{figures}");
     assert_eq!(c.shutting_down + seen(Final::ShuttingDown), 0, "nothing shut down\n{figures}");

@@ -495,8 +495,32 @@ fn retry_never_retries_an_ignored_error() {
 }
 
 #[test]
-fn retry_retries_timeouts_and_panics() {
+fn retry_retries_timeouts() {
     let (release, gate) = gate();
+    let dep = Dependency::builder("read")
+        .workers(2)
+        .queue(2)
+        .deadline(Duration::from_millis(200))
+        .retry(quick_retry())
+        .build()
+        .unwrap();
+    let r = dep.call_retry(move |ctx| -> Result<u32, String> {
+        match ctx.attempt() {
+            1 => {
+                block_on(&gate);
+                Ok(1)
+            }
+            n => Ok(n),
+        }
+    });
+    drop(release);
+    assert_eq!(r.unwrap(), 2);
+    let c = dep.snapshot().calls;
+    assert_eq!((c.timed_out, c.successful, c.retried), (1, 1, 1));
+}
+
+#[test]
+fn retry_never_reruns_a_panicking_job() {
     // A deadline long enough for a panic to be reported even on a busy machine.
     let dep = Dependency::builder("read")
         .workers(2)
@@ -505,20 +529,16 @@ fn retry_retries_timeouts_and_panics() {
         .retry(quick_retry())
         .build()
         .unwrap();
-    let r = dep.call_retry(move |ctx| -> Result<u32, String> {
-        match ctx.attempt() {
-            1 => panic!("first attempt panics"),
-            2 => {
-                block_on(&gate);
-                Ok(2)
-            }
-            n => Ok(n),
-        }
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&ran);
+    let r = dep.call_retry(move |_ctx| -> Result<u32, String> {
+        counter.fetch_add(1, Ordering::SeqCst);
+        panic!("a bug in the job");
     });
-    drop(release);
-    assert_eq!(r.unwrap(), 3);
+    assert!(matches!(r, Err(Error::Panicked(ref m)) if m.contains("a bug in the job")), "{r:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "a panic is a bug, not a transient fault");
     let c = dep.snapshot().calls;
-    assert_eq!((c.panicked, c.timed_out, c.successful, c.retried), (1, 1, 1, 2));
+    assert_eq!((c.panicked, c.retried), (1, 0));
 }
 
 #[test]
@@ -842,4 +862,35 @@ fn shutdown_answers_shutting_down_and_is_not_a_failure() {
     assert_eq!(dep.call(ok).unwrap_err().rejection(), Some(Rejection::ShuttingDown));
     assert_eq!(dep.snapshot().calls.shutting_down, 1);
     assert_eq!(dep.breaker().metrics().failed, 0);
+}
+
+#[test]
+fn a_panicking_listener_cannot_change_what_the_breaker_saw() {
+    let (release, gate) = gate();
+    let dep = Dependency::builder("read")
+        .workers(2)
+        .queue(0)
+        .deadline(Duration::from_millis(100))
+        .breaker(BreakerConfig::count_based(4).minimum_calls(2))
+        .on_event(|event| {
+            if matches!(event, Event::TimedOut { .. }) {
+                panic!("a listener with a bug");
+            }
+        })
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let gate = gate.clone();
+        let r = dep.call(move |_ctx| -> Result<(), String> {
+            block_on(&gate);
+            Ok(())
+        });
+        // The caller still gets its answer, not the listener's panic.
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    }
+    drop(release);
+    let snap = dep.snapshot();
+    assert_eq!(snap.calls.timed_out, 2);
+    // Both timeouts were recorded as failures: the breaker opened.
+    assert_eq!(snap.state, State::Open);
 }

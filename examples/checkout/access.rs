@@ -85,10 +85,10 @@ impl AccessGate {
     /// account's answer (then cached). An error means: refuse with 503.
     pub fn check(&self, user: &str) -> Result<Decision, LookupError> {
         let now = Instant::now();
-        if let Some(&(decision, expires)) = self.cache.lock().get(user) {
-            if now < expires {
-                return Ok(decision);
-            }
+        if let Some(&(decision, expires)) = self.cache.lock().get(user)
+            && now < expires
+        {
+            return Ok(decision);
         }
         // Concurrent misses for one user each ask account; the answers agree,
         // and the dependency's bounded pool caps how many can be in flight.

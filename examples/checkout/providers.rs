@@ -329,10 +329,10 @@ impl Drop for FakeProvider {
         };
         // Join the acceptor only when it is sure to return: it waits on the condvar
         // (not listening) or has just been woken from `accept`.
-        if !listening || self.shared.wake_acceptor() {
-            if let Some(acceptor) = self.acceptor.take() {
-                let _ = acceptor.join();
-            }
+        if (!listening || self.shared.wake_acceptor())
+            && let Some(acceptor) = self.acceptor.take()
+        {
+            let _ = acceptor.join();
         }
     }
 }

@@ -804,10 +804,10 @@ impl Inner {
                     if verdict != Verdict::Ignore {
                         let sec = if self.time_window { now.secs() } else { 0 };
                         core.window.record(outcome, sec);
-                        if core.state == State::Closed {
-                            if let Some(cause) = self.over_threshold(core.window.totals()) {
-                                self.enter(&mut core, State::Open, &mut now, cause);
-                            }
+                        if core.state == State::Closed
+                            && let Some(cause) = self.over_threshold(core.window.totals())
+                        {
+                            self.enter(&mut core, State::Open, &mut now, cause);
                         }
                     }
                 }
