@@ -7,110 +7,20 @@
 //! process, and a guard kills it when the test ends, passed or failed.
 #![cfg(all(feature = "ureq", feature = "tiny_http", feature = "prometheus"))]
 
+#[path = "support/checkout_bin.rs"]
+mod checkout_bin;
 #[allow(unused_imports)] // the shared test support re-exports more than this file uses
 mod support;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use checkout_bin::{Checkout, binary};
 use serde_json::{Value, json};
 use support::{agent_status_ok, wait_until};
-
-/// The example binary, built once per test process if it is missing.
-fn binary() -> &'static PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        // target/<profile>/deps/checkout-<hash> -> target/<profile>/examples/checkout
-        let exe = std::env::current_exe().expect("the test's own path");
-        let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-        let path = profile_dir.join("examples").join(format!("checkout{}", std::env::consts::EXE_SUFFIX));
-        if !path.exists() {
-            let mut build = Command::new(env!("CARGO"));
-            build.args(["build", "--example", "checkout"]).current_dir(env!("CARGO_MANIFEST_DIR"));
-            if profile_dir.file_name().is_some_and(|p| p == "release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("run cargo build --example checkout");
-            assert!(status.success(), "building the checkout example failed");
-        }
-        path
-    })
-}
-
-/// A running checkout server. Dropping it kills the process.
-struct Checkout {
-    child: Child,
-    base: String,
-    /// Everything the server wrote to stderr so far (its log).
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Checkout {
-    /// Starts the server on a free port with `args` and waits (bounded) for
-    /// its first line, `listening on http://<addr>`.
-    fn start(args: &[&str]) -> Checkout {
-        let mut child = Command::new(binary())
-            .args(["--addr", "127.0.0.1:0"])
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the checkout example");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr_pipe = child.stderr.take().expect("piped stderr");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        {
-            let stderr = Arc::clone(&stderr);
-            thread::spawn(move || {
-                for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
-                    let mut log = stderr.lock().unwrap();
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            });
-        }
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(first)) = lines.next() {
-                let _ = tx.send(first);
-            }
-            // Keep draining so the server never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let mut server = Checkout { child, base: String::new(), stderr };
-        let first = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| {
-            panic!("the server printed no address; stderr:\n{}", server.stderr.lock().unwrap())
-        });
-        server.base = first
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-            .to_owned();
-        server
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Checkout {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn agent() -> ureq::Agent {
     agent_status_ok(Duration::from_secs(10))

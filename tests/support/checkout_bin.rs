@@ -50,7 +50,7 @@ impl Checkout {
         let mut child = Command::new(binary())
             .args(["--addr", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "info")
             .env_remove("RUST_BACKTRACE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -89,7 +89,12 @@ impl Checkout {
         Checkout { child, addr, stderr }
     }
 
-    /// Everything the server wrote to stderr so far.
+    /// `http://<addr><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Everything the server wrote to stderr so far (its log, at `info`).
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
