@@ -529,6 +529,15 @@ struct DependencyInput {
     retry: RetryInput,
 }
 
+impl From<(String, usize, usize, Duration, Option<usize>, bool, BreakerInput, RetryInput)>
+    for DependencyInput
+{
+    fn from(t: (String, usize, usize, Duration, Option<usize>, bool, BreakerInput, RetryInput)) -> Self {
+        let (name, workers, queue, deadline, stack, admission, breaker, retry) = t;
+        DependencyInput { name, workers, queue, deadline, stack, admission, breaker, retry }
+    }
+}
+
 fn dependency_input() -> impl Strategy<Value = DependencyInput> {
     (
         any_name(),
@@ -540,16 +549,7 @@ fn dependency_input() -> impl Strategy<Value = DependencyInput> {
         breaker_input(),
         retry_input(),
     )
-        .prop_map(|t| DependencyInput {
-            name: t.0,
-            workers: t.1,
-            queue: t.2,
-            deadline: t.3,
-            stack: t.4,
-            admission: t.5,
-            breaker: t.6,
-            retry: t.7,
-        })
+        .prop_map(DependencyInput::from)
 }
 
 fn valid_dependency_input() -> impl Strategy<Value = DependencyInput> {
@@ -566,16 +566,7 @@ fn valid_dependency_input() -> impl Strategy<Value = DependencyInput> {
         valid_breaker_input(),
         valid_retry_input(),
     )
-        .prop_map(|t| DependencyInput {
-            name: t.0,
-            workers: t.1,
-            queue: t.2,
-            deadline: t.3,
-            stack: t.4,
-            admission: t.5,
-            breaker: t.6,
-            retry: t.7,
-        })
+        .prop_map(DependencyInput::from)
 }
 
 /// Builds a dependency from `input` (judged against the model) and, if it
