@@ -30,7 +30,7 @@ pub(crate) enum WindowKind {
 
 /// How the open period grows with each consecutive opening.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Backoff {
+pub(crate) struct OpenBackoff {
     pub(crate) multiplier: f64,
     pub(crate) max: Duration,
 }
@@ -65,7 +65,7 @@ pub struct BreakerConfig {
     pub(crate) slow_call_rate: f64,
     pub(crate) slow_call_duration: Duration,
     pub(crate) open_for: Duration,
-    pub(crate) backoff: Option<Backoff>,
+    pub(crate) backoff: Option<OpenBackoff>,
     pub(crate) half_open_calls: u32,
     pub(crate) max_wait_in_half_open: Duration,
     pub(crate) after_max_wait: State,
@@ -149,7 +149,7 @@ impl BreakerConfig {
     /// the breaker closes. Default: no growth. `multiplier` must be finite
     /// and at least 1, and `max` at least `open_for`.
     pub fn open_backoff(mut self, multiplier: f64, max: Duration) -> Self {
-        self.backoff = Some(Backoff { multiplier, max });
+        self.backoff = Some(OpenBackoff { multiplier, max });
         self
     }
 
