@@ -53,7 +53,7 @@ const BUCKETS: usize = 10;
 /// assert_eq!(retry.budget(), (20.0, 10));
 /// # Ok::<(), watertight::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Retry {
     settings: RetryBuilder,
 }
@@ -82,12 +82,6 @@ impl Default for RetryBuilder {
             budget_min_per_sec: 10,
             overall_timeout: None,
         }
-    }
-}
-
-impl Default for Retry {
-    fn default() -> Self {
-        Retry { settings: RetryBuilder::default() }
     }
 }
 

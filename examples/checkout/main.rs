@@ -54,7 +54,7 @@ ROUTES:
   POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`
 
 FAULTS (embedded providers):
-  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close)
+  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close, cut)
 
 EMBEDDED PROVIDERS:
   fraud    POST /verify {customer_id, amount}: rejects amounts over 1000, approves the rest

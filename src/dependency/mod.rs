@@ -265,7 +265,9 @@ impl Dependency {
     /// Stops admitting calls (they are answered `ShuttingDown`, counted as
     /// `shutting_down` and never recorded by the breaker) and lets running and
     /// queued work finish within `grace`. Idempotent. Returns `true` when every
-    /// worker thread has been joined (see [`Pool::shutdown`]).
+    /// worker thread has been joined. A worker still inside a job when the
+    /// grace ends is *not* joined: it is left running detached, and `false`
+    /// is returned (see [`Pool::shutdown`]).
     pub fn shutdown(&self, grace: Duration) -> bool {
         self.inner.pool.shutdown(grace)
     }
