@@ -84,6 +84,8 @@ mod retry;
 #[cfg(feature = "tiny_http")]
 pub mod server;
 pub use crate::dependency::{Dependency, DependencyBuilder, Event};
+mod limit;
+pub use crate::limit::{AdaptiveLimit, LimitPermit, Limiter};
 pub use crate::metrics::{CallCounts, DependencySnapshot};
 pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
 pub use crate::retry::Retry;
