@@ -109,7 +109,8 @@ impl AdaptiveLimit {
 
     /// The span, in samples, over which the baseline latency rises while the
     /// provider is within tolerance. Default 500; at least `short_window`.
-    /// The baseline falls at once to any lower short-term latency, and never
+    /// The baseline falls toward a lower short-term latency at the short-term
+    /// pace, and never
     /// rises while the limit is being cut (see [`Limiter`](crate::Limiter)).
     pub fn long_window(mut self, samples: u32) -> Self {
         self.long_window = samples;

@@ -16,7 +16,10 @@
 //! with a long-term baseline. Within
 //! [`tolerance`](AdaptiveLimit::tolerance) of the baseline the limit probes
 //! upward by `sqrt(L)`; above it, the limit is multiplied by the gradient
-//! `baseline * (1 + tolerance) / short`, never below one half per sample.
+//! `baseline * (1 + tolerance) / short`, never below one half per sample,
+//! provided at least half the limit is in use (a limit nobody reaches holds
+//! no request thread, and cutting it on a noisy moment would only reject
+//! calls later).
 //! Either estimate is smoothed ([`smoothing`](AdaptiveLimit::smoothing)).
 //! A failure or a timeout cuts the limit at once by
 //! [`failure_cut`](AdaptiveLimit::failure_cut). The limit stays in
@@ -31,7 +34,8 @@
 //! the provider is still in brownout. Here the baseline is the latency the
 //! provider shows *when it is not congested*:
 //!
-//! - it falls at once to any lower short-term latency;
+//! - it falls fast (at the short-term pace) toward a lower short-term
+//!   latency;
 //! - it rises slowly (span [`long_window`](AdaptiveLimit::long_window)) and
 //!   only from samples within tolerance, that is while the limit is not
 //!   being cut;
@@ -96,18 +100,17 @@ use crate::error::ConfigError;
 /// let limiter = Limiter::new(AdaptiveLimit::new().min_limit(2), 16)?;
 /// assert_eq!(limiter.limit(), 16);
 ///
-/// // A healthy provider: 5 ms a call.
-/// for _ in 0..100 {
-///     let permit = limiter.try_acquire(clock.now()).expect("under the limit");
-///     clock.advance(Duration::from_millis(5));
-///     permit.record(Duration::from_millis(5), Verdict::Success);
-/// }
-/// // A brownout: 500 ms a call. The limit falls toward its minimum.
-/// for _ in 0..30 {
-///     let permit = limiter.try_acquire(clock.now()).expect("under the limit");
-///     clock.advance(Duration::from_millis(500));
-///     permit.record(Duration::from_millis(500), Verdict::Success);
-/// }
+/// // One round: as many calls at once as the limit admits, each taking `latency`.
+/// let round = |latency: Duration| {
+///     let permits: Vec<_> = std::iter::from_fn(|| limiter.try_acquire(clock.now())).collect();
+///     clock.advance(latency);
+///     permits.into_iter().for_each(|p| p.record(latency, Verdict::Success));
+/// };
+/// // A healthy provider, 5 ms a call: the limit stays at the maximum.
+/// (0..20).for_each(|_| round(Duration::from_millis(5)));
+/// assert_eq!(limiter.limit(), 16);
+/// // A brownout, 500 ms a call: the limit falls to its minimum.
+/// (0..3).for_each(|_| round(Duration::from_millis(500)));
 /// assert_eq!(limiter.limit(), 2);
 ///
 /// // Two calls in flight fill it; a third is turned away at once.
@@ -256,9 +259,10 @@ impl LimitPermit {
         let done = self.issued.checked_add(latency).unwrap_or(self.issued);
         let changed = {
             let mut st = self.inner.state.lock();
+            let in_flight = st.in_flight;
             st.in_flight -= 1;
             match verdict {
-                Verdict::Success => st.rule.on_success(latency, done),
+                Verdict::Success => st.rule.on_success(latency, done, in_flight),
                 Verdict::Failure => {
                     st.rule.on_failure();
                     BaselineChange::None

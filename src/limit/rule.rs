@@ -7,12 +7,13 @@
 //! short    = short + (s - short) * 2 / (short_window + 1)          // short-term latency
 //! allowed  = baseline * (1 + tolerance)
 //! short <= allowed:                                                 // within tolerance
-//!     baseline = short                        if short < baseline   // falls at once
-//!              = baseline + (short - baseline) * 2 / (long_window + 1)   // rises slowly
+//!     baseline += (short - baseline) * 2 / (short_window + 1)  if short < baseline  // falls fast
+//!     baseline += (short - baseline) * 2 / (long_window + 1)   otherwise             // rises slowly
 //!     target   = L + sqrt(L)                                         // probe upward
 //! short >  allowed:                                                 // congested
 //!     baseline unchanged                                             // never chases the incident
 //!     target   = L * max(allowed / short, 1/2)                       // the gradient
+//!              = L                     if in_flight < L / 2          // the limit does not bind
 //! L = clamp(L + (target - L) * smoothing, min, max)
 //! ```
 //!
@@ -100,8 +101,14 @@ impl Rule {
         self.baseline.map(Duration::from_secs_f64)
     }
 
-    /// A call answered successfully after `latency`, at `done`.
-    pub(crate) fn on_success(&mut self, latency: Duration, done: Instant) -> BaselineChange {
+    /// A call answered successfully after `latency`, at `done`, with
+    /// `in_flight` calls in flight (this one included).
+    pub(crate) fn on_success(
+        &mut self,
+        latency: Duration,
+        done: Instant,
+        in_flight: usize,
+    ) -> BaselineChange {
         let sample = latency.as_secs_f64().max(MIN_LATENCY);
         let short = match self.short {
             None => sample,
@@ -114,8 +121,8 @@ impl Rule {
         let mut change = BaselineChange::None;
         let target = if short <= allowed {
             self.congested_since = None;
-            self.baseline =
-                Some(if short < baseline { short } else { baseline + (short - baseline) * self.long_weight });
+            let weight = if short < baseline { self.short_weight } else { self.long_weight };
+            self.baseline = Some(baseline + (short - baseline) * weight);
             self.limit + self.limit.sqrt()
         } else {
             let since = *self.congested_since.get_or_insert(done);
@@ -123,6 +130,13 @@ impl Rule {
                 self.baseline = Some(short);
                 self.congested_since = None;
                 change = BaselineChange::Relearned;
+                self.limit
+            } else if (in_flight as f64) * 2.0 < self.limit {
+                // Under half the limit in use: it does not bind, so cutting it would
+                // hold no fewer request threads, and a noisy moment (a busy CPU, a
+                // GC pause of the provider) would turn into rejections once load
+                // returns. A real brownout fills the limit within one latency
+                // (callers keep arriving while the calls take longer) and is cut then.
                 self.limit
             } else {
                 self.limit * (allowed / short).max(MIN_GRADIENT)
@@ -157,7 +171,7 @@ mod tests {
         (0..n)
             .map(|_| {
                 clock.advance(latency / rule.limit() as u32);
-                rule.on_success(latency, clock.now());
+                rule.on_success(latency, clock.now(), rule.limit());
                 rule.limit()
             })
             .collect()
@@ -196,6 +210,22 @@ mod tests {
         feed(&mut r, &clock, ms(10), 200);
         let limits = feed(&mut r, &clock, ms(14), 300);
         assert!(limits.iter().all(|&l| l == MAX), "{limits:?}");
+    }
+
+    #[test]
+    fn a_rise_while_the_limit_is_not_half_used_does_not_cut() {
+        let (mut r, clock) = rule(AdaptiveLimit::new());
+        feed(&mut r, &clock, ms(5), 200);
+        for _ in 0..100 {
+            clock.advance(ms(5));
+            r.on_success(ms(40), clock.now(), MAX / 2 - 1);
+        }
+        assert_eq!(r.limit(), MAX);
+        // The same latency with the limit in use is cut.
+        clock.advance(ms(5));
+        r.on_success(ms(40), clock.now(), MAX / 2);
+        assert!(r.limit() < MAX);
+        assert!(r.baseline().unwrap() <= ms(6), "the baseline never took the rise in");
     }
 
     #[test]
@@ -272,7 +302,7 @@ mod tests {
         let mut relearned_at = None;
         while clock.elapsed() - start < Duration::from_secs(90) {
             clock.advance(ms(250));
-            if r.on_success(ms(500), clock.now()) == BaselineChange::Relearned {
+            if r.on_success(ms(500), clock.now(), r.limit()) == BaselineChange::Relearned {
                 relearned_at.get_or_insert(clock.elapsed() - start);
             }
         }
@@ -288,7 +318,7 @@ mod tests {
         feed(&mut r, &clock, ms(5), 200);
         for _ in 0..10_000 {
             clock.advance(Duration::from_secs(1));
-            assert_eq!(r.on_success(ms(500), clock.now()), BaselineChange::None);
+            assert_eq!(r.on_success(ms(500), clock.now(), r.limit()), BaselineChange::None);
         }
         assert_eq!(r.limit(), 2);
         assert!(r.baseline().unwrap() <= ms(6));
