@@ -8,8 +8,8 @@ use std::time::Duration;
 use parking_lot::RwLock;
 
 use crate::dependency::Dependency;
+use crate::dependency::DependencySnapshot;
 use crate::error::ConfigError;
-use crate::metrics::DependencySnapshot;
 
 /// A set of uniquely named [`Dependency`] handles. Cheap to clone; clones
 /// share the set.
@@ -82,12 +82,12 @@ impl Registry {
     ///
     /// A request thread that calls a dependency waits for the answer, so while a
     /// provider hangs, one dependency can hold at most `workers + queue` request
-    /// threads (each for at most its deadline): more callers than that are
+    /// threads (each for at most its timeout): more callers than that are
     /// answered `QueueFull` at once. The bound is for single attempts
     /// ([`Dependency::call`](crate::Dependency::call)): a caller of
     /// [`call_retry`](crate::Dependency::call_retry) also holds its request
     /// thread while it sleeps between attempts, outside the pool, for up to
-    /// `max_attempts` deadlines plus the backoffs in all;
+    /// `max_attempts` timeouts plus the backoffs in all;
     /// [`Retry::overall_timeout`](crate::Retry::overall_timeout) bounds that.
     /// Isolation holds only while that *hold*, for
     /// the worst dependency, leaves the request pool room for everything else.
@@ -102,9 +102,17 @@ impl Registry {
     ///   `request_threads` or more, so providers failing together (a network
     ///   partition) can still take every request thread.
     ///
-    /// The breaker opening, deadline-aware admission and short deadlines all make
+    /// The breaker opening, deadline-aware admission and short timeouts all make
     /// the real hold smaller; the rule takes the worst case because that is what
     /// a hung provider produces before the breaker's window has filled.
+    ///
+    /// Callers waiting for room ([`max_wait`](crate::DependencyBuilder::max_wait))
+    /// are *short* holds: each holds its request thread for at most `max_wait`,
+    /// never for the timeout, and while a provider hangs they are refused when
+    /// it ends. They are reported (`CapacityEntry::max_wait`), not counted in
+    /// `hold`: a dependency on every request's path can thus be sized for its
+    /// normal load (Little's law, see the README's "Sizing") with a small pool
+    /// and a short wait, instead of a hold as large as the request pool.
     ///
     /// `Ok` carries the report, warnings included; `Err` names the dependency
     /// with the largest hold among those that can take every request thread,
@@ -126,6 +134,7 @@ impl Registry {
             .iter()
             .map(|d| {
                 let workers = d.pool().workers();
+                let max_wait = d.pool().max_wait();
                 let queue = d.pool().queue_capacity();
                 let hold = workers.saturating_add(queue);
                 let level = if hold >= request_threads {
@@ -141,7 +150,8 @@ impl Registry {
                     queue,
                     hold,
                     room_left: request_threads.saturating_sub(hold),
-                    deadline: d.deadline(),
+                    timeout: d.timeout(),
+                    max_wait,
                     level,
                 }
             })
@@ -197,8 +207,11 @@ pub struct CapacityEntry {
     pub hold: usize,
     /// Request threads left for everything else while it holds that many.
     pub room_left: usize,
-    /// How long it holds each of them at most.
-    pub deadline: Duration,
+    /// How long it holds each of them at most (its timeout).
+    pub timeout: Duration,
+    /// How long any further caller may wait for room (a short hold), zero
+    /// when a full pool refuses at once.
+    pub max_wait: Duration,
     /// The verdict for this dependency.
     pub level: CapacityLevel,
 }
@@ -247,8 +260,19 @@ impl fmt::Display for CapacityReport {
         for e in &self.entries {
             writeln!(
                 f,
-                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?})",
-                e.name, e.workers, e.queue, e.hold, e.deadline, e.room_left, e.level
+                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?}){}",
+                e.name,
+                e.workers,
+                e.queue,
+                e.hold,
+                e.timeout,
+                e.room_left,
+                e.level,
+                if e.max_wait.is_zero() {
+                    String::new()
+                } else {
+                    format!("; others wait <= {:?}", e.max_wait)
+                },
             )?;
         }
         write!(f, "  total hold {}", self.total_hold)
