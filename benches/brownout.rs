@@ -3,7 +3,7 @@
 //!
 //! The scenario (see `tests/support/brownout.rs`): a loopback provider answers in
 //! 5 ms, then in 500 ms for 20 s, then in 5 ms again; 32 caller threads call it
-//! through a dependency of 16 workers (no queue) with a 3 s deadline, guarded by
+//! through a dependency of 16 workers (no queue) with a 3 s timeout, guarded by
 //!
 //! | id                  | guard                                                       |
 //! |---------------------|-------------------------------------------------------------|
@@ -157,8 +157,8 @@ fn chart(runs: &[Run], s: &Scenario) -> Result<(), Box<dyn Error>> {
     let root = SVGBackend::new(SVG, (1100, 1100)).into_drawing_area();
     root.fill(&WHITE)?;
     let title = format!(
-        "A provider in brownout ({:?} -> {:?}, shaded): {} callers, {} workers, {:?} deadline",
-        s.healthy, s.slow, s.callers, s.workers, s.deadline
+        "A provider in brownout ({:?} -> {:?}, shaded): {} callers, {} workers, {:?} timeout",
+        s.healthy, s.slow, s.callers, s.workers, s.timeout
     );
     let root = root.titled(&title, ("sans-serif", 22))?;
     let areas = root.split_evenly((3, 1));

@@ -3,7 +3,7 @@
 //! A real loopback provider ([`FakeProvider`]) answers in 5 ms, then in 500 ms for
 //! the brownout (`Fault::Slow`, switched at run time), then in 5 ms again. 32 caller
 //! threads (the request threads of a server) call it through a [`Dependency`] of 16
-//! workers with a 3 s deadline, guarded one of three ways ([`Guard`]). A separate
+//! workers with a 3 s timeout, guarded one of three ways ([`Guard`]). A separate
 //! caller meanwhile calls an unrelated, healthy provider through its own dependency.
 //!
 //! Each second it records the request threads held by the brownout dependency (a
@@ -49,8 +49,8 @@ pub struct Scenario {
     pub workers: usize,
     /// The dependency's queue.
     pub queue: usize,
-    /// The dependency's deadline.
-    pub deadline: Duration,
+    /// The dependency's timeout (each call's deadline is this after it starts).
+    pub timeout: Duration,
     /// How long a caller pauses between two calls, so the load is steady traffic.
     pub think: Duration,
     /// How often the unrelated caller calls.
@@ -61,7 +61,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// The full scenario: 5 s healthy, 20 s at 500 ms, 15 s healthy; 32 callers,
-    /// 16 workers, no queue, a 3 s deadline.
+    /// 16 workers, no queue, a 3 s timeout.
     pub fn full() -> Scenario {
         Scenario {
             healthy: Duration::from_millis(5),
@@ -72,7 +72,7 @@ impl Scenario {
             callers: 32,
             workers: 16,
             queue: 0,
-            deadline: Duration::from_secs(3),
+            timeout: Duration::from_secs(3),
             think: Duration::from_millis(50),
             unrelated_every: Duration::from_millis(20),
             adaptive: AdaptiveLimit::new(),
@@ -145,7 +145,7 @@ impl Guarded {
         let builder = Dependency::builder(format!("brownout-{}", guard.name()))
             .workers(s.workers)
             .queue(s.queue)
-            .deadline(s.deadline)
+            .timeout(s.timeout)
             .breaker(breaker);
         let dep = builder.build().expect("a valid dependency");
         let limiter = match guard {
@@ -329,7 +329,7 @@ impl Tally {
 const CALLS_CAP: u64 = 100_000;
 
 /// Runs `s` once with `guard` and returns its seconds. Takes `s.total()` plus the
-/// time to join the callers (at most one deadline).
+/// time to join the callers (at most one timeout).
 pub fn run(s: &Scenario, guard: Guard) -> Run {
     let healthy = Fault::Slow(s.healthy);
     let provider =
@@ -339,7 +339,7 @@ pub fn run(s: &Scenario, guard: Guard) -> Run {
     let guarded = Arc::new(Guarded::build(guard, s));
     let unrelated = Dependency::builder(format!("unrelated-{}", guard.name()))
         .workers(2)
-        .deadline(s.deadline)
+        .timeout(s.timeout)
         .build()
         .expect("a valid dependency");
     let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
@@ -347,7 +347,7 @@ pub fn run(s: &Scenario, guard: Guard) -> Run {
     let held = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(s.callers + 3));
-    let end_cap = s.total() + s.deadline * 2;
+    let end_cap = s.total() + s.timeout * 2;
     // The start time is fixed once every thread is ready, at the barrier.
     let t0 = Arc::new(Mutex::new(None::<Arc<Tally>>));
     let seconds = s.seconds();
@@ -403,8 +403,8 @@ pub fn run(s: &Scenario, guard: Guard) -> Run {
                         agent.get(&url).with_deadline(ctx).call().map(drop)
                     })
                     .is_ok();
-                // A failed unrelated call is charged the whole deadline.
-                let took = if ok { began.elapsed() } else { began.elapsed().max(unrelated.deadline()) };
+                // A failed unrelated call is charged the whole timeout.
+                let took = if ok { began.elapsed() } else { began.elapsed().max(unrelated.timeout()) };
                 if let Some(i) = tally.second(began) {
                     tally.unrelated.lock().unwrap()[i].push(took);
                 }
