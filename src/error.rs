@@ -27,21 +27,27 @@ pub enum Rejection {
     /// The pool is shutting down (or has shut down) and admits nothing more;
     /// also the answer for queued work that shutdown could not run in time.
     ShuttingDown,
+    /// The dependency's adaptive concurrency limit
+    /// ([`DependencyBuilder::adaptive_limit`](crate::DependencyBuilder::adaptive_limit))
+    /// is reached: the provider is slower than its baseline, and more calls
+    /// would only hold more request threads. Never recorded by the breaker.
+    LimitExceeded,
 }
 
 impl Rejection {
     /// Every rejection, in the order of [`Outcome::ALL`].
-    pub const ALL: [Rejection; 4] = [
+    pub const ALL: [Rejection; 5] = [
         Rejection::NotPermitted,
         Rejection::QueueFull,
         Rejection::DeadlineUnmeetable,
         Rejection::ShuttingDown,
+        Rejection::LimitExceeded,
     ];
 
     /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
     /// `kind` label of `watertight_calls_total`, and in JSON
     /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
-    /// `"shutting_down"`).
+    /// `"shutting_down"`, `"limit_exceeded"`).
     pub fn as_str(&self) -> &'static str {
         self.outcome().as_str()
     }
@@ -53,6 +59,7 @@ impl Rejection {
             Rejection::QueueFull => Outcome::QueueFull,
             Rejection::DeadlineUnmeetable => Outcome::DeadlineUnmeetable,
             Rejection::ShuttingDown => Outcome::ShuttingDown,
+            Rejection::LimitExceeded => Outcome::LimitExceeded,
         }
     }
 }
@@ -62,7 +69,7 @@ impl Rejection {
 /// fields of `CallCounts`, and the JSON of the checkout example).
 ///
 /// The first five are what the provider did (as the classifier judged it);
-/// the last four are the rejections, where the provider was never asked.
+/// the last five are the rejections, where the provider was never asked.
 /// Resilience4j's words where it has them (`successful`, `failed`,
 /// `ignored`, `not_permitted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,11 +93,13 @@ pub enum Outcome {
     DeadlineUnmeetable,
     /// [`Rejection::ShuttingDown`].
     ShuttingDown,
+    /// [`Rejection::LimitExceeded`].
+    LimitExceeded,
 }
 
 impl Outcome {
     /// Every outcome, in a fixed order (the order of the `kind` samples).
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Successful,
         Outcome::Failed,
         Outcome::Ignored,
@@ -100,6 +109,7 @@ impl Outcome {
         Outcome::QueueFull,
         Outcome::DeadlineUnmeetable,
         Outcome::ShuttingDown,
+        Outcome::LimitExceeded,
     ];
 
     /// Its stable, lower-case label.
@@ -114,6 +124,7 @@ impl Outcome {
             Outcome::QueueFull => "queue_full",
             Outcome::DeadlineUnmeetable => "deadline_unmeetable",
             Outcome::ShuttingDown => "shutting_down",
+            Outcome::LimitExceeded => "limit_exceeded",
         }
     }
 
@@ -145,6 +156,7 @@ impl fmt::Display for Rejection {
             Rejection::QueueFull => "the worker pool and its queue are full",
             Rejection::DeadlineUnmeetable => "the queued work would outlast the deadline",
             Rejection::ShuttingDown => "the worker pool is shutting down",
+            Rejection::LimitExceeded => "the adaptive concurrency limit is reached",
         })
     }
 }

@@ -145,12 +145,21 @@ impl Dependency {
             Ok(permit) => permit,
             Err(_) => return (Err(self.rejected(Rejection::NotPermitted)), None),
         };
+        // Over the adaptive limit: rejected at once. Dropping the permit releases it as
+        // ignored (and hands a half-open probe slot back): the provider was never asked.
+        let limit = match inner.limiter.as_ref().map(|l| l.try_acquire(start)) {
+            Some(None) => {
+                drop(permit);
+                return (Err(self.rejected(Rejection::LimitExceeded)), None);
+            }
+            Some(granted) => granted,
+            None => None,
+        };
         let ticket = match inner.pool.submit_attempt(deadline.at, attempt, job) {
             Ok(ticket) => ticket,
             Err(refused) => {
-                // Dropping the permit releases it as ignored (and hands a half-open
-                // probe slot back): the provider was never asked.
-                drop(permit);
+                // Neither the breaker nor the limit learns anything from a refusal.
+                drop((permit, limit));
                 return (Err(self.rejected(refused.rejection())), None);
             }
         };
@@ -169,7 +178,7 @@ impl Dependency {
             Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
             Err(Error::Rejected(rejection)) => {
                 // Shutdown answered a queued job: not the provider's doing.
-                drop(permit);
+                drop((permit, limit));
                 return (Err(self.rejected(rejection)), None);
             }
         };
@@ -177,8 +186,14 @@ impl Dependency {
         if verdict != Verdict::Ignore && elapsed > inner.slow_call_duration {
             inner.counters.slow();
         }
-        // The only place this attempt's permit is recorded: on the calling thread, once.
+        // The only place this attempt's permits are recorded: on the calling thread, once.
+        // An ignored outcome says nothing about the provider's latency: no sample.
         permit.record(verdict, elapsed);
+        if let Some(limit) = limit
+            && verdict != Verdict::Ignore
+        {
+            limit.record(elapsed, verdict);
+        }
         // Listeners hear of a timeout only once it is counted and recorded, so that
         // a slow or panicking listener cannot change what the breaker saw.
         if let Err(Error::Timeout { waited }) = &result {

@@ -10,6 +10,7 @@ use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
+use crate::limit::{AdaptiveLimit, Limiter};
 use crate::listeners::{Listener, Listeners};
 use crate::pool::{Pool, PoolBuilder};
 use crate::retry::{Jitter, Retry, RetryBudget};
@@ -28,6 +29,7 @@ pub struct DependencyBuilder {
     /// `None` for the system clock, read directly (see `Inner::clock_now`).
     clock: Option<Arc<dyn Clock>>,
     listeners: Vec<Listener<Event>>,
+    limit: Option<AdaptiveLimit>,
 }
 
 impl fmt::Debug for DependencyBuilder {
@@ -39,6 +41,7 @@ impl fmt::Debug for DependencyBuilder {
             .field("retry", &self.retry)
             .field("clock", self.clock.as_ref().map_or(&SystemClock as &dyn fmt::Debug, |c| c))
             .field("listeners", &self.listeners.len())
+            .field("adaptive_limit", &self.limit)
             .finish()
     }
 }
@@ -52,6 +55,7 @@ impl DependencyBuilder {
             retry: Retry::default(),
             clock: None,
             listeners: Vec::new(),
+            limit: None,
         }
     }
 
@@ -157,6 +161,17 @@ impl DependencyBuilder {
         self
     }
 
+    /// An adaptive concurrency limit on the calls admitted at once, between
+    /// the config's `min_limit` and the worker count. Default none: a fixed
+    /// pool. See [`Limiter`] for the rule and what "admitted at once" counts;
+    /// a call over the limit is rejected at once with
+    /// [`Rejection::LimitExceeded`](crate::Rejection::LimitExceeded), which
+    /// the breaker never records.
+    pub fn adaptive_limit(mut self, limit: AdaptiveLimit) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
     /// Adds a listener for the dependency's [`Event`]s. Default none. May be
     /// called more than once; listeners run in the order they were added.
     pub fn on_event(mut self, listener: impl Fn(&Event) + Send + Sync + 'static) -> Self {
@@ -187,6 +202,10 @@ impl DependencyBuilder {
         }
         self.breaker.validate()?;
         let name = self.pool.name().to_owned();
+        let limiter = match self.limit {
+            Some(limit) => Some(Limiter::new(limit, self.pool.configured_workers())?),
+            None => None,
+        };
         let pool = self.pool.build()?;
         let listeners = Arc::new(Listeners::new());
         for listener in self.listeners {
@@ -212,6 +231,7 @@ impl DependencyBuilder {
                 clock: self.clock,
                 listeners,
                 breaker,
+                limiter,
                 pool,
             }),
         })

@@ -9,6 +9,7 @@
 //! ```text
 //! attempts = successful + failed + ignored + timed_out + panicked
 //!          + not_permitted + queue_full + deadline_unmeetable + shutting_down
+//!          + limit_exceeded
 //! ```
 //!
 //! ([`CallCounts::total`]). A call through `call_retry` makes one attempt per
@@ -63,6 +64,8 @@ pub struct DependencySnapshot {
     /// What a call made now would wait for a worker
     /// ([`Pool::estimated_wait`](crate::Pool::estimated_wait)).
     pub estimated_wait: Option<Duration>,
+    /// The adaptive concurrency limit now, if the dependency has one.
+    pub limit: Option<usize>,
 }
 
 /// Attempts by [`Outcome`], and the overlapping `slow`, `retried` and
@@ -89,6 +92,8 @@ pub struct CallCounts {
     pub deadline_unmeetable: u64,
     /// [`Outcome::ShuttingDown`].
     pub shutting_down: u64,
+    /// [`Outcome::LimitExceeded`].
+    pub limit_exceeded: u64,
     /// Recorded attempts slower than the breaker's `slow_call_duration`
     /// (overlaps the recorded outcomes).
     pub slow: u64,
@@ -119,12 +124,13 @@ impl CallCounts {
             Outcome::QueueFull => self.queue_full,
             Outcome::DeadlineUnmeetable => self.deadline_unmeetable,
             Outcome::ShuttingDown => self.shutting_down,
+            Outcome::LimitExceeded => self.limit_exceeded,
         }
     }
 
     /// Every outcome with its count, in [`Outcome::ALL`]'s order: the `kind`
     /// samples of `watertight_calls_total`. Their sum is [`total`](Self::total).
-    pub fn by_outcome(&self) -> [(Outcome, u64); 9] {
+    pub fn by_outcome(&self) -> [(Outcome, u64); 10] {
         Outcome::ALL.map(|o| (o, self.get(o)))
     }
 }
@@ -134,7 +140,7 @@ impl CallCounts {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     /// Indexed by the outcome's position in [`Outcome::ALL`].
-    outcomes: [AtomicU64; 9],
+    outcomes: [AtomicU64; 10],
     slow: AtomicU64,
     retried: AtomicU64,
 }
@@ -157,6 +163,7 @@ impl Counters {
             Outcome::QueueFull => 6,
             Outcome::DeadlineUnmeetable => 7,
             Outcome::ShuttingDown => 8,
+            Outcome::LimitExceeded => 9,
         }
     }
 
@@ -180,6 +187,7 @@ impl Counters {
             queue_full: o(Outcome::QueueFull),
             deadline_unmeetable: o(Outcome::DeadlineUnmeetable),
             shutting_down: o(Outcome::ShuttingDown),
+            limit_exceeded: o(Outcome::LimitExceeded),
             slow: self.slow.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             expired,

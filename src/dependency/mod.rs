@@ -41,6 +41,7 @@ use crate::breaker::Breaker;
 use crate::classify::{Classify, Verdict};
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::limit::Limiter;
 use crate::listeners::Listeners;
 use crate::pool::{CallContext, Pool};
 use crate::retry::{Jitter, Retry, RetryBudget};
@@ -86,6 +87,7 @@ struct Inner {
     clock: Option<Arc<dyn Clock>>,
     listeners: Arc<Listeners<Event>>,
     breaker: Breaker,
+    limiter: Option<Limiter>,
     pool: Pool,
 }
 
@@ -235,6 +237,11 @@ impl Dependency {
         self.inner.timeout
     }
 
+    /// Its adaptive concurrency limit, if it has one.
+    pub fn limiter(&self) -> Option<&Limiter> {
+        self.inner.limiter.as_ref()
+    }
+
     /// Its retry configuration.
     pub fn retry(&self) -> &Retry {
         &self.inner.retry
@@ -259,6 +266,7 @@ impl Dependency {
             timeout: inner.timeout,
             mean_service_time: inner.pool.mean_service_time(),
             estimated_wait: inner.pool.estimated_wait(),
+            limit: inner.limiter.as_ref().map(Limiter::limit),
         }
     }
 

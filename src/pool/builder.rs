@@ -60,6 +60,12 @@ impl PoolBuilder {
 
     /// The same settings under another name (a dependency's pool takes the
     /// dependency's).
+    /// The `workers` set so far (the dependency's adaptive limit stays at or
+    /// below it).
+    pub(crate) fn configured_workers(&self) -> usize {
+        self.workers
+    }
+
     /// The `max_wait` set so far (the dependency checks it against its timeout).
     pub(crate) fn configured_max_wait(&self) -> Duration {
         self.max_wait

@@ -11,10 +11,7 @@
 //! and max of samples taken every 5 ms), the goodput (successful calls), the calls
 //! rejected and failed, the latency of the unrelated calls, and the adaptive limit.
 //!
-//! Until the limiter is wired into `Dependency`, [`Guarded::call`] gates calls
-//! itself: `try_acquire` before `Dependency::call`, `record` after. Once it is, the
-//! adaptive arm's dependency is built with the limit and `limiter` is `None`: the
-//! one line marked `WIRING` in [`Guarded::build`].
+//! The adaptive arm's dependency is built with `DependencyBuilder::adaptive_limit`.
 //!
 //! The file is included with `#[path]` by a test and a bench, each of which also
 //! includes `examples/checkout/providers.rs` as the sibling module `providers`.
@@ -27,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::providers::{FakeProvider, Fault};
 use watertight::http::WithDeadline;
-use watertight::{AdaptiveLimit, BreakerConfig, Dependency, Error, Limiter, Verdict};
+use watertight::{AdaptiveLimit, BreakerConfig, Dependency, Error, Limiter};
 
 /// The shape of one run. Every duration is a parameter, so that a test can run a
 /// scaled-down version of the bench.
@@ -125,10 +122,9 @@ enum Ended {
     Failed,
 }
 
-/// The brownout dependency and, until the limit is built in, the harness's own gate.
+/// The brownout dependency, with the adaptive limit built in for that arm.
 pub struct Guarded {
     dep: Dependency,
-    limiter: Option<Limiter>,
 }
 
 impl Guarded {
@@ -142,45 +138,28 @@ impl Guarded {
                 .half_open_calls(4),
             Guard::Fixed | Guard::Adaptive => breaker,
         };
-        let builder = Dependency::builder(format!("brownout-{}", guard.name()))
+        let mut builder = Dependency::builder(format!("brownout-{}", guard.name()))
             .workers(s.workers)
             .queue(s.queue)
             .timeout(s.timeout)
             .breaker(breaker);
-        let dep = builder.build().expect("a valid dependency");
-        let limiter = match guard {
-            // WIRING: once `Dependency` takes the limit, build it into `builder` above
-            // and leave this `None`.
-            Guard::Adaptive => Some(Limiter::new(s.adaptive.clone(), s.workers).expect("a valid limit")),
-            Guard::Fixed | Guard::SlowCallBreaker => None,
-        };
-        Guarded { dep, limiter }
+        if guard == Guard::Adaptive {
+            builder = builder.adaptive_limit(s.adaptive.clone());
+        }
+        Guarded { dep: builder.build().expect("a valid dependency") }
     }
 
-    /// One call to `url`: through the limiter, if any, then the dependency.
+    /// One call to `url` through the dependency (and its limit, if any).
     fn call(&self, agent: &ureq::Agent, url: &str) -> Ended {
-        let job = {
-            let (agent, url) = (agent.clone(), url.to_owned());
-            move |ctx: &watertight::CallContext| {
-                agent.get(&url).with_deadline(ctx).call()?.body_mut().read_to_string()
-            }
-        };
-        let Some(limiter) = &self.limiter else { return ended(&self.dep.call(job)) };
-        let start = Instant::now();
-        let Some(permit) = limiter.try_acquire(start) else { return Ended::Rejected };
-        let result = self.dep.call(job);
-        match &result {
-            Ok(_) => permit.record(start.elapsed(), Verdict::Success),
-            // The provider was never asked: release without a sample.
-            Err(e) if e.is_rejected() => drop(permit),
-            Err(_) => permit.record(start.elapsed(), Verdict::Failure),
-        }
-        ended(&result)
+        let (agent, url) = (agent.clone(), url.to_owned());
+        ended(&self.dep.call(move |ctx: &watertight::CallContext| {
+            agent.get(&url).with_deadline(ctx).call()?.body_mut().read_to_string()
+        }))
     }
 
     /// The adaptive limit now, or the worker count without one.
     pub fn limit(&self, workers: usize) -> usize {
-        self.limiter.as_ref().map_or(workers, Limiter::limit)
+        self.dep.limiter().map_or(workers, Limiter::limit)
     }
 }
 
