@@ -55,7 +55,8 @@
 //! Features (all on by default): `ureq` ([`http`]: outcome table for
 //! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server`]: a
 //! request pool for tiny_http), `prometheus` ([`metrics`]: a prometheus-client
-//! collector over a [`Registry`]).
+//! collector over a [`Registry`]). Off by default: `testing` ([`testing`]: a
+//! scriptable fake HTTP provider for incident tests).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
@@ -89,6 +90,8 @@ pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityR
 pub use crate::retry::Retry;
 #[cfg(feature = "ureq")]
 pub mod http;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use crate::classify::{Classify, Verdict};
 pub use crate::clock::{Clock, ManualClock, SystemClock};

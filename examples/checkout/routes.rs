@@ -26,8 +26,8 @@ use tiny_http::{Header, Method, Request, Response, ResponseBox};
 
 use crate::access::{AccessGate, Decision, LookupError};
 use crate::backends::{Backends, FraudVerdict};
-use crate::providers::{FakeProvider, Fault};
 use watertight::Registry;
+use watertight::testing::{FakeProvider, Fault};
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;

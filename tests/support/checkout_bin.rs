@@ -24,7 +24,9 @@ pub fn binary() -> &'static PathBuf {
         let path = profile_dir.join("examples").join(format!("checkout{}", std::env::consts::EXE_SUFFIX));
         if !path.exists() {
             let mut build = Command::new(env!("CARGO"));
-            build.args(["build", "--example", "checkout"]).current_dir(env!("CARGO_MANIFEST_DIR"));
+            build
+                .args(["build", "--all-features", "--example", "checkout"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
             if profile_dir.file_name().is_some_and(|p| p == "release") {
                 build.arg("--release");
             }
