@@ -213,6 +213,7 @@ impl DependencyBuilder {
         let listeners: Arc<[Listener]> = self.listeners.into();
         let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
         let breaker = Breaker::with_clock(self.name.clone(), self.breaker.clone(), clock)?;
+        crate::trace::watch_transitions(&breaker);
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
             breaker.on_transition(move |t| {
@@ -536,7 +537,10 @@ impl Dependency {
         }
 
         let timer = inner.service.should_sample().then(|| Arc::clone(&inner.service));
+        // Feature "tracing": the job runs in a span whose parent is the caller's span.
+        let parent_span = crate::trace::capture();
         let timed = move |ctx: &CallContext| {
+            let _span = crate::trace::enter(parent_span, ctx);
             let Some(timer) = timer else { return job(ctx) };
             let began = Instant::now();
             let result = job(ctx);
@@ -558,6 +562,7 @@ impl Dependency {
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
+                crate::trace::timed_out(&inner.name, waited);
                 (Err(Error::Timeout { waited }), Verdict::Failure, Outcome::TimedOut)
             }
             Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
@@ -606,6 +611,7 @@ impl Dependency {
             Rejection::ShuttingDown => Outcome::ShuttingDown,
         });
         log::debug!("dependency {}: call rejected: {rejection}", inner.name);
+        crate::trace::rejected(&inner.name, rejection);
         self.emit(|| Event::Rejected { dependency: Arc::clone(&inner.name), rejection });
         Error::Rejected(rejection)
     }

@@ -56,7 +56,10 @@
 //! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server`]: a
 //! request pool for tiny_http), `prometheus` ([`metrics`]: a prometheus-client
 //! collector over a [`Registry`]). Off by default: `testing` ([`testing`]: a
-//! scriptable fake HTTP provider for incident tests).
+//! scriptable fake HTTP provider for incident tests) and `tracing` (each job
+//! runs in a `job` span whose parent is the caller's span, across the hop to
+//! the worker; rejections, timeouts and breaker transitions are `tracing`
+//! events too).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
@@ -84,6 +87,7 @@ mod registry;
 mod retry;
 #[cfg(feature = "tiny_http")]
 pub mod server;
+mod trace;
 pub use crate::dependency::{Dependency, DependencyBuilder, Event};
 pub use crate::metrics::{CallCounts, DependencySnapshot};
 pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
