@@ -14,6 +14,7 @@
 
 mod access;
 mod backends;
+mod dashboard;
 mod demo;
 mod routes;
 
@@ -49,6 +50,7 @@ ROUTES:
   GET  /health            liveness: 200 whatever the breakers say
   GET  /circuits          every dependency's breaker, counters and pool, as JSON
   GET  /metrics           Prometheus text
+  GET  /dashboard         a live page over /circuits (breakers, pools, calls/s, latency)
   GET  /_faults           the embedded providers' faults
   POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`
 
