@@ -82,6 +82,7 @@ pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, P
 
 // -- dependency, retry, registry, metrics, http, server
 mod dependency;
+pub mod histogram;
 pub mod metrics;
 mod registry;
 mod retry;
