@@ -26,8 +26,6 @@
 
 #[path = "../tests/support/brownout.rs"]
 mod brownout;
-#[path = "../examples/checkout/providers.rs"]
-mod providers;
 
 use std::error::Error;
 use std::fs;

@@ -51,10 +51,7 @@
 //! released, clients joined, the server and the pools shut down, and the process's
 //! thread count back where it was.
 //!
-//! `cargo bench --bench isolation`
-
-#[path = "../examples/checkout/providers.rs"]
-mod providers;
+//! `cargo bench --features testing --bench isolation`
 
 use std::collections::HashMap;
 use std::fs;
@@ -68,9 +65,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, Throughput};
 use tiny_http::{Header, Method, Request, Response, ResponseBox};
 
-use providers::{FakeProvider, Fault};
 use watertight::http::WithDeadline;
 use watertight::server::{self, ServerHandle};
+use watertight::testing::{FakeProvider, Fault};
 use watertight::{Breaker, BreakerConfig, Classify, Dependency, State, Verdict};
 
 /// The server's request pool: the resource a hung provider exhausts.

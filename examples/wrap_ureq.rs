@@ -1,21 +1,19 @@
 //! The shortest useful program: one ureq call, bounded by the call's deadline,
 //! classified, and protected by a `Dependency` (its own workers, breaker and deadline).
 //!
-//! `cargo run --example wrap_ureq [URL | FAULT]`: a URL is called as it is; otherwise a
+//! `cargo run --features testing --example wrap_ureq [URL | FAULT]`: a URL is called as it is; otherwise a
 //! fake provider starts on loopback with FAULT (default `hang`; also `healthy`,
-//! `error:503`, `refuse`, ...; see examples/checkout/providers.rs).
-#[path = "checkout/providers.rs"]
-mod providers;
-
+//! `error:503`, `refuse`, ...; see `watertight::testing`).
 use std::time::{Duration, Instant};
 
 use watertight::http::WithDeadline;
+use watertight::testing::FakeProvider;
 use watertight::{BreakerConfig, Dependency, Error};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arg = std::env::args().nth(1).unwrap_or_else(|| "hang".to_owned());
     let local = match arg.parse() {
-        Ok(fault) => Some(providers::FakeProvider::start("demo", fault, |_| (200, "approved".into()))?),
+        Ok(fault) => Some(FakeProvider::start("demo", fault, |_| (200, "approved".into()))?),
         Err(_) => None,
     };
     let url = local.as_ref().map_or(arg, |p| p.url());

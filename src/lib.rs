@@ -55,7 +55,11 @@
 //! Features (all on by default): `ureq` ([`http`]: outcome table for
 //! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server`]: a
 //! request pool for tiny_http), `prometheus` ([`metrics`]: a prometheus-client
-//! collector over a [`Registry`]).
+//! collector over a [`Registry`]). Off by default: `testing` ([`testing`]: a
+//! scriptable fake HTTP provider for incident tests) and `tracing` (each job
+//! runs in a `job` span whose parent is the caller's span, across the hop to
+//! the worker; rejections, timeouts and breaker transitions are `tracing`
+//! events too).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
@@ -64,8 +68,11 @@
 mod classify;
 mod clock;
 mod error;
+pub mod histogram;
 mod listeners;
 mod sync;
+// The `tracing` feature's hooks on the call path (empty without it).
+mod trace;
 
 // The compartment: pool and breaker (which never import each other), then the
 // dependency that puts them together, and the registry of dependencies.
@@ -83,6 +90,8 @@ pub mod http;
 pub mod metrics;
 #[cfg(feature = "tiny_http")]
 pub mod server;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(loom)]
 #[doc(hidden)]

@@ -7,8 +7,6 @@
 
 #[path = "support/brownout.rs"]
 mod brownout;
-#[path = "../examples/checkout/providers.rs"]
-mod providers;
 
 use std::time::Duration;
 

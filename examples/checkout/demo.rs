@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::providers::Fault;
 use crate::{Args, print_capacity, start};
+use watertight::testing::Fault;
 
 /// Checkout clients. Fewer than fraud's workers + queue (15), so in bulkhead
 /// mode they are all admitted and the breaker sees every one time out.

@@ -2,10 +2,10 @@
 //! down with it: the fraud-hang incident, reproduced and contained.
 //!
 //! ```text
-//! cargo run --release --example checkout                    # serve on 127.0.0.1:8080
-//! cargo run --release --example checkout -- --fraud hang    # start with a hung fraud provider
-//! cargo run --release --example checkout -- --demo          # the whole incident, by itself
-//! cargo run --release --example checkout -- --demo --no-bulkhead   # ... on the naive server
+//! cargo run --release --features testing --example checkout                    # serve on 127.0.0.1:8080
+//! cargo run --release --features testing --example checkout -- --fraud hang    # start with a hung fraud provider
+//! cargo run --release --features testing --example checkout -- --demo          # the whole incident, by itself
+//! cargo run --release --features testing --example checkout -- --demo --no-bulkhead   # ... on the naive server
 //! ```
 //!
 //! Every provider call goes through a watertight `Dependency`: a breaker, a
@@ -14,8 +14,8 @@
 
 mod access;
 mod backends;
+mod dashboard;
 mod demo;
-mod providers;
 mod routes;
 
 use std::error::Error as StdError;
@@ -30,8 +30,8 @@ use watertight::server::{ServerHandle, serve};
 
 use crate::access::AccessGate;
 use crate::backends::{Backends, Deps, Mode};
-use crate::providers::{Call, FakeProvider, Fault};
 use crate::routes::App;
+use watertight::testing::{Call, FakeProvider, Fault};
 use watertight::{BreakerConfig, Dependency, Registry};
 
 /// A checkout server protected by watertight bulkheads, with embedded fake
@@ -50,6 +50,7 @@ ROUTES:
   GET  /health            liveness: 200 whatever the breakers say
   GET  /circuits          every dependency's breaker, counters and pool, as JSON
   GET  /metrics           Prometheus text
+  GET  /dashboard         a live page over /circuits (breakers, pools, calls/s, latency)
   GET  /_faults           the embedded providers' faults
   POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`
 

@@ -8,6 +8,7 @@
 //! | `GET /health`           | liveness: 200 whatever the breakers say                       |
 //! | `GET /circuits`         | every dependency's state, counters and pool, as JSON          |
 //! | `GET /metrics`          | Prometheus text                                               |
+//! | `GET /dashboard`        | a live page polling `/circuits` every second                  |
 //! | `GET /_faults`          | the embedded providers' faults                                |
 //! | `POST /_faults/{name}`  | sets an embedded provider's fault (body: `hang`, `slow:500`...) |
 //!
@@ -26,8 +27,9 @@ use tiny_http::{Header, Method, Request, Response, ResponseBox};
 
 use crate::access::{AccessGate, Decision, LookupError};
 use crate::backends::{Backends, FraudVerdict};
-use crate::providers::{FakeProvider, Fault};
+use crate::dashboard::{self, StateClock};
 use watertight::Registry;
+use watertight::testing::{FakeProvider, Fault};
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -76,6 +78,10 @@ pub struct App {
     /// Requests inside `handle` right now (the request pool's busy gauge as
     /// this side sees it; relaxed, for display only).
     in_flight: AtomicUsize,
+    /// When each breaker entered its state, for `/circuits`' `state_for_ms`.
+    state_clock: StateClock,
+    /// When the application was assembled, for `/circuits`' `uptime_ms`.
+    started: std::time::Instant,
 }
 
 impl App {
@@ -88,7 +94,10 @@ impl App {
         providers: Vec<Arc<FakeProvider>>,
         request_threads: usize,
     ) -> Self {
+        let state_clock = StateClock::watch(&registry);
         App {
+            state_clock,
+            started: std::time::Instant::now(),
             backends,
             gate,
             registry,
@@ -129,6 +138,8 @@ impl App {
             ["circuits"] => method_not_allowed("GET"),
             ["metrics"] if get => self.metrics(),
             ["metrics"] => method_not_allowed("GET"),
+            ["dashboard"] if get => dashboard::page(),
+            ["dashboard"] => method_not_allowed("GET"),
             ["_faults"] if get => self.faults(),
             ["_faults"] => method_not_allowed("GET"),
             ["_faults", name] if post => self.set_fault(req, name),
@@ -244,6 +255,7 @@ impl App {
                 json!({
                     "name": s.name,
                     "state": s.state.as_str(),
+                    "state_for_ms": self.state_clock.state_for(&s.name).map(|d| d.as_millis() as u64),
                     "failure_rate": s.failure_rate,
                     "slow_call_rate": s.slow_call_rate,
                     "calls": call_counts(&s.calls),
@@ -267,6 +279,7 @@ impl App {
             200,
             &json!({
                 "mode": mode,
+                "uptime_ms": self.started.elapsed().as_millis() as u64,
                 "request_pool": {
                     "threads": self.request_threads,
                     "busy": self.in_flight.load(Ordering::Relaxed),

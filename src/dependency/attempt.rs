@@ -155,7 +155,13 @@ impl Dependency {
             Some(granted) => granted,
             None => None,
         };
-        let ticket = match inner.pool.submit_attempt(deadline.at, attempt, job) {
+        // Feature "tracing": the job runs in a span whose parent is the caller's span.
+        let parent_span = crate::trace::capture();
+        let traced = move |ctx: &CallContext| {
+            let _span = crate::trace::enter(parent_span, ctx);
+            job(ctx)
+        };
+        let ticket = match inner.pool.submit_attempt(deadline.at, attempt, traced) {
             Ok(ticket) => ticket,
             Err(refused) => {
                 // Neither the breaker nor the limit learns anything from a refusal.
@@ -171,6 +177,7 @@ impl Dependency {
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
+                crate::trace::timed_out(&inner.name, waited);
                 // The caller's budget running out is not the provider failing.
                 let verdict = if deadline.callers { Verdict::Ignore } else { Verdict::Failure };
                 (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
@@ -224,6 +231,7 @@ impl Dependency {
         let inner = &*self.inner;
         inner.counters.outcome(rejection.outcome());
         log::debug!("dependency {}: call rejected: {rejection}", inner.name);
+        crate::trace::rejected(&inner.name, rejection);
         if !inner.listeners.is_empty() {
             let event = Event::Rejected { dependency: Arc::clone(&inner.name), rejection };
             inner.listeners.notify(&event, &inner.name);

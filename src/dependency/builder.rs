@@ -213,6 +213,7 @@ impl DependencyBuilder {
         }
         let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
         let breaker = Breaker::with_clock(name.clone(), self.breaker.clone(), clock)?;
+        crate::trace::watch_transitions(&breaker);
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
             let owner = name.clone();

@@ -13,8 +13,8 @@
 //!
 //! The adaptive arm's dependency is built with `DependencyBuilder::adaptive_limit`.
 //!
-//! The file is included with `#[path]` by a test and a bench, each of which also
-//! includes `examples/checkout/providers.rs` as the sibling module `providers`.
+//! The file is included with `#[path]` by a test and a bench; the provider is
+//! `watertight::testing`'s.
 #![allow(dead_code)] // the test and the bench use different parts
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -22,8 +22,8 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::providers::{FakeProvider, Fault};
 use watertight::http::WithDeadline;
+use watertight::testing::{FakeProvider, Fault};
 use watertight::{AdaptiveLimit, BreakerConfig, Dependency, Error, Limiter};
 
 /// The shape of one run. Every duration is a parameter, so that a test can run a

@@ -1,17 +1,17 @@
-//! Helpers shared by the integration tests: the fake providers of the checkout demo,
-//! ureq agents, and a bounded poller.
+//! Helpers shared by the integration tests: a fake provider from `watertight::testing`
+//! (for the test files built with the `testing` feature), ureq agents, and a bounded
+//! poller.
 #![allow(dead_code)] // each test file uses a different part of this module
 
 use std::thread;
 use std::time::{Duration, Instant};
 
-#[path = "../../examples/checkout/providers.rs"]
-pub mod providers;
-
+#[cfg(feature = "testing")]
 #[allow(unused_imports)] // not every test file uses every name
-pub use providers::{Call, FakeProvider, Fault};
+pub use watertight::testing::{Call, FakeProvider, Fault};
 
 /// A provider that answers `200 ok` while healthy.
+#[cfg(feature = "testing")]
 pub fn provider(fault: Fault) -> FakeProvider {
     FakeProvider::start("test", fault, |_| (200, "ok".to_owned())).expect("bind a loopback port")
 }
