@@ -79,7 +79,7 @@ fn dispatch(c: &mut Criterion) {
         let dep = Dependency::builder("bench")
             .workers(1)
             .queue(64)
-            .deadline(Duration::from_secs(1))
+            .timeout(Duration::from_secs(1))
             .breaker(BreakerConfig::count_based(100))
             .build()
             .unwrap();

@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = local.as_ref().map_or(arg, |p| p.url());
     let fraud = Dependency::builder("fraud")
         .workers(2)
-        .deadline(Duration::from_millis(300))
+        .timeout(Duration::from_millis(300))
         .breaker(BreakerConfig::count_based(4).minimum_calls(4).open_for(Duration::from_secs(30)))
         .build()?;
     let agent = ureq::Agent::new_with_defaults();

@@ -22,8 +22,15 @@ pub enum Verdict {
 ///
 /// [`Dependency::call`](crate::Dependency::call) uses it on the job's error
 /// when no classifier is given (`Ok` is always a success there). Implemented
-/// for [`std::io::Error`], for `ureq::Error` (feature `ureq`), and for the
-/// plain error types below, which are all failures.
+/// for:
+///
+/// | type | verdict |
+/// |---|---|
+/// | `std::io::Error` | failure, except `ErrorKind::InvalidInput` (built by the caller): ignored |
+/// | `ureq::Error` (feature `ureq`) | see [`http`](crate::http)'s outcome table: 5xx, timeouts, I/O and protocol errors are failures; 4xx and request-building errors are ignored |
+/// | `String`, `&'static str` | failure |
+/// | `Box<dyn std::error::Error + Send + Sync>` | failure |
+/// | `std::convert::Infallible` | never happens |
 pub trait Classify {
     /// The verdict for this error.
     fn classify(&self) -> Verdict;

@@ -1,8 +1,11 @@
 //! The errors of every surface: a call's [`Error`], why a call was turned away
 //! ([`Rejection`]), and an invalid configuration ([`ConfigError`]).
 
+use std::any::Any;
 use std::fmt;
 use std::time::Duration;
+
+use crate::classify::Verdict;
 
 /// Why a call was turned away before the dependency was asked anything.
 ///
@@ -11,9 +14,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Rejection {
-    /// The circuit breaker is open (or forced open): the provider is
-    /// considered down and is not called.
-    CircuitOpen,
+    /// The circuit breaker permits no call: it is OPEN (or FORCED_OPEN), or
+    /// HALF_OPEN with every probe slot taken. The provider is not called.
+    /// Resilience4j's name for it, and its label: `not_permitted`.
+    NotPermitted,
     /// Every worker is busy and the bounded queue is full.
     QueueFull,
     /// The work already queued is estimated to take longer than the call's
@@ -26,22 +30,118 @@ pub enum Rejection {
 }
 
 impl Rejection {
-    /// A short, stable, lower-case name (`"circuit_open"`, `"queue_full"`, ...),
-    /// suitable for metric labels and JSON.
+    /// Every rejection, in the order of [`Outcome::ALL`].
+    pub const ALL: [Rejection; 4] = [
+        Rejection::NotPermitted,
+        Rejection::QueueFull,
+        Rejection::DeadlineUnmeetable,
+        Rejection::ShuttingDown,
+    ];
+
+    /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
+    /// `kind` label of `watertight_calls_total`, and in JSON
+    /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
+    /// `"shutting_down"`).
+    pub fn as_str(&self) -> &'static str {
+        self.outcome().as_str()
+    }
+
+    /// The outcome a call rejected this way is counted under.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Rejection::NotPermitted => Outcome::NotPermitted,
+            Rejection::QueueFull => Outcome::QueueFull,
+            Rejection::DeadlineUnmeetable => Outcome::DeadlineUnmeetable,
+            Rejection::ShuttingDown => Outcome::ShuttingDown,
+        }
+    }
+}
+
+/// What one attempt ended in: exactly one per attempt, and the one word that
+/// names it everywhere (the `kind` label of `watertight_calls_total`, the
+/// fields of `CallCounts`, and the JSON of the checkout example).
+///
+/// The first five are what the provider did (as the classifier judged it);
+/// the last four are the rejections, where the provider was never asked.
+/// Resilience4j's words where it has them (`successful`, `failed`,
+/// `ignored`, `not_permitted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The job returned an outcome its classifier called a success.
+    Successful,
+    /// The job returned an outcome its classifier called a failure.
+    Failed,
+    /// The job returned an outcome its classifier ignored (a 4xx).
+    Ignored,
+    /// No answer within the attempt's deadline.
+    TimedOut,
+    /// The job panicked.
+    Panicked,
+    /// [`Rejection::NotPermitted`]: the breaker turned the call away.
+    NotPermitted,
+    /// [`Rejection::QueueFull`].
+    QueueFull,
+    /// [`Rejection::DeadlineUnmeetable`].
+    DeadlineUnmeetable,
+    /// [`Rejection::ShuttingDown`].
+    ShuttingDown,
+}
+
+impl Outcome {
+    /// Every outcome, in a fixed order (the order of the `kind` samples).
+    pub const ALL: [Outcome; 9] = [
+        Outcome::Successful,
+        Outcome::Failed,
+        Outcome::Ignored,
+        Outcome::TimedOut,
+        Outcome::Panicked,
+        Outcome::NotPermitted,
+        Outcome::QueueFull,
+        Outcome::DeadlineUnmeetable,
+        Outcome::ShuttingDown,
+    ];
+
+    /// Its stable, lower-case label.
     pub fn as_str(&self) -> &'static str {
         match self {
-            Rejection::CircuitOpen => "circuit_open",
-            Rejection::QueueFull => "queue_full",
-            Rejection::DeadlineUnmeetable => "deadline_unmeetable",
-            Rejection::ShuttingDown => "shutting_down",
+            Outcome::Successful => "successful",
+            Outcome::Failed => "failed",
+            Outcome::Ignored => "ignored",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Panicked => "panicked",
+            Outcome::NotPermitted => "not_permitted",
+            Outcome::QueueFull => "queue_full",
+            Outcome::DeadlineUnmeetable => "deadline_unmeetable",
+            Outcome::ShuttingDown => "shutting_down",
         }
+    }
+
+    /// The rejection this outcome stands for, if it is one.
+    pub fn rejection(&self) -> Option<Rejection> {
+        Rejection::ALL.into_iter().find(|r| r.outcome() == *self)
+    }
+
+    /// The outcome of a job that ran and was judged `verdict`.
+    pub(crate) fn of_verdict(verdict: Verdict) -> Outcome {
+        match verdict {
+            Verdict::Success => Outcome::Successful,
+            Verdict::Failure => Outcome::Failed,
+            Verdict::Ignore => Outcome::Ignored,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Rejection::CircuitOpen => "the circuit breaker is open",
+            Rejection::NotPermitted => "the circuit breaker permits no call",
             Rejection::QueueFull => "the worker pool and its queue are full",
             Rejection::DeadlineUnmeetable => "the queued work would outlast the deadline",
             Rejection::ShuttingDown => "the worker pool is shutting down",
@@ -109,6 +209,31 @@ impl<E> Error<E> {
         }
     }
 
+    /// The outcome this error is counted under, with the job's error judged
+    /// by its [`Classify`](crate::Classify) implementation (`failed`, or
+    /// `ignored` for a 4xx). Use it to say why a fallback was taken:
+    ///
+    /// ```
+    /// use watertight::{Error, Outcome, Rejection};
+    /// let err: Error<std::io::Error> = Error::Rejected(Rejection::QueueFull);
+    /// assert_eq!(err.outcome(), Outcome::QueueFull);
+    /// assert_eq!(err.outcome().as_str(), "queue_full");
+    /// ```
+    ///
+    /// A call made with a classifier of its own ([`call_with`](crate::Dependency::call_with))
+    /// is counted by that classifier's verdict instead.
+    pub fn outcome(&self) -> Outcome
+    where
+        E: crate::Classify,
+    {
+        match self {
+            Error::Rejected(r) => r.outcome(),
+            Error::Timeout { .. } => Outcome::TimedOut,
+            Error::Failed(e) => Outcome::of_verdict(e.classify()),
+            Error::Panicked(_) => Outcome::Panicked,
+        }
+    }
+
     /// Maps the job's error, keeping every other variant.
     pub fn map_err<F, O: FnOnce(E) -> F>(self, op: O) -> Error<F> {
         match self {
@@ -154,6 +279,18 @@ impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
             // A rejection is shown in full by `Display`; it has no further cause.
             _ => None,
         }
+    }
+}
+
+/// The message of a caught panic: its `&str` or `String` payload, or a fixed
+/// text for any other payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
     }
 }
 
@@ -226,8 +363,30 @@ mod tests {
     }
 
     #[test]
+    fn every_rejection_has_its_outcome_and_back() {
+        for r in Rejection::ALL {
+            assert_eq!(r.outcome().rejection(), Some(r));
+            assert_eq!(r.as_str(), r.outcome().as_str());
+        }
+        let rejections = Outcome::ALL.iter().filter(|o| o.rejection().is_some()).count();
+        assert_eq!(rejections, Rejection::ALL.len());
+        let labels: std::collections::HashSet<_> = Outcome::ALL.iter().map(Outcome::as_str).collect();
+        assert_eq!(labels.len(), Outcome::ALL.len(), "labels are unique");
+    }
+
+    #[test]
+    fn panic_messages_from_str_and_string() {
+        let p: Box<dyn Any + Send> = Box::new("boom");
+        assert_eq!(panic_message(p.as_ref()), "boom");
+        let p: Box<dyn Any + Send> = Box::new(format!("kaboom {}", 7));
+        assert_eq!(panic_message(p.as_ref()), "kaboom 7");
+        let p: Box<dyn Any + Send> = Box::new(7u8);
+        assert_eq!(panic_message(p.as_ref()), "non-string panic payload");
+    }
+
+    #[test]
     fn transient_only_for_provider_faults() {
-        let e: Error<std::io::Error> = Error::Rejected(Rejection::CircuitOpen);
+        let e: Error<std::io::Error> = Error::Rejected(Rejection::NotPermitted);
         assert!(!e.is_transient() && e.is_rejected());
         let e: Error<std::io::Error> = Error::Timeout { waited: Duration::from_millis(5) };
         assert!(e.is_transient());

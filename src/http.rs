@@ -6,7 +6,7 @@
 //! use watertight::http::WithDeadline;
 //! use watertight::{CallContext, Dependency};
 //!
-//! let fraud = Dependency::builder("fraud").workers(4).deadline(Duration::from_secs(2)).build()?;
+//! let fraud = Dependency::builder("fraud").workers(4).timeout(Duration::from_secs(2)).build()?;
 //! let agent = ureq::Agent::new_with_defaults();
 //! let body = fraud.call(move |ctx: &CallContext| {
 //!     // The request gives up when the call's deadline passes, and frees this worker.

@@ -9,7 +9,7 @@
 //!   provider floods only its own workers;
 //! - a [`Breaker`] in front of it, so a failing provider is not called at all
 //!   while it recovers;
-//! - a deadline on every call, so the request thread waits at most that long,
+//! - a timeout on every call, so the request thread waits at most that long,
 //!   and the job sees what is left of it ([`CallContext::remaining`]) to use
 //!   as its own socket timeout.
 //!
@@ -24,7 +24,7 @@
 //! let fraud = Dependency::builder("fraud")
 //!     .workers(4)
 //!     .queue(2)
-//!     .deadline(Duration::from_millis(200))
+//!     .timeout(Duration::from_millis(200))
 //!     .breaker(BreakerConfig::count_based(10).minimum_calls(2))
 //!     .build()?;
 //!
@@ -60,39 +60,52 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+// The floor: no module here imports one above it.
 mod classify;
 mod clock;
 mod error;
-
-// -- pool (src/pool/, src/sync.rs)
-mod pool;
+mod listeners;
 mod sync;
+
+// The compartment: pool and breaker (which never import each other), then the
+// dependency that puts them together, and the registry of dependencies.
+mod breaker;
+mod dependency;
+mod pool;
+mod registry;
+mod retry;
+
+// The edges, behind features.
+#[cfg(feature = "ureq")]
+pub mod http;
+#[cfg(feature = "prometheus")]
+pub mod metrics;
+#[cfg(feature = "tiny_http")]
+pub mod server;
+
 #[cfg(loom)]
 #[doc(hidden)]
 pub use crate::pool::slot as __loom_slot;
-pub use crate::pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket};
+pub use crate::{
+    breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition},
+    classify::{Classify, Verdict},
+    clock::{Clock, ManualClock, SystemClock},
+    dependency::{CallCounts, Dependency, DependencyBuilder, DependencySnapshot, Event, Within},
+    error::{ConfigError, Error, Outcome, Rejection},
+    pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket},
+    registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry},
+    retry::{Retry, RetryBuilder},
+};
 
-// -- breaker (src/breaker/)
-mod breaker;
-pub use crate::breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition};
-
-// -- dependency, retry, registry, metrics, http, server
-mod dependency;
-pub mod metrics;
-mod registry;
-mod retry;
+/// The tiny_http crate [`server`] is built on (feature `tiny_http`), so that a
+/// handler names the same `Request` and `Response` types without pinning a
+/// matching version by hand.
 #[cfg(feature = "tiny_http")]
-pub mod server;
-pub use crate::dependency::{Dependency, DependencyBuilder, Event};
-pub use crate::metrics::{CallCounts, DependencySnapshot};
-pub use crate::registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry};
-pub use crate::retry::Retry;
+pub use tiny_http;
+/// The ureq crate [`http`] is built on (feature `ureq`), so that the agent a
+/// job uses is the version [`http::WithDeadline`] is implemented for.
 #[cfg(feature = "ureq")]
-pub mod http;
-
-pub use crate::classify::{Classify, Verdict};
-pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use crate::error::{ConfigError, Error, Rejection};
+pub use ureq;
 
 // The README's examples are compiled and run as doctests, so they cannot rot.
 #[cfg(doctest)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 use parking_lot::RwLock;
 
 use crate::dependency::Dependency;
+use crate::dependency::DependencySnapshot;
 use crate::error::ConfigError;
-use crate::metrics::DependencySnapshot;
 
 /// A set of uniquely named [`Dependency`] handles. Cheap to clone; clones
 /// share the set.
@@ -82,12 +82,12 @@ impl Registry {
     ///
     /// A request thread that calls a dependency waits for the answer, so while a
     /// provider hangs, one dependency can hold at most `workers + queue` request
-    /// threads (each for at most its deadline): more callers than that are
+    /// threads (each for at most its timeout): more callers than that are
     /// answered `QueueFull` at once. The bound is for single attempts
     /// ([`Dependency::call`](crate::Dependency::call)): a caller of
     /// [`call_retry`](crate::Dependency::call_retry) also holds its request
     /// thread while it sleeps between attempts, outside the pool, for up to
-    /// `max_attempts` deadlines plus the backoffs in all;
+    /// `max_attempts` timeouts plus the backoffs in all;
     /// [`Retry::overall_timeout`](crate::Retry::overall_timeout) bounds that.
     /// Isolation holds only while that *hold*, for
     /// the worst dependency, leaves the request pool room for everything else.
@@ -102,7 +102,7 @@ impl Registry {
     ///   `request_threads` or more, so providers failing together (a network
     ///   partition) can still take every request thread.
     ///
-    /// The breaker opening, deadline-aware admission and short deadlines all make
+    /// The breaker opening, deadline-aware admission and short timeouts all make
     /// the real hold smaller; the rule takes the worst case because that is what
     /// a hung provider produces before the breaker's window has filled.
     ///
@@ -141,7 +141,7 @@ impl Registry {
                     queue,
                     hold,
                     room_left: request_threads.saturating_sub(hold),
-                    deadline: d.deadline(),
+                    timeout: d.timeout(),
                     level,
                 }
             })
@@ -197,8 +197,8 @@ pub struct CapacityEntry {
     pub hold: usize,
     /// Request threads left for everything else while it holds that many.
     pub room_left: usize,
-    /// How long it holds each of them at most.
-    pub deadline: Duration,
+    /// How long it holds each of them at most (its timeout).
+    pub timeout: Duration,
     /// The verdict for this dependency.
     pub level: CapacityLevel,
 }
@@ -248,7 +248,7 @@ impl fmt::Display for CapacityReport {
             writeln!(
                 f,
                 "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?})",
-                e.name, e.workers, e.queue, e.hold, e.deadline, e.room_left, e.level
+                e.name, e.workers, e.queue, e.hold, e.timeout, e.room_left, e.level
             )?;
         }
         write!(f, "  total hold {}", self.total_hold)

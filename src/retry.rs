@@ -14,13 +14,15 @@ use crate::error::ConfigError;
 const BUCKETS: usize = 10;
 
 /// How a dependency retries transient failures, used by
-/// [`Dependency::call_retry`](crate::Dependency::call_retry).
+/// [`Dependency::call_retry`](crate::Dependency::call_retry). Built by
+/// [`Retry::builder`], so a `Retry` is always valid; read back with getters
+/// named like the setters.
 ///
 /// The rules: a retry sits *outside* the breaker, so
 /// every attempt asks the breaker for its own permit and is counted by it; only
 /// transient outcomes are retried (transport errors, timeouts, 5xx:
 /// whatever the classifier calls a [`Failure`](crate::Verdict::Failure));
-/// a rejection ([`CircuitOpen`](crate::Rejection::CircuitOpen),
+/// a rejection ([`NotPermitted`](crate::Rejection::NotPermitted),
 /// [`QueueFull`](crate::Rejection::QueueFull), ...), an ignored outcome
 /// (a 4xx) and a panic (a bug in the job) are never retried.
 ///
@@ -31,43 +33,52 @@ const BUCKETS: usize = 10;
 /// sends up to `max_attempts` requests. The budget (after Finagle's
 /// `RetryBudget` and Envoy's retry budgets) caps retries as a share of calls:
 /// over any [`BUDGET_WINDOW`](Retry::BUDGET_WINDOW) (10 s), the retries a
-/// dependency makes are at most `ratio x calls + min_per_sec x 10`, where
-/// *calls* are the calls made through `call_retry` (first attempts), counted
-/// on the dependency's clock in one-second buckets. The floor lets a caller
-/// with little traffic still retry now and then. When the budget is spent,
-/// the last outcome is returned as it is.
+/// dependency makes are at most `percent` % of the calls plus
+/// `min_per_sec x 10`, where *calls* are the calls made through `call_retry`
+/// (first attempts), counted on the dependency's clock in one-second buckets.
+/// The floor lets a caller with little traffic still retry now and then. When
+/// the budget is spent, the last outcome is returned as it is.
 ///
 /// ```
 /// use std::time::Duration;
 /// use watertight::Retry;
 ///
-/// let retry = Retry::new()
+/// let retry = Retry::builder()
 ///     .max_attempts(3)
 ///     .backoff(Duration::from_millis(50), Duration::from_secs(1))
-///     .budget(0.2, 10)
-///     .overall_timeout(Duration::from_secs(5));
-/// assert_eq!(retry.get_max_attempts(), 3);
-/// assert!(retry.validate().is_ok());
+///     .budget(20.0, 10) // 20 % of calls, plus 10 a second
+///     .overall_timeout(Duration::from_secs(5))
+///     .build()?;
+/// assert_eq!(retry.max_attempts(), 3);
+/// assert_eq!(retry.budget(), (20.0, 10));
+/// # Ok::<(), watertight::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Retry {
+    settings: RetryBuilder,
+}
+
+/// The settings of a [`Retry`]; from [`Retry::builder`].
+#[derive(Debug, Clone, PartialEq)]
+#[must_use = "a builder does nothing until `build()` is called"]
+pub struct RetryBuilder {
     max_attempts: u32,
     initial_backoff: Duration,
     max_backoff: Duration,
     multiplier: f64,
-    budget_ratio: f64,
+    budget_percent: f64,
     budget_min_per_sec: u32,
     overall_timeout: Option<Duration>,
 }
 
-impl Default for Retry {
+impl Default for RetryBuilder {
     fn default() -> Self {
-        Retry {
+        RetryBuilder {
             max_attempts: 3,
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),
             multiplier: 2.0,
-            budget_ratio: 0.2,
+            budget_percent: 20.0,
             budget_min_per_sec: 10,
             overall_timeout: None,
         }
@@ -87,9 +98,55 @@ impl Retry {
 
     /// No retries at all: one attempt per call.
     pub fn disabled() -> Self {
-        Self::default().max_attempts(1)
+        Retry { settings: RetryBuilder { max_attempts: 1, ..RetryBuilder::default() } }
     }
 
+    /// A builder starting from the defaults of [`Retry::new`].
+    pub fn builder() -> RetryBuilder {
+        RetryBuilder::default()
+    }
+
+    /// Attempts per call, the first one included.
+    pub fn max_attempts(&self) -> u32 {
+        self.settings.max_attempts
+    }
+
+    /// The `(initial, max)` backoff.
+    pub fn backoff(&self) -> (Duration, Duration) {
+        (self.settings.initial_backoff, self.settings.max_backoff)
+    }
+
+    /// The backoff multiplier.
+    pub fn backoff_multiplier(&self) -> f64 {
+        self.settings.multiplier
+    }
+
+    /// The budget: `(percent of calls, minimum retries per second)`.
+    pub fn budget(&self) -> (f64, u32) {
+        (self.settings.budget_percent, self.settings.budget_min_per_sec)
+    }
+
+    /// The overall timeout, if any.
+    pub fn overall_timeout(&self) -> Option<Duration> {
+        self.settings.overall_timeout
+    }
+
+    /// The cap on the backoff before retry number `retry` (1 for the first
+    /// retry): `initial x multiplier^(retry - 1)`, at most `max`.
+    pub(crate) fn backoff_cap(&self, retry: u32) -> Duration {
+        let s = &self.settings;
+        if s.initial_backoff.is_zero() || retry == 0 {
+            return Duration::ZERO;
+        }
+        let exp = i32::try_from(retry - 1).unwrap_or(i32::MAX);
+        let secs = s.initial_backoff.as_secs_f64() * s.multiplier.powi(exp);
+        // `secs` may be +inf after many retries; `min` brings it back to the cap.
+        let capped = secs.min(s.max_backoff.as_secs_f64());
+        Duration::try_from_secs_f64(capped).unwrap_or(s.max_backoff).min(s.max_backoff)
+    }
+}
+
+impl RetryBuilder {
     /// Attempts per call, the first one included. Default 3; 1 turns retries
     /// off. Must be at least 1.
     pub fn max_attempts(mut self, n: u32) -> Self {
@@ -115,18 +172,20 @@ impl Retry {
         self
     }
 
-    /// The retry budget: retries may be at most `ratio` of the calls made,
-    /// plus `min_per_sec` retries a second, over a 10-second window (see
-    /// [the budget](Retry#the-budget)). Default 0.2 and 10. `ratio` must be finite and
-    /// within `[0, 100]`; `budget(0.0, 0)` forbids retries outright.
-    pub fn budget(mut self, ratio: f64, min_per_sec: u32) -> Self {
-        self.budget_ratio = ratio;
+    /// The retry budget: retries may be at most `percent` % of the calls
+    /// made, plus `min_per_sec` retries a second, over a 10-second window
+    /// (see [the budget](Retry#the-budget)). Default 20.0 (%) and 10.
+    /// `percent` is a percentage like every rate in this crate: 20.0 means
+    /// 20 %, and it must be within `[0, 100]`. `budget(0.0, 0)` forbids
+    /// retries outright.
+    pub fn budget(mut self, percent: f64, min_per_sec: u32) -> Self {
+        self.budget_percent = percent;
         self.budget_min_per_sec = min_per_sec;
         self
     }
 
     /// The most one call may take, all attempts and backoffs included. Default
-    /// none (each attempt still has the dependency's deadline). With it set, no
+    /// none (each attempt still has the dependency's timeout). With it set, no
     /// attempt's deadline lies past it, and a backoff that would end past it
     /// is not slept: the last outcome is returned instead. Must be non-zero.
     pub fn overall_timeout(mut self, timeout: Duration) -> Self {
@@ -134,34 +193,9 @@ impl Retry {
         self
     }
 
-    /// The configured attempts per call.
-    pub fn get_max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// The configured `(initial, max)` backoff.
-    pub fn get_backoff(&self) -> (Duration, Duration) {
-        (self.initial_backoff, self.max_backoff)
-    }
-
-    /// The configured backoff multiplier.
-    pub fn get_backoff_multiplier(&self) -> f64 {
-        self.multiplier
-    }
-
-    /// The configured `(ratio, min_per_sec)` budget.
-    pub fn get_budget(&self) -> (f64, u32) {
-        (self.budget_ratio, self.budget_min_per_sec)
-    }
-
-    /// The configured overall timeout, if any.
-    pub fn get_overall_timeout(&self) -> Option<Duration> {
-        self.overall_timeout
-    }
-
     /// Checks every field; the error names the first bad one, as its setter
     /// spells it (`retry.max_attempts`, `retry.backoff`, ...).
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn build(self) -> Result<Retry, ConfigError> {
         if self.max_attempts == 0 {
             return Err(ConfigError::new("retry.max_attempts", "at least 1", self.max_attempts));
         }
@@ -175,26 +209,13 @@ impl Retry {
         if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
             return Err(ConfigError::new("retry.backoff_multiplier", "finite and >= 1", self.multiplier));
         }
-        if !(self.budget_ratio.is_finite() && (0.0..=100.0).contains(&self.budget_ratio)) {
-            return Err(ConfigError::new("retry.budget", "a ratio in [0, 100]", self.budget_ratio));
+        if !(self.budget_percent.is_finite() && (0.0..=100.0).contains(&self.budget_percent)) {
+            return Err(ConfigError::new("retry.budget", "a percentage in [0, 100]", self.budget_percent));
         }
         if self.overall_timeout == Some(Duration::ZERO) {
             return Err(ConfigError::new("retry.overall_timeout", "greater than zero", "0ns"));
         }
-        Ok(())
-    }
-
-    /// The cap on the backoff before retry number `retry` (1 for the first
-    /// retry): `initial x multiplier^(retry - 1)`, at most `max`.
-    pub(crate) fn backoff_cap(&self, retry: u32) -> Duration {
-        if self.initial_backoff.is_zero() || retry == 0 {
-            return Duration::ZERO;
-        }
-        let exp = i32::try_from(retry - 1).unwrap_or(i32::MAX);
-        let secs = self.initial_backoff.as_secs_f64() * self.multiplier.powi(exp);
-        // `secs` may be +inf after many retries; `min` brings it back to the cap.
-        let capped = secs.min(self.max_backoff.as_secs_f64());
-        Duration::try_from_secs_f64(capped).unwrap_or(self.max_backoff).min(self.max_backoff)
+        Ok(Retry { settings: self })
     }
 }
 
@@ -212,6 +233,7 @@ impl Retry {
 /// buckets and is taken only on the retry path.
 #[derive(Debug)]
 pub(crate) struct RetryBudget {
+    /// The budget's percentage as a fraction of calls.
     ratio: f64,
     /// Retries the floor allows per window: `min_per_sec x window seconds`.
     floor: u64,
@@ -230,9 +252,10 @@ struct Bucket {
 
 impl RetryBudget {
     pub(crate) fn new(retry: &Retry, now: Instant) -> Self {
+        let (percent, min_per_sec) = retry.budget();
         RetryBudget {
-            ratio: retry.budget_ratio,
-            floor: u64::from(retry.budget_min_per_sec) * BUCKETS as u64,
+            ratio: percent / 100.0,
+            floor: u64::from(min_per_sec) * BUCKETS as u64,
             base: now,
             ring: Mutex::new([Bucket::default(); BUCKETS]),
         }
@@ -326,39 +349,39 @@ mod tests {
     #[test]
     fn defaults_match_the_docs() {
         let r = Retry::new();
-        assert_eq!(r.get_max_attempts(), 3);
-        assert_eq!(r.get_backoff(), (Duration::from_millis(50), Duration::from_secs(1)));
-        assert_eq!(r.get_backoff_multiplier(), 2.0);
-        assert_eq!(r.get_budget(), (0.2, 10));
-        assert_eq!(r.get_overall_timeout(), None);
-        assert!(r.validate().is_ok());
-        assert_eq!(Retry::disabled().get_max_attempts(), 1);
+        assert_eq!(r.max_attempts(), 3);
+        assert_eq!(r.backoff(), (Duration::from_millis(50), Duration::from_secs(1)));
+        assert_eq!(r.backoff_multiplier(), 2.0);
+        assert_eq!(r.budget(), (20.0, 10));
+        assert_eq!(r.overall_timeout(), None);
+        assert_eq!(Retry::builder().build().unwrap(), r);
+        assert_eq!(Retry::disabled().max_attempts(), 1);
     }
 
     #[test]
     fn validation_names_the_field() {
-        let field = |r: Retry| r.validate().unwrap_err().field();
-        assert_eq!(field(Retry::new().max_attempts(0)), "retry.max_attempts");
-        assert_eq!(
-            field(Retry::new().backoff(Duration::from_secs(2), Duration::from_secs(1))),
-            "retry.backoff"
-        );
-        assert_eq!(field(Retry::new().backoff_multiplier(0.5)), "retry.backoff_multiplier");
-        assert_eq!(field(Retry::new().backoff_multiplier(f64::NAN)), "retry.backoff_multiplier");
-        assert_eq!(field(Retry::new().budget(-0.1, 1)), "retry.budget");
-        assert_eq!(field(Retry::new().budget(f64::INFINITY, 1)), "retry.budget");
-        assert_eq!(field(Retry::new().overall_timeout(Duration::ZERO)), "retry.overall_timeout");
+        let field = |r: RetryBuilder| r.build().unwrap_err().field();
+        let b = Retry::builder;
+        assert_eq!(field(b().max_attempts(0)), "retry.max_attempts");
+        assert_eq!(field(b().backoff(Duration::from_secs(2), Duration::from_secs(1))), "retry.backoff");
+        assert_eq!(field(b().backoff_multiplier(0.5)), "retry.backoff_multiplier");
+        assert_eq!(field(b().backoff_multiplier(f64::NAN)), "retry.backoff_multiplier");
+        assert_eq!(field(b().budget(-0.1, 1)), "retry.budget");
+        assert_eq!(field(b().budget(100.5, 1)), "retry.budget");
+        assert_eq!(field(b().budget(f64::INFINITY, 1)), "retry.budget");
+        assert_eq!(field(b().overall_timeout(Duration::ZERO)), "retry.overall_timeout");
     }
 
     #[test]
     fn backoff_cap_grows_then_saturates() {
-        let r = Retry::new().backoff(Duration::from_millis(50), Duration::from_millis(300));
+        let r =
+            Retry::builder().backoff(Duration::from_millis(50), Duration::from_millis(300)).build().unwrap();
         assert_eq!(r.backoff_cap(1), Duration::from_millis(50));
         assert_eq!(r.backoff_cap(2), Duration::from_millis(100));
         assert_eq!(r.backoff_cap(3), Duration::from_millis(200));
         assert_eq!(r.backoff_cap(4), Duration::from_millis(300));
         assert_eq!(r.backoff_cap(u32::MAX), Duration::from_millis(300));
-        let zero = Retry::new().backoff(Duration::ZERO, Duration::from_secs(1));
+        let zero = Retry::builder().backoff(Duration::ZERO, Duration::from_secs(1)).build().unwrap();
         assert_eq!(zero.backoff_cap(40), Duration::ZERO);
     }
 
@@ -377,7 +400,7 @@ mod tests {
     fn budget_allows_the_floor_then_the_ratio() {
         let clock = crate::ManualClock::new();
         use crate::Clock;
-        let budget = RetryBudget::new(&Retry::new().budget(0.2, 1), clock.now());
+        let budget = RetryBudget::new(&Retry::builder().budget(20.0, 1).build().unwrap(), clock.now());
         // Floor: 1/s over a 10 s window = 10 retries with no calls at all.
         let granted = (0..50).filter(|_| budget.try_withdraw(clock.now())).count();
         assert_eq!(granted, 10);
@@ -393,7 +416,7 @@ mod tests {
     fn budget_window_slides_with_the_clock() {
         let clock = crate::ManualClock::new();
         use crate::Clock;
-        let budget = RetryBudget::new(&Retry::new().budget(0.5, 0), clock.now());
+        let budget = RetryBudget::new(&Retry::builder().budget(50.0, 0).build().unwrap(), clock.now());
         for _ in 0..10 {
             budget.deposit(clock.now());
         }
@@ -411,10 +434,23 @@ mod tests {
     }
 
     #[test]
+    fn budget_is_a_percentage_of_calls() {
+        // 20.0 means 20 %: 100 calls earn 20 retries, not 2,000.
+        let clock = crate::ManualClock::new();
+        use crate::Clock;
+        let budget = RetryBudget::new(&Retry::builder().budget(20.0, 0).build().unwrap(), clock.now());
+        for _ in 0..100 {
+            budget.deposit(clock.now());
+        }
+        let granted = (0..1000).filter(|_| budget.try_withdraw(clock.now())).count();
+        assert_eq!(granted, 20);
+    }
+
+    #[test]
     fn zero_budget_forbids_retries() {
         let clock = crate::ManualClock::new();
         use crate::Clock;
-        let budget = RetryBudget::new(&Retry::new().budget(0.0, 0), clock.now());
+        let budget = RetryBudget::new(&Retry::builder().budget(0.0, 0).build().unwrap(), clock.now());
         for _ in 0..100 {
             budget.deposit(clock.now());
         }

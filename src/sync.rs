@@ -71,18 +71,18 @@ pub(crate) use imp::*;
 /// same way a crossbeam channel round trip does, so it costs the same. Spinning
 /// first matters on small virtual machines, where a futex sleep and wake-up
 /// costs tens of microseconds and a short job usually answers within the spin.
-pub(crate) struct Backoff {
+pub(crate) struct SpinWait {
     step: u32,
 }
 
-impl Backoff {
+impl SpinWait {
     /// `2^step` spins per round up to this step, then yields.
     const SPIN_LIMIT: u32 = 6;
-    /// After this step, [`is_completed`](Backoff::is_completed) says park.
+    /// After this step, [`is_completed`](SpinWait::is_completed) says park.
     const YIELD_LIMIT: u32 = 10;
 
     pub(crate) fn new() -> Self {
-        Backoff { step: 0 }
+        SpinWait { step: 0 }
     }
 
     /// Waits a little, longer each time.
@@ -109,14 +109,14 @@ impl Backoff {
 /// spent; returns the last answer. For a waiter that only *reads* a flag
 /// another thread will set.
 ///
-/// The budget is [`Backoff`]'s (127 spins, then 4 yields), but the flag is
+/// The budget is [`SpinWait`]'s (127 spins, then 4 yields), but the flag is
 /// read after every spin instead of after exponentially growing rounds: a
 /// read of a cache line nobody writes costs no traffic between cores, so
 /// polling often is free, and it notices the answer up to a whole round
 /// sooner. (Exponential rounds are for retrying a contended write.)
 pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
-    const SPINS: u32 = (1 << (Backoff::SPIN_LIMIT + 1)) - 1;
-    const YIELDS: u32 = Backoff::YIELD_LIMIT - Backoff::SPIN_LIMIT;
+    const SPINS: u32 = (1 << (SpinWait::SPIN_LIMIT + 1)) - 1;
+    const YIELDS: u32 = SpinWait::YIELD_LIMIT - SpinWait::SPIN_LIMIT;
     for _ in 0..SPINS {
         if ready() {
             return true;
@@ -134,7 +134,7 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{Backoff, spin_until};
+    use super::{SpinWait, spin_until};
 
     #[test]
     fn spin_until_polls_the_whole_budget_then_gives_up() {
@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn backoff_completes_after_spins_and_yields() {
-        let mut b = Backoff::new();
+        let mut b = SpinWait::new();
         let mut rounds = 0;
         while !b.is_completed() {
             b.snooze();

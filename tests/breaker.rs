@@ -494,14 +494,14 @@ fn breaker_is_shared_by_clones_and_debug_names_it() {
 }
 
 #[test]
-fn not_permitted_maps_to_circuit_open() {
+fn not_permitted_maps_to_the_not_permitted_rejection() {
     let (b, _clock) = manual(small());
     b.transition_to(State::ForcedOpen);
     let err = b.try_acquire().unwrap_err();
     let rejection: watertight::Rejection = err.into();
-    assert_eq!(rejection, watertight::Rejection::CircuitOpen);
+    assert_eq!(rejection, watertight::Rejection::NotPermitted);
     let call_err: watertight::Error<std::io::Error> = err.into();
-    assert_eq!(call_err.rejection(), Some(watertight::Rejection::CircuitOpen));
+    assert_eq!(call_err.rejection(), Some(watertight::Rejection::NotPermitted));
 }
 
 // ---------------------------------------------------------------------------

@@ -174,7 +174,7 @@ fn final_of(result: &Result<String, Error<ureq::Error>>) -> Final {
         Err(Error::Failed(_)) => Final::Failed,
         Err(Error::Timeout { .. }) => Final::Timeout,
         Err(Error::Panicked(_)) => Final::Panicked,
-        Err(Error::Rejected(R::CircuitOpen)) => Final::CircuitOpen,
+        Err(Error::Rejected(R::NotPermitted)) => Final::CircuitOpen,
         Err(Error::Rejected(R::QueueFull)) => Final::QueueFull,
         Err(Error::Rejected(R::DeadlineUnmeetable)) => Final::DeadlineUnmeetable,
         Err(Error::Rejected(_)) => Final::ShuttingDown,
@@ -210,7 +210,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
     let dep = Dependency::builder("chaos")
         .workers(WORKERS)
         .queue(QUEUE)
-        .deadline(DEADLINE)
+        .timeout(DEADLINE)
         .breaker(
             BreakerConfig::count_based(40)
                 .minimum_calls(20)
@@ -221,7 +221,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
                 .half_open_calls(4)
                 .max_wait_in_half_open(Duration::from_secs(1)),
         )
-        .retry(Retry::new().max_attempts(ATTEMPTS).backoff(BACKOFF.0, BACKOFF.1))
+        .retry(Retry::builder().max_attempts(ATTEMPTS).backoff(BACKOFF.0, BACKOFF.1).build().unwrap())
         .build()
         .expect("a valid dependency");
     let transitions = Arc::new(AtomicUsize::new(0));
@@ -372,7 +372,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
     assert_eq!(c.not_permitted, seen(Final::CircuitOpen), "a rejection is never retried\n{figures}");
     assert_eq!(c.panicked, seen(Final::Panicked), "a panic is never retried\n{figures}");
     assert_eq!(c.queue_full, seen(Final::QueueFull), "{figures}");
-    assert_eq!(c.rejected_deadline, seen(Final::DeadlineUnmeetable), "{figures}");
+    assert_eq!(c.deadline_unmeetable, seen(Final::DeadlineUnmeetable), "{figures}");
     assert_eq!(c.shutting_down + seen(Final::ShuttingDown), 0, "nothing shut down\n{figures}");
     assert_eq!(
         c.failed + c.timed_out + c.panicked,

@@ -335,7 +335,7 @@ fn slow_fraud_approves_and_failing_fraud_opens_the_circuit() {
         let began = Instant::now();
         let (status, body) = checkout(&agent, &server, "alice", 10.0);
         assert!(began.elapsed() < Duration::from_secs(1), "an open circuit answers at once");
-        assert_eq!((status, &body["reason"]), (202, &json!("fraud_circuit_open")), "{body}");
+        assert_eq!((status, &body["reason"]), (202, &json!("fraud_not_permitted")), "{body}");
     }
     let circuit = fraud_circuit(&agent, &server);
     assert!(circuit["calls"]["not_permitted"].as_u64().unwrap_or(0) >= 3, "{circuit}");

@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use watertight::{Breaker, BreakerConfig, ConfigError, Dependency, ManualClock, Pool, Retry, State, Verdict};
+use watertight::{
+    Breaker, BreakerConfig, ConfigError, Dependency, ManualClock, Pool, Retry, RetryBuilder, State, Verdict,
+};
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 const MAX_WORKERS: usize = 4096;
@@ -221,8 +223,8 @@ fn retry_input() -> impl Strategy<Value = RetryInput> {
 }
 
 impl RetryInput {
-    fn retry(&self) -> Retry {
-        let mut r = Retry::new()
+    fn retry(&self) -> RetryBuilder {
+        let mut r = Retry::builder()
             .max_attempts(self.max_attempts)
             .backoff(self.backoff.0, self.backoff.1)
             .backoff_multiplier(self.multiplier)
@@ -489,7 +491,7 @@ proptest! {
         }
         let built = builder.build();
         // A stack the OS cannot give is reported as too many workers to start.
-        let refused_spawn: &[&str] = if stack.is_some_and(|s| s > 1 << 30) { &["workers"] } else { &[] };
+        let refused_spawn: &[&str] = if stack.is_some_and(|s| s > 1 << 30) { &["stack_size"] } else { &[] };
         judge(&built, &bad, refused_spawn)?;
         let Ok(pool) = built else { return Ok(()) };
         prop_assert_eq!(pool.stats().workers, workers);
@@ -580,10 +582,13 @@ fn drive_dependency(input: &DependencyInput) -> Result<bool, TestCaseError> {
         bad.push("workers");
     }
     if input.deadline.is_zero() || input.deadline > DAY {
-        bad.push("deadline");
+        bad.push("timeout");
     }
     bad.extend(input.breaker.bad_fields());
-    bad.extend(input.retry.bad_fields());
+    // A `Retry` is built (and validated) on its own, before the dependency.
+    let retry = input.retry.retry().build();
+    judge(&retry, &input.retry.bad_fields(), &[])?;
+    let Ok(retry) = retry else { return Ok(false) };
     if input.queue > MAX_QUEUE {
         bad.push("queue");
     }
@@ -593,16 +598,16 @@ fn drive_dependency(input: &DependencyInput) -> Result<bool, TestCaseError> {
     let mut builder = Dependency::builder(input.name.clone())
         .workers(input.workers)
         .queue(input.queue)
-        .deadline(input.deadline)
+        .timeout(input.deadline)
         .breaker(input.breaker.config())
-        .retry(input.retry.retry())
+        .retry(retry)
         .deadline_aware_admission(input.admission);
     if let Some(s) = input.stack {
         builder = builder.stack_size(s);
     }
     let _ = format!("{builder:?}");
     let built = builder.build();
-    let refused_spawn: &[&str] = if input.stack.is_some_and(|s| s > 1 << 30) { &["workers"] } else { &[] };
+    let refused_spawn: &[&str] = if input.stack.is_some_and(|s| s > 1 << 30) { &["stack_size"] } else { &[] };
     judge(&built, &bad, refused_spawn)?;
     let Ok(dep) = built else { return Ok(false) };
 

@@ -83,7 +83,7 @@ fn ok_runs_on_a_named_worker_and_counts() {
 
 #[test]
 fn context_carries_deadline_attempt_and_name() {
-    let dep = Dependency::builder("account").deadline(Duration::from_millis(800)).build().unwrap();
+    let dep = Dependency::builder("account").timeout(Duration::from_millis(800)).build().unwrap();
     let (remaining, attempt, name) = dep
         .call(|ctx| Ok::<_, String>((ctx.remaining(), ctx.attempt(), ctx.dependency().to_owned())))
         .unwrap();
@@ -119,7 +119,7 @@ fn timeout_counts_as_failure_and_opens_the_breaker() {
     let (release, gate) = gate();
     let dep = Dependency::builder("fraud")
         .workers(4)
-        .deadline(Duration::from_millis(100))
+        .timeout(Duration::from_millis(100))
         .breaker(small_breaker(4))
         .build()
         .unwrap();
@@ -136,7 +136,7 @@ fn timeout_counts_as_failure_and_opens_the_breaker() {
     }
     assert_eq!(dep.breaker().state(), State::Open);
     let r = dep.call(ok);
-    assert_eq!(r.unwrap_err().rejection(), Some(Rejection::CircuitOpen));
+    assert_eq!(r.unwrap_err().rejection(), Some(Rejection::NotPermitted));
     let c = dep.snapshot().calls;
     assert_eq!((c.timed_out, c.not_permitted, c.failed), (4, 1, 0));
     assert_eq!(dep.breaker().metrics().failed, 4);
@@ -148,7 +148,7 @@ fn panic_is_a_failure_and_keeps_the_worker() {
     let dep = Dependency::builder("fraud")
         .workers(1)
         .queue(4)
-        .deadline(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
         .breaker(small_breaker(2))
         .build()
         .unwrap();
@@ -164,13 +164,13 @@ fn panic_is_a_failure_and_keeps_the_worker() {
 }
 
 #[test]
-fn queue_full_and_circuit_open_are_never_failures() {
+fn queue_full_and_not_permitted_are_never_failures() {
     let (release, gate) = gate();
     let (started_tx, started) = crossbeam_channel::bounded::<()>(1);
     let dep = Dependency::builder("fraud")
         .workers(1)
         .queue(0)
-        .deadline(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
         .breaker(small_breaker(2))
         .build()
         .unwrap();
@@ -196,7 +196,7 @@ fn queue_full_and_circuit_open_are_never_failures() {
 
     dep.breaker().transition_to(State::ForcedOpen);
     for _ in 0..10 {
-        assert_eq!(dep.call(ok).unwrap_err().rejection(), Some(Rejection::CircuitOpen));
+        assert_eq!(dep.call(ok).unwrap_err().rejection(), Some(Rejection::NotPermitted));
     }
     dep.breaker().transition_to(State::Closed);
     let m = dep.breaker().metrics();
@@ -238,7 +238,7 @@ fn ignored_outcomes_never_open_the_breaker() {
 fn an_abandoned_job_is_recorded_once() {
     let (release, gate) = gate();
     let (done_tx, done) = crossbeam_channel::bounded::<()>(1);
-    let dep = Dependency::builder("fraud").workers(1).deadline(Duration::from_millis(50)).build().unwrap();
+    let dep = Dependency::builder("fraud").workers(1).timeout(Duration::from_millis(50)).build().unwrap();
     let r = dep.call(move |_| {
         block_on(&gate);
         done_tx.send(()).unwrap();
@@ -268,7 +268,7 @@ fn a_manual_clock_walks_the_breaker_through_half_open_without_sleeping() {
     let _ = dep.call(fail);
     assert_eq!(dep.breaker().state(), State::Open);
     clock.advance(Duration::from_secs(14));
-    assert_eq!(dep.call(ok).unwrap_err().rejection(), Some(Rejection::CircuitOpen));
+    assert_eq!(dep.call(ok).unwrap_err().rejection(), Some(Rejection::NotPermitted));
     clock.advance(Duration::from_secs(1));
     assert_eq!(dep.call(ok).unwrap(), 1);
     assert_eq!(dep.breaker().state(), State::HalfOpen);
@@ -356,7 +356,7 @@ fn busy_dependency(admission: bool, service: Duration, gate: &Receiver<()>) -> D
     let dep = Dependency::builder("slow")
         .workers(1)
         .queue(2)
-        .deadline(Duration::from_millis(100))
+        .timeout(Duration::from_millis(100))
         .deadline_aware_admission(admission)
         .build()
         .unwrap();
@@ -393,7 +393,7 @@ fn deadline_aware_admission_rejects_at_once() {
     assert_eq!(r.unwrap_err().rejection(), Some(Rejection::DeadlineUnmeetable));
     assert!(took < Duration::from_millis(100), "rejected after {took:?}, the deadline is 100 ms");
     let snap = dep.snapshot();
-    assert_eq!(snap.calls.rejected_deadline, 1);
+    assert_eq!(snap.calls.deadline_unmeetable, 1);
     assert_eq!(dep.breaker().metrics().failed, 3, "only the three timeouts are failures");
     drop(release);
 }
@@ -404,7 +404,7 @@ fn without_admission_the_same_call_waits_and_times_out() {
     let dep = busy_dependency(false, Duration::from_millis(300), &gate);
     let r = dep.call(ok);
     assert!(r.unwrap_err().is_timeout());
-    assert_eq!(dep.snapshot().calls.rejected_deadline, 0);
+    assert_eq!(dep.snapshot().calls.deadline_unmeetable, 0);
     drop(release);
 }
 
@@ -427,14 +427,18 @@ fn one_open_circuit_leaves_the_other_calling() {
     registry.register(access.clone()).unwrap();
     registry.register(read.clone()).unwrap();
     read.breaker().transition_to(State::ForcedOpen);
-    assert_eq!(read.call(ok).unwrap_err().rejection(), Some(Rejection::CircuitOpen));
+    assert_eq!(read.call(ok).unwrap_err().rejection(), Some(Rejection::NotPermitted));
     assert_eq!(access.call(ok).unwrap(), 1);
     assert_eq!(registry.get("account-read").unwrap().breaker().state(), State::ForcedOpen);
     assert_eq!(registry.get("account-access").unwrap().breaker().state(), State::Closed);
 }
 
 fn quick_retry() -> Retry {
-    Retry::new().max_attempts(3).backoff(Duration::from_millis(1), Duration::from_millis(5))
+    Retry::builder()
+        .max_attempts(3)
+        .backoff(Duration::from_millis(1), Duration::from_millis(5))
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -474,7 +478,7 @@ fn retry_never_retries_an_open_breaker() {
         seen.fetch_add(1, Ordering::SeqCst);
         Ok::<_, String>(())
     });
-    assert_eq!(r.unwrap_err().rejection(), Some(Rejection::CircuitOpen));
+    assert_eq!(r.unwrap_err().rejection(), Some(Rejection::NotPermitted));
     assert_eq!(ran.load(Ordering::SeqCst), 0);
     let c = dep.snapshot().calls;
     assert_eq!((c.not_permitted, c.retried), (1, 0));
@@ -500,7 +504,7 @@ fn retry_retries_timeouts() {
     let dep = Dependency::builder("read")
         .workers(2)
         .queue(2)
-        .deadline(Duration::from_millis(200))
+        .timeout(Duration::from_millis(200))
         .retry(quick_retry())
         .build()
         .unwrap();
@@ -525,7 +529,7 @@ fn retry_never_reruns_a_panicking_job() {
     let dep = Dependency::builder("read")
         .workers(2)
         .queue(2)
-        .deadline(Duration::from_millis(500))
+        .timeout(Duration::from_millis(500))
         .retry(quick_retry())
         .build()
         .unwrap();
@@ -544,14 +548,21 @@ fn retry_never_reruns_a_panicking_job() {
 #[test]
 fn the_budget_bounds_attempts_under_a_permanent_failure() {
     let calls = 100u64;
-    let (ratio, per_sec) = (0.2, 1u32);
+    let (percent, per_sec) = (20.0, 1u32);
     // A disabled breaker never opens, so only the budget stands between a permanently
     // failing provider and `calls x max_attempts` = 300 attempts.
     let dep = Dependency::builder("read")
         .workers(1)
         .queue(4)
         .breaker(BreakerConfig::default().enabled(false))
-        .retry(Retry::new().max_attempts(3).backoff(Duration::ZERO, Duration::ZERO).budget(ratio, per_sec))
+        .retry(
+            Retry::builder()
+                .max_attempts(3)
+                .backoff(Duration::ZERO, Duration::ZERO)
+                .budget(percent, per_sec)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let attempts = Arc::new(AtomicU32::new(0));
@@ -565,7 +576,7 @@ fn the_budget_bounds_attempts_under_a_permanent_failure() {
     }
     let attempts = u64::from(attempts.load(Ordering::SeqCst));
     let floor = u64::from(per_sec) * Retry::BUDGET_WINDOW.as_secs();
-    let bound = (calls as f64 * (1.0 + ratio)) as u64 + floor;
+    let bound = (calls as f64 * (1.0 + percent / 100.0)) as u64 + floor;
     assert!(attempts <= bound, "{attempts} attempts for {calls} calls, bound {bound}");
     assert!(attempts > calls, "the budget allowed some retries");
     let c = dep.snapshot().calls;
@@ -581,7 +592,14 @@ fn the_budget_holds_under_concurrent_callers() {
         .workers(THREADS as usize)
         .queue(THREADS as usize)
         .breaker(BreakerConfig::default().enabled(false))
-        .retry(Retry::new().max_attempts(3).backoff(Duration::ZERO, Duration::ZERO).budget(0.2, 1))
+        .retry(
+            Retry::builder()
+                .max_attempts(3)
+                .backoff(Duration::ZERO, Duration::ZERO)
+                .budget(20.0, 1)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let attempts = Arc::new(AtomicU32::new(0));
@@ -615,10 +633,12 @@ fn backoff_never_sleeps_past_the_overall_timeout() {
         .workers(1)
         .queue(4)
         .retry(
-            Retry::new()
+            Retry::builder()
                 .max_attempts(20)
                 .backoff(Duration::from_millis(200), Duration::from_secs(1))
-                .overall_timeout(Duration::from_millis(150)),
+                .overall_timeout(Duration::from_millis(150))
+                .build()
+                .unwrap(),
         )
         .build()
         .unwrap();
@@ -636,8 +656,8 @@ fn the_overall_timeout_also_bounds_each_attempt() {
     let (release, gate) = gate();
     let dep = Dependency::builder("read")
         .workers(2)
-        .deadline(Duration::from_secs(2))
-        .retry(Retry::new().overall_timeout(Duration::from_millis(200)))
+        .timeout(Duration::from_secs(2))
+        .retry(Retry::builder().overall_timeout(Duration::from_millis(200)).build().unwrap())
         .build()
         .unwrap();
     let t = Instant::now();
@@ -655,12 +675,12 @@ fn the_overall_timeout_also_bounds_each_attempt() {
 fn invalid_config_names_the_field() {
     let field = |b: watertight::DependencyBuilder| b.build().unwrap_err().field();
     assert_eq!(field(Dependency::builder("x").workers(0)), "workers");
-    assert_eq!(field(Dependency::builder("x").deadline(Duration::ZERO)), "deadline");
+    assert_eq!(field(Dependency::builder("x").timeout(Duration::ZERO)), "timeout");
     assert_eq!(
         field(Dependency::builder("x").breaker(BreakerConfig::default().failure_rate(101.0))),
         "failure_rate"
     );
-    assert_eq!(field(Dependency::builder("x").retry(Retry::new().max_attempts(0))), "retry.max_attempts");
+    assert_eq!(Retry::builder().max_attempts(0).build().unwrap_err().field(), "retry.max_attempts");
     assert_eq!(field(Dependency::builder("")), "name");
     let err = Dependency::builder("x").workers(0).build().unwrap_err();
     assert_eq!(err.to_string(), "workers must be between 1 and 4096, got 0");
@@ -673,7 +693,7 @@ fn events_reach_listeners() {
     let (release, gate) = gate();
     let dep = Dependency::builder("fraud")
         .workers(1)
-        .deadline(Duration::from_millis(50))
+        .timeout(Duration::from_millis(50))
         .on_event(move |e| {
             let line = match e {
                 Event::Transition(t) => format!("transition to {}", t.to().as_str()),
@@ -696,7 +716,7 @@ fn events_reach_listeners() {
     let _ = dep.call(ok);
     drop(release);
     let events = events.lock().unwrap().clone();
-    assert_eq!(events, ["fraud timed out", "transition to forced_open", "fraud rejected circuit_open"]);
+    assert_eq!(events, ["fraud timed out", "transition to forced_open", "fraud rejected not_permitted"]);
 }
 
 #[test]
@@ -732,10 +752,9 @@ fn known_mix(registry: &Registry) -> Vec<(String, u64)> {
     let (release, gate) = gate();
     // Alpha's outcomes come back at once; beta's first call times out (and keeps one
     // of its two workers until the end).
-    let a =
-        Dependency::builder("alpha").workers(2).queue(4).deadline(Duration::from_secs(5)).build().unwrap();
+    let a = Dependency::builder("alpha").workers(2).queue(4).timeout(Duration::from_secs(5)).build().unwrap();
     let b =
-        Dependency::builder("beta").workers(2).queue(4).deadline(Duration::from_millis(100)).build().unwrap();
+        Dependency::builder("beta").workers(2).queue(4).timeout(Duration::from_millis(100)).build().unwrap();
     registry.register(a.clone()).unwrap();
     registry.register(b.clone()).unwrap();
     for _ in 0..5 {
@@ -805,7 +824,7 @@ fn every_call_has_exactly_one_outcome_under_load() {
     let dep = Dependency::builder("mixed")
         .workers(2)
         .queue(1)
-        .deadline(Duration::from_millis(30))
+        .timeout(Duration::from_millis(30))
         .breaker(BreakerConfig::count_based(10).minimum_calls(10).open_for(Duration::from_millis(20)))
         .build()
         .unwrap();
@@ -851,7 +870,7 @@ fn every_call_has_exactly_one_outcome_under_load() {
     assert_eq!(c.total(), (THREADS * CALLS) as u64, "{c:?}");
     assert_eq!(c.successful, tally[0]);
     assert_eq!(c.failed + c.ignored, tally[1]);
-    assert_eq!(c.not_permitted + c.queue_full + c.rejected_deadline + c.shutting_down, tally[2]);
+    assert_eq!(c.not_permitted + c.queue_full + c.deadline_unmeetable + c.shutting_down, tally[2]);
     assert_eq!(c.timed_out + c.panicked, tally[3]);
 }
 
@@ -870,7 +889,7 @@ fn a_panicking_listener_cannot_change_what_the_breaker_saw() {
     let dep = Dependency::builder("read")
         .workers(2)
         .queue(0)
-        .deadline(Duration::from_millis(100))
+        .timeout(Duration::from_millis(100))
         .breaker(BreakerConfig::count_based(4).minimum_calls(2))
         .on_event(|event| {
             if matches!(event, Event::TimedOut { .. }) {

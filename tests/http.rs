@@ -32,7 +32,7 @@ fn a_hung_provider_frees_the_workers_at_the_deadline_and_the_breaker_cuts_it_off
     let dep = Dependency::builder("hung")
         .workers(4)
         .queue(4)
-        .deadline(Duration::from_millis(200))
+        .timeout(Duration::from_millis(200))
         .breaker(breaker(4))
         .retry(Retry::disabled())
         .build()
@@ -104,7 +104,7 @@ fn a_hung_provider_frees_the_workers_at_the_deadline_and_the_breaker_cuts_it_off
         let began = Instant::now();
         let result = dep.call(|_| -> Result<(), ureq::Error> { panic!("an open breaker ran the job") });
         took.push(began.elapsed());
-        assert!(matches!(result, Err(Error::Rejected(Rejection::CircuitOpen))), "{result:?}");
+        assert!(matches!(result, Err(Error::Rejected(Rejection::NotPermitted))), "{result:?}");
     }
     let worst = *took.iter().max().unwrap();
     let median = median(&mut took);
@@ -119,7 +119,7 @@ fn client_errors_never_open_the_breaker_and_two_503s_do() {
     let p = provider(Fault::Error(404));
     let dep = Dependency::builder("account")
         .workers(2)
-        .deadline(LONG)
+        .timeout(LONG)
         .breaker(breaker(2))
         .retry(Retry::disabled())
         .build()
@@ -149,7 +149,7 @@ fn client_errors_never_open_the_breaker_and_two_503s_do() {
 #[test]
 fn with_status_as_responses_classify_response_applies_the_same_table() {
     let p = provider(Fault::Healthy);
-    let dep = Dependency::builder("quota").deadline(LONG).breaker(breaker(2)).build().unwrap();
+    let dep = Dependency::builder("quota").timeout(LONG).breaker(breaker(2)).build().unwrap();
     let call = |dep: &Dependency| {
         let (agent, url) = (agent_status_ok(LONG), p.url());
         dep.call_with(classify_response, move |ctx| agent.get(&url).with_deadline(ctx).call())
@@ -172,7 +172,7 @@ fn with_status_as_responses_classify_response_applies_the_same_table() {
 fn transport_failures_count_as_failures_and_open_the_breaker() {
     for fault in [Fault::Refuse, Fault::Reset, Fault::Close, Fault::Garbage] {
         let p = provider(fault);
-        let dep = Dependency::builder("flaky").deadline(LONG).breaker(breaker(2)).build().unwrap();
+        let dep = Dependency::builder("flaky").timeout(LONG).breaker(breaker(2)).build().unwrap();
         for _ in 0..2 {
             let (agent, url) = (agent(LONG), p.url());
             let result = dep.call(move |ctx| fetch(&agent, &url, ctx));
@@ -188,8 +188,8 @@ fn a_503_then_a_200_succeeds_on_the_second_attempt() {
     let p = provider(Fault::Healthy);
     p.script([Fault::Error(503)]);
     let dep = Dependency::builder("retrying")
-        .deadline(LONG)
-        .retry(Retry::new().backoff(Duration::from_millis(1), Duration::from_millis(5)))
+        .timeout(LONG)
+        .retry(Retry::builder().backoff(Duration::from_millis(1), Duration::from_millis(5)).build().unwrap())
         .build()
         .unwrap();
     let (agent, url) = (agent(LONG), p.url());
@@ -208,9 +208,15 @@ fn a_503_then_a_200_succeeds_on_the_second_attempt() {
 fn an_open_breaker_and_a_400_are_never_retried() {
     let p = provider(Fault::Error(400));
     let dep = Dependency::builder("strict")
-        .deadline(LONG)
+        .timeout(LONG)
         .breaker(breaker(2))
-        .retry(Retry::new().max_attempts(5).backoff(Duration::from_millis(1), Duration::from_millis(5)))
+        .retry(
+            Retry::builder()
+                .max_attempts(5)
+                .backoff(Duration::from_millis(1), Duration::from_millis(5))
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let call = |dep: &Dependency| {
@@ -222,22 +228,24 @@ fn an_open_breaker_and_a_400_are_never_retried() {
 
     dep.breaker().transition_to(State::Open);
     p.set_fault(Fault::Error(503));
-    assert!(matches!(call(&dep), Err(Error::Rejected(Rejection::CircuitOpen))));
+    assert!(matches!(call(&dep), Err(Error::Rejected(Rejection::NotPermitted))));
     assert_eq!(p.hits(), 1, "an open breaker was retried into the provider");
 }
 
 #[test]
 fn retries_stay_within_the_budget_under_a_permanent_failure() {
     let p = provider(Fault::Error(503));
-    let (ratio, min_per_sec) = (0.2, 1);
+    let (percent, min_per_sec) = (20.0, 1);
     let dep = Dependency::builder("down")
-        .deadline(LONG)
+        .timeout(LONG)
         .breaker(BreakerConfig::default().enabled(false))
         .retry(
-            Retry::new()
+            Retry::builder()
                 .max_attempts(3)
                 .backoff(Duration::ZERO, Duration::from_millis(1))
-                .budget(ratio, min_per_sec),
+                .budget(percent, min_per_sec)
+                .build()
+                .unwrap(),
         )
         .build()
         .unwrap();
@@ -251,7 +259,7 @@ fn retries_stay_within_the_budget_under_a_permanent_failure() {
     // The floor: `min_per_sec` for every second of the budget's window, counted
     // generously (the window, or the test's whole run if longer).
     let window = Retry::BUDGET_WINDOW.max(started.elapsed()).as_secs() + 1;
-    let bound = calls + (calls as f64 * ratio).ceil() as u64 + min_per_sec as u64 * window;
+    let bound = calls + (calls as f64 * percent / 100.0).ceil() as u64 + min_per_sec as u64 * window;
     let hits = p.hits();
     eprintln!("{calls} calls, 3 attempts allowed each, {hits} provider hits (bound {bound})");
     assert!(hits <= bound, "{hits} hits for {calls} calls: the budget let too many retries through");
@@ -261,7 +269,7 @@ fn retries_stay_within_the_budget_under_a_permanent_failure() {
 #[test]
 fn an_expired_context_times_out_at_once_without_connecting() {
     let p = provider(Fault::Healthy);
-    let dep = Dependency::builder("late").workers(1).deadline(Duration::from_millis(50)).build().unwrap();
+    let dep = Dependency::builder("late").workers(1).timeout(Duration::from_millis(50)).build().unwrap();
     let (agent, url) = (agent(LONG), p.url());
     let (tx, rx) = mpsc::channel();
     // The job outlives its deadline on purpose, then makes the request; the result
@@ -289,7 +297,7 @@ fn a_trickling_provider_is_cut_at_the_deadline() {
     let p =
         FakeProvider::start("trickle", Fault::Trickle(Duration::from_millis(20)), |_| (200, "x".repeat(200)))
             .unwrap();
-    let dep = Dependency::builder("trickle").deadline(Duration::from_millis(300)).build().unwrap();
+    let dep = Dependency::builder("trickle").timeout(Duration::from_millis(300)).build().unwrap();
     let (agent, url) = (ureq::Agent::new_with_defaults(), p.url());
     let began = Instant::now();
     let result = dep.call(move |ctx| fetch(&agent, &url, ctx));

@@ -99,7 +99,7 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
     let dep = Dependency::builder("soak")
         .workers(WORKERS)
         .queue(QUEUE)
-        .deadline(DEADLINE)
+        .timeout(DEADLINE)
         .breaker(BreakerConfig::default().enabled(false))
         .build()
         .expect("a valid dependency");

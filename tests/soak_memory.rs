@@ -34,7 +34,7 @@ fn a_hundred_thousand_abandoned_calls_leave_memory_flat() {
     let dep = Dependency::builder("leak")
         .workers(4)
         .queue(4)
-        .deadline(DEADLINE)
+        .timeout(DEADLINE)
         .breaker(BreakerConfig::default().enabled(false))
         .build()
         .expect("a valid dependency");

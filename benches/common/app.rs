@@ -52,13 +52,13 @@ impl Route {
                 orders: Dependency::builder("orders-db")
                     .workers(4)
                     .queue(4)
-                    .deadline(ORDERS_DEADLINE)
+                    .timeout(ORDERS_DEADLINE)
                     .build()
                     .expect("a valid orders-db configuration"),
                 fraud: Dependency::builder("fraud")
                     .workers(FRAUD_WORKERS)
                     .queue(fraud_queue)
-                    .deadline(FRAUD_DEADLINE)
+                    .timeout(FRAUD_DEADLINE)
                     .breaker(fraud_breaker())
                     .build()
                     .expect("a valid fraud configuration"),

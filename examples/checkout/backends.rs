@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::access::{Decision, LookupError};
 use watertight::http::WithDeadline;
-use watertight::{CallContext, Dependency, Error};
+use watertight::{CallContext, Dependency, Error, Outcome};
 
 /// The fraud provider's verdict.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,8 +30,9 @@ pub enum FraudVerdict {
 /// manual review (fraud) or fails closed (account).
 #[derive(Debug, Clone)]
 pub struct Unavailable {
-    /// A short stable code: `circuit_open`, `queue_full`, `deadline_unmeetable`,
-    /// `timeout`, `provider_error`, `bad_answer`, `shutting_down`.
+    /// A short stable code: an outcome's label ([`Outcome::as_str`]:
+    /// `not_permitted`, `queue_full`, `deadline_unmeetable`, `shutting_down`,
+    /// `timed_out`, `failed`, `ignored`, `panicked`), or `bad_answer`.
     pub reason: &'static str,
     /// Human-readable detail, for logs.
     pub detail: String,
@@ -176,13 +177,11 @@ impl Backends {
 
 /// Names the failure with a stable reason code.
 fn unavailable(err: Error<ureq::Error>) -> Unavailable {
+    // The crate's outcome labels, so logs, JSON and metrics say one thing one way.
     let reason = match &err {
-        Error::Rejected(r) => r.as_str(),
-        Error::Timeout { .. } => "timeout",
-        Error::Failed(ureq::Error::Timeout(_)) => "timeout",
         Error::Failed(ureq::Error::Json(_)) => "bad_answer",
-        Error::Failed(_) | Error::Panicked(_) => "provider_error",
-        _ => "provider_error",
+        Error::Failed(ureq::Error::Timeout(_)) => Outcome::TimedOut.as_str(),
+        other => other.outcome().as_str(),
     };
     let detail = match err {
         Error::Failed(e) => e.to_string(),

@@ -54,7 +54,7 @@ ROUTES:
   POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`
 
 FAULTS (embedded providers):
-  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close)
+  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close, cut)
 
 EMBEDDED PROVIDERS:
   fraud    POST /verify {customer_id, amount}: rejects amounts over 1000, approves the rest
@@ -180,7 +180,7 @@ fn build_deps() -> Result<Deps, watertight::ConfigError> {
     let fraud = Dependency::builder("fraud")
         .workers(10)
         .queue(5)
-        .deadline(Duration::from_secs(3))
+        .timeout(Duration::from_secs(3))
         .breaker(
             BreakerConfig::count_based(20)
                 .minimum_calls(10)
@@ -195,7 +195,7 @@ fn build_deps() -> Result<Deps, watertight::ConfigError> {
         Dependency::builder(name)
             .workers(workers)
             .queue(queue)
-            .deadline(Duration::from_secs(10))
+            .timeout(Duration::from_secs(10))
             .breaker(
                 BreakerConfig::time_based(30)
                     .minimum_calls(10)
@@ -242,8 +242,8 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         let backends = Arc::clone(&backends);
         move |user: &str| backends.has_access(user)
     });
-    let mut prometheus = prometheus_client::registry::Registry::default();
-    watertight::metrics::register_prometheus(&registry, &mut prometheus);
+    let mut prometheus = watertight::metrics::PrometheusRegistry::default();
+    watertight::metrics::register(&registry, &mut prometheus);
 
     let threads = usize::from(args.request_threads);
     let app = Arc::new(App::new(backends, gate, registry, prometheus, providers.clone(), threads));

@@ -66,7 +66,7 @@ pub struct App {
     /// The dependencies by name (bulkhead mode; empty in direct mode).
     pub registry: Registry,
     /// Prometheus registry holding watertight's collector.
-    pub prometheus: prometheus_client::registry::Registry,
+    pub prometheus: watertight::metrics::PrometheusRegistry,
     /// The embedded fake providers, by name (empty for real providers).
     pub providers: Vec<Arc<FakeProvider>>,
     /// The request pool's size, for `/circuits`.
@@ -84,7 +84,7 @@ impl App {
         backends: Arc<Backends>,
         gate: AccessGate,
         registry: Registry,
-        prometheus: prometheus_client::registry::Registry,
+        prometheus: watertight::metrics::PrometheusRegistry,
         providers: Vec<Arc<FakeProvider>>,
         request_threads: usize,
     ) -> Self {
@@ -246,20 +246,7 @@ impl App {
                     "state": s.state.as_str(),
                     "failure_rate": s.failure_rate,
                     "slow_call_rate": s.slow_call_rate,
-                    "calls": {
-                        "successful": s.calls.successful,
-                        "failed": s.calls.failed,
-                        "ignored": s.calls.ignored,
-                        "slow": s.calls.slow,
-                        "not_permitted": s.calls.not_permitted,
-                        "queue_full": s.calls.queue_full,
-                        "rejected_deadline": s.calls.rejected_deadline,
-                        "timed_out": s.calls.timed_out,
-                        "expired": s.calls.expired,
-                        "panicked": s.calls.panicked,
-                        "retried": s.calls.retried,
-                        "shutting_down": s.calls.shutting_down,
-                    },
+                    "calls": call_counts(&s.calls),
                     "pool": {
                         "workers": s.pool.workers,
                         "busy": s.pool.busy,
@@ -269,8 +256,9 @@ impl App {
                         "submitted": s.pool.submitted,
                         "completed": s.pool.completed,
                     },
-                    "deadline_ms": s.deadline.as_millis() as u64,
+                    "timeout_ms": s.timeout.as_millis() as u64,
                     "mean_service_time_ms": s.mean_service_time.map(|d| d.as_secs_f64() * 1000.0),
+                    "estimated_wait_ms": s.estimated_wait.map(|d| d.as_secs_f64() * 1000.0),
                 })
             })
             .collect();
@@ -290,7 +278,9 @@ impl App {
 
     fn metrics(&self) -> ResponseBox {
         let mut text = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.prometheus) {
+        if let Err(e) =
+            watertight::metrics::prometheus_client::encoding::text::encode(&mut text, &self.prometheus)
+        {
             return error(500, "METRICS_FAILED", &format!("encoding the metrics failed: {e}"));
         }
         Response::from_string(text)
@@ -387,4 +377,17 @@ fn method_not_allowed(allow: &str) -> ResponseBox {
     let mut resp = error(405, "METHOD_NOT_ALLOWED", &format!("this route answers {allow} only"));
     resp.add_header(header("Allow", allow));
     resp
+}
+
+/// A dependency's counts as JSON: one key per outcome, spelled as its label
+/// (the `kind` label of `watertight_calls_total`), and the overlapping counts.
+fn call_counts(calls: &watertight::CallCounts) -> Value {
+    let mut out = serde_json::Map::new();
+    for (outcome, n) in calls.by_outcome() {
+        out.insert(outcome.as_str().to_owned(), json!(n));
+    }
+    out.insert("slow".into(), json!(calls.slow));
+    out.insert("retried".into(), json!(calls.retried));
+    out.insert("expired".into(), json!(calls.expired));
+    Value::Object(out)
 }

@@ -30,7 +30,7 @@ pub(crate) enum WindowKind {
 
 /// How the open period grows with each consecutive opening.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Backoff {
+pub(crate) struct OpenBackoff {
     pub(crate) multiplier: f64,
     pub(crate) max: Duration,
 }
@@ -40,7 +40,31 @@ pub(crate) struct Backoff {
 /// `Default` is Resilience4j's: a count-based window of 100 calls, at least
 /// 100 calls before a rate counts, opens at 50 % failures or 100 % slow calls
 /// (slower than 60 s), stays open 60 s, then admits 10 probes in half-open
-/// and waits for them forever.
+/// and waits for them forever. Every rate is a percentage (50.0 = 50 %).
+///
+/// # A small service
+///
+/// Those defaults suit a service making hundreds of calls a second. At tens of
+/// calls a second a window of 100 calls takes seconds to fill, and the
+/// breaker decides nothing until it has: a provider that hangs with a 3 s
+/// timeout holds `workers + queue` request threads for every one of those
+/// seconds, and then 60 s of open is a long time to refuse a provider that
+/// recovered. For tens of calls a second, decide on the last 20 calls (at
+/// least 10), open for 10-15 s, and probe with a few calls:
+///
+/// ```
+/// use std::time::Duration;
+/// use watertight::BreakerConfig;
+///
+/// let small = BreakerConfig::count_based(20)
+///     .minimum_calls(10)
+///     .failure_rate(50.0)
+///     .slow_call_rate(80.0)
+///     .slow_call_duration(Duration::from_secs(1))
+///     .open_for(Duration::from_secs(10))
+///     .half_open_calls(3);
+/// assert!(small.validate().is_ok());
+/// ```
 ///
 /// ```
 /// use std::time::Duration;
@@ -65,7 +89,7 @@ pub struct BreakerConfig {
     pub(crate) slow_call_rate: f64,
     pub(crate) slow_call_duration: Duration,
     pub(crate) open_for: Duration,
-    pub(crate) backoff: Option<Backoff>,
+    pub(crate) backoff: Option<OpenBackoff>,
     pub(crate) half_open_calls: u32,
     pub(crate) max_wait_in_half_open: Duration,
     pub(crate) after_max_wait: State,
@@ -149,7 +173,7 @@ impl BreakerConfig {
     /// the breaker closes. Default: no growth. `multiplier` must be finite
     /// and at least 1, and `max` at least `open_for`.
     pub fn open_backoff(mut self, multiplier: f64, max: Duration) -> Self {
-        self.backoff = Some(Backoff { multiplier, max });
+        self.backoff = Some(OpenBackoff { multiplier, max });
         self
     }
 
@@ -163,6 +187,11 @@ impl BreakerConfig {
     /// The longest the breaker waits in half-open for its probes to report
     /// before it moves to [`after_max_wait`](Self::after_max_wait).
     /// Default zero, which means wait forever.
+    ///
+    /// Like every time-driven move of this breaker, it is lazy: the move
+    /// happens on the next [`try_acquire`](crate::Breaker::try_acquire) or
+    /// the next report after the wait has passed, never on a timer, so a
+    /// breaker nobody calls stays half-open.
     pub fn max_wait_in_half_open(mut self, duration: Duration) -> Self {
         self.max_wait_in_half_open = duration;
         self

@@ -10,12 +10,12 @@ use super::config::WindowKind;
 
 /// One recorded (non-ignored) outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Outcome {
+pub(crate) struct Sample {
     pub(crate) failed: bool,
     pub(crate) slow: bool,
 }
 
-impl Outcome {
+impl Sample {
     /// Packs the outcome into the byte a count window stores per call.
     fn bits(self) -> u8 {
         u8::from(self.failed) | (u8::from(self.slow) << 1)
@@ -50,7 +50,7 @@ impl Totals {
     }
 
     /// Adds one outcome.
-    pub(crate) fn record(&mut self, outcome: Outcome) {
+    pub(crate) fn record(&mut self, outcome: Sample) {
         self.add(outcome.bits());
     }
 
@@ -80,7 +80,7 @@ impl Window {
     /// Records one outcome. `now_sec` (whole seconds since the breaker's
     /// start) is read by the time window only.
     #[inline]
-    pub(crate) fn record(&mut self, outcome: Outcome, now_sec: u64) {
+    pub(crate) fn record(&mut self, outcome: Sample, now_sec: u64) {
         match self {
             Window::Count(w) => w.record(outcome.bits()),
             Window::Time(w) => w.record(outcome.bits(), now_sec),
@@ -221,9 +221,9 @@ impl TimeWindow {
 mod tests {
     use super::*;
 
-    const OK: Outcome = Outcome { failed: false, slow: false };
-    const FAIL: Outcome = Outcome { failed: true, slow: false };
-    const SLOW_FAIL: Outcome = Outcome { failed: true, slow: true };
+    const OK: Sample = Sample { failed: false, slow: false };
+    const FAIL: Sample = Sample { failed: true, slow: false };
+    const SLOW_FAIL: Sample = Sample { failed: true, slow: true };
 
     fn totals(calls: u64, failures: u64, slow: u64) -> Totals {
         Totals { calls, failures, slow }

@@ -8,7 +8,6 @@
 //! `Arc<dyn Waitable<T, E>>` (erased over the job only); both point into the
 //! same allocation.
 
-use std::any::Any;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 use super::slot::{Finish, Slot};
-use crate::error::{Error, Rejection};
+use crate::error::{Error, Rejection, panic_message};
 use crate::sync::{current, park_timeout, spin_until};
 
 /// What a call ends with, as the reply slot carries it.
@@ -230,7 +229,14 @@ where
             let _ = self.slot.complete(Err(Error::Panicked("job missing from its call".into())));
             return;
         };
-        let reply = match catch_unwind(AssertUnwindSafe(|| job(&self.ctx))) {
+        // Timed here, for the pool's service-time estimate (sampled while jobs
+        // are fast; see `ServiceTime`).
+        let began = shared.service.should_sample().then(Instant::now);
+        let ran = catch_unwind(AssertUnwindSafe(|| job(&self.ctx)));
+        if let Some(began) = began {
+            shared.service.record(began.elapsed());
+        }
+        let reply = match ran {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Error::Failed(e)),
             Err(payload) => {
@@ -413,17 +419,6 @@ impl<T, E> fmt::Debug for Ticket<T, E> {
     }
 }
 
-/// The text of a panic payload: `panic!` makes a `&str` or a `String`.
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
-    }
-}
-
 /// Drops a value whose `Drop` is user code, so a panic there cannot take a
 /// worker (or shutdown) down with it.
 fn drop_quietly<V>(value: V) {
@@ -433,16 +428,6 @@ fn drop_quietly<V>(value: V) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn panic_messages_from_str_and_string() {
-        let p: Box<dyn Any + Send> = Box::new("boom");
-        assert_eq!(panic_message(p.as_ref()), "boom");
-        let p: Box<dyn Any + Send> = Box::new(String::from("kaboom 7"));
-        assert_eq!(panic_message(p.as_ref()), "kaboom 7");
-        let p: Box<dyn Any + Send> = Box::new(7u8);
-        assert_eq!(panic_message(p.as_ref()), "non-string panic payload");
-    }
 
     #[test]
     fn submit_error_debug_and_display_without_job_debug() {

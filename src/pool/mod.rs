@@ -16,7 +16,11 @@
 //! described in `src/pool/README.md`; the reply slot's state machine is in
 //! `slot.rs`.
 
+mod builder;
 mod call;
+mod estimate;
+mod stats;
+mod worker;
 // Public (and re-exported, hidden) only for the loom model in tests/loom_pool.rs.
 #[cfg(loom)]
 pub mod slot;
@@ -25,28 +29,22 @@ mod slot;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::Release};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use parking_lot::{Mutex, RwLock};
 
+pub use self::builder::PoolBuilder;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
-use crate::error::{ConfigError, Error, Rejection};
-use crate::sync::Backoff;
+use self::estimate::ServiceTime;
+use self::stats::PoolCounters;
+pub use self::stats::PoolStats;
+use self::worker::{hand_off, join_worker};
 
-/// Most workers one pool may have: far beyond any sane bulkhead, low enough to
-/// catch a typo before it spawns a million threads.
-const MAX_WORKERS: usize = 4096;
-/// Largest queue: the queue is allocated up front, and a bulkhead's queue
-/// should be a handful of jobs anyway (see the crate's capacity notes).
-const MAX_QUEUE: usize = 1 << 20;
-/// Smallest stack accepted: room for the unwinding machinery of a panic.
-const MIN_STACK: usize = 64 * 1024;
-const DEFAULT_WORKERS: usize = 10;
-const DEFAULT_DROP_GRACE: Duration = Duration::from_secs(1);
+use crate::error::{Error, Rejection};
 
 /// A bulkhead: `workers` fixed threads named `watertight-<name>-<i>` behind a
 /// bounded queue of `queue` jobs.
@@ -92,273 +90,54 @@ pub struct Pool {
 /// Everything both the handles and the workers (and each call) share.
 pub(crate) struct Shared {
     pub(crate) name: Box<str>,
-    pub(crate) stats: Counters,
+    pub(crate) stats: PoolCounters,
+    /// The recent mean run time of a job, timed on the workers.
+    pub(crate) service: ServiceTime,
     /// Set when shutdown's grace period is over: a worker that dequeues a job
     /// after this answers it `ShuttingDown` instead of running it.
     pub(crate) grace_over: AtomicBool,
 }
 
-/// The pool's counters, all `Relaxed`: each is a tally that publishes nothing
-/// else. A caller that has its answer sees the counts its call caused, because
-/// the worker counts before it settles the reply slot (a release), and the
-/// caller sees the slot settled (an acquire).
-///
-/// Two cache lines: callers write the first, workers the second, so a call's
-/// round trip does not bounce counters between the two sides.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) callers: CallerCounters,
-    pub(crate) workers: WorkerCounters,
-}
-
-/// The counters callers write.
-#[derive(Default)]
-#[repr(align(128))]
-pub(crate) struct CallerCounters {
-    pub(crate) submitted: AtomicU64,
-    pub(crate) rejected: AtomicU64,
-    pub(crate) timed_out: AtomicU64,
-    /// Raised by a caller that gives up on a running job, lowered by the
-    /// worker when that job returns.
-    pub(crate) abandoned: AtomicUsize,
-}
-
-/// The counters workers write.
-#[derive(Default)]
-#[repr(align(128))]
-pub(crate) struct WorkerCounters {
-    pub(crate) busy: AtomicUsize,
-    pub(crate) completed: AtomicU64,
-    pub(crate) expired: AtomicU64,
-    pub(crate) panicked: AtomicU64,
-    /// Worker threads started and not yet exited.
-    pub(crate) live: AtomicUsize,
-}
-
 /// The handle side: the sender, and the threads to join. Dropping the last
 /// `Pool` drops this, which shuts the pool down.
-struct Handle {
-    shared: Arc<Shared>,
-    workers: usize,
-    queue: usize,
-    drop_grace: Duration,
+pub(super) struct Handle {
+    pub(super) shared: Arc<Shared>,
+    pub(super) workers: usize,
+    pub(super) queue: usize,
+    pub(super) drop_grace: Duration,
+    /// Deadline-aware admission (see [`PoolBuilder::deadline_aware_admission`]).
+    pub(super) admission: bool,
     /// `None` once shutdown has begun. Submitters take the read lock for the
     /// length of one `try_send`; shutdown takes the write lock once, to drop
     /// the sender, which disconnects the queue: workers then drain what is
     /// left and exit. Readers never wait for each other, and wait for the
     /// writer only while it drops the sender.
-    sender: RwLock<Option<Sender<QueuedJob>>>,
+    pub(super) sender: RwLock<Option<Sender<QueuedJob>>>,
     /// Kept to read the queue length for `stats()` and to drain the queue at
     /// the end of shutdown's grace period.
-    receiver: Receiver<QueuedJob>,
-    control: Mutex<Control>,
+    pub(super) receiver: Receiver<QueuedJob>,
+    pub(super) control: Mutex<Control>,
 }
 
 /// The worker threads, for shutdown.
-struct Control {
+pub(super) struct Control {
     /// `join` is `None` once joined.
-    threads: Vec<WorkerThread>,
+    pub(super) threads: Vec<WorkerThread>,
     /// Each worker sends its index here as it exits (capacity = workers, so
     /// that send never blocks).
-    exits: Receiver<usize>,
+    pub(super) exits: Receiver<usize>,
 }
 
-struct WorkerThread {
-    id: ThreadId,
-    join: Option<JoinHandle<()>>,
-}
-
-/// A snapshot of a pool's gauges and counters.
-///
-/// Each field is read on its own from a relaxed atomic, without any lock the
-/// workers need: reading stats never slows the pool down, and a snapshot taken
-/// while calls are in flight can be off by the calls in flight.
-///
-/// # Accounting identity
-///
-/// Every accepted job is counted once in `submitted` and ends counted once in
-/// `completed`, `panicked` or `expired`; until then it is `queued` or
-/// `busy`. So, whenever no submission or job is in flight between two of its
-/// steps (for instance after the callers have their answers and
-/// [`Pool::shutdown`] has returned):
-///
-/// ```text
-/// submitted == completed + panicked + expired + queued + busy
-/// ```
-///
-/// `rejected` counts submissions turned away (never accepted, so not in
-/// `submitted`); `timed_out` counts callers that gave up at the deadline (their
-/// jobs are in the identity as whatever became of them); `abandoned` is the
-/// part of `busy` that nobody waits for any more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct PoolStats {
-    /// Worker threads alive: the configured number until shutdown, then fewer
-    /// as they exit.
-    pub workers: usize,
-    /// Workers holding a job they took off the queue: running it (abandoned
-    /// jobs included), or for a moment, deciding not to start it.
-    pub busy: usize,
-    /// Jobs waiting in the queue.
-    pub queued: usize,
-    /// Running jobs whose caller has timed out or gone: they hold a worker
-    /// and nobody will read their answer.
-    pub abandoned: usize,
-    /// Jobs accepted into the queue.
-    pub submitted: u64,
-    /// Jobs that ran and returned (`Ok` or `Err`).
-    pub completed: u64,
-    /// Accepted jobs that never started: their deadline passed in the queue,
-    /// their caller had gone, or shutdown discarded them (those callers got
-    /// [`Rejection::ShuttingDown`]).
-    pub expired: u64,
-    /// Jobs that panicked.
-    pub panicked: u64,
-    /// Submissions turned away: queue full, shutting down, or a deadline
-    /// already past.
-    pub rejected: u64,
-    /// Callers whose deadline passed before the answer came.
-    pub timed_out: u64,
-}
-
-/// Configures a [`Pool`]; [`Pool::builder`] makes one.
-#[derive(Debug, Clone)]
-pub struct PoolBuilder {
-    name: String,
-    workers: usize,
-    queue: usize,
-    stack_size: Option<usize>,
-    drop_grace: Duration,
-}
-
-impl PoolBuilder {
-    /// Number of worker threads, fixed for the pool's life. Default 10.
-    /// Must be 1 to 4096.
-    pub fn workers(mut self, n: usize) -> Self {
-        self.workers = n;
-        self
-    }
-
-    /// Jobs that may wait for a worker. Default 0: direct hand-off, a job is
-    /// accepted only when a worker is idle to take it. (A worker that has just
-    /// answered a call is idle a few microseconds before it is back at the
-    /// queue; a hand-off submission waits for it as long as a channel receive
-    /// spins, and never when every worker is busy.) At most 2^20.
-    pub fn queue(mut self, q: usize) -> Self {
-        self.queue = q;
-        self
-    }
-
-    /// Stack size of each worker thread, in bytes. Default: the standard
-    /// library's (2 MiB unless `RUST_MIN_STACK` says otherwise). At least
-    /// 64 KiB.
-    pub fn stack_size(mut self, bytes: usize) -> Self {
-        self.stack_size = Some(bytes);
-        self
-    }
-
-    /// How long dropping the last [`Pool`] handle waits for running and
-    /// queued work, as [`Pool::shutdown`]'s grace. Default 1 s.
-    pub fn drop_grace(mut self, grace: Duration) -> Self {
-        self.drop_grace = grace;
-        self
-    }
-
-    /// Checks the settings and starts the workers.
-    ///
-    /// Errors name the field: `name` (empty, or containing a NUL byte),
-    /// `workers`, `queue`, `stack_size`; and `workers` again if the operating
-    /// system refuses to start that many threads.
-    pub fn build(self) -> Result<Pool, ConfigError> {
-        if self.name.is_empty() || self.name.contains('\0') {
-            return Err(ConfigError::new("name", "non-empty, without NUL bytes", format!("{:?}", self.name)));
-        }
-        if !(1..=MAX_WORKERS).contains(&self.workers) {
-            return Err(ConfigError::new("workers", "between 1 and 4096", self.workers));
-        }
-        if self.queue > MAX_QUEUE {
-            return Err(ConfigError::new("queue", "at most 1048576", self.queue));
-        }
-        if let Some(s) = self.stack_size
-            && s < MIN_STACK
-        {
-            return Err(ConfigError::new("stack_size", "at least 65536 bytes", s));
-        }
-
-        let shared = Arc::new(Shared {
-            name: self.name.clone().into_boxed_str(),
-            stats: Counters::default(),
-            grace_over: AtomicBool::new(false),
-        });
-        let (sender, receiver) = crossbeam_channel::bounded(self.queue);
-        let (exit_tx, exits) = crossbeam_channel::bounded(self.workers);
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded(self.workers);
-        let mut threads = Vec::with_capacity(self.workers);
-        let mut spawn_error = None;
-        for index in 0..self.workers {
-            let mut builder = thread::Builder::new().name(format!("watertight-{}-{}", self.name, index));
-            if let Some(s) = self.stack_size {
-                builder = builder.stack_size(s);
-            }
-            // Counted before the thread exists, so `stats().workers` is the
-            // full number as soon as `build` returns.
-            shared.stats.workers.live.fetch_add(1, Relaxed);
-            let exit = ExitGuard { shared: shared.clone(), index, tx: exit_tx.clone() };
-            let rx = receiver.clone();
-            let ready = ready_tx.clone();
-            match builder.spawn(move || worker_main(rx, ready, exit)) {
-                Ok(join) => threads.push(WorkerThread { id: join.thread().id(), join: Some(join) }),
-                Err(e) => {
-                    // The closure (and its exit guard) was dropped unrun,
-                    // which already uncounted it.
-                    spawn_error = Some(e);
-                    break;
-                }
-            }
-        }
-        drop((exit_tx, ready_tx));
-        // Wait until every worker is about to take its first job, so that a
-        // hand-off pool (queue 0) accepts work as soon as `build` returns.
-        // Bounded: a thread that does not start within 10 s is the system's
-        // problem, and the pool works without this wait anyway.
-        let started_by = Instant::now() + Duration::from_secs(10);
-        for _ in 0..threads.len() {
-            if ready_rx.recv_deadline(started_by).is_err() {
-                break;
-            }
-        }
-        let handle = Handle {
-            shared,
-            workers: self.workers,
-            queue: self.queue,
-            drop_grace: self.drop_grace,
-            sender: RwLock::new(Some(sender)),
-            receiver,
-            control: Mutex::new(Control { threads, exits }),
-        };
-        if let Some(e) = spawn_error {
-            handle.shutdown_until(Instant::now() + Duration::from_secs(1));
-            return Err(ConfigError::new(
-                "workers",
-                "a number of threads the system can start",
-                format!("{} ({e})", self.workers),
-            ));
-        }
-        Ok(Pool { inner: Arc::new(handle) })
-    }
+pub(super) struct WorkerThread {
+    pub(super) id: ThreadId,
+    pub(super) join: Option<JoinHandle<()>>,
 }
 
 impl Pool {
     /// A builder for a pool called `name` (its threads are
     /// `watertight-<name>-<i>`; on Linux the kernel shows the first 15 bytes).
     pub fn builder(name: impl Into<String>) -> PoolBuilder {
-        PoolBuilder {
-            name: name.into(),
-            workers: DEFAULT_WORKERS,
-            queue: 0,
-            stack_size: None,
-            drop_grace: DEFAULT_DROP_GRACE,
-        }
+        PoolBuilder::new(name.into())
     }
 
     /// The pool's name.
@@ -374,6 +153,29 @@ impl Pool {
     /// The configured queue capacity (0 = hand-off only).
     pub fn queue_capacity(&self) -> usize {
         self.inner.queue
+    }
+
+    /// Whether deadline-aware admission is on (never with a queue of 0).
+    pub fn deadline_aware_admission(&self) -> bool {
+        self.inner.admission
+    }
+
+    /// What a call submitted now would wait for a worker: the jobs queued
+    /// ahead of it, shared among the workers, each taking the recent mean
+    /// run time ([`mean_service_time`](Self::mean_service_time)). `None`
+    /// before the first job has been timed or while nothing is queued.
+    ///
+    /// Deadline-aware admission refuses a call whose deadline is nearer than
+    /// this.
+    pub fn estimated_wait(&self) -> Option<Duration> {
+        self.inner.shared.service.wait_behind(self.inner.receiver.len(), self.inner.workers)
+    }
+
+    /// The recent mean time a job runs on a worker (an exponentially weighted
+    /// moving average of finished jobs, abandoned ones included), `None`
+    /// before the first job was timed.
+    pub fn mean_service_time(&self) -> Option<Duration> {
+        self.inner.shared.service.mean()
     }
 
     /// Submits `job` to answer within `timeout` from now.
@@ -438,7 +240,9 @@ impl Pool {
     {
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        if deadline <= now {
+        // A deadline already past, or (with admission on) one nearer than the
+        // wait behind the queued work: the job could only time out.
+        if deadline <= now || (h.admission && self.estimated_wait().is_some_and(|w| w > deadline - now)) {
             stats.callers.rejected.fetch_add(1, Relaxed);
             return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
         }
@@ -530,8 +334,12 @@ impl Pool {
     /// (detached): it delivers its job's answer if anyone still waits, finds
     /// the queue empty and closed, and exits. Calling `shutdown` again (it is
     /// idempotent) waits for such stragglers once more, up to the new grace.
-    /// Called from one of the pool's own jobs, it cannot join the worker it
-    /// runs on, and returns `false`.
+    ///
+    /// Called from one of the pool's own jobs, it stops admitting and returns
+    /// `false` at once: a worker cannot join itself, and waiting for the
+    /// others (or for a concurrent `shutdown`) from inside a job would hold
+    /// that job's caller for the whole grace period. The other workers still
+    /// drain the queue and exit; a later `shutdown` from outside joins them.
     ///
     /// Never blocks longer than `grace` (plus the time to join threads that
     /// have already finished), except that concurrent calls run one after
@@ -543,12 +351,19 @@ impl Pool {
 }
 
 impl Handle {
-    fn shutdown_until(&self, grace_end: Instant) -> bool {
+    pub(super) fn shutdown_until(&self, grace_end: Instant) -> bool {
         // 1. Stop admitting, and disconnect the queue. Taking the write lock
         //    waits for submissions in the middle of `try_send`: each either
         //    got its job in before the disconnect (and a worker will answer
         //    it) or finds `None` and is refused.
         drop(self.sender.write().take());
+        if worker::runs_on_worker_of(&self.shared) {
+            log::debug!(
+                "pool {}: shutdown from one of its own jobs; not waiting for the workers",
+                self.shared.name
+            );
+            return false;
+        }
 
         let mut control = self.control.lock();
         let me = thread::current().id();
@@ -594,17 +409,6 @@ impl Drop for Handle {
     }
 }
 
-/// Joins a worker that has reported its exit. `None` for the index of a
-/// thread that failed to spawn (its guard reports too).
-fn join_worker(w: Option<&mut WorkerThread>) {
-    if let Some(join) = w.and_then(|w| w.join.take()) {
-        // The worker catches every panic of its jobs; a join error could
-        // only come from the worker loop itself, and there is nothing left
-        // to clean up for it.
-        let _ = join.join();
-    }
-}
-
 impl fmt::Debug for Pool {
     /// Never blocks: reads the counters only.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -614,73 +418,6 @@ impl fmt::Debug for Pool {
             .field("queue", &self.queue_capacity())
             .field("stats", &self.stats())
             .finish()
-    }
-}
-
-/// Held by a worker thread for its whole life; dropping it (on exit, or with
-/// the unrun closure if the spawn failed) uncounts the worker and reports its
-/// exit to shutdown.
-struct ExitGuard {
-    shared: Arc<Shared>,
-    index: usize,
-    tx: Sender<usize>,
-}
-
-impl Drop for ExitGuard {
-    fn drop(&mut self) {
-        self.shared.stats.workers.live.fetch_sub(1, Relaxed);
-        // Capacity is one slot per worker: never blocks. Fails only when the
-        // pool handle is already gone, and then nobody is waiting.
-        let _ = self.tx.try_send(self.index);
-    }
-}
-
-/// A worker: take a job, run it, repeat, until the queue is disconnected and
-/// empty (shutdown).
-fn worker_main(jobs: Receiver<QueuedJob>, ready: Sender<()>, exit: ExitGuard) {
-    let busy = &exit.shared.stats.workers.busy;
-    // Tell `build` this worker is about to wait for its first job.
-    let _ = ready.send(());
-    drop(ready);
-    while let Ok(queued) = jobs.recv() {
-        // Busy from the moment the job leaves the queue, so that
-        // `workers - busy` counts the workers that are idle or on their way
-        // back to the queue (hand-off submission relies on it). `run` uncounts.
-        busy.fetch_add(1, Relaxed);
-        if let Some(job) = queued.take() {
-            // `run` catches the job's own panic; this catches a panic from a
-            // `Drop` of the job's captures or result, so the worker survives
-            // even that.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
-        } else {
-            busy.fetch_sub(1, Relaxed);
-        }
-    }
-    drop(exit);
-}
-
-/// A hand-off (queue 0) found no worker waiting. If a worker is idle but not
-/// yet back at the queue (it has just answered a call, or has just started),
-/// it will be within microseconds: retry for as long as a crossbeam receive
-/// spins before parking, and only while some worker is idle. With every
-/// worker busy this returns at once.
-fn hand_off(
-    tx: &Sender<QueuedJob>,
-    mut job: QueuedJob,
-    workers: &WorkerCounters,
-) -> Option<(Rejection, QueuedJob)> {
-    let mut backoff = Backoff::new();
-    loop {
-        let idle = workers.live.load(Relaxed) > workers.busy.load(Relaxed);
-        if !idle || backoff.is_completed() {
-            return Some((Rejection::QueueFull, job));
-        }
-        backoff.snooze();
-        match tx.try_send(job) {
-            Ok(()) => return None,
-            Err(TrySendError::Full(q)) => job = q,
-            Err(TrySendError::Disconnected(q)) => return Some((Rejection::ShuttingDown, q)),
-        }
     }
 }
 
@@ -702,6 +439,8 @@ fn _assert_send_sync() {
 
 #[cfg(test)]
 mod tests {
+    use super::builder::{MAX_QUEUE, MAX_WORKERS};
+    use super::stats::CallerCounters;
     use super::*;
 
     #[test]
@@ -729,7 +468,7 @@ mod tests {
     fn stats_default_is_zero_and_counters_split_cache_lines() {
         assert_eq!(PoolStats::default().submitted, 0);
         assert_eq!(std::mem::align_of::<CallerCounters>(), 128);
-        assert_eq!(std::mem::size_of::<Counters>(), 256);
+        assert_eq!(std::mem::size_of::<PoolCounters>(), 256);
     }
 
     #[test]

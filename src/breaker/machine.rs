@@ -1,0 +1,402 @@
+//! The breaker's locked core: the state machine that every acquire, report
+//! and manual move goes through (see the module docs of `breaker` for the
+//! concurrency and generation rules it keeps).
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::config::{BreakerConfig, WindowKind};
+use super::state::{NotPermitted, State, Transition, pack, state_of};
+use super::window::{Sample, Totals, Window};
+use crate::classify::Verdict;
+use crate::clock::Clock;
+use crate::listeners::Listeners;
+
+/// Gives every breaker its `uid`; starts at 1 so that the empty cache entry
+/// matches none.
+pub(super) static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// `(breaker uid, packed current, end of that open period)`: see the
+    /// module docs. One entry per thread: a thread rejected by several open
+    /// breakers in turn just takes the lock more often.
+    pub(super) static OPEN_UNTIL: Cell<(u64, u64, Option<Instant>)> = const { Cell::new((0, 0, None)) };
+}
+
+/// Keeps what it wraps on a cache line of its own, so that the read-mostly
+/// state word is not invalidated by every lock and unlock of the mutex.
+#[repr(align(128))]
+pub(super) struct Padded<T>(pub(super) T);
+
+pub(super) struct Inner {
+    /// Lock-free mirror of `(core.generation, core.state)`, see the module docs.
+    pub(super) current: Padded<AtomicU64>,
+    /// Unique among the breakers of this process: the key of `OPEN_UNTIL`.
+    pub(super) uid: u64,
+    pub(super) not_permitted: Padded<AtomicU64>,
+    pub(super) core: Mutex<Core>,
+    pub(super) listeners: Listeners<Transition>,
+    pub(super) name: Arc<str>,
+    pub(super) config: BreakerConfig,
+    pub(super) min_calls: u64,
+    pub(super) time_window: bool,
+    pub(super) clock: Arc<dyn Clock>,
+    /// The clock's reading when the breaker was built: the time window's
+    /// seconds and the half-open deadline count from it.
+    pub(super) base: Instant,
+}
+
+/// Everything that changes together, under `Inner::core`.
+pub(super) struct Core {
+    pub(super) state: State,
+    /// Bumped on every change of state; see the module docs.
+    pub(super) generation: u64,
+    /// The CLOSED / METRICS_ONLY window. Kept (not recorded into) while OPEN
+    /// so that `metrics()` can show what opened the breaker; cleared when
+    /// CLOSED or METRICS_ONLY is entered.
+    pub(super) window: Window,
+    /// What `metrics()` shows while OPEN.
+    pub(super) frozen: View,
+    /// Valid while OPEN: when the open period ends (`None`: beyond what an
+    /// `Instant` can hold, i.e. never).
+    pub(super) open_until: Option<Instant>,
+    /// Consecutive openings since the breaker was last CLOSED: picks the
+    /// next open period when `open_backoff` is set.
+    pub(super) opens: u32,
+    /// Valid while HALF_OPEN.
+    pub(super) round: Round,
+    pub(super) lifetime: Lifetime,
+    /// Transitions not yet announced, in the order they happened.
+    pub(super) pending: VecDeque<Transition>,
+    /// A thread is announcing `pending`; others just queue. See `deliver`.
+    pub(super) delivering: bool,
+}
+
+/// The half-open round.
+///
+/// Invariant: `done <= admitted <= config.half_open_calls`. `admitted`
+/// counts the slots taken in this round (probes in flight plus those that
+/// reported a success or failure); an ignored or dropped probe gives its slot
+/// back. The round is over when `done == half_open_calls`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Round {
+    pub(super) admitted: u32,
+    pub(super) done: u32,
+    pub(super) totals: Totals,
+    /// Nanoseconds since `base` after which the round is given up
+    /// (`u64::MAX`: never).
+    pub(super) deadline_ns: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Lifetime {
+    pub(super) successful: u64,
+    pub(super) failed: u64,
+    pub(super) ignored: u64,
+    pub(super) slow: u64,
+}
+
+impl Lifetime {
+    /// Every report counts here, late ones included; a slow call only when
+    /// it was a success or a failure.
+    #[inline]
+    pub(super) fn count(&mut self, verdict: Verdict, slow: bool) {
+        match verdict {
+            Verdict::Success => self.successful += 1,
+            Verdict::Failure => self.failed += 1,
+            Verdict::Ignore => return self.ignored += 1,
+        }
+        self.slow += u64::from(slow);
+    }
+}
+
+/// Rates and size as `metrics()` shows them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct View {
+    pub(super) failure_rate: Option<f64>,
+    pub(super) slow_call_rate: Option<f64>,
+    pub(super) buffered: u32,
+}
+
+impl View {
+    pub(super) fn of(totals: Totals, minimum: u64) -> View {
+        let (failure_rate, slow_call_rate) = if totals.calls >= minimum && totals.calls > 0 {
+            let (f, s) = totals.rates();
+            (Some(f), Some(s))
+        } else {
+            (None, None)
+        };
+        View { failure_rate, slow_call_rate, buffered: u32::try_from(totals.calls).unwrap_or(u32::MAX) }
+    }
+}
+
+/// The clock, read at most once per operation and only if needed.
+pub(super) struct LazyNow<'a> {
+    pub(super) clock: &'a dyn Clock,
+    pub(super) base: Instant,
+    pub(super) now: Option<Instant>,
+}
+
+impl LazyNow<'_> {
+    pub(super) fn instant(&mut self) -> Instant {
+        let clock = self.clock;
+        *self.now.get_or_insert_with(|| clock.now())
+    }
+
+    /// Nanoseconds since the breaker's base instant.
+    pub(super) fn ns(&mut self) -> u64 {
+        nanos_since(self.base, self.instant())
+    }
+
+    pub(super) fn secs(&mut self) -> u64 {
+        self.ns() / 1_000_000_000
+    }
+}
+
+#[inline]
+pub(super) fn nanos_since(base: Instant, now: Instant) -> u64 {
+    // u64 arithmetic rather than `as_nanos()`'s u128: this is on the OPEN
+    // reject path, whose cost should be the clock reading and little else.
+    let d = now.saturating_duration_since(base);
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+}
+
+pub(super) fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Core {
+    /// Whether the caller, about to release the lock, must announce the
+    /// queued transitions (no other thread is already doing it).
+    pub(super) fn must_announce(&self) -> bool {
+        !self.pending.is_empty() && !self.delivering
+    }
+}
+
+impl Inner {
+    pub(super) fn new(name: String, config: BreakerConfig, clock: Arc<dyn Clock>, state: State) -> Inner {
+        let base = clock.now();
+        let core = Core {
+            state,
+            generation: 0,
+            window: Window::new(config.window),
+            frozen: View::default(),
+            open_until: None,
+            opens: 0,
+            round: Round::default(),
+            lifetime: Lifetime::default(),
+            pending: VecDeque::new(),
+            delivering: false,
+        };
+        Inner {
+            current: Padded(AtomicU64::new(pack(0, state))),
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
+            not_permitted: Padded(AtomicU64::new(0)),
+            core: Mutex::new(core),
+            listeners: Listeners::new(),
+            name: Arc::from(name),
+            min_calls: u64::from(config.effective_minimum_calls()),
+            time_window: matches!(config.window, WindowKind::Time(_)),
+            config,
+            clock,
+            base,
+        }
+    }
+
+    pub(super) fn lazy_now(&self, now: Option<Instant>) -> LazyNow<'_> {
+        LazyNow { clock: &*self.clock, base: self.base, now }
+    }
+
+    #[inline]
+    pub(super) fn reject(&self, state: State) -> NotPermitted {
+        self.not_permitted.0.fetch_add(1, Ordering::Relaxed);
+        NotPermitted { state }
+    }
+
+    /// What `metrics()` shows in the current state.
+    pub(super) fn view(&self, core: &mut Core, now: &mut LazyNow<'_>) -> View {
+        match core.state {
+            State::Closed | State::MetricsOnly => {
+                if self.time_window {
+                    core.window.advance(now.secs());
+                }
+                View::of(core.window.totals(), self.min_calls)
+            }
+            State::HalfOpen => View::of(core.round.totals, u64::from(self.config.half_open_calls)),
+            State::Open => core.frozen,
+            State::Disabled | State::ForcedOpen => View::default(),
+        }
+    }
+
+    /// Changes state under the lock: bumps the generation, prepares the
+    /// state entered, publishes the new `current`, and queues the transition
+    /// for `deliver`. `cause` holds the rates that caused it, if any.
+    pub(super) fn enter(&self, core: &mut Core, to: State, now: &mut LazyNow<'_>, cause: View) {
+        let from = core.state;
+        match to {
+            State::Open => {
+                core.frozen = self.view(core, now);
+                let period = self.config.open_duration(core.opens);
+                core.opens = core.opens.saturating_add(1);
+                core.open_until = now.instant().checked_add(period);
+            }
+            State::HalfOpen => {
+                let wait = self.config.max_wait_in_half_open;
+                let deadline_ns =
+                    if wait.is_zero() { u64::MAX } else { now.ns().saturating_add(duration_ns(wait)) };
+                core.round = Round { deadline_ns, ..Round::default() };
+            }
+            State::Closed => {
+                core.window.clear();
+                core.opens = 0;
+            }
+            State::MetricsOnly => core.window.clear(),
+            State::Disabled | State::ForcedOpen => {}
+        }
+        core.state = to;
+        core.generation += 1;
+        self.current.0.store(pack(core.generation, to), Ordering::Release);
+        if from != to {
+            core.pending.push_back(Transition {
+                name: Arc::clone(&self.name),
+                from,
+                to,
+                failure_rate: cause.failure_rate,
+                slow_call_rate: cause.slow_call_rate,
+            });
+        }
+    }
+
+    /// Takes one permit's report. `issued` is the packed generation and
+    /// state the permit was issued in.
+    ///
+    /// The common case, a CLOSED permit on a count-based window, is handled
+    /// here in one short critical section without reading the clock;
+    /// everything else goes to `record_general`.
+    #[inline]
+    pub(super) fn record(&self, issued: u64, verdict: Verdict, elapsed: Duration) {
+        let issued_in = state_of(issued);
+        if issued_in == State::Disabled {
+            return;
+        }
+        let outcome =
+            Sample { failed: verdict == Verdict::Failure, slow: elapsed > self.config.slow_call_duration };
+        if issued_in != State::Closed || self.time_window {
+            return self.record_general(issued, verdict, outcome);
+        }
+        let mut core = self.core.lock();
+        core.lifetime.count(verdict, outcome.slow);
+        // Same generation means the same CLOSED window as at issue (every
+        // change of state bumps it); otherwise the report is late and counts
+        // in the lifetime totals only.
+        if core.generation != issued >> 8 || verdict == Verdict::Ignore {
+            return;
+        }
+        core.window.record(outcome, 0);
+        if let Some(cause) = self.over_threshold(core.window.totals()) {
+            self.trip(core, cause);
+        }
+    }
+
+    /// Every report but a CLOSED one on a count-based window.
+    #[inline(never)]
+    pub(super) fn record_general(&self, issued: u64, verdict: Verdict, outcome: Sample) {
+        let mut now = self.lazy_now(None);
+        if self.time_window && verdict != Verdict::Ignore && state_of(issued) != State::HalfOpen {
+            // Read before the lock, to keep the clock out of the critical section.
+            now.ns();
+        }
+        let mut core = self.core.lock();
+        core.lifetime.count(verdict, outcome.slow);
+        // Same generation means the same state as at issue (every change bumps
+        // it), so the permit belongs to the current window or round.
+        if core.generation == issued >> 8 {
+            match core.state {
+                State::Closed | State::MetricsOnly => {
+                    if verdict != Verdict::Ignore {
+                        let sec = if self.time_window { now.secs() } else { 0 };
+                        core.window.record(outcome, sec);
+                        if core.state == State::Closed
+                            && let Some(cause) = self.over_threshold(core.window.totals())
+                        {
+                            self.enter(&mut core, State::Open, &mut now, cause);
+                        }
+                    }
+                }
+                State::HalfOpen => self.record_probe(&mut core, verdict, outcome, &mut now),
+                // These never issue permits that report (DISABLED returns early).
+                State::Open | State::ForcedOpen | State::Disabled => {
+                    debug_assert!(false, "a permit of generation {} in {:?}", issued >> 8, core.state);
+                }
+            }
+        }
+        self.release(core);
+    }
+
+    /// CLOSED: the rates that open the breaker, if the window holds enough
+    /// calls and one of them reaches its threshold.
+    #[inline]
+    pub(super) fn over_threshold(&self, t: Totals) -> Option<View> {
+        // Thresholds are above zero, so a window without failures or slow calls
+        // can never open: skip the divisions on the common path.
+        if t.calls < self.min_calls || (t.failures == 0 && t.slow == 0) {
+            return None;
+        }
+        let (fr, sr) = t.rates();
+        (fr >= self.config.failure_rate || sr >= self.config.slow_call_rate).then_some(View {
+            failure_rate: Some(fr),
+            slow_call_rate: Some(sr),
+            buffered: 0,
+        })
+    }
+
+    /// CLOSED -> OPEN from the fast path, then the announcement.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn trip(&self, mut core: MutexGuard<'_, Core>, cause: View) {
+        let mut now = self.lazy_now(None);
+        self.enter(&mut core, State::Open, &mut now, cause);
+        self.release(core);
+    }
+
+    pub(super) fn record_probe(
+        &self,
+        core: &mut Core,
+        verdict: Verdict,
+        outcome: Sample,
+        now: &mut LazyNow<'_>,
+    ) {
+        if core.round.deadline_ns != u64::MAX && now.ns() >= core.round.deadline_ns {
+            // The round was given up before this probe reported: it counts in
+            // the lifetime totals only, like any late report.
+            self.enter(core, self.config.after_max_wait, now, View::default());
+            return;
+        }
+        let round = &mut core.round;
+        debug_assert!(round.done < round.admitted && round.admitted <= self.config.half_open_calls);
+        if verdict == Verdict::Ignore {
+            // Says nothing about the provider: give the slot to another probe.
+            round.admitted -= 1;
+            return;
+        }
+        round.done += 1;
+        round.totals.record(outcome);
+        if round.done < self.config.half_open_calls {
+            return;
+        }
+        let (fr, sr) = round.totals.rates();
+        let cause = View { failure_rate: Some(fr), slow_call_rate: Some(sr), buffered: 0 };
+        let to = if fr >= self.config.failure_rate || sr >= self.config.slow_call_rate {
+            State::Open
+        } else {
+            State::Closed
+        };
+        self.enter(core, to, now, cause);
+    }
+}

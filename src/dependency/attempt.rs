@@ -1,0 +1,218 @@
+//! One attempt through the call path, and the retry loop around attempts.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Dependency, Event};
+use crate::classify::Verdict;
+use crate::error::{Error, Outcome, Rejection, panic_message};
+use crate::pool::CallContext;
+
+/// An attempt's deadline, and whose it is.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    /// `true` when the caller's deadline (or a retry's overall timeout) comes
+    /// before the dependency's own timeout: a timeout then says nothing about
+    /// the provider.
+    callers: bool,
+}
+
+impl Deadline {
+    /// The earlier of `now + timeout` and the caller's deadline.
+    /// (The builder caps the timeout at one day, so `now + timeout` fits.)
+    fn new(now: Instant, timeout: std::time::Duration, caller: Option<Instant>) -> Deadline {
+        let own = now + timeout;
+        match caller {
+            Some(caller) if caller < own => Deadline { at: caller, callers: true },
+            _ => Deadline { at: own, callers: false },
+        }
+    }
+}
+
+impl Dependency {
+    /// One attempt, under the caller's deadline if any.
+    pub(super) fn once<T, E, F, C>(
+        &self,
+        caller: Option<Instant>,
+        classify: &C,
+        job: F,
+    ) -> Result<T, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        C: Fn(&Result<T, E>) -> Verdict,
+    {
+        let now = Instant::now();
+        self.attempt(now, Deadline::new(now, self.inner.timeout, caller), 1, classify, job).0
+    }
+
+    /// The retry loop: see [`Dependency::call_retry`]. `caller` bounds every
+    /// attempt and every sleep, like the retry's overall timeout does.
+    pub(super) fn retrying<T, E, F, C>(
+        &self,
+        caller: Option<Instant>,
+        classify: &C,
+        job: F,
+    ) -> Result<T, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
+        C: Fn(&Result<T, E>) -> Verdict,
+    {
+        let inner = &*self.inner;
+        let retry = &inner.retry;
+        let job = Arc::new(job);
+        let mut now = Instant::now();
+        let overall = retry.overall_timeout().and_then(|t| now.checked_add(t));
+        // The end of the whole call: the earlier of the overall timeout and the caller's deadline.
+        let end = match (overall, caller) {
+            (Some(o), Some(c)) => Some(o.min(c)),
+            (o, c) => o.or(c),
+        };
+        inner.budget.deposit(inner.clock_now(now));
+
+        let mut attempt = 1;
+        loop {
+            let shared = Arc::clone(&job);
+            let deadline = Deadline::new(now, inner.timeout, end);
+            let (result, verdict) = self.attempt(now, deadline, attempt, classify, move |ctx| shared(ctx));
+            // A panic is a failure to the breaker, but a bug in the job, not a transient
+            // fault of the provider: running it again would only panic again.
+            let panicked = matches!(result, Err(Error::Panicked(_)));
+            // A timeout at the caller's deadline was recorded as ignored: no time is left to retry.
+            if verdict != Some(Verdict::Failure) || panicked || attempt >= retry.max_attempts() {
+                return result;
+            }
+            let pause = inner.jitter.upto(retry.backoff_cap(attempt));
+            now = Instant::now();
+            // The end bounds the sleep *and* leaves the next attempt some time:
+            // a backoff that ends at or past it would only buy an attempt with no time at all.
+            if end.is_some_and(|e| now.checked_add(pause).is_none_or(|wake| wake >= e)) {
+                log::debug!("dependency {}: no retry, the call's deadline is near", inner.name);
+                return result;
+            }
+            if !inner.budget.try_withdraw(inner.clock_now(now)) {
+                log::debug!("dependency {}: no retry, the retry budget is spent", inner.name);
+                return result;
+            }
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+            now = Instant::now();
+            // A sleep may overshoot: if it ate the rest of the time, the failure
+            // that caused the retry is the answer, not a rejection of an attempt
+            // that had no time left.
+            if end.is_some_and(|e| now >= e) {
+                return result;
+            }
+            drop(result);
+            attempt += 1;
+            inner.counters.retried();
+        }
+    }
+
+    /// One attempt: deadline, permit, submit (with the pool's admission),
+    /// wait, classify, record. `now` and `deadline` are real time; the
+    /// elapsed time recorded on the breaker is the injected clock's. Returns
+    /// the outcome and the verdict recorded on the breaker (`None` when the
+    /// attempt was rejected and nothing was recorded).
+    fn attempt<T, E, F, C>(
+        &self,
+        now: Instant,
+        deadline: Deadline,
+        attempt: u32,
+        classify: &C,
+        job: F,
+    ) -> (Result<T, Error<E>>, Option<Verdict>)
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        C: Fn(&Result<T, E>) -> Verdict,
+    {
+        let inner = &*self.inner;
+        // A deadline already past is refused before the breaker: it must not
+        // take a half-open probe slot for a call that cannot be made.
+        if deadline.at <= now {
+            return (Err(self.rejected(Rejection::DeadlineUnmeetable)), None);
+        }
+        let start = inner.clock_now(now);
+        let permit = match inner.breaker.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => return (Err(self.rejected(Rejection::NotPermitted)), None),
+        };
+        let ticket = match inner.pool.submit_attempt(deadline.at, attempt, job) {
+            Ok(ticket) => ticket,
+            Err(refused) => {
+                // Dropping the permit releases it as ignored (and hands a half-open
+                // probe slot back): the provider was never asked.
+                drop(permit);
+                return (Err(self.rejected(refused.rejection())), None);
+            }
+        };
+
+        let answer = ticket.wait();
+        let elapsed = inner.clock_now(Instant::now()).saturating_duration_since(start);
+        let (result, verdict, outcome) = match answer {
+            Ok(value) => Self::classified(classify, Ok(value)),
+            Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
+            Err(Error::Timeout { waited }) => {
+                log::debug!("dependency {}: no answer within {waited:?}", inner.name);
+                // The caller's budget running out is not the provider failing.
+                let verdict = if deadline.callers { Verdict::Ignore } else { Verdict::Failure };
+                (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
+            }
+            Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
+            Err(Error::Rejected(rejection)) => {
+                // Shutdown answered a queued job: not the provider's doing.
+                drop(permit);
+                return (Err(self.rejected(rejection)), None);
+            }
+        };
+        inner.counters.outcome(outcome);
+        if verdict != Verdict::Ignore && elapsed > inner.slow_call_duration {
+            inner.counters.slow();
+        }
+        // The only place this attempt's permit is recorded: on the calling thread, once.
+        permit.record(verdict, elapsed);
+        // Listeners hear of a timeout only once it is counted and recorded, so that
+        // a slow or panicking listener cannot change what the breaker saw.
+        if let Err(Error::Timeout { waited }) = &result {
+            let event = Event::TimedOut { dependency: Arc::clone(&inner.name), waited: *waited };
+            inner.listeners.notify(&event, &inner.name);
+        }
+        (result, Some(verdict))
+    }
+
+    /// The job's own outcome, its verdict and its outcome kind. A classifier
+    /// that panics makes the attempt a panicked one: a failure, answered
+    /// [`Error::Panicked`], so that every attempt is still counted once.
+    fn classified<T, E, C>(classify: &C, result: Result<T, E>) -> (Result<T, Error<E>>, Verdict, Outcome)
+    where
+        C: Fn(&Result<T, E>) -> Verdict,
+    {
+        match catch_unwind(AssertUnwindSafe(|| classify(&result))) {
+            Ok(verdict) => (result.map_err(Error::Failed), verdict, Outcome::of_verdict(verdict)),
+            Err(payload) => {
+                let msg = format!("the classifier panicked: {}", panic_message(payload.as_ref()));
+                (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
+            }
+        }
+    }
+
+    /// Counts, logs and announces a rejection, and returns it as an error.
+    fn rejected<E>(&self, rejection: Rejection) -> Error<E> {
+        let inner = &*self.inner;
+        inner.counters.outcome(rejection.outcome());
+        log::debug!("dependency {}: call rejected: {rejection}", inner.name);
+        if !inner.listeners.is_empty() {
+            let event = Event::Rejected { dependency: Arc::clone(&inner.name), rejection };
+            inner.listeners.notify(&event, &inner.name);
+        }
+        Error::Rejected(rejection)
+    }
+}

@@ -1,0 +1,205 @@
+//! A dependency's own bookkeeping: the live [`Counters`] on the call path, and
+//! the plain snapshots read from them, [`CallCounts`] and [`DependencySnapshot`].
+//!
+//! # Accounting
+//!
+//! Every attempt a [`Dependency`](crate::Dependency) makes ends in exactly one
+//! [`Outcome`], so
+//!
+//! ```text
+//! attempts = successful + failed + ignored + timed_out + panicked
+//!          + not_permitted + queue_full + deadline_unmeetable + shutting_down
+//! ```
+//!
+//! ([`CallCounts::total`]). A call through `call_retry` makes one attempt per
+//! try, and each is counted. The other three counters overlap the outcomes
+//! instead of adding to them:
+//!
+//! - `slow`: attempts recorded on the breaker (successful, failed, timed out,
+//!   panicked) that took longer than the breaker's `slow_call_duration`;
+//! - `retried`: attempts that were retries (at most `attempts - calls`);
+//! - `expired`: jobs the pool dropped unstarted, because their deadline passed
+//!   in the queue, their caller had gone, or shutdown discarded them. Their
+//!   callers already counted them as `timed_out` or `shutting_down`. It is
+//!   read from the dependency's own pool.
+//!
+//! The counters are the dependency's own relaxed atomics, not the breaker's
+//! (a disabled breaker records nothing); each is monotonic. A snapshot reads
+//! them one by one without a lock, so one taken while calls are in flight may
+//! be a few calls apart between fields; one taken at rest adds up exactly.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::breaker::State;
+use crate::error::Outcome;
+use crate::pool::PoolStats;
+
+/// A point-in-time view of one dependency.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DependencySnapshot {
+    /// The dependency's name.
+    pub name: String,
+    /// The breaker's state.
+    pub state: State,
+    /// The breaker's failure rate in percent, `None` until its window holds
+    /// `minimum_calls` (and always `None` when disabled).
+    pub failure_rate: Option<f64>,
+    /// The breaker's slow-call rate in percent, `None` like `failure_rate`.
+    pub slow_call_rate: Option<f64>,
+    /// Attempts by outcome (see the [accounting](self#accounting)).
+    pub calls: CallCounts,
+    /// The worker pool: workers, busy, queued, abandoned, ...
+    pub pool: PoolStats,
+    /// The bounded queue's capacity.
+    pub queue_capacity: usize,
+    /// The per-attempt timeout.
+    pub timeout: Duration,
+    /// The recent mean time a job runs on a worker (an exponentially weighted
+    /// moving average), `None` before the first job finished. Deadline-aware
+    /// admission estimates queue waits from it.
+    pub mean_service_time: Option<Duration>,
+    /// What a call made now would wait for a worker
+    /// ([`Pool::estimated_wait`](crate::Pool::estimated_wait)).
+    pub estimated_wait: Option<Duration>,
+}
+
+/// Attempts by [`Outcome`], and the overlapping `slow`, `retried` and
+/// `expired` counts (see the [accounting](self#accounting)). Each field is
+/// named like its outcome's label.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallCounts {
+    /// [`Outcome::Successful`].
+    pub successful: u64,
+    /// [`Outcome::Failed`].
+    pub failed: u64,
+    /// [`Outcome::Ignored`].
+    pub ignored: u64,
+    /// [`Outcome::TimedOut`].
+    pub timed_out: u64,
+    /// [`Outcome::Panicked`].
+    pub panicked: u64,
+    /// [`Outcome::NotPermitted`]: rejected by the breaker.
+    pub not_permitted: u64,
+    /// [`Outcome::QueueFull`].
+    pub queue_full: u64,
+    /// [`Outcome::DeadlineUnmeetable`].
+    pub deadline_unmeetable: u64,
+    /// [`Outcome::ShuttingDown`].
+    pub shutting_down: u64,
+    /// Recorded attempts slower than the breaker's `slow_call_duration`
+    /// (overlaps the recorded outcomes).
+    pub slow: u64,
+    /// Attempts that were retries (overlaps every outcome).
+    pub retried: u64,
+    /// Jobs the pool dropped unstarted: deadline passed in the queue, caller
+    /// gone, or discarded by shutdown (overlaps `timed_out` and
+    /// `shutting_down`; read from the pool).
+    pub expired: u64,
+}
+
+impl CallCounts {
+    /// Attempts made: the sum over every [`Outcome`] (not `slow`, `retried`
+    /// or `expired`, which overlap them).
+    pub fn total(&self) -> u64 {
+        Outcome::ALL.iter().map(|o| self.get(*o)).sum()
+    }
+
+    /// The count of one outcome.
+    pub fn get(&self, outcome: Outcome) -> u64 {
+        match outcome {
+            Outcome::Successful => self.successful,
+            Outcome::Failed => self.failed,
+            Outcome::Ignored => self.ignored,
+            Outcome::TimedOut => self.timed_out,
+            Outcome::Panicked => self.panicked,
+            Outcome::NotPermitted => self.not_permitted,
+            Outcome::QueueFull => self.queue_full,
+            Outcome::DeadlineUnmeetable => self.deadline_unmeetable,
+            Outcome::ShuttingDown => self.shutting_down,
+        }
+    }
+
+    /// Every outcome with its count, in [`Outcome::ALL`]'s order: the `kind`
+    /// samples of `watertight_calls_total`. Their sum is [`total`](Self::total).
+    pub fn by_outcome(&self) -> [(Outcome, u64); 9] {
+        Outcome::ALL.map(|o| (o, self.get(o)))
+    }
+}
+
+/// The live counters behind [`CallCounts`]. Each is an independent monotonic
+/// count, so `Relaxed` is enough: no other memory is published through them.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Indexed by the outcome's position in [`Outcome::ALL`].
+    outcomes: [AtomicU64; 9],
+    slow: AtomicU64,
+    retried: AtomicU64,
+}
+
+impl Counters {
+    #[inline]
+    pub(crate) fn outcome(&self, o: Outcome) {
+        self.outcomes[Self::index(o)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn index(o: Outcome) -> usize {
+        match o {
+            Outcome::Successful => 0,
+            Outcome::Failed => 1,
+            Outcome::Ignored => 2,
+            Outcome::TimedOut => 3,
+            Outcome::Panicked => 4,
+            Outcome::NotPermitted => 5,
+            Outcome::QueueFull => 6,
+            Outcome::DeadlineUnmeetable => 7,
+            Outcome::ShuttingDown => 8,
+        }
+    }
+
+    pub(crate) fn slow(&self) {
+        self.slow.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn retried(&self) {
+        self.retried.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn load(&self, expired: u64) -> CallCounts {
+        let o = |k: Outcome| self.outcomes[Self::index(k)].load(Ordering::Relaxed);
+        CallCounts {
+            successful: o(Outcome::Successful),
+            failed: o(Outcome::Failed),
+            ignored: o(Outcome::Ignored),
+            timed_out: o(Outcome::TimedOut),
+            panicked: o(Outcome::Panicked),
+            not_permitted: o(Outcome::NotPermitted),
+            queue_full: o(Outcome::QueueFull),
+            deadline_unmeetable: o(Outcome::DeadlineUnmeetable),
+            shutting_down: o(Outcome::ShuttingDown),
+            slow: self.slow.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            expired,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_outcome_lands_in_its_own_field() {
+        for (i, o) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(Counters::index(o), i, "{o} sits at its place in Outcome::ALL");
+            let c = Counters::default();
+            c.outcome(o);
+            let counts = c.load(0);
+            assert_eq!(counts.get(o), 1, "{o}");
+            assert_eq!(counts.total(), 1, "{o} counted once");
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! [`PoolBuilder`]: a pool's settings, their validation, and the start of its
+//! workers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::estimate::ServiceTime;
+use super::stats::PoolCounters;
+use super::worker::{ExitGuard, worker_main};
+use super::{Control, Handle, Pool, Shared, WorkerThread};
+use crate::error::ConfigError;
+
+/// Most workers one pool may have: far beyond any sane bulkhead, low enough to
+/// catch a typo before it spawns a million threads.
+pub(super) const MAX_WORKERS: usize = 4096;
+/// Largest queue: the queue is allocated up front, and a bulkhead's queue
+/// should be a handful of jobs anyway (see the crate's capacity notes).
+pub(super) const MAX_QUEUE: usize = 1 << 20;
+/// Smallest stack accepted: room for the unwinding machinery of a panic.
+pub(super) const MIN_STACK: usize = 64 * 1024;
+pub(super) const DEFAULT_WORKERS: usize = 10;
+pub(super) const DEFAULT_DROP_GRACE: Duration = Duration::from_secs(1);
+
+/// Configures a [`Pool`]; [`Pool::builder`] makes one.
+#[derive(Debug, Clone)]
+pub struct PoolBuilder {
+    name: String,
+    workers: usize,
+    queue: usize,
+    stack_size: Option<usize>,
+    drop_grace: Duration,
+    admission: bool,
+}
+
+impl PoolBuilder {
+    pub(super) fn new(name: String) -> Self {
+        PoolBuilder {
+            name,
+            workers: DEFAULT_WORKERS,
+            queue: 0,
+            stack_size: None,
+            drop_grace: DEFAULT_DROP_GRACE,
+            admission: true,
+        }
+    }
+
+    /// The pool's name, as given to [`Pool::builder`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The same settings under another name (a dependency's pool takes the
+    /// dependency's).
+    pub(crate) fn rename(mut self, name: String) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// Number of worker threads, fixed for the pool's life. Default 10.
+    /// Must be 1 to 4096.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// Jobs that may wait for a worker. Default 0: direct hand-off, a job is
+    /// accepted only when a worker is idle to take it. (A worker that has just
+    /// answered a call is idle a few microseconds before it is back at the
+    /// queue; a hand-off submission waits for it as long as a channel receive
+    /// spins, and never when every worker is busy.) At most 2^20.
+    pub fn queue(mut self, q: usize) -> Self {
+        self.queue = q;
+        self
+    }
+
+    /// Stack size of each worker thread, in bytes. Default: the standard
+    /// library's (2 MiB unless `RUST_MIN_STACK` says otherwise). At least
+    /// 64 KiB.
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// How long dropping the last [`Pool`] handle waits for running and
+    /// queued work, as [`Pool::shutdown`]'s grace. Default 1 s.
+    pub fn drop_grace(mut self, grace: Duration) -> Self {
+        self.drop_grace = grace;
+        self
+    }
+
+    /// Whether to refuse at once, with
+    /// [`Rejection::DeadlineUnmeetable`](crate::Rejection::DeadlineUnmeetable),
+    /// a job whose deadline is nearer than the estimated wait behind the
+    /// queued work ([`Pool::estimated_wait`]). Default `true`.
+    ///
+    /// The estimate is `queued / workers x` the recent mean time a job runs
+    /// (an exponentially weighted moving average of finished jobs, timed on
+    /// the workers), and it is consulted only while the queue is not empty.
+    /// Such a job could only time out; refusing it frees the caller at once
+    /// and adds no load. With a queue of 0 nothing ever waits, and the check
+    /// is skipped.
+    pub fn deadline_aware_admission(mut self, enabled: bool) -> Self {
+        self.admission = enabled;
+        self
+    }
+
+    /// Checks the settings and starts the workers.
+    ///
+    /// Errors name the field: `name` (empty, or containing a NUL byte),
+    /// `workers`, `queue`, `stack_size`; and `workers` again if the operating
+    /// system refuses to start that many threads.
+    pub fn build(self) -> Result<Pool, ConfigError> {
+        if self.name.is_empty() || self.name.contains('\0') {
+            return Err(ConfigError::new("name", "non-empty, without NUL bytes", format!("{:?}", self.name)));
+        }
+        if !(1..=MAX_WORKERS).contains(&self.workers) {
+            return Err(ConfigError::new("workers", "between 1 and 4096", self.workers));
+        }
+        if self.queue > MAX_QUEUE {
+            return Err(ConfigError::new("queue", "at most 1048576", self.queue));
+        }
+        if let Some(s) = self.stack_size
+            && s < MIN_STACK
+        {
+            return Err(ConfigError::new("stack_size", "at least 65536 bytes", s));
+        }
+
+        let shared = Arc::new(Shared {
+            name: self.name.clone().into_boxed_str(),
+            stats: PoolCounters::default(),
+            service: ServiceTime::default(),
+            grace_over: AtomicBool::new(false),
+        });
+        let (sender, receiver) = crossbeam_channel::bounded(self.queue);
+        let (exit_tx, exits) = crossbeam_channel::bounded(self.workers);
+        let (ready_tx, ready_rx) = crossbeam_channel::bounded(self.workers);
+        let mut threads = Vec::with_capacity(self.workers);
+        let mut spawn_error = None;
+        for index in 0..self.workers {
+            let mut builder = thread::Builder::new().name(format!("watertight-{}-{}", self.name, index));
+            if let Some(s) = self.stack_size {
+                builder = builder.stack_size(s);
+            }
+            // Counted before the thread exists, so `stats().workers` is the
+            // full number as soon as `build` returns.
+            shared.stats.workers.live.fetch_add(1, Relaxed);
+            let exit = ExitGuard { shared: shared.clone(), index, tx: exit_tx.clone() };
+            let rx = receiver.clone();
+            let ready = ready_tx.clone();
+            match builder.spawn(move || worker_main(rx, ready, exit)) {
+                Ok(join) => threads.push(WorkerThread { id: join.thread().id(), join: Some(join) }),
+                Err(e) => {
+                    // The closure (and its exit guard) was dropped unrun,
+                    // which already uncounted it.
+                    spawn_error = Some(e);
+                    break;
+                }
+            }
+        }
+        drop((exit_tx, ready_tx));
+        // Wait until every worker is about to take its first job, so that a
+        // hand-off pool (queue 0) accepts work as soon as `build` returns.
+        // Bounded: a thread that does not start within 10 s is the system's
+        // problem, and the pool works without this wait anyway.
+        let started_by = Instant::now() + Duration::from_secs(10);
+        for _ in 0..threads.len() {
+            if ready_rx.recv_deadline(started_by).is_err() {
+                break;
+            }
+        }
+        let handle = Handle {
+            shared,
+            workers: self.workers,
+            queue: self.queue,
+            drop_grace: self.drop_grace,
+            // A hand-off pool (queue 0) never has work queued: nothing to estimate.
+            admission: self.admission && self.queue > 0,
+            sender: RwLock::new(Some(sender)),
+            receiver,
+            control: Mutex::new(Control { threads, exits }),
+        };
+        if let Some(e) = spawn_error {
+            let started = handle.control.lock().threads.len();
+            handle.shutdown_until(Instant::now() + Duration::from_secs(1));
+            // Not even the first thread started with a stack size of the
+            // caller's: that size is what the system refused.
+            return Err(match self.stack_size {
+                Some(bytes) if started == 0 => ConfigError::new(
+                    "stack_size",
+                    "a stack size the system can give a thread",
+                    format!("{bytes} ({e})"),
+                ),
+                _ => ConfigError::new(
+                    "workers",
+                    "a number of threads the system can start",
+                    format!("{} ({e})", self.workers),
+                ),
+            });
+        }
+        Ok(Pool { inner: Arc::new(handle) })
+    }
+}

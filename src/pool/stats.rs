@@ -1,0 +1,93 @@
+//! The pool's live counters and [`PoolStats`], the snapshot read from them.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+/// The pool's counters, all `Relaxed`: each is a tally that publishes nothing
+/// else. A caller that has its answer sees the counts its call caused, because
+/// the worker counts before it settles the reply slot (a release), and the
+/// caller sees the slot settled (an acquire).
+///
+/// Two cache lines: callers write the first, workers the second, so a call's
+/// round trip does not bounce counters between the two sides.
+#[derive(Default)]
+pub(crate) struct PoolCounters {
+    pub(crate) callers: CallerCounters,
+    pub(crate) workers: WorkerCounters,
+}
+
+/// The counters callers write.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct CallerCounters {
+    pub(crate) submitted: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    pub(crate) timed_out: AtomicU64,
+    /// Raised by a caller that gives up on a running job, lowered by the
+    /// worker when that job returns.
+    pub(crate) abandoned: AtomicUsize,
+}
+
+/// The counters workers write.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct WorkerCounters {
+    pub(crate) busy: AtomicUsize,
+    pub(crate) completed: AtomicU64,
+    pub(crate) expired: AtomicU64,
+    pub(crate) panicked: AtomicU64,
+    /// Worker threads started and not yet exited.
+    pub(crate) live: AtomicUsize,
+}
+
+/// A snapshot of a pool's gauges and counters.
+///
+/// Each field is read on its own from a relaxed atomic, without any lock the
+/// workers need: reading stats never slows the pool down, and a snapshot taken
+/// while calls are in flight can be off by the calls in flight.
+///
+/// # Accounting identity
+///
+/// Every accepted job is counted once in `submitted` and ends counted once in
+/// `completed`, `panicked` or `expired`; until then it is `queued` or
+/// `busy`. So, whenever no submission or job is in flight between two of its
+/// steps (for instance after the callers have their answers and
+/// [`Pool::shutdown`] has returned):
+///
+/// ```text
+/// submitted == completed + panicked + expired + queued + busy
+/// ```
+///
+/// `rejected` counts submissions turned away (never accepted, so not in
+/// `submitted`); `timed_out` counts callers that gave up at the deadline (their
+/// jobs are in the identity as whatever became of them); `abandoned` is the
+/// part of `busy` that nobody waits for any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Worker threads alive: the configured number until shutdown, then fewer
+    /// as they exit.
+    pub workers: usize,
+    /// Workers holding a job they took off the queue: running it (abandoned
+    /// jobs included), or for a moment, deciding not to start it.
+    pub busy: usize,
+    /// Jobs waiting in the queue.
+    pub queued: usize,
+    /// Running jobs whose caller has timed out or gone: they hold a worker
+    /// and nobody will read their answer.
+    pub abandoned: usize,
+    /// Jobs accepted into the queue.
+    pub submitted: u64,
+    /// Jobs that ran and returned (`Ok` or `Err`).
+    pub completed: u64,
+    /// Accepted jobs that never started: their deadline passed in the queue,
+    /// their caller had gone, or shutdown discarded them (those callers got
+    /// [`Rejection::ShuttingDown`]).
+    pub expired: u64,
+    /// Jobs that panicked.
+    pub panicked: u64,
+    /// Submissions turned away: queue full, shutting down, or a deadline
+    /// already past.
+    pub rejected: u64,
+    /// Callers whose deadline passed before the answer came.
+    pub timed_out: u64,
+}
