@@ -71,6 +71,7 @@ mod sync;
 // dependency that puts them together, and the registry of dependencies.
 mod breaker;
 mod dependency;
+mod limit;
 mod pool;
 mod registry;
 mod retry;
@@ -92,6 +93,7 @@ pub use crate::{
     clock::{Clock, ManualClock, SystemClock},
     dependency::{CallCounts, Dependency, DependencyBuilder, DependencySnapshot, Event, Within},
     error::{ConfigError, Error, Outcome, Rejection},
+    limit::{AdaptiveLimit, LimitPermit, Limiter},
     pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket},
     registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry},
     retry::{Retry, RetryBuilder},

@@ -106,6 +106,14 @@ impl Registry {
     /// the real hold smaller; the rule takes the worst case because that is what
     /// a hung provider produces before the breaker's window has filled.
     ///
+    /// Callers waiting for room ([`max_wait`](crate::DependencyBuilder::max_wait))
+    /// are *short* holds: each holds its request thread for at most `max_wait`,
+    /// never for the timeout, and while a provider hangs they are refused when
+    /// it ends. They are reported (`CapacityEntry::max_wait`), not counted in
+    /// `hold`: a dependency on every request's path can thus be sized for its
+    /// normal load (Little's law, see the README's "Sizing") with a small pool
+    /// and a short wait, instead of a hold as large as the request pool.
+    ///
     /// `Ok` carries the report, warnings included; `Err` names the dependency
     /// with the largest hold among those that can take every request thread,
     /// and carries the report too.
@@ -126,6 +134,7 @@ impl Registry {
             .iter()
             .map(|d| {
                 let workers = d.pool().workers();
+                let max_wait = d.pool().max_wait();
                 let queue = d.pool().queue_capacity();
                 let hold = workers.saturating_add(queue);
                 let level = if hold >= request_threads {
@@ -142,6 +151,7 @@ impl Registry {
                     hold,
                     room_left: request_threads.saturating_sub(hold),
                     timeout: d.timeout(),
+                    max_wait,
                     level,
                 }
             })
@@ -199,6 +209,9 @@ pub struct CapacityEntry {
     pub room_left: usize,
     /// How long it holds each of them at most (its timeout).
     pub timeout: Duration,
+    /// How long any further caller may wait for room (a short hold), zero
+    /// when a full pool refuses at once.
+    pub max_wait: Duration,
     /// The verdict for this dependency.
     pub level: CapacityLevel,
 }
@@ -247,8 +260,19 @@ impl fmt::Display for CapacityReport {
         for e in &self.entries {
             writeln!(
                 f,
-                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?})",
-                e.name, e.workers, e.queue, e.hold, e.timeout, e.room_left, e.level
+                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?}){}",
+                e.name,
+                e.workers,
+                e.queue,
+                e.hold,
+                e.timeout,
+                e.room_left,
+                e.level,
+                if e.max_wait.is_zero() {
+                    String::new()
+                } else {
+                    format!("; others wait <= {:?}", e.max_wait)
+                },
             )?;
         }
         write!(f, "  total hold {}", self.total_hold)

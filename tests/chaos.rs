@@ -417,7 +417,19 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
     let heal_time = healed.elapsed();
     println!("chaos: healed provider, breaker closed again after {heal_time:.1?} (open_for {OPEN_FOR:?})");
     assert!(closed, "the breaker closes on its own after the provider heals ({heal_time:?})\n{figures}");
-    assert_eq!(one(&dep).as_deref().ok(), Some("ok"), "and calls succeed again\n{figures}");
+    // "Succeed again" within a bounded time, not on exactly the first call: a
+    // single call has a 50 ms deadline, and on a loaded two-core machine one
+    // healthy loopback call can miss it (the scheduler, not the provider), or
+    // meet a pooled connection that a fault left half-closed. Either is a
+    // correct `Err` for that one call; what must hold is that calls succeed.
+    let mut last = None;
+    let succeeded = support::wait_until(Duration::from_secs(5), || {
+        let answer = one(&dep);
+        let ok = answer.as_deref().is_ok_and(|body| body == "ok");
+        last = Some(format!("{answer:?}"));
+        ok
+    });
+    assert!(succeeded, "and calls succeed again (last answer {last:?})\n{figures}");
 
     assert!(dep.shutdown(Duration::from_secs(2)), "every worker joined\n{figures}");
     drop(dep);

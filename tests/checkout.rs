@@ -65,10 +65,9 @@ fn fraud_circuit(agent: &ureq::Agent, server: &Checkout) -> Value {
 ///
 /// 20 request threads: fewer than the 32 checkouts held at once, so without
 /// the bulkhead they would take every thread (the next test shows that); fraud
-/// may hold at most workers + queue = 15 of them, which leaves 5 for
-/// `/orders` and for answering the rejected checkouts at once. (With the
-/// default 16 one thread would be left: enough, but on two shared cores the
-/// p99 bound would measure the scheduler more than the bulkhead.)
+/// may hold at most workers + queue = 8 of them (others wait at most 100 ms
+/// for room), which leaves 12 for `/orders` and for answering the rejected
+/// checkouts at once.
 #[test]
 fn a_hung_fraud_provider_does_not_take_order_status_down() {
     let server = Checkout::start(&["--request-threads", "20"]);

@@ -163,27 +163,31 @@ fn account_responder(call: &Call) -> (u16, String) {
 
 /// The three dependencies.
 ///
-/// Capacity: a request thread waiting on a dependency is held for at most
-/// its deadline, and one dependency can hold at most `workers + queue`
-/// request threads. With the default 16 request threads:
-/// - fraud 10 + 5 = 15 (the incident fix's pool) leaves 1 thread for everything
-///   else: the least that keeps order status up, so the capacity check
-///   passes with a warning (more than half the pool);
-/// - account-access 6 + 2 = 8 and account-read 3 + 1 = 4 stay within half of
-///   the pool, so an account outage leaves checkout's other routes at least
-///   8 threads.
+/// Capacity (see the README's "Sizing"): a request thread waiting on a
+/// dependency is held for at most its timeout, and one dependency can hold at
+/// most `workers + queue` request threads; further callers wait at most
+/// `max_wait` (100 ms) for room, then fall back. With the default 16 request
+/// threads:
+/// - fraud 6 + 2 = 8: at most half of the pool while fraud hangs, and enough
+///   for its normal load (a 20-50 ms check at tens of checkouts a second
+///   needs one or two workers; the rest is burst);
+/// - account-access 4 + 0 and account-read 2 + 0: the permission check is on
+///   every checkout's path and short, so a small pool with a short wait.
 ///
-/// No single provider, hung, can take every request thread. All three hung
-/// at once could (15 + 8 + 4 > 16; the check warns about that too): run
-/// `--request-threads 28` or more if that must hold as well.
+/// The holds add up to 14 of 16: even all three providers hung at once leave
+/// two threads for order status and health, and `check_capacity` accepts the
+/// configuration without a warning.
 fn build_deps() -> Result<Deps, watertight::ConfigError> {
     let fraud = Dependency::builder("fraud")
-        .workers(10)
-        .queue(5)
+        .workers(6)
+        .queue(2)
+        .max_wait(Duration::from_millis(100))
         .timeout(Duration::from_secs(3))
+        // At least 8 calls, the hold: one wave of hung calls is enough to decide,
+        // so the breaker returns the request threads after one timeout.
         .breaker(
             BreakerConfig::count_based(20)
-                .minimum_calls(10)
+                .minimum_calls(8)
                 .failure_rate(50.0)
                 .open_for(Duration::from_secs(15))
                 .half_open_calls(5),
@@ -195,6 +199,7 @@ fn build_deps() -> Result<Deps, watertight::ConfigError> {
         Dependency::builder(name)
             .workers(workers)
             .queue(queue)
+            .max_wait(Duration::from_millis(100))
             .timeout(Duration::from_secs(10))
             .breaker(
                 BreakerConfig::time_based(30)
@@ -206,7 +211,7 @@ fn build_deps() -> Result<Deps, watertight::ConfigError> {
             )
             .build()
     };
-    Ok(Deps { fraud, access: account("account-access", 6, 2)?, read: account("account-read", 3, 1)? })
+    Ok(Deps { fraud, access: account("account-access", 4, 0)?, read: account("account-read", 2, 0)? })
 }
 
 /// Starts the providers (embedded unless a URL is given), the dependencies

@@ -90,6 +90,13 @@ impl DependencyBuilder {
         self.with_pool(|p| p.deadline_aware_admission(enabled))
     }
 
+    /// How long a call may wait for room when every worker is busy and the
+    /// queue is full: [`PoolBuilder::max_wait`]. Default zero (refused at
+    /// once with `QueueFull`); at most one minute and at most the timeout.
+    pub fn max_wait(self, wait: Duration) -> Self {
+        self.with_pool(|p| p.max_wait(wait))
+    }
+
     /// The pool's settings, all at once, replacing those set so far (its
     /// name stays the dependency's).
     pub fn pool(mut self, pool: PoolBuilder) -> Self {
@@ -161,7 +168,7 @@ impl DependencyBuilder {
     ///
     /// The error names the field as its setter spells it: `name` (empty),
     /// `workers`, `queue`, `timeout`, `stack_size`, and the breaker's own
-    /// fields (`failure_rate`, ...).
+    /// fields (`failure_rate`, ...), and `max_wait`.
     pub fn build(self) -> Result<Dependency, ConfigError> {
         // `name`, `workers`, `queue` and `stack_size` are the pool's to check.
         if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
@@ -169,6 +176,13 @@ impl DependencyBuilder {
                 "timeout",
                 "greater than zero and at most one day",
                 format_args!("{:?}", self.timeout),
+            ));
+        }
+        if self.pool.configured_max_wait() > self.timeout {
+            return Err(ConfigError::new(
+                "max_wait",
+                "at most the timeout",
+                format_args!("{:?} > timeout {:?}", self.pool.configured_max_wait(), self.timeout),
             ));
         }
         self.breaker.validate()?;

@@ -22,6 +22,9 @@ pub(super) const MAX_WORKERS: usize = 4096;
 pub(super) const MAX_QUEUE: usize = 1 << 20;
 /// Smallest stack accepted: room for the unwinding machinery of a panic.
 pub(super) const MIN_STACK: usize = 64 * 1024;
+/// The longest `max_wait`: a wait for room is meant to absorb a burst, not to
+/// hold a caller.
+pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
 pub(super) const DEFAULT_WORKERS: usize = 10;
 pub(super) const DEFAULT_DROP_GRACE: Duration = Duration::from_secs(1);
 
@@ -34,6 +37,7 @@ pub struct PoolBuilder {
     stack_size: Option<usize>,
     drop_grace: Duration,
     admission: bool,
+    max_wait: Duration,
 }
 
 impl PoolBuilder {
@@ -45,6 +49,7 @@ impl PoolBuilder {
             stack_size: None,
             drop_grace: DEFAULT_DROP_GRACE,
             admission: true,
+            max_wait: Duration::ZERO,
         }
     }
 
@@ -55,6 +60,11 @@ impl PoolBuilder {
 
     /// The same settings under another name (a dependency's pool takes the
     /// dependency's).
+    /// The `max_wait` set so far (the dependency checks it against its timeout).
+    pub(crate) fn configured_max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
     pub(crate) fn rename(mut self, name: String) -> Self {
         self.name = name;
         self
@@ -108,10 +118,28 @@ impl PoolBuilder {
         self
     }
 
+    /// How long a submission may wait for room when every worker is busy and
+    /// the queue is full (Resilience4j's bulkhead `maxWaitDuration`). Default
+    /// zero: refused at once with `QueueFull`. At most one minute.
+    ///
+    /// A short wait lets a healthy burst through a small pool instead of
+    /// turning it away: callers of a 5 ms provider that find every worker
+    /// busy wait a few milliseconds for one, not a whole timeout. A waiting
+    /// submission holds its caller's thread, but only for `max_wait` (or
+    /// until its deadline, whichever is first), never for the call's
+    /// timeout: while a provider hangs, waiters are refused after
+    /// `max_wait`, and the request threads they held come back.
+    /// [`Registry::check_capacity`](crate::Registry::check_capacity) counts
+    /// them as short holds.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait;
+        self
+    }
+
     /// Checks the settings and starts the workers.
     ///
     /// Errors name the field: `name` (empty, or containing a NUL byte),
-    /// `workers`, `queue`, `stack_size`; and `workers` again if the operating
+    /// `workers`, `queue`, `max_wait`, `stack_size`; and `workers` again if the operating
     /// system refuses to start that many threads.
     pub fn build(self) -> Result<Pool, ConfigError> {
         if self.name.is_empty() || self.name.contains('\0') {
@@ -122,6 +150,13 @@ impl PoolBuilder {
         }
         if self.queue > MAX_QUEUE {
             return Err(ConfigError::new("queue", "at most 1048576", self.queue));
+        }
+        if self.max_wait > MAX_WAIT {
+            return Err(ConfigError::new(
+                "max_wait",
+                "at most one minute",
+                format_args!("{:?}", self.max_wait),
+            ));
         }
         if let Some(s) = self.stack_size
             && s < MIN_STACK
@@ -179,6 +214,7 @@ impl PoolBuilder {
             drop_grace: self.drop_grace,
             // A hand-off pool (queue 0) never has work queued: nothing to estimate.
             admission: self.admission && self.queue > 0,
+            max_wait: self.max_wait,
             sender: RwLock::new(Some(sender)),
             receiver,
             control: Mutex::new(Control { threads, exits }),

@@ -42,7 +42,7 @@ pub use self::call::{CallContext, SubmitError, Ticket};
 use self::estimate::ServiceTime;
 use self::stats::PoolCounters;
 pub use self::stats::PoolStats;
-use self::worker::{hand_off, join_worker};
+use self::worker::{hand_off, join_worker, wait_for_slot};
 
 use crate::error::{Error, Rejection};
 
@@ -107,8 +107,11 @@ pub(super) struct Handle {
     pub(super) drop_grace: Duration,
     /// Deadline-aware admission (see [`PoolBuilder::deadline_aware_admission`]).
     pub(super) admission: bool,
+    /// How long a submission may wait for room (see [`PoolBuilder::max_wait`]).
+    pub(super) max_wait: Duration,
     /// `None` once shutdown has begun. Submitters take the read lock for the
-    /// length of one `try_send`; shutdown takes the write lock once, to drop
+    /// length of one `try_send` (or, with `max_wait`, of one bounded
+    /// `send_deadline`, so shutdown may wait up to `max_wait` for it); shutdown takes the write lock once, to drop
     /// the sender, which disconnects the queue: workers then drain what is
     /// left and exit. Readers never wait for each other, and wait for the
     /// writer only while it drops the sender.
@@ -155,6 +158,12 @@ impl Pool {
         self.inner.queue
     }
 
+    /// How long a submission waits for room in a full pool before it is
+    /// refused ([`PoolBuilder::max_wait`]).
+    pub fn max_wait(&self) -> Duration {
+        self.inner.max_wait
+    }
+
     /// Whether deadline-aware admission is on (never with a queue of 0).
     pub fn deadline_aware_admission(&self) -> bool {
         self.inner.admission
@@ -190,11 +199,14 @@ impl Pool {
         self.submit_at(now, deadline_after(now, timeout), 1, job)
     }
 
-    /// Submits `job` to answer by `deadline`, without blocking.
+    /// Submits `job` to answer by `deadline`, without blocking (or, with a
+    /// [`max_wait`](PoolBuilder::max_wait), blocking at most that long for
+    /// room).
     ///
-    /// On success the [`Ticket`] waits for the answer. Refused at once, with
+    /// On success the [`Ticket`] waits for the answer. Refused, with
     /// the job handed back, when the queue is full ([`Rejection::QueueFull`];
-    /// with queue 0, when no worker is idle), when the pool is shutting down
+    /// with queue 0, when no worker is idle; with `max_wait`, when none came
+    /// free within it or before the deadline), when the pool is shutting down
     /// ([`Rejection::ShuttingDown`]), or when `deadline` has already passed
     /// ([`Rejection::DeadlineUnmeetable`]). (With queue 0 and a worker idle
     /// but not yet back at the queue, it spins and yields for a few
@@ -254,6 +266,10 @@ impl Pool {
             match sender.as_ref() {
                 Some(tx) => match tx.try_send(queued) {
                     Ok(()) => None,
+                    Err(TrySendError::Full(q)) if !h.max_wait.is_zero() => {
+                        let until = deadline.min(deadline_after(now, h.max_wait));
+                        wait_for_slot(tx, q, until, &stats.callers.waiting)
+                    }
                     Err(TrySendError::Full(q)) if h.queue == 0 => hand_off(tx, q, &stats.workers),
                     Err(TrySendError::Full(q)) => Some((Rejection::QueueFull, q)),
                     Err(TrySendError::Disconnected(q)) => Some((Rejection::ShuttingDown, q)),
@@ -310,6 +326,7 @@ impl Pool {
             busy: s.workers.busy.load(Relaxed),
             queued: self.inner.receiver.len(),
             abandoned: s.callers.abandoned.load(Relaxed),
+            waiting: s.callers.waiting.load(Relaxed),
             submitted: s.callers.submitted.load(Relaxed),
             completed: s.workers.completed.load(Relaxed),
             expired: s.workers.expired.load(Relaxed),

@@ -25,6 +25,8 @@ pub(crate) struct CallerCounters {
     /// Raised by a caller that gives up on a running job, lowered by the
     /// worker when that job returns.
     pub(crate) abandoned: AtomicUsize,
+    /// Submissions waiting (at most `max_wait`) for room in a full pool.
+    pub(crate) waiting: AtomicUsize,
 }
 
 /// The counters workers write.
@@ -75,6 +77,9 @@ pub struct PoolStats {
     /// Running jobs whose caller has timed out or gone: they hold a worker
     /// and nobody will read their answer.
     pub abandoned: usize,
+    /// Submissions waiting, at most [`max_wait`](crate::PoolBuilder::max_wait),
+    /// for room in a full pool. Each holds its caller's thread while it waits.
+    pub waiting: usize,
     /// Jobs accepted into the queue.
     pub submitted: u64,
     /// Jobs that ran and returned (`Ok` or `Err`).

@@ -3,9 +3,10 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 
 use super::Shared;
 use super::WorkerThread;
@@ -102,5 +103,25 @@ pub(super) fn hand_off(
             Err(TrySendError::Full(q)) => job = q,
             Err(TrySendError::Disconnected(q)) => return Some((Rejection::ShuttingDown, q)),
         }
+    }
+}
+
+/// A submission found the pool full and may wait for room until `until`
+/// (the earlier of `now + max_wait` and its deadline): a queue slot, or with
+/// queue 0 a worker coming back to the queue. Counted in `waiting` while it
+/// waits, so the hold it adds to its caller's thread shows in the stats.
+pub(super) fn wait_for_slot(
+    tx: &Sender<QueuedJob>,
+    job: QueuedJob,
+    until: Instant,
+    waiting: &AtomicUsize,
+) -> Option<(Rejection, QueuedJob)> {
+    waiting.fetch_add(1, Relaxed);
+    let sent = tx.send_deadline(job, until);
+    waiting.fetch_sub(1, Relaxed);
+    match sent {
+        Ok(()) => None,
+        Err(SendTimeoutError::Timeout(q)) => Some((Rejection::QueueFull, q)),
+        Err(SendTimeoutError::Disconnected(q)) => Some((Rejection::ShuttingDown, q)),
     }
 }

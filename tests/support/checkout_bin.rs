@@ -14,23 +14,25 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
-/// The example binary (`target/<profile>/examples/checkout`), built once per test
-/// process if a filtered run did not build it.
+/// The example binary (`target/<profile>/examples/checkout`), brought up to date
+/// once per test process (a filtered run may not have built it, and a binary
+/// left from an earlier build may be stale), with every feature, as the
+/// README's test command builds it.
 pub fn binary() -> &'static PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
         let exe = std::env::current_exe().expect("the test's own path");
         let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
         let path = profile_dir.join("examples").join(format!("checkout{}", std::env::consts::EXE_SUFFIX));
-        if !path.exists() {
-            let mut build = Command::new(env!("CARGO"));
-            build.args(["build", "--example", "checkout"]).current_dir(env!("CARGO_MANIFEST_DIR"));
-            if profile_dir.file_name().is_some_and(|p| p == "release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("run cargo build --example checkout");
-            assert!(status.success(), "building the checkout example failed");
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "--all-features", "--example", "checkout"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
         }
+        let status = build.status().expect("run cargo build --example checkout");
+        assert!(status.success(), "building the checkout example failed");
         path
     })
 }

@@ -1,0 +1,216 @@
+//! [`AdaptiveLimit`]: the knobs of an adaptive concurrency limit, their
+//! defaults and their validation.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The largest limit a [`Limiter`](crate::Limiter) accepts, the same bound as
+/// a pool's worker count.
+pub(crate) const MAX_LIMIT: usize = 4096;
+/// The longest `relearn_after`: one day, like a dependency's deadline.
+const MAX_RELEARN: Duration = Duration::from_secs(24 * 60 * 60);
+/// The longest averaging window, in samples.
+const MAX_WINDOW: u32 = 1_000_000;
+/// The largest latency tolerance: ten times the baseline.
+const MAX_TOLERANCE: f64 = 1000.0;
+
+/// The configuration of an adaptive concurrency limit (see
+/// [`Limiter`](crate::Limiter) for the rule it drives).
+///
+/// Every setter documents its default; [`validate`](Self::validate) (run by
+/// [`Limiter::new`](crate::Limiter::new)) refuses a value outside its rule
+/// with a [`ConfigError`] naming the field. Rates and tolerances are in
+/// percent, as everywhere in this crate.
+///
+/// ```
+/// use std::time::Duration;
+/// use watertight::AdaptiveLimit;
+///
+/// let config = AdaptiveLimit::new()
+///     .min_limit(2)
+///     .tolerance(50.0)
+///     .failure_cut(20.0)
+///     .relearn_after(Duration::from_secs(300));
+/// assert!(config.validate().is_ok());
+///
+/// let err = AdaptiveLimit::new().failure_cut(100.0).validate().unwrap_err();
+/// assert_eq!(err.field(), "failure_cut");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveLimit {
+    pub(crate) min_limit: usize,
+    pub(crate) tolerance: f64,
+    pub(crate) smoothing: f64,
+    pub(crate) failure_cut: f64,
+    pub(crate) short_window: u32,
+    pub(crate) long_window: u32,
+    pub(crate) relearn_after: Duration,
+}
+
+impl Default for AdaptiveLimit {
+    fn default() -> Self {
+        AdaptiveLimit {
+            min_limit: 2,
+            tolerance: 50.0,
+            smoothing: 20.0,
+            failure_cut: 20.0,
+            short_window: 10,
+            long_window: 500,
+            relearn_after: Duration::from_secs(300),
+        }
+    }
+}
+
+impl AdaptiveLimit {
+    /// Every default (see each setter).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lowest the limit goes: this many calls are always admitted at
+    /// once, however slow the provider. Default 2; at least 1 and at most the
+    /// maximum (the worker count).
+    pub fn min_limit(mut self, calls: usize) -> Self {
+        self.min_limit = calls;
+        self
+    }
+
+    /// How far, in percent above the baseline latency, the short-term latency
+    /// may rise before the limit shrinks. Default 50 (a call may take 1.5
+    /// times the baseline); in [0, 1000].
+    pub fn tolerance(mut self, percent: f64) -> Self {
+        self.tolerance = percent;
+        self
+    }
+
+    /// The weight, in percent, of each new estimate in the limit: the limit
+    /// moves this far from where it is toward what the latest sample says.
+    /// Default 20; in (0, 100].
+    pub fn smoothing(mut self, percent: f64) -> Self {
+        self.smoothing = percent;
+        self
+    }
+
+    /// How much of the limit, in percent, a failure or a timeout takes away
+    /// at once. Default 20 (the limit is multiplied by 0.8); in (0, 100).
+    pub fn failure_cut(mut self, percent: f64) -> Self {
+        self.failure_cut = percent;
+        self
+    }
+
+    /// The span, in samples, of the short-term latency (an exponentially
+    /// weighted moving average with weight `2 / (span + 1)`). Default 10; at
+    /// least 1 (1: the latest sample alone).
+    pub fn short_window(mut self, samples: u32) -> Self {
+        self.short_window = samples;
+        self
+    }
+
+    /// The span, in samples, over which the baseline latency rises while the
+    /// provider is within tolerance. Default 500; at least `short_window`.
+    /// The baseline falls toward a lower short-term latency at the short-term
+    /// pace, and never
+    /// rises while the limit is being cut (see [`Limiter`](crate::Limiter)).
+    pub fn long_window(mut self, samples: u32) -> Self {
+        self.long_window = samples;
+        self
+    }
+
+    /// How long the short-term latency must stay above tolerance, without a
+    /// single sample back within it, before the baseline is relearned from
+    /// the current latency: an incident that lasts this long is taken as the
+    /// provider's new normal. Default 5 minutes; [`Duration::ZERO`] means
+    /// never (the limit then stays low until the latency comes back); at most
+    /// one day.
+    pub fn relearn_after(mut self, duration: Duration) -> Self {
+        self.relearn_after = duration;
+        self
+    }
+
+    /// Checks every value against its rule; the first one broken is named in
+    /// the error. The minimum is checked against the maximum by
+    /// [`Limiter::new`](crate::Limiter::new), which knows the maximum.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_LIMIT).contains(&self.min_limit) {
+            return Err(ConfigError::new("min_limit", "in [1, 4096]", self.min_limit));
+        }
+        // Written as `!(range.contains)` so that NaN is refused as well.
+        if !(0.0..=MAX_TOLERANCE).contains(&self.tolerance) {
+            return Err(ConfigError::new("tolerance", "in [0, 1000] percent", self.tolerance));
+        }
+        if !(self.smoothing > 0.0 && self.smoothing <= 100.0) {
+            return Err(ConfigError::new("smoothing", "in (0, 100] percent", self.smoothing));
+        }
+        if !(self.failure_cut > 0.0 && self.failure_cut < 100.0) {
+            return Err(ConfigError::new("failure_cut", "in (0, 100) percent", self.failure_cut));
+        }
+        if !(1..=MAX_WINDOW).contains(&self.short_window) {
+            return Err(ConfigError::new("short_window", "in [1, 1000000] samples", self.short_window));
+        }
+        if !(self.short_window..=MAX_WINDOW).contains(&self.long_window) {
+            return Err(ConfigError::new(
+                "long_window",
+                "at least short_window and at most 1000000 samples",
+                self.long_window,
+            ));
+        }
+        if self.relearn_after > MAX_RELEARN {
+            return Err(ConfigError::new(
+                "relearn_after",
+                "at most one day (zero: never)",
+                format_args!("{:?}", self.relearn_after),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(AdaptiveLimit::new().validate(), Ok(()));
+    }
+
+    #[test]
+    fn each_bad_value_names_its_field() {
+        let cases: Vec<(AdaptiveLimit, &str)> = vec![
+            (AdaptiveLimit::new().min_limit(0), "min_limit"),
+            (AdaptiveLimit::new().min_limit(5000), "min_limit"),
+            (AdaptiveLimit::new().tolerance(-1.0), "tolerance"),
+            (AdaptiveLimit::new().tolerance(f64::NAN), "tolerance"),
+            (AdaptiveLimit::new().tolerance(1000.5), "tolerance"),
+            (AdaptiveLimit::new().smoothing(0.0), "smoothing"),
+            (AdaptiveLimit::new().smoothing(100.1), "smoothing"),
+            (AdaptiveLimit::new().smoothing(f64::NAN), "smoothing"),
+            (AdaptiveLimit::new().failure_cut(0.0), "failure_cut"),
+            (AdaptiveLimit::new().failure_cut(100.0), "failure_cut"),
+            (AdaptiveLimit::new().failure_cut(f64::INFINITY), "failure_cut"),
+            (AdaptiveLimit::new().short_window(0), "short_window"),
+            (AdaptiveLimit::new().short_window(20).long_window(19), "long_window"),
+            (AdaptiveLimit::new().long_window(2_000_000), "long_window"),
+            (AdaptiveLimit::new().relearn_after(Duration::from_secs(86_401)), "relearn_after"),
+        ];
+        for (config, field) in cases {
+            let err = config.validate().expect_err(field);
+            assert_eq!(err.field(), field, "{err}");
+        }
+    }
+
+    #[test]
+    fn edges_are_accepted() {
+        let ok = [
+            AdaptiveLimit::new().min_limit(1),
+            AdaptiveLimit::new().tolerance(0.0),
+            AdaptiveLimit::new().smoothing(100.0),
+            AdaptiveLimit::new().short_window(1).long_window(1),
+            AdaptiveLimit::new().relearn_after(Duration::ZERO),
+        ];
+        for config in ok {
+            assert_eq!(config.validate(), Ok(()), "{config:?}");
+        }
+    }
+}

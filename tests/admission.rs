@@ -1,0 +1,103 @@
+//! Healthy traffic is never turned away, and isolation still holds, with a
+//! configuration that `check_capacity` accepts without a warning.
+//!
+//! The service: a request pool of 8 threads (`server::serve`) answering
+//! `GET /quote`, which calls an inventory provider and then a pricing
+//! provider (healthy, 5 ms each) through their own dependencies, sized for
+//! normal load by Little's law: 3 workers each, no queue, and a short wait
+//! for a worker (`max_wait`). 50 clients at once must get no rejection.
+#![cfg(all(feature = "tiny_http", feature = "ureq"))]
+
+mod support;
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{FakeProvider, Fault};
+use tiny_http::{Request, Response, ResponseBox, Server};
+use watertight::http::WithDeadline;
+use watertight::{BreakerConfig, Dependency, Registry};
+
+const REQUEST_THREADS: usize = 8;
+const CLIENTS: usize = 50;
+const REQUESTS_EACH: usize = 8;
+
+fn provider(name: &str) -> FakeProvider {
+    FakeProvider::start(name, Fault::Slow(Duration::from_millis(5)), |_| (200, "ok".to_owned()))
+        .expect("bind a loopback port")
+}
+
+fn dependency(name: &str, max_wait: Duration) -> Dependency {
+    Dependency::builder(name)
+        .workers(3)
+        .queue(0)
+        .max_wait(max_wait)
+        .timeout(Duration::from_secs(1))
+        .breaker(BreakerConfig::count_based(20).minimum_calls(10))
+        .build()
+        .expect("a valid dependency")
+}
+
+/// Runs the quote service with the given wait for a worker, sends
+/// `CLIENTS x REQUESTS_EACH` quotes from `CLIENTS` threads at once, and
+/// returns how many were answered 200 and the capacity report's warnings.
+fn run(max_wait: Duration) -> (usize, usize, Vec<String>) {
+    let (inventory_p, pricing_p) = (provider("inventory"), provider("pricing"));
+    let (inventory, pricing) = (dependency("inventory", max_wait), dependency("pricing", max_wait));
+    let registry = Registry::new();
+    registry.register(inventory.clone()).unwrap();
+    registry.register(pricing.clone()).unwrap();
+    let report = registry.check_capacity(REQUEST_THREADS).expect("no dependency can take every thread");
+
+    let agent = support::agent(Duration::from_secs(2));
+    let (inv_url, price_url) = (inventory_p.url(), pricing_p.url());
+    let handler = move |_req: &mut Request| -> ResponseBox {
+        let fetch = |dep: &Dependency, url: String| {
+            let agent = agent.clone();
+            dep.call(move |ctx| agent.get(&url).with_deadline(ctx).call().map(|_| ()))
+        };
+        match fetch(&inventory, inv_url.clone()).and_then(|()| fetch(&pricing, price_url.clone())) {
+            Ok(()) => Response::from_string("quote").boxed(),
+            Err(e) => Response::from_string(e.outcome().as_str()).with_status_code(503).boxed(),
+        }
+    };
+    let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
+    let handle = watertight::server::serve(server, REQUEST_THREADS, handler);
+    let url = format!("http://{}/quote", handle.addr().to_ip().expect("a TCP address"));
+
+    let start = Arc::new(Barrier::new(CLIENTS));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (start, url) = (Arc::clone(&start), url.clone());
+            thread::spawn(move || {
+                let agent = support::agent_status_ok(Duration::from_secs(10));
+                start.wait();
+                (0..REQUESTS_EACH)
+                    .filter(|_| agent.get(&url).call().is_ok_and(|r| r.status().as_u16() == 200))
+                    .count()
+            })
+        })
+        .collect();
+    let ok: usize = clients.into_iter().map(|c| c.join().expect("a client")).sum();
+    handle.shutdown();
+    (ok, CLIENTS * REQUESTS_EACH, report.warnings())
+}
+
+#[test]
+fn a_healthy_burst_on_every_requests_path_is_never_turned_away() {
+    let began = Instant::now();
+    let (ok, sent, warnings) = run(Duration::from_millis(250));
+    println!("max_wait 250 ms: {ok} of {sent} quotes answered 200 in {:.2?}", began.elapsed());
+    assert!(warnings.is_empty(), "check_capacity warns: {warnings:?}");
+    assert_eq!(ok, sent, "healthy quotes were turned away");
+}
+
+#[test]
+fn without_the_wait_the_same_pool_turns_healthy_quotes_away() {
+    // The control: 8 request threads on 3 workers with no queue and no wait
+    // cannot all be served at once, so a burst gets `QueueFull`.
+    let (ok, sent, _) = run(Duration::ZERO);
+    println!("max_wait 0: {ok} of {sent} quotes answered 200");
+    assert!(ok < sent, "every quote got through without a wait: the burst never filled the pool");
+}

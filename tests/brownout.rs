@@ -1,0 +1,46 @@
+//! The brownout, scaled down: 1 s healthy, 3 s at 500 ms, 3 s healthy, for the fixed
+//! pool and the adaptive limit (about 15 s in all). The full run, with all three
+//! guards and the figures, is `cargo bench --bench brownout`.
+//!
+//! Bounds are generous: the machine may be loaded, so only what a working limiter
+//! must show is asserted, never an exact figure.
+
+#[path = "support/brownout.rs"]
+mod brownout;
+#[path = "../examples/checkout/providers.rs"]
+mod providers;
+
+use std::time::Duration;
+
+use brownout::{Guard, Scenario};
+
+#[test]
+fn the_adaptive_limit_holds_few_request_threads_in_a_brownout_and_recovers() {
+    let s = Scenario::scaled(Duration::from_secs(1), Duration::from_secs(3), Duration::from_secs(3));
+    let fixed = brownout::run(&s, Guard::Fixed);
+    let adaptive = brownout::run(&s, Guard::Adaptive);
+    println!("{}", brownout::CSV_HEADER);
+    for row in fixed.csv_rows().into_iter().chain(adaptive.csv_rows()) {
+        println!("{row}");
+    }
+    println!("{}\n{}", fixed.summary(), adaptive.summary());
+
+    // The fixed pool keeps (nearly) all its workers' request threads for the brownout.
+    let fixed_held = fixed.brownout_mean(|r| r.held_p50 as f64);
+    assert!(fixed_held >= 12.0, "fixed pool held only {fixed_held} request threads");
+    // The adaptive limit holds at most half as many, at any instant of the brownout
+    // past its first second, and still answers some calls.
+    let adaptive_max = adaptive.brownout_held_max();
+    assert!(adaptive_max <= s.workers / 2, "adaptive held up to {adaptive_max} request threads");
+    let goodput = adaptive.brownout_mean(|r| r.goodput as f64);
+    assert!(goodput > 0.0, "the adaptive limit answered nothing in the brownout");
+    assert!(adaptive.brownout_seconds().all(|r| r.limit_min < s.workers), "the limit never came down");
+    // Back at the full limit well within the healthy time that follows.
+    let back = adaptive.recovered_after.expect("the limit came back to the worker count");
+    assert!(back < Duration::from_millis(2500), "back to the full limit only after {back:?}");
+    // The unrelated dependency kept answering.
+    for run in [&fixed, &adaptive] {
+        let p50 = run.unrelated_p50_ms();
+        assert!(p50 < 500.0, "{}: unrelated p50 {p50} ms", run.guard.name());
+    }
+}
