@@ -37,41 +37,39 @@
 //! request is recorded, and a summary with p50/p99 and the ratios to `baseline` is
 //! printed at the end (criterion itself reports central figures only).
 //!
-//! Group `http` measures what the hop costs when nothing is wrong: `/checkout`
-//! throughput against a healthy provider at 16 concurrent connections, calling the
-//! provider on the request thread (`direct`) or through its `Dependency`
-//! (`watertight`).
-//!
-//! After criterion, two paired comparisons run outside it (`baseline` against
-//! `watertight`, `direct` against `watertight`): both servers up at once and measured
-//! in turn, round by round, so that the other builds sharing a small machine weigh on
-//! both sides alike. Their per-round ratios and medians close the summary.
+//! After criterion, a paired comparison runs outside it (`baseline` against
+//! `watertight`): both servers and both loads up at once and `/orders` measured on
+//! each in turn, round by round, so that the other builds sharing a small machine
+//! weigh on both sides alike. Its per-round ratios and median close the summary.
 //!
 //! Every id starts from nothing and is torn down before the next: providers
 //! released, clients joined, the server and the pools shut down, and the process's
-//! thread count back where it was.
+//! thread count back where it was. The server, the teardown and the figures are
+//! shared with the `http` bench (`benches/common`).
 //!
 //! `cargo bench --features testing --bench isolation`
 
+mod common;
+
 use std::collections::HashMap;
-use std::fs;
-use std::io::{self, Read};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, mpsc};
+use std::sync::{Arc, Barrier};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, SamplingMode, Throughput};
-use tiny_http::{Header, Method, Request, Response, ResponseBox};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode};
+use watertight::State;
 
-use watertight::http::WithDeadline;
-use watertight::server::{self, ServerHandle};
-use watertight::testing::{FakeProvider, Fault};
-use watertight::{Breaker, BreakerConfig, Classify, Dependency, State, Verdict};
+use common::app::Mode;
+use common::report::{criterion_median, joined, median, ms, percentile, verdict};
+use common::scenario::{Clients, Scenario, teardown_side_by_side};
+use common::{
+    FRAUD_DEADLINE, ORDER_BODY, ORDERS, PAIRED_ROUNDS, REQUEST_THREADS, SHARED_BLOCKING_THREADS, client,
+    round_order,
+};
+use watertight::testing::Fault;
 
-/// The server's request pool: the resource a hung provider exhausts.
-const REQUEST_THREADS: usize = 16;
 /// Background clients calling `/checkout` during the `isolation` ids.
 const CHECKOUT_CLIENTS: usize = 32;
 /// A background client gives up on a checkout after this long ...
@@ -84,337 +82,21 @@ const LOAD_TIME_CAP: Duration = Duration::from_secs(120);
 const LOAD_REQUEST_CAP: u64 = 20_000;
 /// The measuring client's timeout; an `/orders` request without its order costs this.
 const ORDERS_CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Orders in the in-memory store (ids 1..=ORDERS).
-const ORDERS: u64 = 100;
-/// Deadlines, the same for the dependencies and for the shared pool's time limiter.
-const FRAUD_DEADLINE: Duration = Duration::from_secs(1);
-const ORDERS_DEADLINE: Duration = Duration::from_millis(500);
-/// The fraud dependency's workers.
-const FRAUD_WORKERS: usize = 8;
-/// The shared blocking pool's size in `shared_pool`.
-const SHARED_BLOCKING_THREADS: usize = 16;
-/// Concurrent connections in the `http` group.
-const HTTP_CONNECTIONS: usize = 16;
-/// How long an id may take to reach the state it measures (the breaker open, the
-/// request pool pinned, ...) before it is measured anyway, with a warning.
-const SETTLE_CAP: Duration = Duration::from_secs(10);
-/// How long a teardown waits for the process's thread count to come back (tiny_http
-/// lets its idle connection threads go after 5 s).
-const THREADS_BACK_CAP: Duration = Duration::from_secs(12);
+/// Requests per id per round of the paired `/orders` comparison.
+const ISOLATION_PAIRED_REQUESTS: u64 = 500;
 
-const ORDER_BODY: &str = r#"{"user":"u1","items":[{"sku":"A-1","qty":2}],"total":"42.00"}"#;
+/// The crate's design: a `Dependency` each, the fraud job bounded by its deadline.
+const WATERTIGHT: Mode = Mode::Watertight { fraud_queue: 2, job_deadline: true };
 
-/// The fraud breaker of `watertight` and `shared_pool`: opens when half of the last
-/// ten calls (at least five) failed, probes twice after 5 s.
-fn fraud_breaker() -> BreakerConfig {
-    BreakerConfig::count_based(10)
-        .minimum_calls(5)
-        .failure_rate(50.0)
-        .open_for(Duration::from_secs(5))
-        .half_open_calls(2)
-}
-
-// ---------------------------------------------------------------------------------
-// The server under test
-// ---------------------------------------------------------------------------------
-
-/// Where the server runs its blocking calls.
-#[derive(Clone, Copy, Debug)]
-enum Mode {
-    /// A `Dependency` per dependency; `fraud_queue` is the fraud pool's queue;
-    /// `job_deadline`: whether the fraud job hands its deadline to its request.
-    Watertight { fraud_queue: usize, job_deadline: bool },
-    /// One tokio blocking pool for every blocking call, a breaker in front of fraud,
-    /// and the deadlines applied to the wait; `fraud_timeout` is the fraud client's
-    /// own bound, if any.
-    SharedPool { fraud_timeout: Option<Duration> },
-    /// On the request thread; `fraud_timeout` is the fraud client's only bound.
-    Direct { fraud_timeout: Option<Duration> },
-}
-
-enum Route {
-    Watertight { orders: Dependency, fraud: Dependency, job_deadline: bool },
-    SharedPool { runtime: tokio::runtime::Runtime, fraud_breaker: Breaker },
-    Direct,
-}
-
-struct App {
-    store: Arc<HashMap<u64, String>>,
-    verify_url: String,
-    /// The fraud client. In `Watertight` each request gets the call's remaining
-    /// deadline as its timeouts; otherwise the agent's own (none, or `fraud_timeout`).
-    agent: ureq::Agent,
-    route: Route,
-}
-
-impl App {
-    fn new(mode: Mode, fraud_url: &str) -> App {
-        let store = (1..=ORDERS)
-            .map(|id| (id, format!(r#"{{"id":{id},"status":"shipped","items":2,"total":"42.00"}}"#)))
-            .collect();
-        let mut agent = ureq::Agent::config_builder();
-        if let Mode::Direct { fraud_timeout } | Mode::SharedPool { fraud_timeout } = mode {
-            agent = agent.timeout_global(fraud_timeout);
-        }
-        let route = match mode {
-            Mode::Watertight { fraud_queue, job_deadline } => Route::Watertight {
-                job_deadline,
-                orders: Dependency::builder("orders-db")
-                    .workers(4)
-                    .queue(4)
-                    .timeout(ORDERS_DEADLINE)
-                    .build()
-                    .expect("a valid orders-db configuration"),
-                fraud: Dependency::builder("fraud")
-                    .workers(FRAUD_WORKERS)
-                    .queue(fraud_queue)
-                    .timeout(FRAUD_DEADLINE)
-                    .breaker(fraud_breaker())
-                    .build()
-                    .expect("a valid fraud configuration"),
-            },
-            Mode::SharedPool { .. } => Route::SharedPool {
-                runtime: tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .max_blocking_threads(SHARED_BLOCKING_THREADS)
-                    .thread_name("shared-blocking")
-                    .enable_time()
-                    .build()
-                    .expect("a tokio runtime"),
-                fraud_breaker: Breaker::new("fraud", fraud_breaker()).expect("a valid breaker"),
-            },
-            Mode::Direct { .. } => Route::Direct,
-        };
-        App {
-            store: Arc::new(store),
-            verify_url: format!("{fraud_url}/verify"),
-            agent: agent.build().into(),
-            route,
-        }
-    }
-
-    fn handle(&self, request: &mut Request) -> ResponseBox {
-        let url = request.url().to_owned();
-        match (request.method(), url.as_str()) {
-            (Method::Post, "/checkout") => {
-                // Drain the (small) body so the connection stays usable for keep-alive.
-                let _ = io::copy(&mut request.as_reader().take(64 * 1024), &mut io::sink());
-                self.checkout()
-            }
-            (Method::Get, path) if path.starts_with("/orders/") => self.order(&path["/orders/".len()..]),
-            _ => json(404, r#"{"code":"NOT_FOUND"}"#),
-        }
-    }
-
-    fn order(&self, id: &str) -> ResponseBox {
-        let Ok(id) = id.parse::<u64>() else {
-            return json(400, r#"{"code":"BAD_ORDER_ID"}"#);
-        };
-        let store = Arc::clone(&self.store);
-        let lookup = move || store.get(&id).cloned();
-        let found = match &self.route {
-            Route::Watertight { orders, .. } => {
-                orders.call(move |_ctx| Ok::<_, io::Error>(lookup())).map_err(|_| ())
-            }
-            Route::SharedPool { runtime, .. } => {
-                shared_call(runtime, ORDERS_DEADLINE, lookup).map_err(|_| ())
-            }
-            Route::Direct => Ok(lookup()),
-        };
-        match found {
-            Ok(Some(order)) => json(200, &order),
-            Ok(None) => json(404, r#"{"code":"NO_SUCH_ORDER"}"#),
-            Err(()) => json(503, r#"{"code":"ORDERS_UNAVAILABLE"}"#),
-        }
-    }
-
-    fn checkout(&self) -> ResponseBox {
-        let (agent, url) = (self.agent.clone(), self.verify_url.clone());
-        let approved = match &self.route {
-            Route::Watertight { fraud, job_deadline, .. } => {
-                let job_deadline = *job_deadline;
-                fraud
-                    .call(move |ctx| {
-                        let request = agent.post(&url);
-                        let request = if job_deadline { request.with_deadline(ctx) } else { request };
-                        request.send(ORDER_BODY)?.body_mut().read_to_string()
-                    })
-                    .is_ok()
-            }
-            Route::SharedPool { runtime, fraud_breaker } => match fraud_breaker.try_acquire() {
-                Err(_) => false,
-                Ok(permit) => {
-                    let began = Instant::now();
-                    let outcome = shared_call(runtime, FRAUD_DEADLINE, move || {
-                        agent.post(&url).send(ORDER_BODY)?.body_mut().read_to_string()
-                    });
-                    let verdict = match &outcome {
-                        Ok(Ok(_)) => Verdict::Success,
-                        Ok(Err(e)) => e.classify(),
-                        Err(_) => Verdict::Failure,
-                    };
-                    permit.record(verdict, began.elapsed());
-                    matches!(outcome, Ok(Ok(_)))
-                }
-            },
-            Route::Direct => {
-                agent.post(&url).send(ORDER_BODY).and_then(|mut r| r.body_mut().read_to_string()).is_ok()
-            }
-        };
-        if approved {
-            json(200, r#"{"decision":"approved"}"#)
-        } else {
-            // An explicit degradation, never a silent approval.
-            json(202, r#"{"decision":"manual_review"}"#)
-        }
-    }
-
-    fn fraud_state(&self) -> Option<State> {
-        match &self.route {
-            Route::Watertight { fraud, .. } => Some(fraud.breaker().state()),
-            Route::SharedPool { fraud_breaker, .. } => Some(fraud_breaker.state()),
-            Route::Direct => None,
-        }
-    }
-
-    /// Stops the pools: the dependencies' workers are joined, the blocking pool's
-    /// threads waited for. Returns whether every thread ended within its grace.
-    fn shutdown(self) -> bool {
-        match self.route {
-            Route::Watertight { orders, fraud, .. } => {
-                let a = orders.shutdown(Duration::from_secs(2));
-                let b = fraud.shutdown(Duration::from_secs(2));
-                a && b
-            }
-            Route::SharedPool { runtime, .. } => {
-                // Waits for the blocking threads; hung calls were released before.
-                runtime.shutdown_timeout(Duration::from_secs(5));
-                true
-            }
-            Route::Direct => true,
-        }
-    }
-}
-
-/// Runs `job` on the shared blocking pool and waits for it at most `limit`, as a time
-/// limiter wraps a future: giving up stops the waiting, not the job, which keeps its
-/// thread until it returns by itself.
-fn shared_call<T: Send + 'static>(
-    runtime: &tokio::runtime::Runtime,
-    limit: Duration,
-    job: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ()> {
-    let handle = runtime.spawn_blocking(job);
-    // The timer is created inside `block_on`, where the runtime's time driver is.
-    match runtime.block_on(async move { tokio::time::timeout(limit, handle).await }) {
-        Ok(Ok(value)) => Ok(value),
-        // The job panicked, or the limit passed first.
-        Ok(Err(_)) | Err(_) => Err(()),
-    }
-}
-
-fn json(status: u16, body: &str) -> ResponseBox {
-    Response::from_string(body)
-        .with_status_code(status)
-        .with_header(Header::from_bytes("Content-Type", "application/json").expect("a valid header"))
-        .boxed()
-}
-
-/// A client whose requests give up after `timeout` and which sees 4xx/5xx as answers.
-fn client(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into()
-}
-
-/// The number of threads of this process (Linux), to prove teardowns complete.
-fn live_threads() -> Option<usize> {
-    fs::read_dir("/proc/self/task").ok().map(|tasks| tasks.count())
-}
-
-/// Polls `cond` every 5 ms until it holds or `cap` passes; returns how long it took,
-/// or `None` if it never held.
-fn wait_for(cap: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
-    let began = Instant::now();
-    loop {
-        if cond() {
-            return Some(began.elapsed());
-        }
-        if began.elapsed() >= cap {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// One server with its fraud provider, from start to teardown.
-struct Scenario {
-    label: String,
-    threads_before: Option<usize>,
-    fraud: FakeProvider,
-    app: Arc<App>,
-    server: ServerHandle,
-    base: String,
-}
-
-impl Scenario {
-    fn start(label: &str, mode: Mode, fault: Fault) -> Scenario {
-        let threads_before = live_threads();
-        let fraud = FakeProvider::start("fraud", fault, |_| (200, r#"{"decision":"approved"}"#.to_owned()))
-            .expect("bind the fraud provider on loopback");
-        let app = Arc::new(App::new(mode, &fraud.url()));
-        let listener = tiny_http::Server::http("127.0.0.1:0").expect("bind the server on loopback");
-        let handler = Arc::clone(&app);
-        let server = server::serve(listener, REQUEST_THREADS, move |request| handler.handle(request));
-        let base = format!("http://{}", server.addr().to_ip().expect("a TCP address"));
-        Scenario { label: label.to_owned(), threads_before, fraud, app, server, base }
-    }
-
-    /// Waits (bounded) until `cond` holds and says so.
-    fn settle(&self, what: &str, cond: impl FnMut() -> bool) {
-        match wait_for(SETTLE_CAP, cond) {
-            Some(took) => eprintln!("[{}] {what} after {took:.1?}", self.label),
-            None => eprintln!("[{}] WARNING: not {what} within {SETTLE_CAP:?}; measuring anyway", self.label),
-        }
-    }
-
-    /// Releases the provider, stops `load`, shuts the server and the pools down, and
-    /// waits for the thread count to come back.
-    fn finish(self, load: Option<Load>) {
-        let Scenario { label, threads_before, fraud, app, server, base: _ } = self;
-        if let Some(load) = &load {
-            load.stop.store(true, Ordering::Relaxed);
-        }
-        // Hung handlers close their connections now: request threads and pool
-        // workers held by fraud get an error and return.
-        fraud.set_fault(Fault::Healthy);
-        if let Some(load) = load {
-            let counts = load.join();
-            eprintln!(
-                "[{label}] background checkouts: {} approved, {} manual_review, {} failed or timed out",
-                counts.approved, counts.fallback, counts.failed
-            );
-        }
-        // Requests still queued in the server are answered first, then the threads exit.
-        server.shutdown();
-        match Arc::try_unwrap(app) {
-            Ok(app) => {
-                if !app.shutdown() {
-                    eprintln!("[{label}] WARNING: a pool did not stop within its grace");
-                }
-            }
-            Err(_) => eprintln!("[{label}] WARNING: the app is still shared after the server stopped"),
-        }
-        drop(fraud);
-        if let Some(before) = threads_before {
-            match wait_for(THREADS_BACK_CAP, || live_threads().is_some_and(|n| n <= before)) {
-                Some(took) => eprintln!("[{label}] torn down: {before} threads again after {took:.1?}"),
-                None => eprintln!(
-                    "[{label}] WARNING: {} threads left, {before} before",
-                    live_threads().unwrap_or_default()
-                ),
-            }
-        }
-    }
-}
+/// The ids of the `isolation` group, in the order they run.
+const IDS: [(&str, Mode, Fault); 6] = [
+    ("baseline", WATERTIGHT, Fault::Healthy),
+    ("watertight", WATERTIGHT, Fault::Hang),
+    ("shared_pool", Mode::SharedPool { fraud_timeout: None }, Fault::Hang),
+    ("naive", Mode::Direct { fraud_timeout: None }, Fault::Hang),
+    ("watertight_job_no_timeout", Mode::Watertight { fraud_queue: 2, job_deadline: false }, Fault::Hang),
+    ("shared_pool_job_timeout", Mode::SharedPool { fraud_timeout: Some(FRAUD_DEADLINE) }, Fault::Hang),
+];
 
 // ---------------------------------------------------------------------------------
 // Background load
@@ -434,6 +116,7 @@ struct Load {
 }
 
 impl Load {
+    /// Starts `clients` background clients and returns once every one is ready.
     fn start(base: &str, clients: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let ready = Arc::new(Barrier::new(clients + 1));
@@ -444,22 +127,8 @@ impl Load {
                 thread::Builder::new()
                     .name(format!("checkout-client-{i}"))
                     .spawn(move || {
-                        let agent = client(CHECKOUT_CLIENT_TIMEOUT);
-                        let mut counts = LoadCounts::default();
                         ready.wait();
-                        let give_up = Instant::now() + LOAD_TIME_CAP;
-                        for _ in 0..LOAD_REQUEST_CAP {
-                            if stop.load(Ordering::Relaxed) || Instant::now() >= give_up {
-                                break;
-                            }
-                            match agent.post(&url).send(ORDER_BODY).map(|r| r.status().as_u16()) {
-                                Ok(200) => counts.approved += 1,
-                                Ok(202) => counts.fallback += 1,
-                                _ => counts.failed += 1,
-                            }
-                            thread::sleep(CHECKOUT_PAUSE);
-                        }
-                        counts
+                        checkout_loop(&url, &stop)
                     })
                     .expect("spawn a background client")
             })
@@ -467,22 +136,51 @@ impl Load {
         ready.wait();
         Load { stop, clients }
     }
+}
 
-    fn join(self) -> LoadCounts {
+/// One background client: a checkout, a pause, again, until stopped or capped.
+fn checkout_loop(url: &str, stop: &AtomicBool) -> LoadCounts {
+    let agent = client(CHECKOUT_CLIENT_TIMEOUT);
+    let mut counts = LoadCounts::default();
+    let give_up = Instant::now() + LOAD_TIME_CAP;
+    for _ in 0..LOAD_REQUEST_CAP {
+        if stop.load(Ordering::Relaxed) || Instant::now() >= give_up {
+            break;
+        }
+        match agent.post(url).send(ORDER_BODY).map(|r| r.status().as_u16()) {
+            Ok(200) => counts.approved += 1,
+            Ok(202) => counts.fallback += 1,
+            _ => counts.failed += 1,
+        }
+        thread::sleep(CHECKOUT_PAUSE);
+    }
+    counts
+}
+
+impl Clients for Load {
+    fn signal_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.clients.into_iter().fold(LoadCounts::default(), |sum, client| {
+    }
+
+    fn join(self, label: &str) {
+        self.signal_stop();
+        let counts = self.clients.into_iter().fold(LoadCounts::default(), |sum, client| {
             let c = client.join().expect("a background client panicked");
             LoadCounts {
                 approved: sum.approved + c.approved,
                 fallback: sum.fallback + c.fallback,
                 failed: sum.failed + c.failed,
             }
-        })
+        });
+        eprintln!(
+            "[{label}] background checkouts: {} approved, {} manual_review, {} failed or timed out",
+            counts.approved, counts.fallback, counts.failed
+        );
     }
 }
 
 // ---------------------------------------------------------------------------------
-// The isolation group
+// Measurement
 // ---------------------------------------------------------------------------------
 
 /// Every `/orders` request of one id, as charged.
@@ -528,55 +226,68 @@ impl OrdersRecord {
         self.wall.push(took);
         charged
     }
+
+    /// Adds another record's counts (not its samples).
+    fn add_counts(&mut self, other: &OrdersRecord) {
+        self.ok += other.ok;
+        self.not_ok += other.not_ok;
+        self.timed_out += other.timed_out;
+    }
 }
+
+// ---------------------------------------------------------------------------------
+// The isolation group
+// ---------------------------------------------------------------------------------
 
 struct IsolationRow {
     id: &'static str,
     record: OrdersRecord,
 }
 
+/// Sample sizes and times: the failing ids and the controls are bounded, whether
+/// they turn out fast or slow.
+fn configure(group: &mut BenchmarkGroup<'_, WallTime>, id: &str) {
+    if matches!(id, "shared_pool" | "naive") {
+        // Each request may cost 2 s: ten samples of one request each.
+        group.sample_size(10).sampling_mode(SamplingMode::Flat);
+        group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(1));
+    } else if id.contains("job") {
+        // Controls: short, and bounded whether they turn out fast or slow.
+        group.sample_size(10).sampling_mode(SamplingMode::Flat);
+        group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
+    } else {
+        group.sample_size(30).sampling_mode(SamplingMode::Auto);
+        group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    }
+}
+
+/// Waits (bounded) until the scenario of `id` is in the state that id measures.
+fn settle(id: &str, scenario: &Scenario) {
+    match id {
+        "baseline" => {
+            scenario.settle("every client served", || scenario.fraud.hits() >= 2 * CHECKOUT_CLIENTS as u64)
+        }
+        "watertight" | "watertight_job_no_timeout" | "shared_pool_job_timeout" => {
+            scenario.settle("fraud breaker open", || scenario.app.fraud_state() == Some(State::Open))
+        }
+        "shared_pool" => scenario.settle("fraud breaker open and the shared pool pinned", || {
+            scenario.app.fraud_state() == Some(State::Open)
+                && scenario.fraud.in_flight() >= SHARED_BLOCKING_THREADS
+        }),
+        _ => scenario.settle("every request thread pinned", || {
+            scenario.server.busy() >= REQUEST_THREADS && scenario.fraud.in_flight() >= REQUEST_THREADS
+        }),
+    }
+}
+
 fn isolation(c: &mut Criterion) -> Vec<IsolationRow> {
-    let watertight = Mode::Watertight { fraud_queue: 2, job_deadline: true };
-    let ids: [(&'static str, Mode, Fault); 6] = [
-        ("baseline", watertight, Fault::Healthy),
-        ("watertight", watertight, Fault::Hang),
-        ("shared_pool", Mode::SharedPool { fraud_timeout: None }, Fault::Hang),
-        ("naive", Mode::Direct { fraud_timeout: None }, Fault::Hang),
-        ("watertight_job_no_timeout", Mode::Watertight { fraud_queue: 2, job_deadline: false }, Fault::Hang),
-        ("shared_pool_job_timeout", Mode::SharedPool { fraud_timeout: Some(FRAUD_DEADLINE) }, Fault::Hang),
-    ];
     let mut rows = Vec::new();
     let mut group = c.benchmark_group("isolation");
-    for (id, mode, fault) in ids {
-        if matches!(id, "shared_pool" | "naive") {
-            // Each request may cost 2 s: ten samples of one request each.
-            group.sample_size(10).sampling_mode(SamplingMode::Flat);
-            group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(1));
-        } else if id.contains("job") {
-            // Controls: short, and bounded whether they turn out fast or slow.
-            group.sample_size(10).sampling_mode(SamplingMode::Flat);
-            group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
-        } else {
-            group.sample_size(30).sampling_mode(SamplingMode::Auto);
-            group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
-        }
-
+    for (id, mode, fault) in IDS {
+        configure(&mut group, id);
         let scenario = Scenario::start(&format!("isolation/{id}"), mode, fault);
         let load = Load::start(&scenario.base, CHECKOUT_CLIENTS);
-        match id {
-            "baseline" => scenario
-                .settle("every client served", || scenario.fraud.hits() >= 2 * CHECKOUT_CLIENTS as u64),
-            "watertight" | "watertight_job_no_timeout" | "shared_pool_job_timeout" => {
-                scenario.settle("fraud breaker open", || scenario.app.fraud_state() == Some(State::Open))
-            }
-            "shared_pool" => scenario.settle("fraud breaker open and the shared pool pinned", || {
-                scenario.app.fraud_state() == Some(State::Open)
-                    && scenario.fraud.in_flight() >= SHARED_BLOCKING_THREADS
-            }),
-            _ => scenario.settle("every request thread pinned", || {
-                scenario.server.busy() >= REQUEST_THREADS && scenario.fraud.in_flight() >= REQUEST_THREADS
-            }),
-        }
+        settle(id, &scenario);
 
         let agent = client(ORDERS_CLIENT_TIMEOUT);
         let mut record = OrdersRecord::default();
@@ -592,28 +303,16 @@ fn isolation(c: &mut Criterion) -> Vec<IsolationRow> {
             })
         });
         drop(agent);
-        scenario.finish(Some(load));
+        scenario.finish(load);
         rows.push(IsolationRow { id, record });
     }
     group.finish();
     rows
 }
 
-/// Tears down scenarios that ran side by side, the last started first. Only the
-/// first one's thread count is checked: it was taken before any of them started,
-/// and that check comes last, when all of them are gone (the others' counts
-/// included threads the first kept starting meanwhile).
-fn teardown_pair(mut scenarios: Vec<(Scenario, Option<Load>)>) {
-    for (scenario, _) in scenarios.iter_mut().skip(1) {
-        scenario.threads_before = None;
-    }
-    for (scenario, load) in scenarios.into_iter().rev() {
-        scenario.finish(load);
-    }
-}
-
-/// Requests per id per round of the paired `/orders` comparison.
-const ISOLATION_PAIRED_REQUESTS: u64 = 500;
+// ---------------------------------------------------------------------------------
+// Paired rounds
+// ---------------------------------------------------------------------------------
 
 /// `/orders` p50 of `baseline` and `watertight`, round by round.
 #[derive(Debug, Default)]
@@ -630,211 +329,49 @@ struct IsolationPaired {
 /// within seconds). The per-round ratio of the p50s cancels that drift; criterion
 /// measures one id after the other, seconds apart.
 fn isolation_paired() -> IsolationPaired {
-    let watertight = Mode::Watertight { fraud_queue: 2, job_deadline: true };
-    let specs = [("baseline", Fault::Healthy), ("watertight", Fault::Hang)];
-    let started: Vec<(Scenario, Load)> = specs
-        .iter()
+    let started: Vec<(Scenario, Load)> = [("baseline", Fault::Healthy), ("watertight", Fault::Hang)]
+        .into_iter()
         .map(|(id, fault)| {
-            let scenario = Scenario::start(&format!("isolation-paired/{id}"), watertight, *fault);
+            let scenario = Scenario::start(&format!("isolation-paired/{id}"), WATERTIGHT, fault);
             let load = Load::start(&scenario.base, CHECKOUT_CLIENTS);
             (scenario, load)
         })
         .collect();
-    let baseline = &started[0].0;
-    baseline.settle("every client served", || baseline.fraud.hits() >= 2 * CHECKOUT_CLIENTS as u64);
-    let hung = &started[1].0;
-    hung.settle("fraud breaker open", || hung.app.fraud_state() == Some(State::Open));
+    settle("baseline", &started[0].0);
+    settle("watertight", &started[1].0);
+    let paired = measure_paired(&started[0].0.base, &started[1].0.base);
+    teardown_side_by_side(started);
+    paired
+}
 
+/// The paired rounds over the `baseline` and the `watertight` server, after a warm-up
+/// of a fifth of a round on each.
+fn measure_paired(baseline: &str, watertight: &str) -> IsolationPaired {
+    let bases = [baseline, watertight];
     let agent = client(ORDERS_CLIENT_TIMEOUT);
     let mut paired = IsolationPaired::default();
     let mut n = 0u64;
-    for (scenario, _) in &started {
+    for base in bases {
         let mut warm_up = OrdersRecord::default();
         for _ in 0..ISOLATION_PAIRED_REQUESTS / 5 {
-            warm_up.measure(&agent, &scenario.base, n);
+            warm_up.measure(&agent, base, n);
             n += 1;
         }
     }
     for round in 0..PAIRED_ROUNDS {
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for k in order {
+        for k in round_order(round) {
             let mut record = OrdersRecord::default();
             for _ in 0..ISOLATION_PAIRED_REQUESTS {
-                let charged = record.measure(&agent, &started[k].0.base, n);
+                let charged = record.measure(&agent, bases[k], n);
                 n += 1;
                 paired.all[k].charged.push(charged);
             }
-            paired.all[k].ok += record.ok;
-            paired.all[k].not_ok += record.not_ok;
-            paired.all[k].timed_out += record.timed_out;
+            paired.all[k].add_counts(&record);
             record.charged.sort();
             let p50 = percentile(&record.charged, 50.0);
             if k == 0 { paired.baseline.push(p50) } else { paired.watertight.push(p50) }
         }
     }
-    drop(agent);
-    teardown_pair(started.into_iter().map(|(scenario, load)| (scenario, Some(load))).collect());
-    paired
-}
-
-// ---------------------------------------------------------------------------------
-// The http group
-// ---------------------------------------------------------------------------------
-
-/// Persistent clients, each on its own kept-alive connection, that split a batch of
-/// `/checkout` requests between them.
-struct Gang {
-    orders: Vec<mpsc::Sender<u64>>,
-    done: mpsc::Receiver<(u64, u64)>,
-    clients: Vec<JoinHandle<()>>,
-}
-
-impl Gang {
-    fn start(base: &str, size: usize) -> Gang {
-        let (done_tx, done) = mpsc::channel();
-        let url = format!("{base}/checkout");
-        let (orders, clients) = (0..size)
-            .map(|i| {
-                let (tx, rx) = mpsc::channel::<u64>();
-                let (done_tx, url) = (done_tx.clone(), url.clone());
-                let join = thread::Builder::new()
-                    .name(format!("http-client-{i}"))
-                    .spawn(move || {
-                        let agent = client(Duration::from_secs(2));
-                        // Ends when the gang drops its sender.
-                        for batch in rx {
-                            let (mut approved, mut other) = (0, 0);
-                            for _ in 0..batch {
-                                match agent.post(&url).send(ORDER_BODY).map(|r| r.status().as_u16()) {
-                                    Ok(200) => approved += 1,
-                                    _ => other += 1,
-                                }
-                            }
-                            if done_tx.send((approved, other)).is_err() {
-                                return;
-                            }
-                        }
-                    })
-                    .expect("spawn an http client");
-                (tx, join)
-            })
-            .unzip();
-        Gang { orders, done, clients }
-    }
-
-    /// Sends `total` requests split across the clients; returns the wall time and the
-    /// count of answers that were not `approved`.
-    fn run(&self, total: u64) -> (Duration, u64) {
-        let size = self.orders.len() as u64;
-        let began = Instant::now();
-        for (i, tx) in self.orders.iter().enumerate() {
-            let share = total / size + u64::from((i as u64) < total % size);
-            tx.send(share).expect("an http client is gone");
-        }
-        let mut other = 0;
-        for _ in 0..size {
-            let (_, o) = self.done.recv().expect("an http client is gone");
-            other += o;
-        }
-        (began.elapsed(), other)
-    }
-
-    fn stop(self) {
-        drop(self.orders);
-        for client in self.clients {
-            client.join().expect("an http client panicked");
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct HttpRow {
-    id: &'static str,
-    requests: u64,
-    not_approved: u64,
-    elapsed: Duration,
-}
-
-/// The two ways of calling fraud in the `http` group.
-const HTTP_IDS: [(&str, Mode); 2] = [
-    ("direct", Mode::Direct { fraud_timeout: Some(FRAUD_DEADLINE) }),
-    // The queue holds every offered call (16 connections, one call each), so no
-    // call is turned away: this measures the hop, not rejections.
-    ("watertight", Mode::Watertight { fraud_queue: HTTP_CONNECTIONS, job_deadline: true }),
-];
-
-fn http(c: &mut Criterion) -> Vec<HttpRow> {
-    let mut rows = Vec::new();
-    let mut group = c.benchmark_group("http");
-    group.throughput(Throughput::Elements(1)).sample_size(20);
-    group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
-    for (id, mode) in HTTP_IDS {
-        let scenario = Scenario::start(&format!("http/{id}"), mode, Fault::Healthy);
-        let gang = Gang::start(&scenario.base, HTTP_CONNECTIONS);
-        let mut row = HttpRow { id, ..HttpRow::default() };
-        group.bench_function(id, |b| {
-            b.iter_custom(|iters| {
-                let (took, other) = gang.run(iters);
-                row.requests += iters;
-                row.not_approved += other;
-                row.elapsed += took;
-                took
-            })
-        });
-        gang.stop();
-        scenario.finish(None);
-        rows.push(row);
-    }
-    group.finish();
-    rows
-}
-
-/// Rounds of the paired comparison, after one unrecorded warm-up round each.
-const PAIRED_ROUNDS: usize = 8;
-/// Requests per id per round (about half a second at 2,000 requests/s).
-const PAIRED_REQUESTS: u64 = 1_000;
-
-/// Requests per second of each id, round by round.
-#[derive(Debug, Default)]
-struct Paired {
-    direct: Vec<f64>,
-    watertight: Vec<f64>,
-    not_approved: u64,
-}
-
-/// The `http` comparison once more, outside criterion: both servers up at once and
-/// the two ids taking turns, so that a change in the machine's load (other builds
-/// on its 2 cores) hits both alike and the per-round ratio cancels it. Criterion
-/// measures one id after the other, seconds apart.
-fn http_paired() -> Paired {
-    let started: Vec<(Scenario, Gang)> = HTTP_IDS
-        .iter()
-        .map(|(id, mode)| {
-            let scenario = Scenario::start(&format!("http-paired/{id}"), *mode, Fault::Healthy);
-            let gang = Gang::start(&scenario.base, HTTP_CONNECTIONS);
-            (scenario, gang)
-        })
-        .collect();
-    let mut paired = Paired::default();
-    for (_, gang) in &started {
-        let _ = gang.run(PAIRED_REQUESTS);
-    }
-    for round in 0..PAIRED_ROUNDS {
-        // Each goes first every other round.
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for k in order {
-            let (took, other) = started[k].1.run(PAIRED_REQUESTS);
-            paired.not_approved += other;
-            let rate = PAIRED_REQUESTS as f64 / took.as_secs_f64();
-            if k == 0 { paired.direct.push(rate) } else { paired.watertight.push(rate) }
-        }
-    }
-    let mut scenarios = Vec::new();
-    for (scenario, gang) in started {
-        gang.stop();
-        scenarios.push((scenario, None));
-    }
-    teardown_pair(scenarios);
     paired
 }
 
@@ -842,47 +379,9 @@ fn http_paired() -> Paired {
 // Summary
 // ---------------------------------------------------------------------------------
 
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    // Nearest rank.
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// Criterion's own median (ns per iteration) from its `estimates.json`, when found.
-fn criterion_median(group: &str, id: &str) -> Option<f64> {
-    let root = std::env::var_os("CRITERION_HOME").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| PathBuf::from("target"), PathBuf::from)
-            .join("criterion")
-    });
-    let text = fs::read_to_string(root.join(group).join(id).join("new").join("estimates.json")).ok()?;
-    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-    value["median"]["point_estimate"].as_f64()
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1e3)
-}
-
-fn summary(
-    isolation: &mut [IsolationRow],
-    iso_paired: &mut IsolationPaired,
-    http: &[HttpRow],
-    paired: &Paired,
-) {
+/// Prints one line per id that ran; returns each id's p50 as a multiple of
+/// `baseline`'s.
+fn print_table(isolation: &mut [IsolationRow]) -> HashMap<&'static str, f64> {
     println!();
     println!("== isolation: GET /orders/{{id}} while 32 clients call /checkout (failures charged 2 s)");
     println!(
@@ -910,10 +409,9 @@ fn summary(
         }
     }
     // Ids filtered out on the command line ran nothing.
-    for row in isolation.iter_mut().filter(|row| !row.record.charged.is_empty()) {
-        let r = &mut row.record;
+    for row in isolation.iter().filter(|row| !row.record.charged.is_empty()) {
+        let r = &row.record;
         let p50 = percentile(&r.charged, 50.0);
-        let p99 = percentile(&r.charged, 99.0);
         let mean = r.charged.iter().sum::<Duration>() / (r.charged.len().max(1) as u32);
         let ratio = base_p50.map_or(f64::NAN, |base: Duration| p50.as_secs_f64() / base.as_secs_f64());
         p50s.insert(row.id, ratio);
@@ -927,7 +425,7 @@ fn summary(
             r.not_ok,
             r.timed_out,
             ms(p50),
-            ms(p99),
+            ms(percentile(&r.charged, 99.0)),
             ms(mean),
             crit,
             ratio,
@@ -935,7 +433,11 @@ fn summary(
             ms(percentile(&r.wall, 99.0))
         );
     }
-    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    p50s
+}
+
+/// The goals on the one-after-the-other ids, when all three ran.
+fn print_goals(p50s: &HashMap<&str, f64>) {
     if let (Some(w), Some(s), Some(n)) = (p50s.get("watertight"), p50s.get("shared_pool"), p50s.get("naive"))
     {
         println!(
@@ -945,83 +447,47 @@ fn summary(
         println!("goal shared_pool p50 >= 10x baseline: {s:.0}x, {}", verdict(*s >= 10.0));
         println!("goal naive p50 >= 10x baseline: {n:.0}x, {}", verdict(*n >= 10.0));
     }
-    if !iso_paired.baseline.is_empty() {
-        println!(
-            "paired rounds ({PAIRED_ROUNDS} x {ISOLATION_PAIRED_REQUESTS} /orders each, both servers and both loads up, \
-             alternating), p50 per round:"
-        );
-        let fmt = |v: &[Duration]| {
-            v.iter().map(|d| format!("{:.3}", d.as_secs_f64() * 1e3)).collect::<Vec<_>>().join(" ")
-        };
-        for (k, (name, rounds)) in
-            [("baseline", &iso_paired.baseline), ("watertight", &iso_paired.watertight)]
-                .into_iter()
-                .enumerate()
-        {
-            let all = &mut iso_paired.all[k];
-            all.charged.sort();
-            println!(
-                "  {name:<10} ms: {}   all {} requests: ok {}, p50 {}, p99 {}",
-                fmt(rounds),
-                all.charged.len(),
-                all.ok,
-                ms(percentile(&all.charged, 50.0)),
-                ms(percentile(&all.charged, 99.0))
-            );
-        }
-        let ratios: Vec<f64> = iso_paired
-            .baseline
-            .iter()
-            .zip(&iso_paired.watertight)
-            .map(|(b, w)| w.as_secs_f64() / b.as_secs_f64())
-            .collect();
-        let text = ratios.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(" ");
-        println!("  watertight/baseline per round: {text}");
-        let m = median(&ratios);
-        println!(
-            "goal watertight p50 <= 1.2x baseline (median of paired rounds): {m:.2}x, {}",
-            verdict(m <= 1.2)
-        );
-    }
+}
 
-    println!();
-    println!("== http: POST /checkout, healthy fraud, {HTTP_CONNECTIONS} connections");
-    println!(
-        "{:<12} {:>9} {:>13} {:>11} {:>17}",
-        "id", "requests", "not_approved", "req/s", "crit. median req/s"
-    );
-    let mut rates = HashMap::new();
-    for row in http.iter().filter(|row| row.requests > 0) {
-        let rate = row.requests as f64 / row.elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
-        rates.insert(row.id, rate);
-        let crit = criterion_median("http", row.id).map_or("n/a".to_owned(), |ns| format!("{:.0}", 1e9 / ns));
-        println!("{:<12} {:>9} {:>13} {:>11.0} {:>17}", row.id, row.requests, row.not_approved, rate, crit);
+fn print_paired(paired: &mut IsolationPaired) {
+    if paired.baseline.is_empty() {
+        return;
     }
-    if let (Some(d), Some(w)) = (rates.get("direct"), rates.get("watertight")) {
-        let cost = (1.0 - w / d) * 100.0;
-        println!("hop cost, criterion runs (one id after the other): {cost:.1} %");
-    }
-    let ratios: Vec<f64> = paired.direct.iter().zip(&paired.watertight).map(|(d, w)| w / d).collect();
-    let fmt = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" ");
     println!(
-        "paired rounds ({PAIRED_ROUNDS} x {PAIRED_REQUESTS} requests each, alternating), req/s, not approved: {}",
-        paired.not_approved
+        "paired rounds ({PAIRED_ROUNDS} x {ISOLATION_PAIRED_REQUESTS} /orders each, both servers and both loads up, \
+         alternating), p50 per round:"
     );
-    println!("  direct:     median {:>6.0}   rounds {}", median(&paired.direct), fmt(&paired.direct));
-    println!("  watertight: median {:>6.0}   rounds {}", median(&paired.watertight), fmt(&paired.watertight));
-    let ratio_text = ratios.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(" ");
-    println!("  watertight/direct per round: {ratio_text}");
-    let cost = (1.0 - median(&ratios)) * 100.0;
+    for (k, (name, rounds)) in
+        [("baseline", &paired.baseline), ("watertight", &paired.watertight)].into_iter().enumerate()
+    {
+        let all = &mut paired.all[k];
+        all.charged.sort();
+        println!(
+            "  {name:<10} ms: {}   all {} requests: ok {}, p50 {}, p99 {}",
+            joined(rounds, |d| format!("{:.3}", d.as_secs_f64() * 1e3)),
+            all.charged.len(),
+            all.ok,
+            ms(percentile(&all.charged, 50.0)),
+            ms(percentile(&all.charged, 99.0))
+        );
+    }
+    let ratios: Vec<f64> = paired
+        .baseline
+        .iter()
+        .zip(&paired.watertight)
+        .map(|(b, w)| w.as_secs_f64() / b.as_secs_f64())
+        .collect();
+    println!("  watertight/baseline per round: {}", joined(&ratios, |r| format!("{r:.3}")));
+    let m = median(&ratios);
     println!(
-        "goal the hop costs <= 15 % throughput (median of paired rounds): {cost:.1} %, {}",
-        verdict(cost <= 15.0)
+        "goal watertight p50 <= 1.2x baseline (median of paired rounds): {m:.2}x, {}",
+        verdict(m <= 1.2)
     );
 }
 
 fn main() {
     let mut c = Criterion::default().configure_from_args();
-    let mut isolation_rows = isolation(&mut c);
-    let http_rows = http(&mut c);
+    let mut rows = isolation(&mut c);
     c.final_summary();
     // Not criterion measurements: skipped when criterion only lists or tests.
     let args: Vec<String> = std::env::args().collect();
@@ -1029,7 +495,8 @@ fn main() {
         println!("(one pass per id, nothing measured: no summary)");
         return;
     }
-    let mut iso_paired = isolation_paired();
-    let paired = http_paired();
-    summary(&mut isolation_rows, &mut iso_paired, &http_rows, &paired);
+    let mut paired = isolation_paired();
+    let p50s = print_table(&mut rows);
+    print_goals(&p50s);
+    print_paired(&mut paired);
 }

@@ -182,9 +182,18 @@ fn p99_panel(
                 .legend(move |(x, y)| Cross::new((x + 10, y), 5, color.stroke_width(2)));
         }
     }
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    Ok(())
+}
+
+/// Both panels' legend: boxed, over a nearly opaque background, at `position`.
+fn draw_legend<'a, 'b: 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), Box<dyn Error>> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK.mix(0.4))
         .draw()?;
@@ -233,12 +242,7 @@ fn outcomes_panel(
             .label(label)
             .legend(legend_line(color));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.4))
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 

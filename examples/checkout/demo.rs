@@ -17,14 +17,15 @@ use std::error::Error as StdError;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::{Args, print_capacity, start};
-use watertight::testing::Fault;
+use watertight::testing::{FakeProvider, Fault};
+
+use crate::{Args, Running, print_capacity, start};
 
 /// Checkout clients. Fewer than fraud's workers + queue (15), so in bulkhead
 /// mode they are all admitted and the breaker sees every one time out.
@@ -154,18 +155,33 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
     if args.fraud_url.is_some() || args.account_url.is_some() {
         return Err("--demo runs its own embedded providers: drop --fraud-url / --account-url".into());
     }
-    let phases = args.demo_phases;
     let mut cfg = args.clone();
     cfg.addr = "127.0.0.1:0".into();
     cfg.fraud = Fault::Healthy;
     cfg.account = Fault::Healthy;
     let running = start(&cfg)?;
-    let providers = running.providers.clone();
-    let fraud = providers.iter().find(|p| p.name() == "fraud").cloned().ok_or("no fraud provider")?;
+    let fraud = running.providers.iter().find(|p| p.name() == "fraud").ok_or("no fraud provider")?;
     let base = format!("http://{}", running.addr);
-    let threads = running.handle.threads();
     let mode = if args.no_bulkhead { "no bulkhead" } else { "bulkhead" };
+    print_setup(&running, &base, mode, &args.demo_phases);
 
+    let load = Load::start(&base, args.demo_phases.total())?;
+    play_phases(&running, fraud, &load.recorder, args);
+    let seconds = load.stop(&running.providers);
+
+    let threads = running.handle.threads();
+    print!("{}", summary(&seconds, &args.demo_phases, mode, threads));
+    if let Some(path) = &args.demo_csv {
+        std::fs::write(path, csv(&seconds))?;
+        println!("per-second series written to {}", path.display());
+    }
+    running.handle.shutdown();
+    Ok(())
+}
+
+/// What runs, against what, under which load.
+fn print_setup(running: &Running, base: &str, mode: &str, phases: &Phases) {
+    let threads = running.handle.threads();
     println!("demo server listening on {base}");
     println!(
         "mode: {mode}, {threads} request threads; phases: healthy {} s, fraud hang {} s, healed {} s",
@@ -180,91 +196,190 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
         ORDERS_EVERY.as_millis(),
         ORDERS_TIMEOUT.as_secs()
     );
+}
 
-    // Warm-up, one request at a time, before the clock starts: each client
-    // opens its kept-alive connection, and its user gets into the access
-    // cache. Twelve cold misses at once would exceed account-access's pool
-    // (6 + 2) and some would fail closed (right, but not this demo's
-    // subject); a burst of new connections meets a lost wake-up in tiny_http
-    // 0.12's connection thread pool (one can wait for another to close).
-    let warm_up =
-        |agent: &ureq::Agent, user: String, customer: String| -> Result<String, Box<dyn StdError>> {
-            let mut resp = agent
-                .post(format!("{base}/checkout"))
-                .header("X-User-Id", &user)
-                .send_json(json!({ "customer_id": customer, "amount": 10.0 }))?;
-            let body: Value = resp.body_mut().read_json()?;
-            match body["order_id"].as_str() {
-                Some(id) if resp.status() == 201 => Ok(id.to_owned()),
-                _ => Err(format!("warm-up checkout answered {}: {body}", resp.status()).into()),
-            }
-        };
+// ---------------------------------------------------------------------------------
+// Load generation
+// ---------------------------------------------------------------------------------
+
+/// The demo's clients, running until stopped, and what they saw.
+struct Load {
+    recorder: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+    clients: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    /// Warms every client up, then starts them all and the clock of a run of
+    /// `total` seconds.
+    fn start(base: &str, total: u64) -> Result<Load, Box<dyn StdError>> {
+        let warm = warm_up(base)?;
+        let recorder = Arc::new(Recorder {
+            start: Instant::now(),
+            seconds: Mutex::new(vec![Second::default(); total as usize]),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut clients = Vec::new();
+        for (i, agent) in warm.checkout.into_iter().enumerate() {
+            let (recorder, stop, base) = (Arc::clone(&recorder), Arc::clone(&stop), base.to_owned());
+            let name = format!("demo-checkout-{i}");
+            clients.push(thread::Builder::new().name(name).spawn(move || {
+                checkout_client(i, &agent, &base, &recorder, &stop);
+            })?);
+        }
+        for (i, (agent, id)) in warm.orders.into_iter().enumerate() {
+            let (recorder, stop) = (Arc::clone(&recorder), Arc::clone(&stop));
+            let url = format!("{base}/orders/{id}");
+            clients.push(thread::Builder::new().name(format!("demo-orders-{i}")).spawn(move || {
+                orders_client(&agent, &url, &recorder, &stop);
+            })?);
+        }
+        Ok(Load { recorder, stop, clients })
+    }
+
+    /// Stops the clients and returns every second. Clients finish their request
+    /// in flight (bounded by their timeouts), then every held provider request is
+    /// released (a healed phase of 0 s would leave fraud hung) so the request
+    /// threads can drain.
+    fn stop(self, providers: &[Arc<FakeProvider>]) -> Vec<Second> {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.clients {
+            let _ = c.join();
+        }
+        for p in providers {
+            p.set_fault(Fault::Healthy);
+        }
+        self.recorder.seconds.lock().clone()
+    }
+}
+
+/// Warm-up, one request at a time, before the clock starts: each client opens
+/// its kept-alive connection, and its user gets into the access cache. Twelve
+/// cold misses at once would exceed account-access's pool (6 + 2) and some
+/// would fail closed (right, but not this demo's subject); a burst of new
+/// connections meets a lost wake-up in tiny_http 0.12's connection thread pool
+/// (one can wait for another to close).
+fn warm_up(base: &str) -> Result<WarmClients, Box<dyn StdError>> {
     let mut checkout_agents = Vec::new();
     for i in 0..CHECKOUT_CLIENTS {
         let agent = client(CHECKOUT_TIMEOUT);
-        warm_up(&agent, format!("demo-{i}"), format!("c-{i}"))?;
+        warm_up_checkout(&agent, base, format!("demo-{i}"), format!("c-{i}"))?;
         checkout_agents.push(agent);
     }
     // The status clients read orders made now, while fraud is healthy.
     let mut order_agents = Vec::new();
     for i in 0..ORDER_CLIENTS {
         let agent = client(ORDERS_TIMEOUT);
-        let id = warm_up(&agent, format!("demo-reader-{i}"), format!("c-{i}"))?;
+        let id = warm_up_checkout(&agent, base, format!("demo-reader-{i}"), format!("c-{i}"))?;
         order_agents.push((agent, id));
     }
+    Ok(WarmClients { checkout: checkout_agents, orders: order_agents })
+}
 
-    let total = phases.total();
-    let recorder = Arc::new(Recorder {
-        start: Instant::now(),
-        seconds: Mutex::new(vec![Second::default(); total as usize]),
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut clients = Vec::new();
-    for (i, agent) in checkout_agents.into_iter().enumerate() {
-        let (recorder, stop, base) = (Arc::clone(&recorder), Arc::clone(&stop), base.clone());
-        clients.push(thread::Builder::new().name(format!("demo-checkout-{i}")).spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let began = Instant::now();
-                // Every tenth order is over fraud's limit: a rejection, so
-                // "approved" is visibly a decision and not a default.
-                let amount = if n % 10 == 9 { 2500.0 } else { 20.0 + i as f64 };
-                n += 1;
-                let answer = agent
-                    .post(format!("{base}/checkout"))
-                    .header("X-User-Id", &format!("demo-{i}"))
-                    .send_json(json!({ "customer_id": format!("c-{i}"), "amount": amount }));
-                let status = answer.map(|r| r.status().as_u16()).unwrap_or(0);
-                recorder.record(|s| match status {
-                    201 => s.approved += 1,
-                    402 => s.rejected += 1,
-                    202 => s.review += 1,
-                    403 | 503 => s.unavailable += 1,
-                    _ => s.checkout_err += 1,
-                });
-                pace(began, CHECKOUT_EVERY, &stop);
-            }
-        })?);
-    }
-    for (i, (agent, id)) in order_agents.into_iter().enumerate() {
-        let (recorder, stop) = (Arc::clone(&recorder), Arc::clone(&stop));
-        let url = format!("{base}/orders/{id}");
-        clients.push(thread::Builder::new().name(format!("demo-orders-{i}")).spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let began = Instant::now();
-                let ok = matches!(agent.get(&url).call(), Ok(r) if r.status() == 200);
-                let took = began.elapsed().as_secs_f64() * 1000.0;
-                recorder.record(|s| {
-                    s.orders_ms.push(took);
-                    if !ok {
-                        s.orders_err += 1;
-                    }
-                });
-                pace(began, ORDERS_EVERY, &stop);
-            }
-        })?);
-    }
+/// Clients with their connections open and their users in the access cache.
+struct WarmClients {
+    checkout: Vec<ureq::Agent>,
+    /// Each order-status client with the order it reads.
+    orders: Vec<(ureq::Agent, String)>,
+}
 
+/// One checkout that must be approved; returns the order's id.
+fn warm_up_checkout(
+    agent: &ureq::Agent,
+    base: &str,
+    user: String,
+    customer: String,
+) -> Result<String, Box<dyn StdError>> {
+    let mut resp = agent
+        .post(format!("{base}/checkout"))
+        .header("X-User-Id", &user)
+        .send_json(json!({ "customer_id": customer, "amount": 10.0 }))?;
+    let body: Value = resp.body_mut().read_json()?;
+    match body["order_id"].as_str() {
+        Some(id) if resp.status() == 201 => Ok(id.to_owned()),
+        _ => Err(format!("warm-up checkout answered {}: {body}", resp.status()).into()),
+    }
+}
+
+/// Checkout client `i`: one order per period until stopped.
+fn checkout_client(i: usize, agent: &ureq::Agent, base: &str, recorder: &Recorder, stop: &AtomicBool) {
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let began = Instant::now();
+        // Every tenth order is over fraud's limit: a rejection, so
+        // "approved" is visibly a decision and not a default.
+        let amount = if n % 10 == 9 { 2500.0 } else { 20.0 + i as f64 };
+        n += 1;
+        let answer = agent
+            .post(format!("{base}/checkout"))
+            .header("X-User-Id", &format!("demo-{i}"))
+            .send_json(json!({ "customer_id": format!("c-{i}"), "amount": amount }));
+        let status = answer.map(|r| r.status().as_u16()).unwrap_or(0);
+        recorder.record(|s| match status {
+            201 => s.approved += 1,
+            402 => s.rejected += 1,
+            202 => s.review += 1,
+            403 | 503 => s.unavailable += 1,
+            _ => s.checkout_err += 1,
+        });
+        pace(began, CHECKOUT_EVERY, stop);
+    }
+}
+
+/// Order-status client: reads `url` once per period until stopped.
+fn orders_client(agent: &ureq::Agent, url: &str, recorder: &Recorder, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let began = Instant::now();
+        let ok = matches!(agent.get(url).call(), Ok(r) if r.status() == 200);
+        let took = began.elapsed().as_secs_f64() * 1000.0;
+        recorder.record(|s| {
+            s.orders_ms.push(took);
+            if !ok {
+                s.orders_err += 1;
+            }
+        });
+        pace(began, ORDERS_EVERY, stop);
+    }
+}
+
+/// Sleeps out the rest of `period` since `began`, waking early on stop.
+fn pace(began: Instant, period: Duration, stop: &AtomicBool) {
+    let until = began + period;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(left) = until.checked_duration_since(Instant::now()) else { return };
+        thread::sleep(left.min(Duration::from_millis(100)));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Phases and measurement
+// ---------------------------------------------------------------------------------
+
+/// The gauges sampled at the end of a second.
+struct Gauges {
+    breaker: String,
+    fraud_busy: usize,
+    fraud_queued: usize,
+    request_busy: usize,
+}
+
+impl Gauges {
+    fn sample(running: &Running) -> Gauges {
+        let (breaker, fraud_busy, fraud_queued) = match running.app.backends.deps() {
+            Some(deps) => {
+                let snap = deps.fraud.snapshot();
+                (snap.state.as_str().to_owned(), snap.pool.busy, snap.pool.queued)
+            }
+            None => ("-".to_owned(), 0, 0),
+        };
+        Gauges { breaker, fraud_busy, fraud_queued, request_busy: running.handle.busy() }
+    }
+}
+
+/// Sets fraud's fault as each phase begins, and prints one line at the end of
+/// every second.
+fn play_phases(running: &Running, fraud: &FakeProvider, recorder: &Recorder, args: &Args) {
+    let (phases, threads) = (args.demo_phases, running.handle.threads());
     println!(
         "{:>4} {:<8} | {:>6} {:>7} {:>7} {:>4} | {:>4} {:>4} {:>6} {:>4} {:>4} | {:<9} {:>5} {:>6} | {:>7}",
         "t",
@@ -284,7 +399,7 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
         "req.busy"
     );
     let mut fault = Fault::Healthy;
-    for s in 0..total {
+    for s in 0..phases.total() {
         let want = PHASE_FAULTS[phases.of(s)];
         if want != fault {
             fraud.set_fault(want);
@@ -294,77 +409,140 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
         if let Some(left) = tick.checked_duration_since(Instant::now()) {
             thread::sleep(left);
         }
-        let (breaker, fraud_busy, fraud_queued) = match running.app.backends.deps() {
-            Some(deps) => {
-                let snap = deps.fraud.snapshot();
-                (snap.state.as_str().to_owned(), snap.pool.busy, snap.pool.queued)
-            }
-            None => ("-".to_owned(), 0, 0),
-        };
-        let request_busy = running.handle.busy();
-        let line = {
-            let mut seconds = recorder.seconds.lock();
-            let sec = &mut seconds[s as usize];
-            sec.fault = fault.to_string();
-            sec.breaker = breaker;
-            sec.fraud_busy = fraud_busy;
-            sec.fraud_queued = fraud_queued;
-            sec.request_busy = request_busy;
-            sec.orders_ms.sort_by(f64::total_cmp);
-            let pool = if args.no_bulkhead {
-                ("-".into(), "-".into())
-            } else {
-                (fraud_busy.to_string(), fraud_queued.to_string())
-            };
-            format!(
-                "{:>3}s {:<8} | {:>6} {:>7} {:>7} {:>4} | {:>4} {:>4} {:>6} {:>4} {:>4} | {:<9} {:>5} {:>6} | {:>4}/{}",
-                s + 1,
-                sec.fault,
-                sec.orders_ms.len(),
-                ms(percentile(&sec.orders_ms, 0.50)),
-                ms(percentile(&sec.orders_ms, 0.99)),
-                sec.orders_err,
-                sec.approved,
-                sec.rejected,
-                sec.review,
-                sec.unavailable,
-                sec.checkout_err,
-                sec.breaker,
-                pool.0,
-                pool.1,
-                sec.request_busy,
-                threads
-            )
-        };
+        let gauges = Gauges::sample(running);
+        let mut seconds = recorder.seconds.lock();
+        let sec = &mut seconds[s as usize];
+        sec.close(fault, gauges);
+        let line = second_line(s, sec, !args.no_bulkhead, threads);
+        drop(seconds);
         println!("{line}");
     }
-
-    // Stop: clients finish their request in flight (bounded by their
-    // timeouts), then every held provider request is released (a healed
-    // phase of 0 s would leave fraud hung) so the request threads can drain.
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        let _ = c.join();
-    }
-    for p in &providers {
-        p.set_fault(Fault::Healthy);
-    }
-    let seconds = recorder.seconds.lock().clone();
-    print!("{}", summary(&seconds, &phases, mode, threads));
-    if let Some(path) = &args.demo_csv {
-        std::fs::write(path, csv(&seconds))?;
-        println!("per-second series written to {}", path.display());
-    }
-    running.handle.shutdown();
-    Ok(())
 }
 
-/// Sleeps out the rest of `period` since `began`, waking early on stop.
-fn pace(began: Instant, period: Duration, stop: &AtomicBool) {
-    let until = began + period;
-    while !stop.load(Ordering::Relaxed) {
-        let Some(left) = until.checked_duration_since(Instant::now()) else { return };
-        thread::sleep(left.min(Duration::from_millis(100)));
+impl Second {
+    /// Stamps the second with the fault and the gauges, and sorts its latencies.
+    fn close(&mut self, fault: Fault, gauges: Gauges) {
+        self.fault = fault.to_string();
+        self.breaker = gauges.breaker;
+        self.fraud_busy = gauges.fraud_busy;
+        self.fraud_queued = gauges.fraud_queued;
+        self.request_busy = gauges.request_busy;
+        self.orders_ms.sort_by(f64::total_cmp);
+    }
+}
+
+/// The line of second `s` (0-based); `pool`: whether there is a fraud pool to show.
+fn second_line(s: u64, sec: &Second, pool: bool, threads: usize) -> String {
+    let (busy, queued) = if pool {
+        (sec.fraud_busy.to_string(), sec.fraud_queued.to_string())
+    } else {
+        ("-".into(), "-".into())
+    };
+    format!(
+        "{:>3}s {:<8} | {:>6} {:>7} {:>7} {:>4} | {:>4} {:>4} {:>6} {:>4} {:>4} | {:<9} {:>5} {:>6} | {:>4}/{}",
+        s + 1,
+        sec.fault,
+        sec.orders_ms.len(),
+        ms(percentile(&sec.orders_ms, 0.50)),
+        ms(percentile(&sec.orders_ms, 0.99)),
+        sec.orders_err,
+        sec.approved,
+        sec.rejected,
+        sec.review,
+        sec.unavailable,
+        sec.checkout_err,
+        sec.breaker,
+        busy,
+        queued,
+        sec.request_busy,
+        threads
+    )
+}
+
+// ---------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------
+
+/// One phase's seconds, summed up.
+struct PhaseStats {
+    secs: usize,
+    /// `/orders` requests answered (attempts less failures), and per second.
+    answered: usize,
+    rate: f64,
+    failed: u32,
+    p50: Option<f64>,
+    p99: Option<f64>,
+    /// Seconds in which no `/orders` request was answered.
+    dark: usize,
+    approved: u32,
+    rejected: u32,
+    review: u32,
+    unavailable: u32,
+    checkout_err: u32,
+    max_busy: usize,
+}
+
+impl PhaseStats {
+    fn of(secs: &[&Second]) -> PhaseStats {
+        let mut lat: Vec<f64> = secs.iter().flat_map(|s| s.orders_ms.iter().copied()).collect();
+        lat.sort_by(f64::total_cmp);
+        let failed: u32 = secs.iter().map(|s| s.orders_err).sum();
+        let answered = lat.len().saturating_sub(failed as usize);
+        let sum = |f: fn(&Second) -> u32| secs.iter().map(|s| f(s)).sum::<u32>();
+        PhaseStats {
+            secs: secs.len(),
+            answered,
+            rate: answered as f64 / secs.len() as f64,
+            failed,
+            p50: percentile(&lat, 0.50),
+            p99: percentile(&lat, 0.99),
+            dark: secs.iter().filter(|s| s.orders_ms.len() == s.orders_err as usize).count(),
+            approved: sum(|s| s.approved),
+            rejected: sum(|s| s.rejected),
+            review: sum(|s| s.review),
+            unavailable: sum(|s| s.unavailable),
+            checkout_err: sum(|s| s.checkout_err),
+            max_busy: secs.iter().map(|s| s.request_busy).max().unwrap_or(0),
+        }
+    }
+
+    fn row(&self, name: &str, threads: usize) -> String {
+        format!(
+            "{:<11} {:>4} | {:>8} {:>6.1} {:>6} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>13} {:>7} {:>6} | {:>5}/{}",
+            name,
+            self.secs,
+            self.answered,
+            self.rate,
+            self.failed,
+            ms(self.p50),
+            ms(self.p99),
+            self.dark,
+            self.approved,
+            self.rejected,
+            self.review,
+            self.unavailable,
+            self.checkout_err,
+            self.max_busy,
+            threads
+        )
+    }
+
+    /// What the hang did, next to the healthy phase's `/orders` rate if known.
+    fn hang_line(&self, healthy_rate: Option<f64>) -> String {
+        let before = healthy_rate.map(|r| format!(" ({r:.1}/s while healthy)")).unwrap_or_default();
+        format!(
+            "while fraud hung, /orders (which never calls fraud) answered {:.1}/s{before}, {} failed, \
+             p99 {}, {} of {} seconds with none answered; checkout: {} manual_review, {} approved, \
+             {} client errors",
+            self.rate,
+            self.failed,
+            ms(self.p99),
+            self.dark,
+            self.secs,
+            self.review,
+            self.approved,
+            self.checkout_err
+        )
     }
 }
 
@@ -405,52 +583,23 @@ fn summary(seconds: &[Second], phases: &Phases, mode: &str, threads: usize) -> S
         if secs.is_empty() {
             continue;
         }
-        let mut lat: Vec<f64> = secs.iter().flat_map(|s| s.orders_ms.iter().copied()).collect();
-        lat.sort_by(f64::total_cmp);
-        let failed: u32 = secs.iter().map(|s| s.orders_err).sum();
-        let answered = lat.len().saturating_sub(failed as usize);
-        let rate = answered as f64 / secs.len() as f64;
-        let dark = secs.iter().filter(|s| s.orders_ms.len() == s.orders_err as usize).count();
-        let sum = |f: fn(&Second) -> u32| secs.iter().map(|s| f(s)).sum::<u32>();
-        let max_busy = secs.iter().map(|s| s.request_busy).max().unwrap_or(0);
-        let p99 = percentile(&lat, 0.99);
-        let _ = writeln!(
-            out,
-            "{:<11} {:>4} | {:>8} {:>6.1} {:>6} {:>8} {:>8} {:>7} | {:>8} {:>8} {:>13} {:>7} {:>6} | {:>5}/{}",
-            name,
-            secs.len(),
-            answered,
-            rate,
-            failed,
-            ms(percentile(&lat, 0.50)),
-            ms(p99),
-            dark,
-            sum(|s| s.approved),
-            sum(|s| s.rejected),
-            sum(|s| s.review),
-            sum(|s| s.unavailable),
-            sum(|s| s.checkout_err),
-            max_busy,
-            threads
-        );
-        if phase == 0 {
-            healthy_rate = Some(rate);
-        }
-        if phase == 1 {
-            let before = healthy_rate.map(|r| format!(" ({r:.1}/s while healthy)")).unwrap_or_default();
-            hang_line = Some(format!(
-                "while fraud hung, /orders (which never calls fraud) answered {rate:.1}/s{before}, {failed} failed, \
-                 p99 {}, {dark} of {} seconds with none answered; checkout: {} manual_review, {} approved, \
-                 {} client errors",
-                ms(p99),
-                secs.len(),
-                sum(|s| s.review),
-                sum(|s| s.approved),
-                sum(|s| s.checkout_err)
-            ));
+        let stats = PhaseStats::of(&secs);
+        let _ = writeln!(out, "{}", stats.row(name, threads));
+        match phase {
+            0 => healthy_rate = Some(stats.rate),
+            1 => hang_line = Some(stats.hang_line(healthy_rate)),
+            _ => {}
         }
     }
-    // The breaker's state, second by second, run-length encoded.
+    let _ = writeln!(out, "fraud breaker: {}", breaker_runs(seconds));
+    if let Some(line) = hang_line {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// The breaker's state, second by second, run-length encoded: `CLOSED 0-9s, OPEN 9-24s`.
+fn breaker_runs(seconds: &[Second]) -> String {
     let mut runs: Vec<(String, usize, usize)> = Vec::new();
     for (i, s) in seconds.iter().enumerate() {
         match runs.last_mut() {
@@ -459,11 +608,7 @@ fn summary(seconds: &[Second], phases: &Phases, mode: &str, threads: usize) -> S
         }
     }
     let states: Vec<String> = runs.iter().map(|(state, from, to)| format!("{state} {from}-{to}s")).collect();
-    let _ = writeln!(out, "fraud breaker: {}", states.join(", "));
-    if let Some(line) = hang_line {
-        let _ = writeln!(out, "{line}");
-    }
-    out
+    states.join(", ")
 }
 
 fn csv(seconds: &[Second]) -> String {
