@@ -100,7 +100,10 @@ pub use crate::{
     breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition},
     classify::{Classify, Verdict},
     clock::{Clock, ManualClock, SystemClock},
-    dependency::{CallCounts, Dependency, DependencyBuilder, DependencySnapshot, Event, Within},
+    dependency::{
+        CallCounts, Dependency, DependencyBuilder, DependencyLatency, DependencySnapshot, Event, Percentiles,
+        Within,
+    },
     error::{ConfigError, Error, Outcome, Rejection},
     limit::{AdaptiveLimit, LimitPermit, Limiter},
     pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket},

@@ -271,6 +271,14 @@ impl App {
                     "timeout_ms": s.timeout.as_millis() as u64,
                     "mean_service_time_ms": s.mean_service_time.map(|d| d.as_secs_f64() * 1000.0),
                     "estimated_wait_ms": s.estimated_wait.map(|d| d.as_secs_f64() * 1000.0),
+                    "limit": s.limit,
+                    // The call time as callers see it, and its two parts, over the recent window.
+                    "latency": {
+                        "p50_ms": ms(s.latency.call.p50),
+                        "p99_ms": ms(s.latency.call.p99),
+                        "queue_wait": { "p50_ms": ms(s.latency.queue_wait.p50), "p99_ms": ms(s.latency.queue_wait.p99) },
+                        "run": { "p50_ms": ms(s.latency.run.p50), "p99_ms": ms(s.latency.run.p99) },
+                    },
                 })
             })
             .collect();
@@ -403,4 +411,9 @@ fn call_counts(calls: &watertight::CallCounts) -> Value {
     out.insert("retried".into(), json!(calls.retried));
     out.insert("expired".into(), json!(calls.expired));
     Value::Object(out)
+}
+
+/// Milliseconds, with fractions, for JSON.
+fn ms(d: Option<std::time::Duration>) -> Option<f64> {
+    d.map(|d| d.as_secs_f64() * 1000.0)
 }

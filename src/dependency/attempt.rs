@@ -171,7 +171,9 @@ impl Dependency {
         };
 
         let answer = ticket.wait();
-        let elapsed = inner.clock_now(Instant::now()).saturating_duration_since(start);
+        let ended = Instant::now();
+        inner.call_time.record_at(ended.saturating_duration_since(now), ended);
+        let elapsed = inner.clock_now(ended).saturating_duration_since(start);
         let (result, verdict, outcome) = match answer {
             Ok(value) => Self::classified(classify, Ok(value)),
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),

@@ -10,6 +10,7 @@ use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
+use crate::histogram::LatencyHistogram;
 use crate::limit::{AdaptiveLimit, Limiter};
 use crate::listeners::{Listener, Listeners};
 use crate::pool::{Pool, PoolBuilder};
@@ -234,6 +235,7 @@ impl DependencyBuilder {
                 breaker,
                 limiter,
                 pool,
+                call_time: LatencyHistogram::new(Duration::from_secs(30)),
             }),
         })
     }

@@ -35,12 +35,13 @@ use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
 pub(crate) use self::counts::Counters;
-pub use self::counts::{CallCounts, DependencySnapshot};
+pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, Verdict};
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::histogram::LatencyHistogram;
 use crate::limit::Limiter;
 use crate::listeners::Listeners;
 use crate::pool::{CallContext, Pool};
@@ -89,6 +90,8 @@ struct Inner {
     breaker: Breaker,
     limiter: Option<Limiter>,
     pool: Pool,
+    /// Attempts that reached the pool, as their callers saw them.
+    call_time: LatencyHistogram,
 }
 
 impl Inner {
@@ -237,6 +240,12 @@ impl Dependency {
         self.inner.timeout
     }
 
+    /// How long attempts that reached the pool took, as their callers saw
+    /// them (the pool has the queue-wait and run-time histograms).
+    pub fn call_histogram(&self) -> &LatencyHistogram {
+        &self.inner.call_time
+    }
+
     /// Its adaptive concurrency limit, if it has one.
     pub fn limiter(&self) -> Option<&Limiter> {
         self.inner.limiter.as_ref()
@@ -267,6 +276,11 @@ impl Dependency {
             mean_service_time: inner.pool.mean_service_time(),
             estimated_wait: inner.pool.estimated_wait(),
             limit: inner.limiter.as_ref().map(Limiter::limit),
+            latency: DependencyLatency {
+                queue_wait: Percentiles::of(&inner.pool.queue_wait_histogram().recent()),
+                run: Percentiles::of(&inner.pool.run_histogram().recent()),
+                call: Percentiles::of(&inner.call_time.recent()),
+            },
         }
     }
 

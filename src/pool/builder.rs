@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use super::estimate::ServiceTime;
-use super::stats::PoolCounters;
+use super::stats::{PoolCounters, PoolLatency};
 use super::worker::{ExitGuard, worker_main};
 use super::{Control, Handle, Pool, Shared, WorkerThread};
 use crate::error::ConfigError;
@@ -174,6 +174,7 @@ impl PoolBuilder {
             name: self.name.clone().into_boxed_str(),
             stats: PoolCounters::default(),
             service: ServiceTime::default(),
+            latency: PoolLatency::default(),
             grace_over: AtomicBool::new(false),
         });
         let (sender, receiver) = crossbeam_channel::bounded(self.queue);
