@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{Value, json};
-use watertight::server::{ServerHandle, serve};
+use watertight::server::{ServerHandle, serve, serve_unguarded};
 
 use crate::access::AccessGate;
 use crate::backends::{Backends, Deps, Mode};
@@ -99,6 +99,12 @@ pub struct Args {
     /// default, which is what the incident had).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub direct_timeout: u64,
+
+    /// Serve with tiny_http reading from the clients itself, without the
+    /// guard (no read timeouts, no caps on heads or declared bodies), for
+    /// comparison.
+    #[arg(long)]
+    pub no_guard: bool,
 
     /// Run the incident by itself on a free port, with its own bounded load,
     /// and print one line per second, then a summary.
@@ -247,12 +253,19 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
 
     let threads = usize::from(args.request_threads);
     let app = Arc::new(App::new(backends, gate, registry, prometheus, providers.clone(), threads));
-    let server =
-        tiny_http::Server::http(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
-    let handle = serve(server, threads, {
+    let handler = {
         let app = Arc::clone(&app);
-        move |req| app.handle(req)
-    });
+        move |req: &mut tiny_http::Request| app.handle(req)
+    };
+    let handle = if args.no_guard {
+        let server =
+            tiny_http::Server::http(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        serve_unguarded(server, threads, handler)?
+    } else {
+        let listener =
+            std::net::TcpListener::bind(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        serve(listener, threads, handler)?
+    };
     let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
     Ok(Running { handle, app, addr, providers })
 }
