@@ -40,14 +40,14 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
         let close_after = !head.keep_alive || shared.stopping.load(Ordering::SeqCst);
         let request = head.forwarded(&body);
         drop(body);
-        let mut hop_stream = match shared.hop.take() {
-            Ok(s) => s,
+        let (mut hop_stream, fresh) = match shared.hop.take() {
+            Ok(taken) => taken,
             Err(e) => {
                 log::error!("guard: cannot reach the request pool: {e}");
                 return refuse(&mut wire, Refusal::UPSTREAM);
             }
         };
-        match hop::exchange(&mut hop_stream, &request, &head, wire.stream(), close_after) {
+        match hop::exchange(&shared.hop, &mut hop_stream, fresh, &request, &head, wire.stream(), close_after) {
             Ok(relayed) => {
                 if relayed.hop_reusable {
                     shared.hop.give(hop_stream);

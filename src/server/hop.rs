@@ -8,6 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -26,6 +27,17 @@ const BUFFER_ANSWER: usize = 256 * 1024;
 /// read; it fits in the socket's buffer whatever the handler does. A longer
 /// one is written from a scoped thread while the answer is read.
 const INLINE_BODY: usize = 64 * 1024;
+/// When a fresh hop connection has had no answer after each of these waits,
+/// the guard [kicks](Hop::kick) tiny_http once more; after the last it just
+/// waits.
+///
+/// Why: tiny_http 0.12 hands each accepted connection to a task pool that
+/// can lose a wake-up. Two connections arriving while one pool thread is
+/// being woken both go to that thread's queue; the second then waits until
+/// some thread finishes its connection, and hop connections are kept open.
+/// A slow handler and a lost wake-up look the same from here, so a kick costs
+/// little either way: one connection opened and closed.
+const KICKS: [Duration; 3] = [Duration::from_millis(50), Duration::from_millis(200), Duration::from_millis(800)];
 /// The largest answer head accepted from tiny_http.
 const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
@@ -70,11 +82,16 @@ impl Hop {
         }
     }
 
-    /// A kept-alive connection to the inner server, or a new one.
-    pub(super) fn take(&self) -> io::Result<HopStream> {
+    /// A kept-alive connection to the inner server (`true`: fresh, not yet
+    /// known to be served by a tiny_http thread), or a new one.
+    pub(super) fn take(&self) -> io::Result<(HopStream, bool)> {
         if let Some(stream) = self.idle.lock().pop() {
-            return Ok(stream);
+            return Ok((stream, false));
         }
+        self.connect().map(|s| (s, true))
+    }
+
+    fn connect(&self) -> io::Result<HopStream> {
         #[cfg(unix)]
         let stream = HopStream::connect(&self.path)?;
         #[cfg(not(unix))]
@@ -84,6 +101,15 @@ impl Hop {
             s
         };
         Ok(stream)
+    }
+
+    /// Frees a tiny_http connection thread, so that a connection stuck in
+    /// tiny_http's queue is taken up (see [`KICKS`]): a connection that closes
+    /// at once ends the task of the thread that takes it, and that thread
+    /// then takes the oldest queued one.
+    fn kick(&self) {
+        log::debug!("guard: a new hop connection got no answer yet; freeing a tiny_http thread");
+        drop(self.connect());
     }
 
     /// Keeps `stream` for the next request, if there is room.
@@ -123,13 +149,15 @@ pub(super) struct Relayed {
 /// and relays the answer to `client`, framed for the client's HTTP version.
 /// `Err` when no valid answer head came back (nothing was sent to the client).
 pub(super) fn exchange(
+    pool: &Hop,
     hop: &mut HopStream,
+    fresh: bool,
     request: &[u8],
     head: &Head,
     client: &TcpStream,
     close_after: bool,
 ) -> io::Result<Relayed> {
-    let mut answer = AnswerReader { hop: &*hop, buf: Vec::new() };
+    let mut answer = AnswerReader { hop: &*hop, buf: Vec::new(), kicks: if fresh { Some(pool) } else { None } };
     let parsed = if request.len() <= INLINE_BODY {
         (&*hop).write_all(request)?;
         answer.read_head()?
@@ -231,6 +259,8 @@ impl ClientSink<'_> {
 struct AnswerReader<'a> {
     hop: &'a HopStream,
     buf: Vec<u8>,
+    /// Set while the connection is fresh: whom to kick when no answer comes.
+    kicks: Option<&'a Hop>,
 }
 
 impl AnswerReader<'_> {
@@ -247,7 +277,23 @@ impl AnswerReader<'_> {
         n
     }
 
+    /// Waits for the first bytes of the answer, kicking tiny_http after each
+    /// of [`KICKS`] on a fresh connection.
+    fn first_bytes(&mut self) -> io::Result<()> {
+        let Some(pool) = self.kicks.take() else { return Ok(()) };
+        for wait in KICKS {
+            self.hop.set_read_timeout(Some(wait))?;
+            match self.fill() {
+                Ok(_) => return self.hop.set_read_timeout(None),
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => pool.kick(),
+                Err(e) => return Err(e),
+            }
+        }
+        self.hop.set_read_timeout(None)
+    }
+
     fn read_head(&mut self) -> io::Result<AnswerHead> {
+        self.first_bytes()?;
         loop {
             let mut slots = [httparse::EMPTY_HEADER; 64];
             let mut resp = httparse::Response::new(&mut slots);

@@ -143,7 +143,7 @@ where
     H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
-    let (hop, server) = hop::Hop::bind(threads * 2)?;
+    let (hop, server) = hop::Hop::bind(guard.max_connections())?;
     let (shared, joins) = start_pool(server, threads, Box::new(handler), spawn_named)?;
     let mut handle = ServerHandle { shared, joins, threads, guard: None };
     match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
