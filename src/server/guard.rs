@@ -28,6 +28,31 @@ pub(super) struct Conn {
     pub(super) idle: AtomicBool,
 }
 
+/// The open connections and the threads serving them, under one lock.
+///
+/// A connection thread serves one connection, then waits up to [`LINGER`]
+/// for another (counted in `idle`) before it exits, so that a stream of
+/// short connections costs no thread start each: the accept loop must keep up
+/// with clients, or the listen backlog (128 for `std`'s listeners) overflows
+/// and new connections wait a second for the client's SYN to be resent.
+///
+/// The accept loop hands a connection to an idle thread only by taking one
+/// off `idle` and sending, both under this lock; a thread whose wait ran out
+/// takes the lock, and exits only if no connection is waiting for it in the
+/// channel. So a connection sent is always taken.
+#[derive(Default)]
+struct Threads {
+    /// The open connections, by id; its length is the count the limit bounds.
+    conns: HashMap<u64, Arc<Conn>>,
+    /// Connection threads waiting for a connection.
+    idle: usize,
+    /// Connection threads alive, idle or not.
+    alive: usize,
+}
+
+/// How long a connection thread waits for another connection before it exits.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// What the accept loop and every connection thread share.
 pub(super) struct GuardShared {
     pub(super) cfg: GuardConfig,
@@ -35,9 +60,10 @@ pub(super) struct GuardShared {
     /// Set by [`Guard::stop`]; read by the accept loop after each accept and
     /// by each connection before it waits for another request.
     pub(super) stopping: AtomicBool,
-    /// The open connections, by id; its length is the count the limit bounds.
-    conns: Mutex<HashMap<u64, Arc<Conn>>>,
-    /// Notified when a connection ends, for the stop's wait.
+    /// Connections and connection threads; see [`Threads`].
+    threads: Mutex<Threads>,
+    /// Notified when a connection or a connection thread ends, for the stop's
+    /// wait.
     ended: Condvar,
     next_id: AtomicU64,
 }
@@ -77,7 +103,7 @@ impl Guard {
             cfg,
             hop,
             stopping: AtomicBool::new(false),
-            conns: Mutex::new(HashMap::new()),
+            threads: Mutex::new(Threads::default()),
             ended: Condvar::new(),
             next_id: AtomicU64::new(0),
         });
@@ -86,6 +112,8 @@ impl Guard {
             std::thread::Builder::new()
                 .name("watertight-accept".to_owned())
                 .spawn(move || accept_loop(&listener, &shared, serve_conn))?
+            // The accept loop owns the hand-off channel's sender: when it
+            // returns, idle connection threads see the channel closed and exit.
         };
         Ok(Guard { shared, local, accept: Some(accept) })
     }
@@ -96,7 +124,7 @@ impl Guard {
 
     /// Open client connections.
     pub(super) fn connections(&self) -> usize {
-        self.shared.conns.lock().len()
+        self.shared.threads.lock().conns.len()
     }
 
     /// Stops accepting, closes idle connections, and waits for the others to
@@ -115,16 +143,16 @@ impl Guard {
                 Err(e) => log::warn!("guard: could not wake the accept loop ({e}); leaving it behind"),
             }
         }
-        let mut conns = self.shared.conns.lock();
-        for conn in conns.values() {
+        let mut threads = self.shared.threads.lock();
+        for conn in threads.conns.values() {
             if conn.idle.load(Ordering::SeqCst) {
                 let _ = conn.stream.shutdown(Shutdown::Read);
             }
         }
-        while !conns.is_empty() {
-            self.shared.ended.wait(&mut conns);
+        while !threads.conns.is_empty() || threads.alive > 0 {
+            self.shared.ended.wait(&mut threads);
         }
-        drop(conns);
+        drop(threads);
         self.shared.hop.close_idle();
     }
 }
@@ -151,6 +179,7 @@ fn wake_addr(local: SocketAddr) -> SocketAddr {
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<GuardShared>, serve_conn: fn(&GuardShared, &Conn)) {
+    let (handoff, waiting) = crossbeam_channel::unbounded::<(u64, Arc<Conn>)>();
     let mut backoff = Duration::ZERO;
     loop {
         let accepted = listener.accept();
@@ -173,43 +202,92 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<GuardShared>, serve_conn: fn
                 continue;
             }
         };
-        admit(stream, shared, serve_conn);
+        admit(stream, shared, &handoff, &waiting, serve_conn);
     }
 }
 
-/// Registers `stream` and starts its thread, or answers `503` and closes it
-/// when the guard is at its limit (or cannot start a thread).
-fn admit(stream: TcpStream, shared: &Arc<GuardShared>, serve_conn: fn(&GuardShared, &Conn)) {
+/// Registers `stream` and gives it to an idle connection thread or a new
+/// one, or answers `503` and closes it when the guard is at its limit (or
+/// cannot start a thread).
+fn admit(
+    stream: TcpStream,
+    shared: &Arc<GuardShared>,
+    handoff: &crossbeam_channel::Sender<(u64, Arc<Conn>)>,
+    waiting: &crossbeam_channel::Receiver<(u64, Arc<Conn>)>,
+    serve_conn: fn(&GuardShared, &Conn),
+) {
     let _ = stream.set_nodelay(true);
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let conn = {
-        let mut conns = shared.conns.lock();
-        if conns.len() >= shared.cfg.max_connections() {
-            drop(conns);
-            refuse_busy(stream);
-            return;
-        }
-        let conn = Arc::new(Conn { stream, idle: AtomicBool::new(true) });
-        conns.insert(id, Arc::clone(&conn));
-        conn
-    };
+    let mut threads = shared.threads.lock();
+    if threads.conns.len() >= shared.cfg.max_connections() {
+        drop(threads);
+        refuse_busy(stream);
+        return;
+    }
+    let conn = Arc::new(Conn { stream, idle: AtomicBool::new(true) });
+    threads.conns.insert(id, Arc::clone(&conn));
+    if threads.idle > 0 {
+        threads.idle -= 1;
+        // Cannot fail: the accept loop holds a receiver too.
+        let _ = handoff.send((id, conn));
+        return;
+    }
+    threads.alive += 1;
+    drop(threads);
     let thread_shared = Arc::clone(shared);
-    let thread_conn = Arc::clone(&conn);
-    let spawned = std::thread::Builder::new().name("watertight-conn".to_owned()).stack_size(CONN_STACK).spawn(
-        move || {
-            // Deregisters even if serving panics (it does not; this is cheap).
-            let _done = Deregister { shared: &thread_shared, id };
-            serve_conn(&thread_shared, &thread_conn);
-        },
-    );
+    let waiting = waiting.clone();
+    let first = Arc::clone(&conn);
+    let spawned = std::thread::Builder::new()
+        .name("watertight-conn".to_owned())
+        .stack_size(CONN_STACK)
+        .spawn(move || conn_thread(&thread_shared, (id, first), &waiting, serve_conn));
     if let Err(e) = spawned {
         log::warn!("guard: cannot start a connection thread ({e}); answering 503");
-        shared.conns.lock().remove(&id);
+        let mut threads = shared.threads.lock();
+        threads.conns.remove(&id);
+        threads.alive -= 1;
+        drop(threads);
         shared.ended.notify_all();
         if let Ok(conn) = Arc::try_unwrap(conn) {
             refuse_busy(conn.stream);
         }
     }
+}
+
+/// A connection thread: serves `first`, then every connection handed to it,
+/// until none comes within [`LINGER`] or the accept loop has ended.
+fn conn_thread(
+    shared: &GuardShared,
+    first: (u64, Arc<Conn>),
+    waiting: &crossbeam_channel::Receiver<(u64, Arc<Conn>)>,
+    serve_conn: fn(&GuardShared, &Conn),
+) {
+    let mut next = Some(first);
+    while let Some((id, conn)) = next.take() {
+        {
+            // Deregisters even if serving panics (it does not; this is cheap).
+            let _done = Deregister { shared, id };
+            serve_conn(shared, &conn);
+        }
+        shared.threads.lock().idle += 1;
+        next = match waiting.recv_timeout(LINGER) {
+            Ok(handed) => Some(handed),
+            Err(_) => {
+                // Under the lock: a connection sent before it was taken is
+                // served; otherwise this thread leaves the idle count.
+                let mut threads = shared.threads.lock();
+                match waiting.try_recv() {
+                    Ok(handed) => Some(handed),
+                    Err(_) => {
+                        threads.idle -= 1;
+                        None
+                    }
+                }
+            }
+        };
+    }
+    shared.threads.lock().alive -= 1;
+    shared.ended.notify_all();
 }
 
 struct Deregister<'a> {
@@ -219,7 +297,7 @@ struct Deregister<'a> {
 
 impl Drop for Deregister<'_> {
     fn drop(&mut self) {
-        let removed = self.shared.conns.lock().remove(&self.id);
+        let removed = self.shared.threads.lock().conns.remove(&self.id);
         // Close the socket now, not when the last `Arc` goes.
         if let Some(conn) = removed {
             let _ = conn.stream.shutdown(Shutdown::Both);

@@ -265,16 +265,17 @@ struct AnswerReader<'a> {
 
 impl AnswerReader<'_> {
     fn fill(&mut self) -> io::Result<usize> {
-        let old = self.buf.len();
-        self.buf.resize(old + 16 * 1024, 0);
-        let n = loop {
-            match (&mut &*self.hop).read(&mut self.buf[old..]) {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match (&mut &*self.hop).read(&mut chunk) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => break other,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
             }
-        };
-        self.buf.truncate(old + *n.as_ref().unwrap_or(&0));
-        n
+        }
     }
 
     /// Waits for the first bytes of the answer, kicking tiny_http after each

@@ -50,22 +50,20 @@ impl<'a> Wire<'a> {
         }
         // A zero timeout means "none" to the socket; `left` is never zero here.
         self.stream.set_read_timeout(Some(left)).map_err(|_| ReadFail::Closed)?;
-        let old = self.buf.len();
-        self.buf.resize(old + READ_CHUNK, 0);
-        let got = loop {
-            match (&mut &*self.stream).read(&mut self.buf[old..]) {
-                Ok(n) => break Ok(n),
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            match (&mut &*self.stream).read(&mut chunk) {
+                Ok(0) => return Err(ReadFail::Closed),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(n);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    break Err(ReadFail::TimedOut);
+                    return Err(ReadFail::TimedOut);
                 }
-                Err(_) => break Err(ReadFail::Closed),
+                Err(_) => return Err(ReadFail::Closed),
             }
-        };
-        self.buf.truncate(old + *got.as_ref().unwrap_or(&0));
-        match got {
-            Ok(0) => Err(ReadFail::Closed),
-            other => other,
         }
     }
 
