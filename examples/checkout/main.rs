@@ -312,12 +312,35 @@ fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
         "try: curl -i -H 'X-User-Id: alice' -d '{{\"customer_id\":\"c1\",\"amount\":42}}' http://{}/checkout",
         running.addr
     );
-    // Serve until killed. The request threads do the work; this one only
-    // keeps the server (and the providers) alive.
-    let _keep = running;
-    loop {
-        std::thread::park();
+    // Serve until SIGTERM or SIGINT. The request threads do the work; this
+    // one only waits for the signal, then stops in order.
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
+    let signal = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);
+    log::info!("signal {signal}: stopping (no new connections; every request in flight is answered)");
+    graceful_stop(running);
+    Ok(())
+}
+
+/// How long the dependencies' workers get to finish calls still running once
+/// every request has been answered.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Stops accepting, answers every request already read or being handled,
+/// then shuts the dependencies down within [`STOP_GRACE`].
+fn graceful_stop(running: Running) {
+    let Running { handle, app, providers, .. } = running;
+    handle.shutdown();
+    log::info!("every request answered");
+    if let Some(deps) = app.backends.deps() {
+        for dep in [&deps.fraud, &deps.access, &deps.read] {
+            if !dep.shutdown(STOP_GRACE) {
+                log::warn!("dependency {} did not stop within {STOP_GRACE:?}", dep.name());
+            }
+        }
     }
+    drop(app);
+    drop(providers);
+    log::info!("stopped");
 }
 
 /// Prints the capacity budget of the request pool (bulkhead mode).

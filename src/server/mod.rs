@@ -384,3 +384,31 @@ impl fmt::Debug for ServerHandle {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static EXITED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Starts two threads, then fails as an OS out of threads would.
+    fn two_then_refuse(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
+        if i >= 2 {
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, "Resource temporarily unavailable"));
+        }
+        std::thread::Builder::new().spawn(move || {
+            shared.run();
+            EXITED.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    #[test]
+    fn a_failed_spawn_stops_the_threads_already_started_and_returns_the_error() {
+        let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
+        let handler: Handler = Box::new(|_req: &mut Request| Response::from_string("x").boxed());
+        let err = start_pool(server, 4, handler, two_then_refuse).err().expect("the spawn error");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        // Both started threads were joined before the error came back.
+        assert_eq!(EXITED.load(Ordering::SeqCst), 2);
+    }
+}
