@@ -126,7 +126,9 @@ fn tricklers(t: &mut Target<'_>, order_path: &str) -> Result<String, String> {
                 let _ = s.write_all(b"a");
             }
             tick += 1;
-            if let Some(wait) = (began + Duration::from_millis(500) * tick).checked_duration_since(Instant::now()) {
+            if let Some(wait) =
+                (began + Duration::from_millis(500) * tick).checked_duration_since(Instant::now())
+            {
                 thread::sleep(wait.min(TRICKLE_FOR.saturating_sub(began.elapsed())));
             }
         }
@@ -219,7 +221,8 @@ fn empty_connections(t: &mut Target<'_>) -> Result<String, String> {
         .map(|_| {
             thread::spawn(move || -> Result<(), String> {
                 for i in 0..N / CLIENTS {
-                    let s = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| format!("connect #{i}: {e}"))?;
+                    let s = TcpStream::connect_timeout(&addr, TIMEOUT)
+                        .map_err(|e| format!("connect #{i}: {e}"))?;
                     drop(s);
                 }
                 Ok(())
@@ -253,12 +256,15 @@ fn empty_connections(t: &mut Target<'_>) -> Result<String, String> {
     Ok(seen)
 }
 
+/// One attack: what it saw, or why it failed.
+type Attack<'a> = &'a dyn Fn(&mut Target<'_>) -> Result<String, String>;
+
 /// Runs every attack, prints what each saw, and fails with all that failed.
 fn attack(t: &mut Target<'_>) {
     let order = checkout_bin::place_order(t.checkout.addr, "alice").expect("an order to look up");
     let order_path = format!("/orders/{order}");
     let mut failed = Vec::new();
-    let attacks: [(&str, &dyn Fn(&mut Target<'_>) -> Result<String, String>); 5] = [
+    let attacks: [(&str, Attack<'_>); 5] = [
         ("huge declared body", &huge_declared_body),
         ("16 KiB header", &big_header),
         ("96 tricklers at 2 B/s", &|t| tricklers(t, &order_path)),
@@ -273,7 +279,13 @@ fn attack(t: &mut Target<'_>) {
             failed.push(format!("{name}: {e}"));
         }
     }
-    assert!(failed.is_empty(), "[{}] failed:\n{}\nserver log:\n{}", t.name, failed.join("\n"), t.checkout.stderr());
+    assert!(
+        failed.is_empty(),
+        "[{}] failed:\n{}\nserver log:\n{}",
+        t.name,
+        failed.join("\n"),
+        t.checkout.stderr()
+    );
 }
 
 #[test]
@@ -290,7 +302,9 @@ fn the_attack_list_against_the_binary_exposed_directly() {
 fn the_attack_list_through_nginx() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !nginx::installed() {
-        println!("SKIPPED the_attack_list_through_nginx: `nginx` is not installed (apt-get install -y nginx)");
+        println!(
+            "SKIPPED the_attack_list_through_nginx: `nginx` is not installed (apt-get install -y nginx)"
+        );
         return;
     }
     let mut checkout = Checkout::start(&[]);

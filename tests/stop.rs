@@ -87,7 +87,8 @@ fn sigterm_answers_every_checkout_in_flight_then_exits_0() {
             server.stderr()
         );
     }
-    let status = status.unwrap_or_else(|| panic!("the server did not exit within 20 s:\n{}", server.stderr()));
+    let status =
+        status.unwrap_or_else(|| panic!("the server did not exit within 20 s:\n{}", server.stderr()));
     assert!(status.success(), "exit status {status}:\n{}", server.stderr());
     assert!(server.stderr().contains("stopped"), "{}", server.stderr());
 }

@@ -258,12 +258,12 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         move |req: &mut tiny_http::Request| app.handle(req)
     };
     let handle = if args.no_guard {
-        let server =
-            tiny_http::Server::http(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        let server = tiny_http::Server::http(&args.addr)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
         serve_unguarded(server, threads, handler)?
     } else {
-        let listener =
-            std::net::TcpListener::bind(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        let listener = std::net::TcpListener::bind(&args.addr)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
         serve(listener, threads, handler)?
     };
     let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
@@ -314,7 +314,8 @@ fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
     );
     // Serve until SIGTERM or SIGINT. The request threads do the work; this
     // one only waits for the signal, then stops in order.
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
     let signal = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);
     log::info!("signal {signal}: stopping (no new connections; every request in flight is answered)");
     graceful_stop(running);

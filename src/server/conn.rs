@@ -47,7 +47,8 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
                 return refuse(&mut wire, Refusal::UPSTREAM);
             }
         };
-        match hop::exchange(&shared.hop, &mut hop_stream, fresh, &request, &head, wire.stream(), close_after) {
+        match hop::exchange(&shared.hop, &mut hop_stream, fresh, &request, &head, wire.stream(), close_after)
+        {
             Ok(relayed) => {
                 if relayed.hop_reusable {
                     shared.hop.give(hop_stream);

@@ -37,7 +37,8 @@ const INLINE_BODY: usize = 64 * 1024;
 /// some thread finishes its connection, and hop connections are kept open.
 /// A slow handler and a lost wake-up look the same from here, so a kick costs
 /// little either way: one connection opened and closed.
-const KICKS: [Duration; 3] = [Duration::from_millis(50), Duration::from_millis(200), Duration::from_millis(800)];
+const KICKS: [Duration; 3] =
+    [Duration::from_millis(50), Duration::from_millis(200), Duration::from_millis(800)];
 /// The largest answer head accepted from tiny_http.
 const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
@@ -157,7 +158,8 @@ pub(super) fn exchange(
     client: &TcpStream,
     close_after: bool,
 ) -> io::Result<Relayed> {
-    let mut answer = AnswerReader { hop: &*hop, buf: Vec::new(), kicks: if fresh { Some(pool) } else { None } };
+    let mut answer =
+        AnswerReader { hop: &*hop, buf: Vec::new(), kicks: if fresh { Some(pool) } else { None } };
     let parsed = if request.len() <= INLINE_BODY {
         (&*hop).write_all(request)?;
         answer.read_head()?
@@ -286,7 +288,9 @@ impl AnswerReader<'_> {
             self.hop.set_read_timeout(Some(wait))?;
             match self.fill() {
                 Ok(_) => return self.hop.set_read_timeout(None),
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => pool.kick(),
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    pool.kick()
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -323,7 +327,10 @@ impl AnswerReader<'_> {
                 }
                 Ok(httparse::Status::Partial) if self.buf.len() <= MAX_ANSWER_HEAD => {
                     if self.fill()? == 0 {
-                        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no answer from the handler"));
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "no answer from the handler",
+                        ));
                     }
                 }
                 _ => return Err(bad_answer("head")),

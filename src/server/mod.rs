@@ -138,7 +138,12 @@ where
 /// # Errors
 ///
 /// As [`serve`].
-pub fn serve_with<H>(listener: TcpListener, threads: usize, guard: GuardConfig, handler: H) -> io::Result<ServerHandle>
+pub fn serve_with<H>(
+    listener: TcpListener,
+    threads: usize,
+    guard: GuardConfig,
+    handler: H,
+) -> io::Result<ServerHandle>
 where
     H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
 {
@@ -186,12 +191,8 @@ fn start_pool(
     handler: Handler,
     spawn: Spawn,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
-    let shared = Arc::new(Shared {
-        server,
-        busy: AtomicUsize::new(0),
-        stopping: AtomicBool::new(false),
-        handler,
-    });
+    let shared =
+        Arc::new(Shared { server, busy: AtomicUsize::new(0), stopping: AtomicBool::new(false), handler });
     let mut joins = Vec::with_capacity(threads);
     for i in 0..threads {
         match spawn(i, Arc::clone(&shared)) {

@@ -361,8 +361,11 @@ impl Refusal {
         code: "NOT_IMPLEMENTED",
         message: "only the chunked transfer coding is supported",
     };
-    pub(super) const EXPECTATION: Refusal =
-        Refusal { status: 417, code: "EXPECTATION_FAILED", message: "only Expect: 100-continue is supported" };
+    pub(super) const EXPECTATION: Refusal = Refusal {
+        status: 417,
+        code: "EXPECTATION_FAILED",
+        message: "only Expect: 100-continue is supported",
+    };
     pub(super) const VERSION: Refusal = Refusal {
         status: 505,
         code: "HTTP_VERSION_NOT_SUPPORTED",

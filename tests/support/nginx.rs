@@ -17,7 +17,12 @@ pub fn installed() -> bool {
 
 fn binary() -> Option<PathBuf> {
     ["nginx", "/usr/sbin/nginx"].into_iter().map(PathBuf::from).find(|b| {
-        Command::new(b).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+        Command::new(b)
+            .arg("-v")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     })
 }
 
@@ -33,12 +38,14 @@ impl Nginx {
     /// Starts nginx forwarding to `upstream`, on a free loopback port, and waits
     /// (at most 10 s) until it accepts connections.
     pub fn start(upstream: SocketAddr) -> Nginx {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
         let prefix = std::env::temp_dir().join(format!("watertight-nginx-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(prefix.join("logs")).expect("create the nginx prefix");
         std::fs::create_dir_all(prefix.join("tmp")).expect("create the nginx prefix");
         // A free port: bind, read, release (nginx binds it a moment later).
-        let addr = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port");
+        let addr =
+            TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port");
         let recipe = include_str!("../../examples/checkout/nginx.conf");
         assert!(recipe.contains("listen 127.0.0.1:8000;") && recipe.contains("server 127.0.0.1:8080;"));
         let conf = recipe
