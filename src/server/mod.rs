@@ -80,10 +80,18 @@
 //!   request it is on (closing after its answer), then stops the request
 //!   threads once every request they were given is answered.
 //!
-//! Threads: one accept thread, at most `max_connections` connection threads,
-//! tiny_http's accept thread, and one tiny_http thread per hop connection (at
-//! most one per connection in the middle of a request; idle ones are kept, up
-//! to twice the request threads).
+//! Threads: one accept thread; at most `max_connections` connection threads
+//! serving connections, each of which waits a second for another connection
+//! before it exits (a stream of short connections costs no thread start
+//! each, and the accept loop keeps up with the listen backlog); tiny_http's
+//! accept thread, and one tiny_http thread per hop connection. Hop
+//! connections are opened as requests need them (one per request being
+//! handed over at once, so at most `max_connections`) and kept open.
+//! tiny_http 0.12's task pool can lose a wake-up when two connections arrive
+//! together, leaving one queued until another connection ends; keeping hop
+//! connections open makes that rare, and a fresh hop connection that gets no
+//! answer within 50 ms opens and closes one more, which frees a tiny_http
+//! thread to take the queued one (again at 200 ms and 800 ms).
 //!
 //! [`serve_unguarded`] serves a `tiny_http::Server` of your own without the
 //! guard, for comparison or behind a proxy. tiny_http 0.12 alone then shows
