@@ -45,8 +45,6 @@ const MAX_ANSWER_HEAD: usize = 64 * 1024;
 /// Where the inner server listens, and the kept-alive connections to it.
 pub(super) struct Hop {
     #[cfg(unix)]
-    dir: std::path::PathBuf,
-    #[cfg(unix)]
     path: std::path::PathBuf,
     #[cfg(not(unix))]
     addr: std::net::SocketAddr,
@@ -55,8 +53,10 @@ pub(super) struct Hop {
 }
 
 impl Hop {
-    /// Binds the private socket and starts tiny_http on it.
-    pub(super) fn bind(max_idle: usize) -> io::Result<(Hop, tiny_http::Server)> {
+    /// Binds the private socket and starts tiny_http on it. The [`HopDir`]
+    /// must outlive the server: tiny_http's `Drop` connects to the socket to
+    /// wake its accept thread, then removes the socket's file.
+    pub(super) fn bind(max_idle: usize) -> io::Result<(Hop, tiny_http::Server, HopDir)> {
         #[cfg(unix)]
         {
             use std::os::unix::fs::DirBuilderExt;
@@ -72,14 +72,14 @@ impl Hop {
                 let _ = std::fs::remove_dir(&dir);
             })?;
             let server = tiny_http::Server::from_listener(listener, None).map_err(io::Error::other)?;
-            Ok((Hop { dir, path, idle: Mutex::new(Vec::new()), max_idle }, server))
+            Ok((Hop { path, idle: Mutex::new(Vec::new()), max_idle }, server, HopDir(Some(dir))))
         }
         #[cfg(not(unix))]
         {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             let addr = listener.local_addr()?;
             let server = tiny_http::Server::from_listener(listener, None).map_err(io::Error::other)?;
-            Ok((Hop { addr, idle: Mutex::new(Vec::new()), max_idle }, server))
+            Ok((Hop { addr, idle: Mutex::new(Vec::new()), max_idle }, server, HopDir(None)))
         }
     }
 
@@ -128,12 +128,15 @@ impl Hop {
     }
 }
 
-impl Drop for Hop {
+/// The private directory of the hop's socket, removed on drop (once the
+/// inner server, which removes the socket itself, is gone).
+pub(super) struct HopDir(Option<std::path::PathBuf>);
+
+impl Drop for HopDir {
     fn drop(&mut self) {
-        #[cfg(unix)]
-        {
-            let _ = std::fs::remove_file(&self.path);
-            let _ = std::fs::remove_dir(&self.dir);
+        if let Some(dir) = &self.0 {
+            // tiny_http removed the socket; anything else left is removed too.
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

@@ -156,9 +156,9 @@ where
     H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
-    let (hop, server) = hop::Hop::bind(guard.max_connections())?;
+    let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
     let (shared, joins) = start_pool(server, threads, Box::new(handler), spawn_named)?;
-    let mut handle = ServerHandle { shared, joins, threads, guard: None };
+    let mut handle = ServerHandle { shared, joins, threads, guard: None, _hop_dir: Some(hop_dir) };
     match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
         Ok(guard) => handle.guard = Some(guard),
         // Dropping the handle stops the request threads.
@@ -182,7 +182,7 @@ where
 {
     let threads = threads.max(1);
     let (shared, joins) = start_pool(server, threads, Box::new(handler), spawn_named)?;
-    Ok(ServerHandle { shared, joins, threads, guard: None })
+    Ok(ServerHandle { shared, joins, threads, guard: None, _hop_dir: None })
 }
 
 type Spawn = fn(usize, Arc<Shared>) -> io::Result<JoinHandle<()>>;
@@ -324,6 +324,8 @@ pub struct ServerHandle {
     joins: Vec<JoinHandle<()>>,
     threads: usize,
     guard: Option<guard::Guard>,
+    /// Last, so that it drops after `shared` (the inner tiny_http server).
+    _hop_dir: Option<hop::HopDir>,
 }
 
 impl ServerHandle {
