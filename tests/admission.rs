@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::{FakeProvider, Fault};
-use tiny_http::{Request, Response, ResponseBox, Server};
+use tiny_http::{Request, Response, ResponseBox};
 use watertight::http::WithDeadline;
 use watertight::{BreakerConfig, Dependency, Registry};
 
@@ -65,8 +65,8 @@ fn run(max_wait: Duration) -> (usize, usize, Vec<String>) {
             Err(e) => Response::from_string(e.outcome().as_str()).with_status_code(503).boxed(),
         }
     };
-    let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
-    let handle = watertight::server::serve(server, REQUEST_THREADS, handler);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let handle = watertight::server::serve(listener, REQUEST_THREADS, handler).expect("start the server");
     let url = format!("http://{}/quote", handle.addr().to_ip().expect("a TCP address"));
 
     let start = Arc::new(Barrier::new(CLIENTS));

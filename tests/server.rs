@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tiny_http::{Request, Response, ResponseBox, Server};
+use tiny_http::{Request, Response, ResponseBox};
 use watertight::server::{ServerHandle, serve};
 
 fn agent() -> ureq::Agent {
@@ -21,8 +21,8 @@ fn start<H>(threads: usize, handler: H) -> (ServerHandle, SocketAddr)
 where
     H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
 {
-    let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
-    let handle = serve(server, threads, handler);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let handle = serve(listener, threads, handler).expect("start the server");
     let addr = handle.addr().to_ip().expect("a TCP address");
     (handle, addr)
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{Value, json};
-use watertight::server::{ServerHandle, serve};
+use watertight::server::{ServerHandle, serve, serve_unguarded};
 
 use crate::access::AccessGate;
 use crate::backends::{Backends, Deps, Mode};
@@ -106,6 +106,12 @@ pub struct Args {
     /// default, which is what the incident had).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub direct_timeout: u64,
+
+    /// Serve with tiny_http reading from the clients itself, without the
+    /// guard (no read timeouts, no caps on heads or declared bodies), for
+    /// comparison.
+    #[arg(long)]
+    pub no_guard: bool,
 
     /// Run the incident by itself on a free port, with its own bounded load,
     /// and print one line per second, then a summary.
@@ -267,12 +273,19 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         threads,
         args.request_budget,
     ));
-    let server =
-        tiny_http::Server::http(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
-    let handle = serve(server, threads, {
+    let handler = {
         let app = Arc::clone(&app);
-        move |req| app.handle(req)
-    });
+        move |req: &mut tiny_http::Request| app.handle(req)
+    };
+    let handle = if args.no_guard {
+        let server = tiny_http::Server::http(&args.addr)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        serve_unguarded(server, threads, handler)?
+    } else {
+        let listener = std::net::TcpListener::bind(&args.addr)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        serve(listener, threads, handler)?
+    };
     let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
     Ok(Running { handle, app, addr, providers })
 }
@@ -319,12 +332,36 @@ fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
         "try: curl -i -H 'X-User-Id: alice' -d '{{\"customer_id\":\"c1\",\"amount\":42}}' http://{}/checkout",
         running.addr
     );
-    // Serve until killed. The request threads do the work; this one only
-    // keeps the server (and the providers) alive.
-    let _keep = running;
-    loop {
-        std::thread::park();
+    // Serve until SIGTERM or SIGINT. The request threads do the work; this
+    // one only waits for the signal, then stops in order.
+    let mut signals =
+        signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
+    let signal = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);
+    log::info!("signal {signal}: stopping (no new connections; every request in flight is answered)");
+    graceful_stop(running);
+    Ok(())
+}
+
+/// How long the dependencies' workers get to finish calls still running once
+/// every request has been answered.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Stops accepting, answers every request already read or being handled,
+/// then shuts the dependencies down within [`STOP_GRACE`].
+fn graceful_stop(running: Running) {
+    let Running { handle, app, providers, .. } = running;
+    handle.shutdown();
+    log::info!("every request answered");
+    if let Some(deps) = app.backends.deps() {
+        for dep in [&deps.fraud, &deps.access, &deps.read] {
+            if !dep.shutdown(STOP_GRACE) {
+                log::warn!("dependency {} did not stop within {STOP_GRACE:?}", dep.name());
+            }
+        }
     }
+    drop(app);
+    drop(providers);
+    log::info!("stopped");
 }
 
 /// Prints the capacity budget of the request pool (bulkhead mode).

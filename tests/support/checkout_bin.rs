@@ -106,6 +106,39 @@ impl Checkout {
         std::fs::read_dir(format!("/proc/{}/task", self.child.id())).map_or(0, |d| d.count())
     }
 
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The server process's open file descriptors, as `/proc/<pid>/fd` counts them.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).map_or(0, |d| d.count())
+    }
+
+    /// Sends `signal` (e.g. `"TERM"`) to the server with `kill(1)`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits up to `timeout` for the process to exit; its status, or `None`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let give_up = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= give_up {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// `None` while the process runs; its exit status once it has died.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
