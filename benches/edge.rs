@@ -25,7 +25,7 @@ use criterion::{Criterion, Throughput};
 use tiny_http::{Header, Request, Response, ResponseBox};
 
 use watertight::http::WithDeadline;
-use watertight::server::{self, ServerHandle};
+use watertight::server::{self, RequestContext, ServerHandle};
 use watertight::testing::{FakeProvider, Fault};
 use watertight::{BreakerConfig, Dependency};
 
@@ -38,9 +38,9 @@ const ROUND_REQUESTS: u64 = 1_000;
 fn handler(
     fraud: Dependency,
     verify_url: String,
-) -> impl Fn(&mut Request) -> ResponseBox + Send + Sync + 'static {
+) -> impl Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    move |request: &mut Request| {
+    move |request: &mut Request, _: &RequestContext| {
         let _ = io::copy(&mut request.as_reader().take(64 * 1024), &mut io::sink());
         let (agent, url) = (agent.clone(), verify_url.clone());
         let approved = fraud
@@ -78,7 +78,7 @@ fn start(guarded: bool, provider: &FakeProvider) -> Server {
         server::serve(listener, REQUEST_THREADS, h)
     } else {
         let server = tiny_http::Server::http("127.0.0.1:0").expect("bind on loopback");
-        server::serve_unguarded(server, REQUEST_THREADS, h)
+        server::serve_unguarded(server, REQUEST_THREADS, server::ServerConfig::default(), h)
     }
     .expect("start the server");
     let url = format!("http://{}/checkout", handle.addr().to_ip().expect("a TCP address"));

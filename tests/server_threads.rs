@@ -14,9 +14,13 @@ use std::time::Duration;
 fn shutdown_leaves_no_thread_behind() {
     let before = procfs::threads();
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    let handle = watertight::server::serve(listener, 4, |_req: &mut tiny_http::Request| {
-        tiny_http::Response::from_string("ok").boxed()
-    })
+    let handle = watertight::server::serve(
+        listener,
+        4,
+        |_req: &mut tiny_http::Request, _: &watertight::server::RequestContext| {
+            tiny_http::Response::from_string("ok").boxed()
+        },
+    )
     .expect("start the server");
     let addr = handle.addr().to_ip().expect("a TCP address");
     // Several connections at once, so that the guard opens several hop

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{Value, json};
-use watertight::server::{ServerHandle, serve, serve_unguarded};
+use watertight::server::{RequestContext, ServerConfig, ServerHandle, serve_unguarded, serve_with};
 
 use crate::access::AccessGate;
 use crate::backends::{Backends, Deps, Mode};
@@ -264,28 +264,23 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     watertight::metrics::register(&registry, &mut prometheus);
 
     let threads = usize::from(args.request_threads);
-    let app = Arc::new(App::new(
-        backends,
-        gate,
-        registry,
-        prometheus,
-        providers.clone(),
-        threads,
-        args.request_budget,
-    ));
+    let app = Arc::new(App::new(backends, gate, registry, prometheus, providers.clone(), threads));
     let handler = {
         let app = Arc::clone(&app);
-        move |req: &mut tiny_http::Request| app.handle(req)
+        move |req: &mut tiny_http::Request, ctx: &RequestContext| app.handle(req, ctx)
     };
+    let config = ServerConfig::builder().request_budget(args.request_budget).build()?;
     let handle = if args.no_guard {
         let server = tiny_http::Server::http(&args.addr)
             .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
-        serve_unguarded(server, threads, handler)?
+        serve_unguarded(server, threads, config, handler)?
     } else {
         let listener = std::net::TcpListener::bind(&args.addr)
             .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
-        serve(listener, threads, handler)?
+        serve_with(listener, threads, config, handler)?
     };
+    // The request pool's own gauges, beside the dependencies' metrics.
+    app.prometheus.lock().register_collector(Box::new(handle.request_pool()));
     let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
     Ok(Running { handle, app, addr, providers })
 }

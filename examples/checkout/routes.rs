@@ -30,6 +30,7 @@ use crate::access::{AccessGate, Decision, LookupError};
 use crate::backends::{Backends, FraudVerdict};
 use crate::dashboard::{self, StateClock};
 use watertight::Registry;
+use watertight::server::RequestContext;
 use watertight::testing::{FakeProvider, Fault};
 
 /// The largest request body accepted.
@@ -69,14 +70,12 @@ pub struct App {
     /// The dependencies by name (bulkhead mode; empty in direct mode).
     pub registry: Registry,
     /// Prometheus registry holding watertight's collector.
-    pub prometheus: watertight::metrics::PrometheusRegistry,
+    /// Locked only to register a collector at start and to encode a scrape.
+    pub prometheus: Mutex<watertight::metrics::PrometheusRegistry>,
     /// The embedded fake providers, by name (empty for real providers).
     pub providers: Vec<Arc<FakeProvider>>,
     /// The request pool's size, for `/circuits`.
     pub request_threads: usize,
-    /// Each request's time budget, from its arrival; `X-Request-Timeout` may
-    /// only shorten it.
-    pub request_budget: Duration,
     orders: Mutex<BTreeMap<u64, Order>>,
     next_order: AtomicU64,
     /// Requests inside `handle` right now (the request pool's busy gauge as
@@ -97,7 +96,6 @@ impl App {
         prometheus: watertight::metrics::PrometheusRegistry,
         providers: Vec<Arc<FakeProvider>>,
         request_threads: usize,
-        request_budget: Duration,
     ) -> Self {
         let state_clock = StateClock::watch(&registry);
         App {
@@ -106,10 +104,9 @@ impl App {
             backends,
             gate,
             registry,
-            prometheus,
+            prometheus: Mutex::new(prometheus),
             providers,
             request_threads,
-            request_budget,
             orders: Mutex::new(BTreeMap::new()),
             next_order: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
@@ -117,13 +114,11 @@ impl App {
     }
 
     /// Answers one request.
-    pub fn handle(&self, req: &mut Request) -> ResponseBox {
-        let deadline = match request_deadline(req, self.request_budget) {
-            Ok(deadline) => deadline,
-            Err(resp) => return resp,
-        };
+    /// Answers one request, every provider call by `ctx`'s deadline (the
+    /// server's request budget, or less if the client asked for less).
+    pub fn handle(&self, req: &mut Request, ctx: &RequestContext) -> ResponseBox {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let response = self.route(req, deadline);
+        let response = self.route(req, ctx.deadline());
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         response
     }
@@ -310,12 +305,12 @@ impl App {
     fn metrics(&self) -> ResponseBox {
         let mut text = String::new();
         if let Err(e) =
-            watertight::metrics::prometheus_client::encoding::text::encode(&mut text, &self.prometheus)
+            watertight::metrics::prometheus_client::encoding::text::encode(&mut text, &self.prometheus.lock())
         {
             return error(500, "METRICS_FAILED", &format!("encoding the metrics failed: {e}"));
         }
         Response::from_string(text)
-            .with_header(header("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8"))
+            .with_header(header("Content-Type", watertight::metrics::CONTENT_TYPE))
             .boxed()
     }
 
@@ -426,22 +421,6 @@ fn call_counts(calls: &watertight::CallCounts) -> Value {
 /// Milliseconds, with fractions, for JSON.
 fn ms(d: Option<std::time::Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64() * 1000.0)
-}
-
-/// The request's deadline: its arrival plus the budget, or sooner if the
-/// client's `X-Request-Timeout` (`250ms`, `2s`, or milliseconds) asks for
-/// less; a client can never lengthen it. A malformed header is a 400.
-fn request_deadline(req: &Request, budget: Duration) -> Result<Instant, ResponseBox> {
-    let arrived = Instant::now();
-    let asked = req.headers().iter().find(|h| h.field.equiv("X-Request-Timeout")).map(|h| h.value.as_str());
-    let budget = match asked.map(parse_duration) {
-        None => budget,
-        Some(Ok(asked)) => asked.min(budget),
-        Some(Err(why)) => {
-            return Err(error(400, "INVALID_REQUEST_TIMEOUT", &format!("X-Request-Timeout: {why}")));
-        }
-    };
-    Ok(arrived + budget)
 }
 
 /// `250ms`, `2s`, or a bare number of milliseconds; above zero and at most

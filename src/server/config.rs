@@ -1,17 +1,19 @@
-//! The guard's settings: timeouts, caps and bounds, validated by `build()`.
+//! The server's settings: the guard's timeouts, caps and bounds, and the
+//! request budget, validated by `build()`.
 
 use std::time::Duration;
 
 use crate::ConfigError;
 
-/// The edge's settings, validated: what [`serve`](super::serve) uses by
-/// default and [`serve_with`](super::serve_with) takes.
+/// The server's settings, validated: what [`serve`](super::serve) uses by
+/// default and [`serve_with`](super::serve_with) takes: the guard's
+/// timeouts, caps and bounds, and each request's time budget.
 ///
-/// Built by [`GuardConfig::builder`]; [`GuardConfig::default`] is the builder's
+/// Built by [`ServerConfig::builder`]; [`ServerConfig::default`] is the builder's
 /// defaults. Every timeout is a `Duration` measured from the moment the step
 /// it bounds begins (see the [module docs](super) for the protocol).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuardConfig {
+pub struct ServerConfig {
     head_timeout: Duration,
     body_timeout: Duration,
     idle_timeout: Duration,
@@ -19,18 +21,19 @@ pub struct GuardConfig {
     max_head_bytes: usize,
     max_body_bytes: u64,
     max_connections: usize,
+    request_budget: Duration,
 }
 
-impl Default for GuardConfig {
+impl Default for ServerConfig {
     fn default() -> Self {
-        GuardConfigBuilder::new().checked()
+        ServerConfigBuilder::new().checked()
     }
 }
 
-impl GuardConfig {
+impl ServerConfig {
     /// A builder with the defaults.
-    pub fn builder() -> GuardConfigBuilder {
-        GuardConfigBuilder::new()
+    pub fn builder() -> ServerConfigBuilder {
+        ServerConfigBuilder::new()
     }
 
     /// Time to receive a whole request head, from its first byte.
@@ -68,25 +71,31 @@ impl GuardConfig {
     pub fn max_connections(&self) -> usize {
         self.max_connections
     }
+
+    /// Each request's time budget, from its arrival: its
+    /// [`RequestContext::deadline`](super::RequestContext::deadline).
+    pub fn request_budget(&self) -> Duration {
+        self.request_budget
+    }
 }
 
-/// Builds a [`GuardConfig`]; every setter's doc gives its default.
+/// Builds a [`ServerConfig`]; every setter's doc gives its default.
 #[derive(Debug, Clone)]
-pub struct GuardConfigBuilder {
-    cfg: GuardConfig,
+pub struct ServerConfigBuilder {
+    cfg: ServerConfig,
 }
 
-impl Default for GuardConfigBuilder {
+impl Default for ServerConfigBuilder {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl GuardConfigBuilder {
+impl ServerConfigBuilder {
     /// The defaults.
     pub fn new() -> Self {
-        GuardConfigBuilder {
-            cfg: GuardConfig {
+        ServerConfigBuilder {
+            cfg: ServerConfig {
                 head_timeout: Duration::from_secs(10),
                 body_timeout: Duration::from_secs(30),
                 idle_timeout: Duration::from_secs(30),
@@ -94,6 +103,7 @@ impl GuardConfigBuilder {
                 max_head_bytes: 8 * 1024,
                 max_body_bytes: 1024 * 1024,
                 max_connections: 256,
+                request_budget: Duration::from_secs(30),
             },
         }
     }
@@ -147,14 +157,27 @@ impl GuardConfigBuilder {
         self
     }
 
+    /// Each request's time budget, from the moment the request was read whole
+    /// (or, without the guard, taken by a request thread): the handler's
+    /// [`RequestContext::deadline`](super::RequestContext::deadline), to pass
+    /// to [`Dependency::within`](crate::Dependency::within) so every
+    /// dependency call ends by then. A client's `X-Request-Timeout` header
+    /// (`250ms`, `2s`, or milliseconds) may shorten it, never lengthen it.
+    /// Default 30 s; at most one day.
+    pub fn request_budget(mut self, budget: Duration) -> Self {
+        self.cfg.request_budget = budget;
+        self
+    }
+
     /// The settings, or the first one out of range.
-    pub fn build(self) -> Result<GuardConfig, ConfigError> {
+    pub fn build(self) -> Result<ServerConfig, ConfigError> {
         let c = &self.cfg;
         for (field, value) in [
             ("head_timeout", c.head_timeout),
             ("body_timeout", c.body_timeout),
             ("idle_timeout", c.idle_timeout),
             ("write_timeout", c.write_timeout),
+            ("request_budget", c.request_budget),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::new(field, "greater than zero", format!("{value:?}")));
@@ -175,7 +198,7 @@ impl GuardConfigBuilder {
         Ok(self.cfg)
     }
 
-    fn checked(self) -> GuardConfig {
+    fn checked(self) -> ServerConfig {
         self.build().expect("the defaults are valid")
     }
 }
@@ -190,30 +213,32 @@ mod tests {
 
     #[test]
     fn defaults_build_and_read_back() {
-        let cfg = GuardConfig::default();
+        let cfg = ServerConfig::default();
         assert_eq!(cfg.head_timeout(), Duration::from_secs(10));
         assert_eq!(cfg.max_head_bytes(), 8192);
         assert_eq!(cfg.max_body_bytes(), 1 << 20);
         assert_eq!(cfg.max_connections(), 256);
+        assert_eq!(cfg.request_budget(), Duration::from_secs(30));
     }
 
     #[test]
     fn bad_values_name_their_field() {
         let cases = [
-            (GuardConfig::builder().head_timeout(Duration::ZERO), "head_timeout"),
-            (GuardConfig::builder().body_timeout(Duration::MAX), "body_timeout"),
-            (GuardConfig::builder().idle_timeout(Duration::ZERO), "idle_timeout"),
-            (GuardConfig::builder().write_timeout(Duration::ZERO), "write_timeout"),
-            (GuardConfig::builder().max_head_bytes(10), "max_head_bytes"),
-            (GuardConfig::builder().max_body_bytes(u64::MAX), "max_body_bytes"),
-            (GuardConfig::builder().max_connections(0), "max_connections"),
+            (ServerConfig::builder().head_timeout(Duration::ZERO), "head_timeout"),
+            (ServerConfig::builder().body_timeout(Duration::MAX), "body_timeout"),
+            (ServerConfig::builder().idle_timeout(Duration::ZERO), "idle_timeout"),
+            (ServerConfig::builder().write_timeout(Duration::ZERO), "write_timeout"),
+            (ServerConfig::builder().max_head_bytes(10), "max_head_bytes"),
+            (ServerConfig::builder().max_body_bytes(u64::MAX), "max_body_bytes"),
+            (ServerConfig::builder().max_connections(0), "max_connections"),
+            (ServerConfig::builder().request_budget(Duration::ZERO), "request_budget"),
         ];
         for (builder, field) in cases {
             let err = builder.build().unwrap_err();
             assert_eq!(err.field(), field, "{err}");
             assert!(err.to_string().starts_with(field), "{err}");
         }
-        let ok = GuardConfig::builder().max_body_bytes(0).max_connections(1).build().unwrap();
+        let ok = ServerConfig::builder().max_body_bytes(0).max_connections(1).build().unwrap();
         assert_eq!(ok.max_body_bytes(), 0);
     }
 }

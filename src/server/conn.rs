@@ -37,8 +37,9 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
             Ok(body) => body,
             Err(refusal) => return refuse(&mut wire, refusal),
         };
+        let received = Instant::now();
         let close_after = !head.keep_alive || shared.stopping.load(Ordering::SeqCst);
-        let request = head.forwarded(&body);
+        let request = head.forwarded(&body, stream.peer_addr().ok(), received);
         drop(body);
         let (mut hop_stream, fresh) = match shared.hop.take() {
             Ok(taken) => taken,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::config::GuardConfig;
+use super::config::ServerConfig;
 use super::hop::Hop;
 use super::wire::Refusal;
 
@@ -55,7 +55,7 @@ const LINGER: Duration = Duration::from_secs(1);
 
 /// What the accept loop and every connection thread share.
 pub(super) struct GuardShared {
-    pub(super) cfg: GuardConfig,
+    pub(super) cfg: ServerConfig,
     pub(super) hop: Hop,
     /// Set by [`Guard::stop`]; read by the accept loop after each accept and
     /// by each connection before it waits for another request.
@@ -94,7 +94,7 @@ impl Guard {
     /// `serve_conn` on a thread of its own.
     pub(super) fn start(
         listener: TcpListener,
-        cfg: GuardConfig,
+        cfg: ServerConfig,
         hop: Hop,
         serve_conn: fn(&GuardShared, &Conn),
     ) -> io::Result<Guard> {

@@ -12,7 +12,7 @@
 //!
 //! ```no_run
 //! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-//! let handle = watertight::server::serve(listener, 16, |_req: &mut tiny_http::Request| {
+//! let handle = watertight::server::serve(listener, 16, |_req: &mut tiny_http::Request, _ctx: &_| {
 //!     tiny_http::Response::from_string("hello").boxed()
 //! })?;
 //! println!("listening on {:?}, {} threads", handle.addr(), handle.threads());
@@ -28,7 +28,7 @@
 //!
 //! A slow or hostile client can cost a guard thread, never a request thread,
 //! and never the process. [`serve`] puts a guard between the clients and
-//! tiny_http (settings in [`GuardConfig`]; [`serve_with`] takes your own):
+//! tiny_http (settings in [`ServerConfig`]; [`serve_with`] takes your own):
 //!
 //! ```text
 //! client ──TCP──► accept thread ──► connection thread ──hop──► tiny_http ──► request thread
@@ -39,19 +39,19 @@
 //! - **Accepting.** The guard owns the `TcpListener` and its accept thread. An
 //!   accept error (out of descriptors, say) is logged and retried after a
 //!   pause that doubles from 5 ms up to 1 s; the loop never ends on one.
-//! - **Bounds.** At most [`max_connections`](GuardConfig::max_connections)
+//! - **Bounds.** At most [`max_connections`](ServerConfig::max_connections)
 //!   connections are open, each on one `watertight-conn` thread; past it a new
 //!   connection gets `503` (JSON, `Connection: close`) and is closed.
 //! - **Reading.** The connection thread reads the request head with `httparse`
-//!   within [`head_timeout`](GuardConfig::head_timeout) of its first byte, and
-//!   the body within [`body_timeout`](GuardConfig::body_timeout) of the end of
+//!   within [`head_timeout`](ServerConfig::head_timeout) of its first byte, and
+//!   the body within [`body_timeout`](ServerConfig::body_timeout) of the end of
 //!   the head; between requests it waits
-//!   [`idle_timeout`](GuardConfig::idle_timeout) for the next first byte, then
+//!   [`idle_timeout`](ServerConfig::idle_timeout) for the next first byte, then
 //!   closes. Every read is bounded by what is left of its step's time, so a
 //!   byte now and then does not extend it. A late head or body gets `408`.
-//! - **Caps.** A head over [`max_head_bytes`](GuardConfig::max_head_bytes) (or
+//! - **Caps.** A head over [`max_head_bytes`](ServerConfig::max_head_bytes) (or
 //!   with over 100 headers) gets `431`. A declared `Content-Length` over
-//!   [`max_body_bytes`](GuardConfig::max_body_bytes) gets `413` before a byte
+//!   [`max_body_bytes`](ServerConfig::max_body_bytes) gets `413` before a byte
 //!   of the body is read; a chunked body gets `413` as soon as its chunks pass
 //!   the cap. A `Transfer-Encoding` other than `chunked` gets `501`, an
 //!   `Expect` other than `100-continue` `417`, a malformed head, both
@@ -72,7 +72,7 @@
 //! - **Answering.** The connection thread reads the answer back off the hop,
 //!   whole for answers up to 256 KiB (the request thread never waits on a slow
 //!   reader), and writes it to the client within
-//!   [`write_timeout`](GuardConfig::write_timeout) per write, framed for the
+//!   [`write_timeout`](ServerConfig::write_timeout) per write, framed for the
 //!   client's HTTP version (an HTTP/1.0 client gets a chunked answer de-chunked,
 //!   then the close). Keep-alive works as the client asks.
 //! - **Stopping.** [`ServerHandle::shutdown`] stops the accept loop, closes the
@@ -105,9 +105,11 @@ mod config;
 mod conn;
 mod guard;
 mod hop;
+mod request;
 mod wire;
 
-pub use config::{GuardConfig, GuardConfigBuilder};
+pub use config::{ServerConfig, ServerConfigBuilder};
+pub use request::RequestContext;
 
 use std::fmt;
 use std::io;
@@ -116,15 +118,20 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tiny_http::{Header, Request, Response, ResponseBox, Server};
 
 use crate::error::panic_message;
 
-/// Serves `listener` behind the guard with [`GuardConfig::default`], on
+/// Serves `listener` behind the guard with [`ServerConfig::default`], on
 /// `threads` fixed request threads (at least one), each taking the next
-/// request, calling `handler` with it and sending back the response the
-/// handler returned.
+/// request, calling `handler` with it and its [`RequestContext`] (the
+/// request's deadline, its client, the pool's state), and sending back the
+/// response the handler returned.
+///
+/// A malformed `X-Request-Timeout` is answered `400` (JSON) by the pool
+/// itself; the handler is not called.
 ///
 /// The threads are named `watertight-http-<i>`, `i` from 0. A panic in the
 /// handler is caught and answered with `500 {"code":"INTERNAL_ERROR",...}`;
@@ -138,12 +145,13 @@ use crate::error::panic_message;
 /// bound; every thread already started is stopped first.
 pub fn serve<H>(listener: TcpListener, threads: usize, handler: H) -> io::Result<ServerHandle>
 where
-    H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
+    H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
-    serve_with(listener, threads, GuardConfig::default(), handler)
+    serve_with(listener, threads, ServerConfig::default(), handler)
 }
 
-/// [`serve`] with the guard's settings given.
+/// [`serve`] with the server's settings given (the guard's, and the request
+/// budget).
 ///
 /// # Errors
 ///
@@ -151,15 +159,16 @@ where
 pub fn serve_with<H>(
     listener: TcpListener,
     threads: usize,
-    guard: GuardConfig,
+    guard: ServerConfig,
     handler: H,
 ) -> io::Result<ServerHandle>
 where
-    H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
+    H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
     let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
-    let (shared, joins) = start_pool(server, threads, Box::new(handler), spawn_named)?;
+    let (shared, joins) =
+        start_pool(server, threads, guard.request_budget(), Box::new(handler), spawn_named)?;
     let mut handle = ServerHandle { shared, joins, threads, guard: None, _hop_dir: Some(hop_dir) };
     match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
         Ok(guard) => handle.guard = Some(guard),
@@ -172,18 +181,25 @@ where
 /// Serves `server` on `threads` request threads *without* the guard: tiny_http
 /// 0.12 reads from the clients itself, with the limits listed in the
 /// [module docs](self). For comparison, or behind a proxy that buffers
-/// requests and caps their bodies.
+/// requests and caps their bodies. Of `config`, only the request budget
+/// applies.
 ///
 /// # Errors
 ///
 /// If a thread cannot be started; every thread already started is stopped
 /// first.
-pub fn serve_unguarded<H>(server: Server, threads: usize, handler: H) -> io::Result<ServerHandle>
+pub fn serve_unguarded<H>(
+    server: Server,
+    threads: usize,
+    config: ServerConfig,
+    handler: H,
+) -> io::Result<ServerHandle>
 where
-    H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
+    H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
-    let (shared, joins) = start_pool(server, threads, Box::new(handler), spawn_named)?;
+    let (shared, joins) =
+        start_pool(server, threads, config.request_budget(), Box::new(handler), spawn_named)?;
     Ok(ServerHandle { shared, joins, threads, guard: None, _hop_dir: None })
 }
 
@@ -198,11 +214,18 @@ fn spawn_named(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
 fn start_pool(
     server: Server,
     threads: usize,
+    budget: Duration,
     handler: Handler,
     spawn: Spawn,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
-    let shared =
-        Arc::new(Shared { server, busy: AtomicUsize::new(0), stopping: AtomicBool::new(false), handler });
+    let shared = Arc::new(Shared {
+        server,
+        busy: AtomicUsize::new(0),
+        stopping: AtomicBool::new(false),
+        handler,
+        budget,
+        threads,
+    });
     let mut joins = Vec::with_capacity(threads);
     for i in 0..threads {
         match spawn(i, Arc::clone(&shared)) {
@@ -235,7 +258,7 @@ fn stop_threads(shared: &Shared, joins: &mut Vec<JoinHandle<()>>) {
     }
 }
 
-type Handler = Box<dyn Fn(&mut Request) -> ResponseBox + Send + Sync>;
+type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
 
 struct Shared {
     server: Server,
@@ -248,6 +271,9 @@ struct Shared {
     /// fail checks it: set means exit, clear means a transient accept error.
     stopping: AtomicBool,
     handler: Handler,
+    /// Each request's time budget.
+    budget: Duration,
+    threads: usize,
 }
 
 impl Shared {
@@ -265,8 +291,18 @@ impl Shared {
                     continue;
                 }
             };
-            let _busy = BusyGuard::enter(&self.busy);
-            let response = match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request))) {
+            let taken = Instant::now();
+            let busy = BusyGuard::enter(&self.busy);
+            let ctx = match request::context(&request, self.budget, taken, busy.count(), self.threads) {
+                Ok(ctx) => ctx,
+                Err(message) => {
+                    if let Err(err) = request.respond(json_error(400, "INVALID_REQUEST_TIMEOUT", &message)) {
+                        log::debug!("request pool: sending a response failed: {err}");
+                    }
+                    continue;
+                }
+            };
+            let response = match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
                 Ok(response) => response,
                 Err(payload) => {
                     let msg = panic_message(&*payload);
@@ -289,6 +325,11 @@ impl<'a> BusyGuard<'a> {
         busy.fetch_add(1, Ordering::Relaxed);
         BusyGuard(busy)
     }
+
+    /// Busy threads now, this one included.
+    fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for BusyGuard<'_> {
@@ -300,9 +341,23 @@ impl Drop for BusyGuard<'_> {
 fn internal_error() -> ResponseBox {
     // The panic message stays in the log: it may name internals the client
     // has no business seeing.
-    let body = r#"{"code":"INTERNAL_ERROR","message":"the request handler failed"}"#;
+    json_error(500, "INTERNAL_ERROR", "the request handler failed")
+}
+
+/// `{"code": .., "message": ..}` with `status`.
+fn json_error(status: u16, code: &str, message: &str) -> ResponseBox {
+    let escaped: String = message
+        .chars()
+        .flat_map(|c| match c {
+            '"' => vec!['\\', '"'],
+            '\\' => vec!['\\', '\\'],
+            c if c.is_control() => vec![' '],
+            c => vec![c],
+        })
+        .collect();
+    let body = format!(r#"{{"code":"{code}","message":"{escaped}"}}"#);
     Response::from_string(body)
-        .with_status_code(500)
+        .with_status_code(status)
         .with_header(Header::from_bytes("Content-Type", "application/json").expect("a valid header"))
         .boxed()
 }
@@ -330,6 +385,12 @@ impl ServerHandle {
     /// The number of request threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// A handle on the request pool's gauges that outlives this borrow (for
+    /// a metrics exporter, say).
+    pub fn request_pool(&self) -> RequestPool {
+        RequestPool { shared: Arc::clone(&self.shared) }
     }
 
     /// The address the server listens on (`to_ip()` gives the socket address
@@ -367,6 +428,54 @@ impl ServerHandle {
             guard.stop();
         }
         stop_threads(&self.shared, &mut self.joins);
+    }
+}
+
+/// The request pool's gauges, from [`ServerHandle::request_pool`]: cheap to
+/// clone, readable from any thread while the server runs (and after, as
+/// zero busy).
+#[derive(Clone)]
+pub struct RequestPool {
+    shared: Arc<Shared>,
+}
+
+impl RequestPool {
+    /// Requests being handled right now.
+    pub fn busy(&self) -> usize {
+        self.shared.busy.load(Ordering::Relaxed)
+    }
+
+    /// The number of request threads.
+    pub fn threads(&self) -> usize {
+        self.shared.threads
+    }
+}
+
+/// With the `prometheus` feature, a [`RequestPool`] is a `prometheus-client`
+/// collector of two gauges, `watertight_request_pool_threads` and
+/// `watertight_request_pool_busy`: register it beside
+/// [`metrics::register`](crate::metrics::register) with
+/// `prometheus.register_collector(Box::new(handle.request_pool()))`.
+#[cfg(feature = "prometheus")]
+impl prometheus_client::collector::Collector for RequestPool {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> fmt::Result {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::{MetricType, gauge::ConstGauge};
+        for (name, help, value) in [
+            ("watertight_request_pool_threads", "Threads of the shared request pool.", self.threads()),
+            ("watertight_request_pool_busy", "Request threads handling a request now.", self.busy()),
+        ] {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RequestPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestPool").field("threads", &self.threads()).field("busy", &self.busy()).finish()
     }
 }
 
@@ -408,8 +517,11 @@ mod tests {
     #[test]
     fn a_failed_spawn_stops_the_threads_already_started_and_returns_the_error() {
         let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
-        let handler: Handler = Box::new(|_req: &mut Request| Response::from_string("x").boxed());
-        let err = start_pool(server, 4, handler, two_then_refuse).err().expect("the spawn error");
+        let handler: Handler =
+            Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
+        let err = start_pool(server, 4, Duration::from_secs(1), handler, two_then_refuse)
+            .err()
+            .expect("the spawn error");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         // Both started threads were joined before the error came back.
         assert_eq!(EXITED.load(Ordering::SeqCst), 2);

@@ -2,10 +2,12 @@
 //! `httparse`: the head, then a `Content-Length` or chunked body.
 
 use std::io::{self, Read, Write};
+use std::net::SocketAddr;
 use std::net::TcpStream;
 use std::time::Instant;
 
-use super::config::GuardConfig;
+use super::config::ServerConfig;
+use super::request;
 
 /// Headers a request head may have; more is answered as a head too large.
 const MAX_HEADERS: usize = 100;
@@ -77,7 +79,7 @@ impl<'a> Wire<'a> {
 
     /// Reads and parses a request head; the first byte must be here already
     /// ([`await_request`](Wire::await_request)).
-    pub(super) fn read_head(&mut self, cfg: &GuardConfig) -> Result<Head, Refusal> {
+    pub(super) fn read_head(&mut self, cfg: &ServerConfig) -> Result<Head, Refusal> {
         let deadline = Instant::now() + cfg.head_timeout();
         loop {
             let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -106,7 +108,7 @@ impl<'a> Wire<'a> {
 
     /// Reads the body `head` announced, whole, by `body_timeout`, within
     /// `max_body_bytes`. Sends `100 Continue` first when the client asked.
-    pub(super) fn read_body(&mut self, head: &Head, cfg: &GuardConfig) -> Result<Vec<u8>, Refusal> {
+    pub(super) fn read_body(&mut self, head: &Head, cfg: &ServerConfig) -> Result<Vec<u8>, Refusal> {
         let deadline = Instant::now() + cfg.body_timeout();
         let announced = match head.framing {
             Framing::Empty => return Ok(Vec::new()),
@@ -248,7 +250,7 @@ const HOP_BY_HOP: [&str; 8] = [
 ];
 
 impl Head {
-    fn from_parsed(req: &httparse::Request<'_, '_>, cfg: &GuardConfig) -> Result<Head, Refusal> {
+    fn from_parsed(req: &httparse::Request<'_, '_>, cfg: &ServerConfig) -> Result<Head, Refusal> {
         let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
             return Err(Refusal::bad("incomplete request line"));
         };
@@ -297,7 +299,9 @@ impl Head {
                 }
                 _ => {}
             }
-            if !HOP_BY_HOP.contains(&name.as_str()) {
+            // The guard's own headers are set by the guard alone: a client's
+            // are dropped, so it cannot choose its address or arrival.
+            if !HOP_BY_HOP.contains(&name.as_str()) && !name.starts_with(request::PRIVATE_PREFIX) {
                 headers.push((h.name.to_owned(), value.to_owned()));
             }
         }
@@ -321,10 +325,17 @@ impl Head {
     }
 
     /// The request as the guard passes it on: HTTP/1.1, kept alive, the body
-    /// framed by its length.
-    pub(super) fn forwarded(&self, body: &[u8]) -> Vec<u8> {
+    /// framed by its length, with the client's address and the request's
+    /// arrival in the guard's private headers.
+    pub(super) fn forwarded(&self, body: &[u8], peer: Option<SocketAddr>, received: Instant) -> Vec<u8> {
         let mut out = Vec::with_capacity(256 + body.len());
         out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", self.method, self.target).as_bytes());
+        if let Some(peer) = peer {
+            out.extend_from_slice(format!("{}: {peer}\r\n", request::PEER_HEADER).as_bytes());
+        }
+        out.extend_from_slice(
+            format!("{}: {}\r\n", request::RECEIVED_HEADER, request::encode_instant(received)).as_bytes(),
+        );
         for (name, value) in &self.headers {
             out.extend_from_slice(name.as_bytes());
             out.extend_from_slice(b": ");
