@@ -166,6 +166,8 @@ where
     H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
+    // Fix the arrival header's base before the guard reads any request.
+    request::base();
     let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
     let (shared, joins) =
         start_pool(server, threads, guard.request_budget(), Box::new(handler), spawn_named)?;

@@ -22,8 +22,10 @@ pub(super) const PRIVATE_PREFIX: &str = "x-watertight-";
 /// The header a client may shorten its budget with.
 const TIMEOUT_HEADER: &str = "X-Request-Timeout";
 
-/// The base instant of the arrival header: any fixed instant of this process.
-fn base() -> Instant {
+/// The base instant of the arrival header: a fixed instant of this process,
+/// taken when the first guarded server starts (before any arrival it
+/// encodes, which it could not represent).
+pub(super) fn base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
     *BASE.get_or_init(Instant::now)
 }
@@ -155,6 +157,7 @@ mod tests {
 
     #[test]
     fn arrivals_cross_the_hop_to_the_nanosecond() {
+        base();
         let now = Instant::now();
         let back = decode_instant(&encode_instant(now)).unwrap();
         assert!(back <= now && now - back < Duration::from_micros(1), "{:?}", now - back);
