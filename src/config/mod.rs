@@ -163,9 +163,16 @@ fn dependency_path(name: &str) -> String {
 /// Deserializes a `T`, tracking the path to the first error.
 fn from_deserializer<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, ConfigFileError> {
     serde_path_to_error::deserialize(d).map_err(|e| {
-        let path = e.path().to_string();
-        // The root is written ".".
-        let path = if path == "." { String::new() } else { path };
+        // The root is written ".", and a place the error could not be tied
+        // to (a syntax error at the end of a map) "?": the path stops at the
+        // last known level.
+        let mut path = e.path().to_string();
+        while let Some(known) = path.strip_suffix(".?") {
+            path.truncate(known.len());
+        }
+        if path == "." || path == "?" {
+            path.clear();
+        }
         ConfigFileError::new(path, e.into_inner().to_string())
     })
 }
@@ -195,6 +202,14 @@ impl ConfigFileError {
             message: format!("must be {}, got {}", e.rule(), e.value()),
             invalid: Some(e.clone()),
         }
+    }
+
+    /// A dependency builder's (or a running dependency's) refusal, at the
+    /// path of the field within the dependency's section: a breaker's
+    /// `failure_rate` at `breaker.failure_rate`, `retry.budget` at
+    /// `retry.budget_percent`, `min_limit` at `adaptive_limit.min_limit`.
+    pub fn of_dependency(e: &ConfigError) -> Self {
+        Self::invalid(&sections::dependency_path(e), e)
     }
 
     /// The same error, one level down: its path prefixed with `prefix` and a

@@ -124,17 +124,51 @@ impl DependencyConfigFile {
     }
 }
 
-/// Where a [`ConfigError`] from [`DependencyBuilder::build`] lies in a
-/// dependency's section. The builder names the field as its setter spells it;
-/// the sections it checks itself (breaker, retry, limit) were checked before,
-/// except the adaptive limit against the worker count.
-fn dependency_path(e: &ConfigError) -> String {
-    match e.field() {
-        "min_limit" => "adaptive_limit.min_limit".to_owned(),
+/// Where the field a [`ConfigError`] names lies in a dependency's section.
+///
+/// A dependency's builder (and its live reconfiguration) names the field as
+/// its setter spells it: `workers`, `timeout`, a breaker's `failure_rate`,
+/// a retry's `retry.backoff`, a limit's `min_limit`.
+pub(super) fn dependency_path(e: &ConfigError) -> String {
+    let field = e.field();
+    let breaker = [
+        "minimum_calls",
+        "failure_rate",
+        "slow_call_rate",
+        "slow_call_duration",
+        "open_for",
+        "open_backoff",
+        "half_open_calls",
+        "after_max_wait",
+    ];
+    let limit = [
+        "min_limit",
+        "tolerance",
+        "smoothing",
+        "failure_cut",
+        "short_window",
+        "long_window",
+        "relearn_after",
+    ];
+    match field {
+        "count_based" | "time_based" => "breaker.window_size".to_owned(),
+        f if breaker.contains(&f) => format!("breaker.{f}"),
+        f if limit.contains(&f) => format!("adaptive_limit.{f}"),
+        f if f.starts_with("retry.") => format!("retry.{}", retry_path(f)),
         // The limit's maximum is the worker count.
         "max_limit" => "workers".to_owned(),
         "name" => String::new(),
-        field => field.to_owned(),
+        f => f.to_owned(),
+    }
+}
+
+/// The field of the retry section a `retry.*` error names.
+fn retry_path(field: &str) -> &str {
+    match field {
+        // Refused when the initial backoff exceeds the max.
+        "retry.backoff" => "initial_backoff",
+        "retry.budget" => "budget_percent",
+        other => other.strip_prefix("retry.").unwrap_or(other),
     }
 }
 
@@ -331,18 +365,7 @@ impl RetryConfigFile {
         if let Some(t) = self.overall_timeout {
             builder = builder.overall_timeout(t);
         }
-        builder.build().map_err(|e| {
-            let path = match e.field() {
-                "retry.max_attempts" => "max_attempts",
-                // Refused when the initial backoff exceeds the max.
-                "retry.backoff" => "initial_backoff",
-                "retry.backoff_multiplier" => "backoff_multiplier",
-                "retry.budget" => "budget_percent",
-                "retry.overall_timeout" => "overall_timeout",
-                other => other.strip_prefix("retry.").unwrap_or(other),
-            };
-            ConfigFileError::invalid(path, &e)
-        })
+        builder.build().map_err(|e| ConfigFileError::invalid(retry_path(e.field()), &e))
     }
 }
 

@@ -290,3 +290,32 @@ fn paths_nest() {
     assert_eq!(ConfigFileError::new("", "bad").within("x").path(), "x");
     assert_eq!(ConfigFileError::new("", "no field").to_string(), "no field");
 }
+
+#[test]
+fn a_dependency_error_lands_on_its_section() {
+    let cases = [
+        (ConfigError::new("workers", "in [1, 4096]", 0), "workers"),
+        (ConfigError::new("failure_rate", "in (0, 100]", 101), "breaker.failure_rate"),
+        (ConfigError::new("time_based", "in [1, 86400] seconds", 0), "breaker.window_size"),
+        (ConfigError::new("retry.backoff", "initial <= max", "x"), "retry.initial_backoff"),
+        (ConfigError::new("retry.budget", "a percentage in [0, 100]", 150), "retry.budget_percent"),
+        (ConfigError::new("retry.max_attempts", "at least 1", 0), "retry.max_attempts"),
+        (ConfigError::new("min_limit", "at most the maximum", "6 > 4"), "adaptive_limit.min_limit"),
+        (ConfigError::new("max_limit", "in [1, 4096]", 0), "workers"),
+    ];
+    for (e, path) in cases {
+        let f = ConfigFileError::of_dependency(&e);
+        assert_eq!(f.path(), path, "{e}");
+        assert_eq!(f.config_error(), Some(&e));
+        assert_eq!(f.message(), format!("must be {}, got {}", e.rule(), e.value()));
+    }
+}
+
+#[test]
+fn a_syntax_error_names_no_field() {
+    let err = from_json(r#"{"dependencies": {"fraud": {"workers": 2,"#).unwrap_err();
+    assert!(err.message().contains("EOF while parsing"), "{err}");
+    assert_eq!(err.path(), "dependencies.fraud", "{err}");
+    let err = from_json(r#"{"dependencies": "#).unwrap_err();
+    assert_eq!(err.path(), "dependencies", "{err}");
+}
