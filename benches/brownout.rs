@@ -2,7 +2,9 @@
 //! limit each cost the server, second by second.
 //!
 //! The scenario (see `tests/support/brownout.rs`): a loopback provider answers in
-//! 5 ms, then in 500 ms for 20 s, then in 5 ms again; 32 caller threads call it
+//! 5 ms, then saturates for 20 s (it serves 4 requests at once, 125 ms each, and the
+//! rest wait: about 500 ms for the 16 a fixed pool sends at once), then answers in
+//! 5 ms again; 32 caller threads call it
 //! through a dependency of 16 workers (no queue) with a 3 s timeout, guarded by
 //!
 //! | id                  | guard                                                       |
@@ -37,6 +39,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use brownout::{Guard, Run, Scenario};
+use watertight::testing::Fault;
 use watertight::{AdaptiveLimit, Limiter, Verdict};
 
 const CSV: &str = "examples/brownout.csv";
@@ -155,8 +158,12 @@ fn chart(runs: &[Run], s: &Scenario) -> Result<(), Box<dyn Error>> {
     let root = SVGBackend::new(SVG, (1100, 1100)).into_drawing_area();
     root.fill(&WHITE)?;
     let title = format!(
-        "A provider in brownout ({:?} -> {:?}, shaded): {} callers, {} workers, {:?} timeout",
-        s.healthy, s.slow, s.callers, s.workers, s.timeout
+        "A provider in brownout ({:?} -> {}, shaded): {} callers, {} workers, {:?} timeout",
+        s.healthy,
+        degraded(s),
+        s.callers,
+        s.workers,
+        s.timeout
     );
     let root = root.titled(&title, ("sans-serif", 22))?;
     let areas = root.split_evenly((3, 1));
@@ -186,6 +193,14 @@ fn chart(runs: &[Run], s: &Scenario) -> Result<(), Box<dyn Error>> {
     )?;
     root.present()?;
     Ok(())
+}
+
+/// The brownout fault in words, for the chart.
+fn degraded(s: &Scenario) -> String {
+    match s.degraded {
+        Fault::Saturated { capacity, service } => format!("saturated: {capacity} at once, {service:?} each"),
+        other => other.to_string(),
+    }
 }
 
 fn main() -> Result<(), Box<dyn Error>> {

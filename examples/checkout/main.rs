@@ -64,7 +64,8 @@ ROUTES:
 ADMIN ROUTES answer loopback clients, and others only with header X-Admin-Token: <--admin-token>.
 
 FAULTS (embedded providers):
-  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close, cut)
+  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close, cut,
+  saturated:<n>:<ms>: at most n requests served at once, each taking ms)
 
 EMBEDDED PROVIDERS:
   fraud    POST /verify {customer_id, amount}: rejects amounts over 1000, approves the rest
