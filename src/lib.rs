@@ -102,11 +102,14 @@ pub use crate::{
     breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition},
     classify::{Classify, Verdict},
     clock::{Clock, ManualClock, SystemClock},
-    dependency::{CallCounts, Dependency, DependencyBuilder, DependencySnapshot, Event, Within},
+    dependency::{
+        CallCounts, Dependency, DependencyBuilder, DependencyConfig, DependencyLatency, DependencySnapshot,
+        Event, Percentiles, Within,
+    },
     error::{ConfigError, Error, Outcome, Rejection},
     limit::{AdaptiveLimit, LimitPermit, Limiter},
     pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket},
-    registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry},
+    registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, ReconfigureError, Registry},
     retry::{Retry, RetryBuilder},
 };
 

@@ -33,7 +33,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, MetricEnc
 use prometheus_client::metrics::MetricType;
 
 use crate::breaker::State;
-use crate::dependency::DependencySnapshot;
+use crate::dependency::{Dependency, DependencySnapshot};
+use crate::histogram::HistogramSnapshot;
 use crate::registry::Registry;
 
 /// A `prometheus-client` collector that reads a [`Registry`] on every
@@ -138,6 +139,41 @@ fn counters(
     Ok(())
 }
 
+/// A histogram family with one sample per dependency, in seconds: every
+/// fourth bound of [`LatencyHistogram`](crate::histogram::LatencyHistogram)
+/// (doublings from 100 us to 26.2 s, then 30 s and `+Inf`), counted since the
+/// dependency was built.
+fn histograms(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    deps: &[Dependency],
+    snapshot: impl Fn(&Dependency) -> HistogramSnapshot,
+) -> Res {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for dep in deps {
+        let snap = snapshot(dep);
+        let mut below = 0;
+        let buckets: Vec<(f64, u64)> = snap
+            .cumulative(4)
+            .into_iter()
+            .map(|(bound, cumulative)| {
+                let in_bucket = cumulative.saturating_sub(below);
+                below = cumulative;
+                (bound.map_or(f64::MAX, |b| b.as_secs_f64()), in_bucket)
+            })
+            .collect();
+        let labels: &[(&str, &str)] = &[("dependency", dep.name())];
+        metric.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+            snap.sum().as_secs_f64(),
+            snap.count(),
+            &buckets,
+            None,
+        )?;
+    }
+    Ok(())
+}
+
 fn counter(metric: &mut MetricEncoder<'_>, labels: &[(&str, &str)], v: u64) -> Res {
     metric.encode_family(&labels)?.encode_counter::<NoLabelSet, u64, u64>(&v, None)
 }
@@ -150,8 +186,48 @@ impl prometheus_client::collector::Collector for Collector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Res {
         // One snapshot per dependency per scrape (see `Registry::snapshot`),
         // so every family below shows the same moment.
-        let snaps = self.registry.snapshot();
+        let deps = self.registry.dependencies();
+        let snaps: Vec<DependencySnapshot> = deps.iter().map(Dependency::snapshot).collect();
         let enc = &mut encoder;
+
+        histograms(
+            enc,
+            "watertight_queue_wait_seconds",
+            "Time from submission to a worker taking the job.",
+            &deps,
+            |d| d.pool().queue_wait_histogram().snapshot(),
+        )?;
+        histograms(enc, "watertight_run_seconds", "Time a job ran on its worker.", &deps, |d| {
+            d.pool().run_histogram().snapshot()
+        })?;
+        histograms(
+            enc,
+            "watertight_call_seconds",
+            "Attempts that reached the pool, as their callers saw them (queue wait included).",
+            &deps,
+            |d| d.call_histogram().snapshot(),
+        )?;
+        gauges(
+            enc,
+            "watertight_mean_service_seconds",
+            "Recent mean run time of a job (the admission estimate's).",
+            &snaps,
+            |s| s.mean_service_time.map(|d| d.as_secs_f64()),
+        )?;
+        gauges(
+            enc,
+            "watertight_estimated_wait_seconds",
+            "What a call made now would wait for a worker; absent while nothing is queued.",
+            &snaps,
+            |s| s.estimated_wait.map(|d| d.as_secs_f64()),
+        )?;
+        gauges(
+            enc,
+            "watertight_limit",
+            "The adaptive concurrency limit now; absent without one.",
+            &snaps,
+            |s| s.limit,
+        )?;
 
         {
             let mut metric = enc.encode_descriptor(

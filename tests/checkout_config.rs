@@ -247,40 +247,57 @@ fn put_config_refuses_what_it_cannot_apply() {
     assert_eq!(fraud, parse(&std::fs::read_to_string(FILE).unwrap()).dependencies["fraud"]);
 }
 
-/// Live reconfiguration through `PUT /_config/{name}`: needs the crate's
-/// `Registry::reconfigure` (see `examples/checkout/live.rs`, `apply_live`).
+/// Live reconfiguration through `PUT /_config/{name}`: the whole section, as
+/// `GET /_config/{name}` gives it, changed and sent back.
 #[test]
-#[ignore = "needs live reconfiguration of a running Dependency (Registry::reconfigure)"]
 fn put_config_changes_a_dependency_live() {
     let server = Checkout::start(&[]);
-    let mut fraud = parse(&std::fs::read_to_string(FILE).unwrap()).dependencies["fraud"].clone();
-    fraud.workers = 3;
-    fraud.queue = 1;
+    let get_fraud = || {
+        let answer = request(server.addr, "GET", "/_config/fraud", "", "");
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        serde_json::from_value::<DependencyConfigFile>(json(&answer)).expect("a dependency section")
+    };
+    let mut fraud = get_fraud();
     fraud.timeout = Duration::from_millis(1500);
-    fraud.max_wait = Duration::from_millis(50);
     fraud.breaker.failure_rate = 40.0;
+    fraud.breaker.window_size = 30;
     fraud.retry.max_attempts = 2;
-    let body = serde_json::to_string(&fraud).unwrap();
-    let answer = request(server.addr, "PUT", "/_config/fraud", "", &body);
+    fraud.adaptive_limit = Some(Default::default());
+    let answer = request(server.addr, "PUT", "/_config/fraud", "", &serde_json::to_string(&fraud).unwrap());
     assert_eq!(answer.status, 200, "{}", answer.body);
     let back: DependencyConfigFile = serde_json::from_value(json(&answer)["config"].clone()).unwrap();
     assert_eq!(back, fraud);
+    assert_eq!(get_fraud(), fraud);
 
     let circuits = json(&get(server.addr, "/circuits", WAIT).expect("GET /circuits"));
     let live = dependency(&circuits, "fraud");
-    assert_eq!(live["pool"]["workers"], 3);
-    assert_eq!(live["pool"]["queue_capacity"], 1);
     assert_eq!(live["timeout_ms"], 1500);
-    assert_eq!(live["max_wait_ms"], 50);
+    assert_eq!(live["max_wait_ms"], 100);
     assert_eq!(live["config"]["breaker"]["failure_rate"], 40.0);
+    assert_eq!(live["config"]["breaker"]["window_size"], 30);
     assert_eq!(live["config"]["retry"]["max_attempts"], 2);
+    assert_eq!(live["adaptive_limit"]["max"], 6, "{live}");
+    // The others are untouched.
+    assert_eq!(dependency(&circuits, "account-read")["timeout_ms"], 10_000);
 
-    // 12 + 4 = 16: fraud could hold every request thread. Refused, nothing changes.
-    fraud.workers = 12;
-    fraud.queue = 4;
-    let answer = request(server.addr, "PUT", "/_config/fraud", "", &serde_json::to_string(&fraud).unwrap());
+    // 12 + 4 = 16 of 16 request threads: refused by the capacity rule, and
+    // nothing changes.
+    let mut greedy = fraud.clone();
+    greedy.workers = 12;
+    greedy.queue = 4;
+    let answer = request(server.addr, "PUT", "/_config/fraud", "", &serde_json::to_string(&greedy).unwrap());
     assert_eq!(answer.status, 409, "{}", answer.body);
-    assert!(json(&answer)["message"].as_str().unwrap().contains("fraud"), "{}", answer.body);
-    let circuits = json(&get(server.addr, "/circuits", WAIT).expect("GET /circuits"));
-    assert_eq!(dependency(&circuits, "fraud")["pool"]["workers"], 3);
+    let answer = json(&answer);
+    assert_eq!(answer["code"], "CAPACITY_EXCEEDED");
+    assert!(answer["message"].as_str().unwrap().contains("`fraud` can hold 16 of 16"), "{answer}");
+    assert_eq!(get_fraud(), fraud);
+
+    // A value only the running dependency can refuse names its field too.
+    let mut late = fraud.clone();
+    late.max_wait = Duration::from_secs(2);
+    late.timeout = Duration::from_secs(1);
+    let answer = request(server.addr, "PUT", "/_config/fraud", "", &serde_json::to_string(&late).unwrap());
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert_eq!(json(&answer)["field"], "max_wait");
+    assert_eq!(get_fraud(), fraud);
 }

@@ -125,3 +125,39 @@ fn the_retry_budget_is_a_percentage() {
     assert_eq!(err.field(), "retry.budget");
     assert!(err.to_string().contains("percentage"), "{err}");
 }
+
+#[test]
+fn latency_histograms_are_exported_and_summarised() {
+    let dep =
+        Dependency::builder("timed").workers(2).queue(2).timeout(Duration::from_secs(5)).build().unwrap();
+    let registry = Registry::new();
+    registry.register(dep.clone()).unwrap();
+    for _ in 0..20 {
+        dep.call(|_| {
+            std::thread::sleep(Duration::from_millis(3));
+            Ok::<_, std::io::Error>(())
+        })
+        .unwrap();
+    }
+    // Workers record queue wait and run time just after they answer: wait (bounded) for the last.
+    let until = Instant::now() + Duration::from_secs(5);
+    while dep.pool().run_histogram().snapshot().count() < 20 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let latency = dep.snapshot().latency;
+    let (run, call) = (latency.run.p50.expect("a run p50"), latency.call.p50.expect("a call p50"));
+    assert!(run >= Duration::from_millis(2) && run < Duration::from_secs(1), "run p50 {run:?}");
+    assert!(
+        call >= run.mul_f64(0.8),
+        "a call ({call:?}) takes at least its run ({run:?}), within the buckets' 10 %"
+    );
+    let text = watertight::metrics::encode_text(&registry);
+    for family in ["watertight_queue_wait_seconds", "watertight_run_seconds", "watertight_call_seconds"] {
+        assert!(text.contains(&format!("# TYPE {family} histogram")), "{family} missing\n{text}");
+        let count = format!(r#"{family}_count{{dependency="timed"}} 20"#);
+        assert!(text.contains(&count), "{count} missing\n{text}");
+        let inf = format!(r#"{family}_bucket{{le="+Inf",dependency="timed"}} 20"#);
+        let inf_alt = format!(r#"{family}_bucket{{dependency="timed",le="+Inf"}} 20"#);
+        assert!(text.contains(&inf) || text.contains(&inf_alt), "the +Inf bucket holds every sample\n{text}");
+    }
+}

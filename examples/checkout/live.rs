@@ -3,16 +3,15 @@
 //! dependencies built from it, and their live values read back and changed
 //! while the server runs (`GET /_config`, `PUT /_config/{name}`).
 //!
-//! Reading back and changing a running dependency go through the two adapter
-//! functions at the bottom of this file, [`live_config`] and [`apply_live`]:
-//! they are the only code that needs the crate's live-reconfiguration API.
+//! A running dependency is read back with `Dependency::config` and changed
+//! with `Registry::reconfigure`, which checks the change against the request
+//! pool's capacity rule first.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use parking_lot::Mutex;
 use watertight::config::{Config, ConfigFileError, DependencyConfigFile};
-use watertight::{CapacityReport, Dependency, Registry};
+use watertight::{CapacityReport, Dependency, ReconfigureError, Registry};
 
 use crate::backends::Deps;
 
@@ -78,27 +77,26 @@ pub enum LiveError {
     Invalid(ConfigFileError),
     /// The change would break the request pool's capacity rule (409).
     Capacity(String),
-    /// This build of the crate cannot change a running dependency (501).
-    Unsupported(&'static str),
 }
 
-/// The configuration each dependency was last given, as far as the running
-/// dependency cannot say it itself (see [`live_config`]).
+/// Reads back and changes the running dependencies, checking every change
+/// against a request pool of `request_threads`.
 pub struct LiveConfig {
-    applied: Mutex<BTreeMap<String, DependencyConfigFile>>,
     request_threads: usize,
+    /// One change at a time, so that two `PUT`s to one dependency cannot
+    /// interleave their read-back with each other's change.
+    changing: Mutex<()>,
 }
 
 impl LiveConfig {
-    /// Starts from the configuration the dependencies were built with.
-    pub fn new(config: &Config, request_threads: usize) -> LiveConfig {
-        LiveConfig { applied: Mutex::new(config.dependencies.clone()), request_threads }
+    /// For a request pool of `request_threads`.
+    pub fn new(request_threads: usize) -> LiveConfig {
+        LiveConfig { request_threads, changing: Mutex::new(()) }
     }
 
-    /// The running dependency's configuration.
+    /// The running dependency's configuration, as a file would say it.
     pub fn current(&self, dep: &Dependency) -> DependencyConfigFile {
-        let applied = self.applied.lock().get(dep.name()).cloned().unwrap_or_default();
-        live_config(dep, applied)
+        DependencyConfigFile::from(&dep.config())
     }
 
     /// The whole running configuration, as a file would say it.
@@ -112,62 +110,24 @@ impl LiveConfig {
     }
 
     /// Changes the running dependency `name` to `new`, all of it at once:
-    /// validated, checked against the capacity rule, applied to the calls in
-    /// flight. Returns the capacity report after the change.
+    /// validated, checked against the capacity rule, then applied while calls
+    /// run (`Registry::reconfigure`). Returns the capacity report after the
+    /// change; on an error nothing has changed.
     pub fn reconfigure(
         &self,
         registry: &Registry,
         name: &str,
-        new: DependencyConfigFile,
-    ) -> Result<CapacityReport, LiveError> {
-        if registry.get(name).is_none() {
-            return Err(LiveError::Unknown);
-        }
-        new.validate().map_err(LiveError::Invalid)?;
-        // One change at a time, so that `applied` follows the order in which
-        // the changes were made.
-        let mut applied = self.applied.lock();
-        let report = apply_live(registry, name, &new, self.request_threads)?;
-        applied.insert(name.to_owned(), new);
-        Ok(report)
+        new: &DependencyConfigFile,
+    ) -> Result<(DependencyConfigFile, CapacityReport), LiveError> {
+        let config = new.to_config().map_err(LiveError::Invalid)?;
+        let _one_at_a_time = self.changing.lock();
+        let report = registry.reconfigure(name, config, self.request_threads).map_err(|e| match e {
+            ReconfigureError::UnknownDependency(_) => LiveError::Unknown,
+            ReconfigureError::Invalid(e) => LiveError::Invalid(ConfigFileError::of_dependency(&e)),
+            ReconfigureError::Capacity(e) => LiveError::Capacity(e.to_string()),
+            other => LiveError::Capacity(other.to_string()),
+        })?;
+        let dep = registry.get(name).ok_or(LiveError::Unknown)?;
+        Ok((self.current(&dep), report))
     }
-}
-
-// ---------------------------------------------------------------------------
-// The adapter: the only two functions that need live reconfiguration.
-//
-// Until `Dependency::config()` and `Registry::reconfigure` exist, the running
-// dependency is read through its getters (pool, timeout, retry) and the rest
-// is what it was last given; a change is refused as unsupported.
-// ---------------------------------------------------------------------------
-
-/// The running `dep`'s configuration. `applied` is the one it was last given.
-fn live_config(dep: &Dependency, applied: DependencyConfigFile) -> DependencyConfigFile {
-    let pool = dep.pool();
-    DependencyConfigFile {
-        workers: pool.workers(),
-        queue: pool.queue_capacity(),
-        max_wait: pool.max_wait(),
-        timeout: dep.timeout(),
-        // The pool reports whether admission is in effect (never with a
-        // queue of 0), not the setting.
-        deadline_aware_admission: applied.deadline_aware_admission,
-        retry: dep.retry().into(),
-        // The breaker's and the limit's settings are not readable from a
-        // running dependency in this build: the ones it was built with.
-        breaker: applied.breaker,
-        adaptive_limit: applied.adaptive_limit,
-    }
-}
-
-/// Applies `new` to the running dependency `name`, refusing a change that
-/// breaks the capacity rule for `request_threads`.
-fn apply_live(
-    registry: &Registry,
-    name: &str,
-    new: &DependencyConfigFile,
-    request_threads: usize,
-) -> Result<CapacityReport, LiveError> {
-    let _ = (registry, name, new, request_threads);
-    Err(LiveError::Unsupported("this build of watertight cannot change a running dependency"))
 }

@@ -46,6 +46,7 @@ use watertight::testing::{Call, FakeProvider, Fault};
     after_help = "\
 ROUTES:
   POST /checkout          header X-User-Id, body {\"customer_id\": \"c1\", \"amount\": 120.5}
+                          (any route: X-Request-Timeout: 800ms shortens the request budget)
                           201 approved, 402 rejected by fraud, 202 manual_review when fraud is unavailable,
                           403 SERVICE_ACCESS_DENIED, 503 SERVICE_ACCESS_UNAVAILABLE (fails closed)
   GET  /orders/{id}       the order from memory (never calls fraud)
@@ -97,6 +98,11 @@ pub struct Args {
     /// Without it, only loopback clients may.
     #[arg(long, value_name = "TOKEN", value_parser = parse_admin_token)]
     pub admin_token: Option<String>,
+
+    /// Each request's time budget (`5s`, `800ms`): every provider call it
+    /// makes ends by then. A client's `X-Request-Timeout` may only shorten it.
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = routes::parse_duration)]
+    pub request_budget: Duration,
 
     /// The embedded fraud provider's fault at start.
     #[arg(long, default_value = "healthy", value_name = "FAULT")]
@@ -232,12 +238,12 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     let backends = Arc::new(Backends::new(mode, fraud_url, account_url, direct_timeout));
     let gate = AccessGate::new(Duration::from_secs(60), Duration::from_secs(10), {
         let backends = Arc::clone(&backends);
-        move |user: &str| backends.has_access(user)
+        move |user: &str, deadline| backends.has_access(user, deadline)
     });
     let mut prometheus = watertight::metrics::PrometheusRegistry::default();
     watertight::metrics::register(&registry, &mut prometheus);
 
-    let live = LiveConfig::new(&config, threads);
+    let live = LiveConfig::new(threads);
     let app = Arc::new(App::new(
         backends,
         gate,
@@ -245,6 +251,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         prometheus,
         providers.clone(),
         threads,
+        args.request_budget,
         live,
         args.admin_token.clone(),
     ));

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -82,6 +83,9 @@ pub struct App {
     pub providers: Vec<Arc<FakeProvider>>,
     /// The request pool's size, for `/circuits`.
     pub request_threads: usize,
+    /// Each request's time budget, from its arrival; `X-Request-Timeout` may
+    /// only shorten it.
+    pub request_budget: Duration,
     orders: Mutex<BTreeMap<u64, Order>>,
     next_order: AtomicU64,
     /// Requests inside `handle` right now (the request pool's busy gauge as
@@ -107,6 +111,7 @@ impl App {
         prometheus: watertight::metrics::PrometheusRegistry,
         providers: Vec<Arc<FakeProvider>>,
         request_threads: usize,
+        request_budget: Duration,
         live: LiveConfig,
         admin_token: Option<String>,
     ) -> Self {
@@ -120,6 +125,7 @@ impl App {
             prometheus,
             providers,
             request_threads,
+            request_budget,
             orders: Mutex::new(BTreeMap::new()),
             next_order: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
@@ -130,13 +136,17 @@ impl App {
 
     /// Answers one request.
     pub fn handle(&self, req: &mut Request) -> ResponseBox {
+        let deadline = match request_deadline(req, self.request_budget) {
+            Ok(deadline) => deadline,
+            Err(resp) => return resp,
+        };
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let response = self.route(req);
+        let response = self.route(req, deadline);
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         response
     }
 
-    fn route(&self, req: &mut Request) -> ResponseBox {
+    fn route(&self, req: &mut Request, deadline: Instant) -> ResponseBox {
         let url = req.url().to_owned();
         let path = url.split(['?', '#']).next().unwrap_or("");
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -150,11 +160,11 @@ impl App {
             return refused;
         }
         match segments.as_slice() {
-            ["checkout"] if post => self.checkout(req),
+            ["checkout"] if post => self.checkout(req, deadline),
             ["checkout"] => method_not_allowed("POST"),
             ["orders", id] if get => self.order(id),
             ["orders", _] => method_not_allowed("GET"),
-            ["me"] if get => self.me(req),
+            ["me"] if get => self.me(req, deadline),
             ["me"] => method_not_allowed("GET"),
             ["health"] if get => json_response(200, &json!({ "status": "UP" })),
             ["health"] => method_not_allowed("GET"),
@@ -177,7 +187,7 @@ impl App {
         }
     }
 
-    fn checkout(&self, req: &mut Request) -> ResponseBox {
+    fn checkout(&self, req: &mut Request, deadline: Instant) -> ResponseBox {
         let user = match user_id(req) {
             Ok(user) => user,
             Err(resp) => return resp,
@@ -200,7 +210,7 @@ impl App {
 
         // The gate first: when access cannot be decided, the business code
         // below never runs (fail closed).
-        match self.gate.check(&user) {
+        match self.gate.check(&user, deadline) {
             Ok(Decision::Allowed) => {}
             Ok(Decision::Denied) => {
                 return error(403, "SERVICE_ACCESS_DENIED", "this user may not use checkout");
@@ -215,17 +225,17 @@ impl App {
         }
 
         // Fraud: an explicit verdict, or manual review. Never a silent approval.
-        let (status_code, status, reason) = match self.backends.check_fraud(&order.customer_id, order.amount)
-        {
-            Ok(FraudVerdict::Approve) => (201, "approved", None),
-            Ok(FraudVerdict::Reject(why)) => (402, "rejected", Some(why)),
-            Err(unavailable) => {
-                // Debug, not warn: in an outage this is every checkout, and
-                // /circuits and /metrics count them already.
-                log::debug!("fraud check unavailable ({}): {}", unavailable.reason, unavailable.detail);
-                (202, "manual_review", Some(format!("fraud_{}", unavailable.reason)))
-            }
-        };
+        let (status_code, status, reason) =
+            match self.backends.check_fraud(&order.customer_id, order.amount, deadline) {
+                Ok(FraudVerdict::Approve) => (201, "approved", None),
+                Ok(FraudVerdict::Reject(why)) => (402, "rejected", Some(why)),
+                Err(unavailable) => {
+                    // Debug, not warn: in an outage this is every checkout, and
+                    // /circuits and /metrics count them already.
+                    log::debug!("fraud check unavailable ({}): {}", unavailable.reason, unavailable.detail);
+                    (202, "manual_review", Some(format!("fraud_{}", unavailable.reason)))
+                }
+            };
         let n = self.next_order.fetch_add(1, Ordering::Relaxed);
         let stored = Order {
             order_id: format!("ord-{n}"),
@@ -257,12 +267,12 @@ impl App {
         }
     }
 
-    fn me(&self, req: &Request) -> ResponseBox {
+    fn me(&self, req: &Request, deadline: Instant) -> ResponseBox {
         let user = match user_id(req) {
             Ok(user) => user,
             Err(resp) => return resp,
         };
-        match self.backends.profile(&user) {
+        match self.backends.profile(&user, deadline) {
             Ok(profile) => json_response(200, &profile),
             Err(u) => {
                 log::warn!("profile lookup unavailable ({}): {}", u.reason, u.detail);
@@ -304,10 +314,18 @@ impl App {
                     },
                     "timeout_ms": s.timeout.as_millis() as u64,
                     "max_wait_ms": config.as_ref().map(|c| c.max_wait.as_millis() as u64),
-                    "limit": limit,
+                    "adaptive_limit": limit,
                     "config": config.as_ref().map(to_json),
                     "mean_service_time_ms": s.mean_service_time.map(|d| d.as_secs_f64() * 1000.0),
                     "estimated_wait_ms": s.estimated_wait.map(|d| d.as_secs_f64() * 1000.0),
+                    "limit": s.limit,
+                    // The call time as callers see it, and its two parts, over the recent window.
+                    "latency": {
+                        "p50_ms": ms(s.latency.call.p50),
+                        "p99_ms": ms(s.latency.call.p99),
+                        "queue_wait": { "p50_ms": ms(s.latency.queue_wait.p50), "p99_ms": ms(s.latency.queue_wait.p99) },
+                        "run": { "p50_ms": ms(s.latency.run.p50), "p99_ms": ms(s.latency.run.p99) },
+                    },
                 })
             })
             .collect();
@@ -369,19 +387,17 @@ impl App {
                 Ok(new) => new,
                 Err(e) => return invalid_config(&e),
             };
-        match self.live.reconfigure(&self.registry, name, new) {
-            Ok(report) => {
-                log::info!("dependency {name}: reconfigured");
-                let current = self.registry.get(name).map(|d| to_json(&self.live.current(&d)));
+        match self.live.reconfigure(&self.registry, name, &new) {
+            Ok((current, report)) => {
+                log::info!("dependency {name}: reconfigured through PUT /_config");
                 json_response(
                     200,
-                    &json!({ "dependency": name, "config": current, "capacity_warnings": report.warnings() }),
+                    &json!({ "dependency": name, "config": to_json(&current), "capacity_warnings": report.warnings() }),
                 )
             }
             Err(LiveError::Unknown) => unknown_dependency(name),
             Err(LiveError::Invalid(e)) => invalid_config(&e),
             Err(LiveError::Capacity(why)) => error(409, "CAPACITY_EXCEEDED", &why),
-            Err(LiveError::Unsupported(why)) => error(501, "NOT_IMPLEMENTED", why),
         }
     }
 
@@ -506,4 +522,47 @@ fn call_counts(calls: &watertight::CallCounts) -> Value {
     out.insert("retried".into(), json!(calls.retried));
     out.insert("expired".into(), json!(calls.expired));
     Value::Object(out)
+}
+
+/// Milliseconds, with fractions, for JSON.
+fn ms(d: Option<std::time::Duration>) -> Option<f64> {
+    d.map(|d| d.as_secs_f64() * 1000.0)
+}
+
+/// The request's deadline: its arrival plus the budget, or sooner if the
+/// client's `X-Request-Timeout` (`250ms`, `2s`, or milliseconds) asks for
+/// less; a client can never lengthen it. A malformed header is a 400.
+fn request_deadline(req: &Request, budget: Duration) -> Result<Instant, ResponseBox> {
+    let arrived = Instant::now();
+    let asked = req.headers().iter().find(|h| h.field.equiv("X-Request-Timeout")).map(|h| h.value.as_str());
+    let budget = match asked.map(parse_duration) {
+        None => budget,
+        Some(Ok(asked)) => asked.min(budget),
+        Some(Err(why)) => {
+            return Err(error(400, "INVALID_REQUEST_TIMEOUT", &format!("X-Request-Timeout: {why}")));
+        }
+    };
+    Ok(arrived + budget)
+}
+
+/// `250ms`, `2s`, or a bare number of milliseconds; above zero and at most
+/// one hour.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit_ms) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000)
+    } else {
+        (text, 1)
+    };
+    let n: u64 = number.trim().parse().map_err(|_| format!("{text:?} is not a duration like 250ms or 2s"))?;
+    let ms = n
+        .checked_mul(unit_ms)
+        .filter(|ms| *ms <= 3_600_000)
+        .ok_or_else(|| format!("{text:?} is over one hour"))?;
+    if ms == 0 {
+        return Err(format!("{text:?} leaves no time at all"));
+    }
+    Ok(Duration::from_millis(ms))
 }

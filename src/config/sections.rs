@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ConfigFileError, duration};
 use crate::breaker::{BreakerConfig, State};
-use crate::dependency::{Dependency, DependencyBuilder};
+use crate::dependency::{Dependency, DependencyBuilder, DependencyConfig};
 use crate::error::ConfigError;
 use crate::limit::AdaptiveLimit;
 use crate::retry::Retry;
@@ -63,15 +63,23 @@ pub struct DependencyConfigFile {
 
 impl Default for DependencyConfigFile {
     fn default() -> Self {
+        DependencyConfigFile::from(&DependencyConfig::default())
+    }
+}
+
+impl From<&DependencyConfig> for DependencyConfigFile {
+    /// The section that describes `c`, e.g. a running dependency's
+    /// [`config`](Dependency::config).
+    fn from(c: &DependencyConfig) -> Self {
         DependencyConfigFile {
-            workers: 10,
-            queue: 0,
-            max_wait: Duration::ZERO,
-            timeout: Duration::from_secs(1),
-            deadline_aware_admission: true,
-            breaker: BreakerConfigFile::from(&BreakerConfig::default()),
-            retry: RetryConfigFile::from(&Retry::default()),
-            adaptive_limit: None,
+            workers: c.workers,
+            queue: c.queue,
+            max_wait: c.max_wait,
+            timeout: c.timeout,
+            deadline_aware_admission: c.deadline_aware_admission,
+            breaker: BreakerConfigFile::from(&c.breaker),
+            retry: RetryConfigFile::from(&c.retry),
+            adaptive_limit: c.adaptive_limit.as_ref().map(AdaptiveLimitConfigFile::from),
         }
     }
 }
@@ -86,22 +94,29 @@ impl DependencyConfigFile {
         self.parts().map(drop)
     }
 
-    /// Sets every field of this section on `builder`, after
-    /// [`validate`](Self::validate).
+    /// Sets every field of this section on `builder`
+    /// ([`DependencyBuilder::config`]), after [`validate`](Self::validate).
     pub fn apply(&self, builder: DependencyBuilder) -> Result<DependencyBuilder, ConfigFileError> {
-        let (breaker, retry, limit) = self.parts()?;
-        let mut builder = builder
-            .workers(self.workers)
-            .queue(self.queue)
-            .max_wait(self.max_wait)
-            .timeout(self.timeout)
-            .deadline_aware_admission(self.deadline_aware_admission)
-            .breaker(breaker)
-            .retry(retry);
-        if let Some(limit) = limit {
-            builder = builder.adaptive_limit(limit);
-        }
-        Ok(builder)
+        Ok(builder.config(self.to_config()?))
+    }
+
+    /// The crate's description of the same settings, after
+    /// [`validate`](Self::validate): what [`Dependency::reconfigure`] and
+    /// [`Registry::reconfigure`](crate::Registry::reconfigure) apply to a
+    /// running dependency. Refusals of those name the field as a builder
+    /// does; [`ConfigFileError::of_dependency`] gives its path here.
+    pub fn to_config(&self) -> Result<DependencyConfig, ConfigFileError> {
+        let (breaker, retry, adaptive_limit) = self.parts()?;
+        Ok(DependencyConfig {
+            workers: self.workers,
+            queue: self.queue,
+            max_wait: self.max_wait,
+            timeout: self.timeout,
+            deadline_aware_admission: self.deadline_aware_admission,
+            breaker,
+            retry,
+            adaptive_limit,
+        })
     }
 
     /// The breaker, retry and adaptive limit, each checked by its own rules.

@@ -319,3 +319,13 @@ fn a_syntax_error_names_no_field() {
     let err = from_json(r#"{"dependencies": "#).unwrap_err();
     assert_eq!(err.path(), "dependencies", "{err}");
 }
+
+#[test]
+fn a_running_dependency_reads_back_as_its_section() {
+    let config = everything();
+    for (name, section) in &config.dependencies {
+        assert_eq!(DependencyConfigFile::from(&section.to_config().unwrap()), *section, "{name}");
+        let dep = section.build(name).unwrap();
+        assert_eq!(DependencyConfigFile::from(&dep.config()), *section, "{name}");
+    }
+}

@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use crate::breaker::State;
 use crate::error::Outcome;
+use crate::histogram::HistogramSnapshot;
 use crate::pool::PoolStats;
 
 /// A point-in-time view of one dependency.
@@ -66,6 +67,39 @@ pub struct DependencySnapshot {
     pub estimated_wait: Option<Duration>,
     /// The adaptive concurrency limit now, if the dependency has one.
     pub limit: Option<usize>,
+    /// Latency percentiles over the recent window (30 to 60 s).
+    pub latency: DependencyLatency,
+}
+
+/// A median and a 99th percentile, `None` without samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Percentiles {
+    /// The median.
+    pub p50: Option<Duration>,
+    /// The 99th percentile.
+    pub p99: Option<Duration>,
+}
+
+impl Percentiles {
+    /// The median and 99th percentile of a histogram snapshot.
+    pub fn of(snapshot: &HistogramSnapshot) -> Percentiles {
+        Percentiles { p50: snapshot.quantile(0.5), p99: snapshot.quantile(0.99) }
+    }
+}
+
+/// A dependency's recent latencies, from its three histograms (each within
+/// about 10 % of the true value; see [`histogram`](crate::histogram)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DependencyLatency {
+    /// From submission to a worker taking the job.
+    pub queue_wait: Percentiles,
+    /// The job's run on its worker.
+    pub run: Percentiles,
+    /// The whole attempt as its caller saw it, queue wait included, for
+    /// attempts that reached the pool (rejections are not in it).
+    pub call: Percentiles,
 }
 
 /// Attempts by [`Outcome`], and the overlapping `slow`, `retried` and

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 
 use super::estimate::ServiceTime;
-use super::stats::PoolCounters;
+use super::stats::{PoolCounters, PoolLatency};
 use super::worker::{ExitGuard, worker_main};
 use super::{Control, Handle, Pool, Shared, WorkerThread};
 use crate::error::ConfigError;
@@ -64,6 +64,16 @@ impl PoolBuilder {
     /// below it).
     pub(crate) fn configured_workers(&self) -> usize {
         self.workers
+    }
+
+    /// The `queue` set so far.
+    pub(crate) fn configured_queue(&self) -> usize {
+        self.queue
+    }
+
+    /// The deadline-aware admission set so far.
+    pub(crate) fn configured_admission(&self) -> bool {
+        self.admission
     }
 
     /// The `max_wait` set so far (the dependency checks it against its timeout).
@@ -174,6 +184,7 @@ impl PoolBuilder {
             name: self.name.clone().into_boxed_str(),
             stats: PoolCounters::default(),
             service: ServiceTime::default(),
+            latency: PoolLatency::default(),
             grace_over: AtomicBool::new(false),
         });
         let (sender, receiver) = crossbeam_channel::bounded(self.queue);

@@ -154,6 +154,8 @@ pub(crate) struct Call<F, T, E> {
     /// takes it back (by value, through `Arc::try_unwrap`). The lock is taken
     /// once per call, by one thread: uncontended.
     job: parking_lot::Mutex<Option<F>>,
+    /// When the call was submitted: the start of its queue wait.
+    submitted: Instant,
 }
 
 impl<F, T, E> Call<F, T, E>
@@ -162,11 +164,18 @@ where
     T: Send + 'static,
     E: Send + 'static,
 {
-    pub(crate) fn new(shared: Arc<Shared>, deadline: Instant, attempt: u32, job: F) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        submitted: Instant,
+        deadline: Instant,
+        attempt: u32,
+        job: F,
+    ) -> Self {
         Call {
             ctx: CallContext { deadline, attempt, cancelled: AtomicBool::new(false), shared },
             slot: Slot::new(),
             job: parking_lot::Mutex::new(Some(job)),
+            submitted,
         }
     }
 
@@ -206,7 +215,8 @@ where
         }
         // Never start what nobody can use: a passed deadline or a caller that
         // has gone.
-        if Instant::now() >= self.ctx.deadline {
+        let began = Instant::now();
+        if began >= self.ctx.deadline {
             stats.workers.expired.fetch_add(1, Relaxed);
             idle_again();
             self.slot.expire();
@@ -229,13 +239,8 @@ where
             let _ = self.slot.complete(Err(Error::Panicked("job missing from its call".into())));
             return;
         };
-        // Timed here, for the pool's service-time estimate (sampled while jobs
-        // are fast; see `ServiceTime`).
-        let began = shared.service.should_sample().then(Instant::now);
         let ran = catch_unwind(AssertUnwindSafe(|| job(&self.ctx)));
-        if let Some(began) = began {
-            shared.service.record(began.elapsed());
-        }
+        let ended = Instant::now();
         let reply = match ran {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Error::Failed(e)),
@@ -256,6 +261,12 @@ where
             // slot lock before `complete` could see it): lower it again.
             stats.callers.abandoned.fetch_sub(1, Relaxed);
             drop_quietly(reply);
+        }
+        // The bookkeeping of timings comes after the answer, off the caller's path.
+        let run = ended.saturating_duration_since(began);
+        shared.latency.record(began.saturating_duration_since(self.submitted), run, ended);
+        if shared.service.should_sample() {
+            shared.service.record(run);
         }
     }
 

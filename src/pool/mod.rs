@@ -40,11 +40,12 @@ pub use self::builder::PoolBuilder;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
 use self::estimate::ServiceTime;
-use self::stats::PoolCounters;
 pub use self::stats::PoolStats;
+use self::stats::{PoolCounters, PoolLatency};
 use self::worker::{hand_off, join_worker, wait_for_slot};
 
 use crate::error::{Error, Rejection};
+use crate::histogram::LatencyHistogram;
 
 /// A bulkhead: `workers` fixed threads named `watertight-<name>-<i>` behind a
 /// bounded queue of `queue` jobs.
@@ -93,6 +94,8 @@ pub(crate) struct Shared {
     pub(crate) stats: PoolCounters,
     /// The recent mean run time of a job, timed on the workers.
     pub(crate) service: ServiceTime,
+    /// Queue-wait and run-time histograms, recorded on the workers.
+    pub(crate) latency: PoolLatency,
     /// Set when shutdown's grace period is over: a worker that dequeues a job
     /// after this answers it `ShuttingDown` instead of running it.
     pub(crate) grace_over: AtomicBool,
@@ -180,6 +183,17 @@ impl Pool {
         self.inner.shared.service.wait_behind(self.inner.receiver.len(), self.inner.workers)
     }
 
+    /// How long jobs waited in the queue, from submission to a worker
+    /// taking them (jobs that never started are not in it).
+    pub fn queue_wait_histogram(&self) -> &LatencyHistogram {
+        &self.inner.shared.latency.queue_wait
+    }
+
+    /// How long jobs ran on a worker (abandoned ones included).
+    pub fn run_histogram(&self) -> &LatencyHistogram {
+        &self.inner.shared.latency.run
+    }
+
     /// The recent mean time a job runs on a worker (an exponentially weighted
     /// moving average of finished jobs, abandoned ones included), `None`
     /// before the first job was timed.
@@ -259,7 +273,7 @@ impl Pool {
             return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
         }
         // The call's one allocation: job, context and reply slot together.
-        let call = Arc::new(Call::new(h.shared.clone(), deadline, attempt, job));
+        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, attempt, job));
         let queued = QueuedJob::new(call.clone());
         let refused = {
             let sender = h.sender.read();

@@ -1,6 +1,9 @@
 //! The pool's live counters and [`PoolStats`], the snapshot read from them.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::time::{Duration, Instant};
+
+use crate::histogram::LatencyHistogram;
 
 /// The pool's counters, all `Relaxed`: each is a tally that publishes nothing
 /// else. A caller that has its answer sees the counts its call caused, because
@@ -95,4 +98,29 @@ pub struct PoolStats {
     pub rejected: u64,
     /// Callers whose deadline passed before the answer came.
     pub timed_out: u64,
+}
+
+/// The window of the pool's recent percentiles (see [`LatencyHistogram`]).
+pub(crate) const RECENT_WINDOW: Duration = Duration::from_secs(30);
+
+/// The pool's latency histograms, recorded by the workers after each answer.
+pub(crate) struct PoolLatency {
+    pub(crate) queue_wait: LatencyHistogram,
+    pub(crate) run: LatencyHistogram,
+}
+
+impl Default for PoolLatency {
+    fn default() -> Self {
+        PoolLatency {
+            queue_wait: LatencyHistogram::new(RECENT_WINDOW),
+            run: LatencyHistogram::new(RECENT_WINDOW),
+        }
+    }
+}
+
+impl PoolLatency {
+    pub(crate) fn record(&self, queue_wait: Duration, run: Duration, now: Instant) {
+        self.queue_wait.record_at(queue_wait, now);
+        self.run.record_at(run, now);
+    }
 }
