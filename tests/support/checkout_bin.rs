@@ -54,7 +54,14 @@ impl Checkout {
     /// Starts the server on a free port with `args`, and waits (bounded) for its
     /// first line, `listening on http://<addr>`.
     pub fn start(args: &[&str]) -> Checkout {
-        let mut with_addr = vec!["--addr", "127.0.0.1:0"];
+        Checkout::start_on("127.0.0.1:0", args)
+    }
+
+    /// [`start`](Self::start) listening on `listen` (`0.0.0.0:0`, say). The
+    /// address read back is the one it prints; [`url`](Self::url) and the
+    /// raw helpers then connect through 127.0.0.1 whatever it listens on.
+    pub fn start_on(listen: &str, args: &[&str]) -> Checkout {
+        let mut with_addr = vec!["--addr", listen];
         with_addr.extend_from_slice(args);
         Checkout::start_example("checkout", &with_addr)
     }
@@ -96,10 +103,14 @@ impl Checkout {
             let _ = child.kill();
             panic!("the server printed no address; stderr:\n{}", stderr.lock().unwrap())
         });
-        let addr = first
+        let mut addr: SocketAddr = first
             .strip_prefix("listening on http://")
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+        // Tests talk to 127.0.0.1 only, even to a server listening on every address.
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
         Checkout { child, addr, stderr }
     }
 
