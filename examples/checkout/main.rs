@@ -2,10 +2,10 @@
 //! down with it: the fraud-hang incident, reproduced and contained.
 //!
 //! ```text
-//! cargo run --release --features testing --example checkout                    # serve on 127.0.0.1:8080
-//! cargo run --release --features testing --example checkout -- --fraud hang    # start with a hung fraud provider
-//! cargo run --release --features testing --example checkout -- --demo          # the whole incident, by itself
-//! cargo run --release --features testing --example checkout -- --demo --no-bulkhead   # ... on the naive server
+//! cargo run --release --features testing,serde --example checkout                    # serve on 127.0.0.1:8080
+//! cargo run --release --features testing,serde --example checkout -- --fraud hang    # start with a hung fraud provider
+//! cargo run --release --features testing,serde --example checkout -- --demo          # the whole incident, by itself
+//! cargo run --release --features testing,serde --example checkout -- --demo --no-bulkhead   # ... on the naive server
 //! ```
 //!
 //! Every provider call goes through a watertight `Dependency`: a breaker, a

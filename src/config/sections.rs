@@ -321,21 +321,12 @@ impl From<&BreakerConfig> for BreakerConfigFile {
     }
 }
 
-/// The window of `c`. The breaker's window type is private to the breaker,
-/// so it is recognised by comparison with the two constructors' windows:
-/// the size of a count window is what it caps the minimum at, and a time
-/// window's size is found among the sizes the breaker accepts.
+/// The window of `c`, as the breaker reports its shape.
 fn window_of(c: &BreakerConfig) -> (WindowKind, u32) {
-    let cap = c.clone().minimum_calls(u32::MAX).effective_minimum_calls();
-    if cap != u32::MAX && c.window == BreakerConfig::count_based(cap).window {
-        return (WindowKind::Count, cap);
+    match c.window_shape() {
+        (true, seconds) => (WindowKind::Time, seconds),
+        (false, calls) => (WindowKind::Count, calls),
     }
-    // At most 86 400 comparisons of two small enums, and only when a
-    // configuration is read back, never on a call's path.
-    let seconds = (1..=86_400).find(|&s| c.window == BreakerConfig::time_based(s).window);
-    // A time window outside the accepted sizes cannot pass validation; it is
-    // shown as size 0, which reading it back refuses.
-    (WindowKind::Time, seconds.unwrap_or(0))
 }
 
 /// A [`Retry`]. The budget is a percentage of calls; the defaults are
