@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::Shared;
+use super::queue::Accepted;
 use super::slot::{Finish, Slot};
 use crate::error::{Error, Rejection, panic_message};
 use crate::sync::{current, park_timeout, spin_until};
@@ -338,12 +339,14 @@ pub struct Ticket<T, E> {
     /// When the call was submitted, for `Timeout { waited }`.
     start: Instant,
     deadline: Instant,
+    /// How the job went in, for the choice to spin or park while waiting.
+    accepted: Accepted,
 }
 
 impl<T, E> Ticket<T, E> {
-    pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant) -> Self {
+    pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant, accepted: Accepted) -> Self {
         let deadline = call.ctx().deadline;
-        Ticket { call: Some(call), start, deadline }
+        Ticket { call: Some(call), start, deadline, accepted }
     }
 
     /// The call's deadline: [`wait`](Ticket::wait) returns by then.
