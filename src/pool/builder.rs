@@ -37,6 +37,7 @@ pub struct PoolBuilder {
     drop_grace: Duration,
     admission: bool,
     max_wait: Duration,
+    record_latency: bool,
 }
 
 impl PoolBuilder {
@@ -49,6 +50,7 @@ impl PoolBuilder {
             drop_grace: DEFAULT_DROP_GRACE,
             admission: true,
             max_wait: Duration::ZERO,
+            record_latency: true,
         }
     }
 
@@ -143,6 +145,14 @@ impl PoolBuilder {
         self
     }
 
+    /// Whether workers record the queue-wait and run-time histograms. On by
+    /// default; off only to measure what recording costs (benches/overhead.rs).
+    #[doc(hidden)]
+    pub fn latency_histograms(mut self, on: bool) -> Self {
+        self.record_latency = on;
+        self
+    }
+
     /// Checks the settings and starts the workers.
     ///
     /// Errors name the field: `name` (empty, or containing a NUL byte),
@@ -168,6 +178,7 @@ impl PoolBuilder {
             latency: PoolLatency::default(),
             grace_over: AtomicBool::new(false),
             queue: Queue::new(self.queue, self.workers),
+            record_latency: self.record_latency,
         });
         let (exit_tx, exits) = crossbeam_channel::unbounded();
         let mut control = Control {

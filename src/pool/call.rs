@@ -265,7 +265,9 @@ where
         }
         // The bookkeeping of timings comes after the answer, off the caller's path.
         let run = ended.saturating_duration_since(began);
-        shared.latency.record(began.saturating_duration_since(self.submitted), run, ended);
+        if shared.record_latency {
+            shared.latency.record(began.saturating_duration_since(self.submitted), run, ended);
+        }
         if shared.service.should_sample() {
             shared.service.record(run);
         }

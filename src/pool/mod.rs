@@ -108,6 +108,9 @@ pub(crate) struct Shared {
     pub(crate) grace_over: AtomicBool,
     /// The queued jobs, the idle workers and the hand-off (`queue.rs`).
     pub(crate) queue: Queue<QueuedJob>,
+    /// Whether workers record the latency histograms (always, but for the
+    /// bench that measures what recording costs).
+    pub(crate) record_latency: bool,
 }
 
 /// The handle side: the live settings, and the threads to join. Dropping the

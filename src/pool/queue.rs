@@ -302,14 +302,11 @@ impl<J> Queue<J> {
         result
     }
 
-    /// A worker asks for its next job. `coming_back` is `true` for a worker
-    /// that has just run a job (or has just started), `false` for one that
-    /// woke from its mailbox without a job (never happens with a letter;
-    /// kept for symmetry). Returns `Ok(job)`, `Err(Idle)` with the worker
-    /// now in the idle stack (wait on `me`, then [`take_letter`]), or
-    /// `None`: exit (retired, or closed and drained).
-    ///
-    /// [`take_letter`]: Mailbox::wait
+    /// A worker asks for its next job: on starting, and each time it comes
+    /// back from one. Returns `Some(Ok(job))`; `Some(Err(idle))` with the
+    /// worker now in the idle stack (wait as `idle` says, then take the
+    /// letter with [`Mailbox::wait`]); or `None`: exit (retired, or the queue
+    /// is closed and drained).
     pub fn next(&self, me: &Arc<Mailbox<J>>, busy: &StdAtomicUsize) -> Option<Result<J, Idle>> {
         let (result, waiter) = {
             let mut st = self.state.lock();
