@@ -377,7 +377,11 @@ impl<T, E> Ticket<T, E> {
         // 1. Spin, then yield: most short jobs answer within this.
         // 2. Park until the deadline. Register first, then check once more
         //    inside `register`, so a settle in between is never missed.
-        if !spin_until(|| slot.is_settled()) && slot.register(current()) {
+        let spin = match self.accepted {
+            Accepted::Handed(false) => std::env::var_os("WT_PARKED_SPIN").is_none_or(|v| v != "0"),
+            _ => true,
+        };
+        if !(spin && spin_until(|| slot.is_settled())) && slot.register(current()) {
             loop {
                 if slot.is_settled() {
                     break;
