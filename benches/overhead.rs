@@ -93,6 +93,10 @@ fn measured(calls: u64, run: impl FnOnce() -> Duration) -> Duration {
 /// measurement.
 fn file(group: &str, id: &str, sample_size: usize) {
     let samples = CURRENT.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if samples.is_empty() {
+        // Filtered out on the command line.
+        return;
+    }
     let measured = samples[samples.len().saturating_sub(sample_size)..].to_vec();
     let row = (group.to_owned(), id.to_owned(), measured);
     println!("{:<48} {}", format!("{}/{}", row.0, row.1), describe(&row.0, &row.2));

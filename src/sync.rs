@@ -105,6 +105,23 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
     ready()
 }
 
+/// Polls `ready` until it returns `true` (then `true`) or `until` passes
+/// (then `false`). Reads the clock once every 64 polls: a poll of a line
+/// nobody writes is free, a clock read is not.
+pub(crate) fn spin_until_instant(mut ready: impl FnMut() -> bool, until: std::time::Instant) -> bool {
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            spin_loop();
+        }
+        if std::time::Instant::now() >= until {
+            return ready();
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::spin_until;

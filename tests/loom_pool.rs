@@ -169,10 +169,6 @@ fn work(queue: &Queue<u32>, busy: &Busy) -> Vec<u32> {
     ran
 }
 
-fn now() -> std::time::Instant {
-    std::time::Instant::now()
-}
-
 #[test]
 fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
     loom::model(|| {
@@ -185,7 +181,7 @@ fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
         };
         // The worker is starting or idle: either way the job is accepted
         // (for a worker about to come back, or handed to the idle one).
-        let accepted = queue.push(1, now(), &busy).expect("a starting or idle worker takes it");
+        let accepted = queue.push(1, &busy).expect("a starting or idle worker takes it");
         assert!(matches!(accepted, Accepted::Queued | Accepted::Handed(_)));
         // Close once the job is in: the worker runs it, then exits.
         queue.close();
@@ -207,7 +203,7 @@ fn close_racing_a_submission_either_refuses_or_runs_it() {
             let queue = queue.clone();
             thread::spawn(move || queue.close())
         };
-        let pushed = queue.push(7, now(), &busy);
+        let pushed = queue.push(7, &busy);
         assert!(closer.join().unwrap());
         let ran = worker.join().unwrap();
         match pushed {
@@ -238,7 +234,7 @@ fn a_shrink_racing_an_idle_worker_always_lets_it_exit() {
             let queue = queue.clone();
             thread::spawn(move || queue.resize(1, 1))
         };
-        let pushed = queue.push(3, now(), &busy).is_ok();
+        let pushed = queue.push(3, &busy).is_ok();
         assert_eq!(shrinker.join().unwrap().start, 0);
         let ran = worker.join().unwrap();
         if pushed && ran.is_empty() {

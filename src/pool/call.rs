@@ -194,6 +194,8 @@ pub(crate) trait Job: Send + Sync {
     fn run(&self);
     /// Answers a queued job that will never run with `ShuttingDown`.
     fn discard(&self);
+    /// When the call was submitted.
+    fn submitted(&self) -> Instant;
 }
 
 impl<F, T, E> Job for Call<F, T, E>
@@ -273,6 +275,10 @@ where
         }
     }
 
+    fn submitted(&self) -> Instant {
+        self.submitted
+    }
+
     fn discard(&self) {
         self.ctx.shared.stats.workers.expired.fetch_add(1, Relaxed);
         if let Err(reply) = self.slot.answer(Err(Error::Rejected(Rejection::ShuttingDown))) {
@@ -296,6 +302,11 @@ impl QueuedJob {
     /// Takes the call out, so dropping the wrapper answers nothing.
     pub(crate) fn take(mut self) -> Option<Arc<dyn Job>> {
         self.0.take()
+    }
+
+    /// When the call was submitted.
+    pub(crate) fn submitted(&self) -> Option<Instant> {
+        self.0.as_ref().map(|job| job.submitted())
     }
 }
 
@@ -377,11 +388,14 @@ impl<T, E> Ticket<T, E> {
         // 1. Spin, then yield: most short jobs answer within this.
         // 2. Park until the deadline. Register first, then check once more
         //    inside `register`, so a settle in between is never missed.
-        let spin = match self.accepted {
-            Accepted::Handed(false) => std::env::var_os("WT_PARKED_SPIN").is_none_or(|v| v != "0"),
-            _ => true,
+        let settled = match self.accepted {
+            // A worker had to be woken: the answer takes at least that long.
+            Accepted::Handed(false) => spin_for_woken_worker(&ctx.shared, self.start, || slot.is_settled()),
+            // The job went to a worker that was spinning for work, or is
+            // queued: spin as a channel receive does.
+            _ => spin_until(|| slot.is_settled()),
         };
-        if !(spin && spin_until(|| slot.is_settled())) && slot.register(current()) {
+        if !settled && slot.register(current()) {
             loop {
                 if slot.is_settled() {
                     break;
@@ -437,6 +451,29 @@ impl<T, E> fmt::Debug for Ticket<T, E> {
         }
         d.finish()
     }
+}
+
+/// Longest a caller spins for the answer of a job handed to a parked worker.
+const WOKEN_SPIN_MAX: Duration = Duration::from_micros(25);
+
+/// The caller's wait for a job handed to a parked worker: spin for up to the
+/// time that worker will likely take to wake and run the job (the pool's
+/// recent wake time plus its mean run time, with margin), if that is under
+/// [`WOKEN_SPIN_MAX`]; otherwise do not spin at all and park at once. Spinning
+/// for a worker that wakes within microseconds saves the caller its own
+/// futex sleep and wake-up; spinning for longer would only burn a core.
+/// Returns whether the slot settled while spinning.
+fn spin_for_woken_worker(shared: &Shared, submitted: Instant, settled: impl FnMut() -> bool) -> bool {
+    let Some(wake) = shared.wake.mean() else {
+        // Nothing known yet: as a channel receive does.
+        return spin_until(settled);
+    };
+    let expected = wake + shared.service.mean().unwrap_or(Duration::ZERO);
+    if expected >= WOKEN_SPIN_MAX {
+        return false;
+    }
+    let budget = (expected + expected / 2).min(WOKEN_SPIN_MAX);
+    crate::sync::spin_until_instant(settled, submitted + budget)
 }
 
 /// Drops a value whose `Drop` is user code, so a panic there cannot take a

@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 pub use self::builder::PoolBuilder;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
-use self::estimate::ServiceTime;
+use self::estimate::{ServiceTime, WakeTime};
 use self::queue::{Queue, Refused};
 pub use self::stats::PoolStats;
 use self::stats::{PoolCounters, PoolLatency};
@@ -101,6 +101,8 @@ pub(crate) struct Shared {
     pub(crate) stats: PoolCounters,
     /// The recent mean run time of a job, timed on the workers.
     pub(crate) service: ServiceTime,
+    /// The recent mean time a parked worker takes to wake for a job.
+    pub(crate) wake: WakeTime,
     /// Queue-wait and run-time histograms, recorded on the workers.
     pub(crate) latency: PoolLatency,
     /// Set when shutdown's grace period is over: a worker that dequeues a job
@@ -307,10 +309,10 @@ impl Pool {
         let busy = &stats.workers.busy;
         let max_wait = h.max_wait_ns.load(Relaxed);
         let pushed = if max_wait == 0 {
-            queue.push(queued, now, busy)
+            queue.push(queued, busy)
         } else {
             let until = deadline.min(deadline_after(now, Duration::from_nanos(max_wait)));
-            queue.push_until(queued, now, until, busy, &stats.callers.waiting)
+            queue.push_until(queued, until, busy, &stats.callers.waiting)
         };
         match pushed {
             Ok(accepted) => {

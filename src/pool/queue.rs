@@ -36,7 +36,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
 
@@ -58,6 +58,9 @@ pub struct Mailbox<J> {
     /// Set (`Release`) after the letter is in; the worker spins and parks on
     /// it (`Acquire`).
     posted: AtomicBool,
+    /// Set by the worker while it spins for work rather than sleeps; read by
+    /// the poster to tell its caller whether a wake-up was needed.
+    spinning: AtomicBool,
     letter: Mutex<Option<Letter<J>>>,
     thread: Thread,
 }
@@ -65,7 +68,12 @@ pub struct Mailbox<J> {
 impl<J> Mailbox<J> {
     /// A mailbox for the calling thread (the worker).
     pub fn for_current_thread() -> Arc<Self> {
-        Arc::new(Mailbox { posted: AtomicBool::new(false), letter: Mutex::new(None), thread: current() })
+        Arc::new(Mailbox {
+            posted: AtomicBool::new(false),
+            spinning: AtomicBool::new(false),
+            letter: Mutex::new(None),
+            thread: current(),
+        })
     }
 
     fn post(&self, letter: Letter<J>) {
@@ -120,25 +128,6 @@ pub struct Resized {
     pub start: usize,
 }
 
-/// Recent arrivals, for the workers' choice to spin or park.
-#[derive(Debug, Default)]
-struct Arrivals {
-    last: Option<Instant>,
-    /// Exponentially weighted mean gap between submissions, weight 1/4.
-    gap_ns: u64,
-}
-
-impl Arrivals {
-    fn note(&mut self, now: Instant) {
-        if let Some(last) = self.last {
-            let gap = u64::try_from(now.saturating_duration_since(last).as_nanos()).unwrap_or(u64::MAX);
-            let old = self.gap_ns as i128;
-            self.gap_ns = (old + (i128::from(gap) - old) / 4).clamp(0, i128::from(u64::MAX)) as u64;
-        }
-        self.last = Some(now);
-    }
-}
-
 struct State<J> {
     jobs: VecDeque<J>,
     /// Idle workers, most recently idle last (popped first).
@@ -153,7 +142,6 @@ struct State<J> {
     away: usize,
     /// Submitters waiting (`max_wait`) for room; woken one at a time.
     room_waiters: VecDeque<Thread>,
-    arrivals: Arrivals,
 }
 
 impl<J> State<J> {
@@ -177,18 +165,9 @@ pub struct Queue<J> {
     spinning: AtomicUsize,
 }
 
-/// Longest a worker spins for the next job before parking, and the mean
-/// arrival gap above which it parks at once.
-pub const SPIN_MAX: Duration = Duration::from_micros(10);
-
-/// How an idle worker should wait, decided under the lock.
+/// How a worker that found no job waits (what `next` returns instead of one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Idle {
-    /// Spin up to this long (the only spinner), then park.
-    Spin(Duration),
-    /// Park at once.
-    Park,
-}
+pub struct Idle;
 
 impl<J> Queue<J> {
     /// A queue of `capacity` for `workers` workers, all counted as starting.
@@ -203,7 +182,6 @@ impl<J> Queue<J> {
                 retire: 0,
                 away: workers,
                 room_waiters: VecDeque::new(),
-                arrivals: Arrivals::default(),
             }),
             len: StdAtomicUsize::new(0),
             spinning: AtomicUsize::new(0),
@@ -215,27 +193,25 @@ impl<J> Queue<J> {
         self.len.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Offers `job`, submitted at `now`: to the most recently idle worker if
+    /// Offers `job`: to the most recently idle worker if
     /// there is one; else into the queue if there is room (capacity, plus
     /// one place for each worker about to come back). `busy` is the pool's
     /// busy counter: raised here for a job handed to a worker.
-    pub fn push(&self, job: J, now: Instant, busy: &StdAtomicUsize) -> Result<Accepted, (Refused, J)> {
+    pub fn push(&self, job: J, busy: &StdAtomicUsize) -> Result<Accepted, (Refused, J)> {
         let mut st = self.state.lock();
         if !st.open {
             return Err((Refused::Closed, job));
         }
         if let Some(worker) = st.idle.pop() {
-            st.arrivals.note(now);
             st.away += 1;
             busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             drop(st);
-            let spinning = self.spinning.load(Ordering::Relaxed) > 0 && !worker.is_posted();
+            let spinning = worker.spinning.load(Ordering::Relaxed);
             worker.post(Letter::Job(job));
             return Ok(Accepted::Handed(spinning));
         }
         let busy_now = busy.load(std::sync::atomic::Ordering::Relaxed);
         if st.jobs.len() < st.capacity + st.returning(busy_now) {
-            st.arrivals.note(now);
             st.jobs.push_back(job);
             self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
             return Ok(Accepted::Queued);
@@ -248,14 +224,13 @@ impl<J> Queue<J> {
     pub fn push_until(
         &self,
         mut job: J,
-        now: Instant,
         until: Instant,
         busy: &StdAtomicUsize,
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {
         let mut registered = false;
         let result = loop {
-            match self.push(job, now, busy) {
+            match self.push(job, busy) {
                 Err((Refused::Full, j)) => job = j,
                 done => break done,
             }
@@ -304,9 +279,10 @@ impl<J> Queue<J> {
 
     /// A worker asks for its next job: on starting, and each time it comes
     /// back from one. Returns `Some(Ok(job))`; `Some(Err(idle))` with the
-    /// worker now in the idle stack (wait as `idle` says, then take the
-    /// letter with [`Mailbox::wait`]); or `None`: exit (retired, or the queue
-    /// is closed and drained).
+    /// worker now in the idle stack (spin if it likes, see
+    /// [`start_spinning`](Self::start_spinning), then take the letter with
+    /// [`Mailbox::wait`]); or `None`: exit (retired, or the queue is closed
+    /// and drained).
     pub fn next(&self, me: &Arc<Mailbox<J>>, busy: &StdAtomicUsize) -> Option<Result<J, Idle>> {
         let (result, waiter) = {
             let mut st = self.state.lock();
@@ -323,19 +299,10 @@ impl<J> Queue<J> {
             } else if !st.open {
                 return None;
             } else {
-                let gap = Duration::from_nanos(st.arrivals.gap_ns);
-                let idle = if st.arrivals.last.is_some()
-                    && gap < SPIN_MAX
-                    && self.spinning.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-                {
-                    Idle::Spin((gap * 2).min(SPIN_MAX))
-                } else {
-                    Idle::Park
-                };
                 me.posted.store(false, Ordering::Relaxed);
                 st.idle.push(me.clone());
                 // A hand-off waiter can now use this worker.
-                (Err(idle), st.room_waiters.pop_front())
+                (Err(Idle), st.room_waiters.pop_front())
             }
         };
         if let Some(t) = waiter {
@@ -344,8 +311,19 @@ impl<J> Queue<J> {
         Some(result)
     }
 
+    /// An idle worker asks to spin for work: granted to one worker at a time,
+    /// so spinning never takes more than one core.
+    pub fn start_spinning(&self, me: &Mailbox<J>) -> bool {
+        let granted = self.spinning.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        if granted {
+            me.spinning.store(true, Ordering::Relaxed);
+        }
+        granted
+    }
+
     /// The spinning worker stops spinning (found a letter or gave up).
-    pub fn stop_spinning(&self) {
+    pub fn stop_spinning(&self, me: &Mailbox<J>) {
+        me.spinning.store(false, Ordering::Relaxed);
         self.spinning.store(0, Ordering::Relaxed);
     }
 

@@ -13,7 +13,7 @@ use crossbeam_channel::Sender;
 use super::Shared;
 use super::WorkerThread;
 use super::call::QueuedJob;
-use super::queue::{Idle, Letter, Mailbox};
+use super::queue::{Letter, Mailbox};
 
 /// Joins a worker that has reported its exit. `None` for an index with no
 /// thread behind it.
@@ -56,24 +56,76 @@ pub(super) fn runs_on_worker_of(shared: &Arc<Shared>) -> bool {
     WORKER_OF.get() == Arc::as_ptr(shared) as usize
 }
 
+/// Longest a worker spins for its next job before parking. A caller that is
+/// itself spinning for its answer submits its next call within a microsecond
+/// or two of getting it; a caller that sleeps between calls comes back much
+/// later, and spinning for it would only burn a core.
+const SPIN_MAX: Duration = Duration::from_micros(5);
+
+/// The worker's own record of how soon work comes after it goes idle (its
+/// turnaround): an exponentially weighted mean, weight 1/4, of the time from
+/// going idle to the submission of the next job. Local to the worker thread,
+/// so keeping it costs no shared write. With the idle stack a LIFO, the worker
+/// that keeps getting the calls is the one whose record is fresh.
+struct Turnaround {
+    /// `None` until the first sample: park at once.
+    mean: Option<Duration>,
+}
+
+impl Turnaround {
+    fn note(&mut self, gap: Duration) {
+        self.mean = Some(match self.mean {
+            None => gap,
+            Some(old) if gap >= old => old + (gap - old) / 4,
+            Some(old) => old - (old - gap) / 4,
+        });
+    }
+
+    /// How long to spin before parking: twice the recent turnaround (at
+    /// least 1 us, at most [`SPIN_MAX`]), or `None` (park at once) when work
+    /// has been coming back more slowly than that.
+    fn spin_budget(&self) -> Option<Duration> {
+        let mean = self.mean?;
+        (mean < SPIN_MAX).then(|| (mean * 2).clamp(Duration::from_micros(1), SPIN_MAX))
+    }
+}
+
 /// A worker: take a job, run it, repeat, until the queue says exit.
 pub(super) fn worker_main(exit: ExitGuard) {
     WORKER_OF.set(Arc::as_ptr(&exit.shared) as usize);
     let shared = &*exit.shared;
     let busy = &shared.stats.workers.busy;
     let me = Mailbox::for_current_thread();
+    let mut turnaround = Turnaround { mean: None };
     while let Some(next) = shared.queue.next(&me, busy) {
         let job = match next {
-            Ok(job) => job,
-            Err(idle) => {
-                if let Idle::Spin(budget) = idle {
-                    spin_for_letter(&me, budget);
-                    shared.queue.stop_spinning();
+            // Work was already waiting: it comes faster than we come back.
+            Ok(job) => {
+                turnaround.note(Duration::ZERO);
+                job
+            }
+            Err(_idle) => {
+                let idle_since = Instant::now();
+                let mut caught = false;
+                if let Some(budget) = turnaround.spin_budget()
+                    && shared.queue.start_spinning(&me)
+                {
+                    caught = spin_for_letter(&me, idle_since + budget);
+                    shared.queue.stop_spinning(&me);
                 }
-                match me.wait() {
+                let job = match me.wait() {
                     Letter::Job(job) => job,
                     Letter::Retire | Letter::Close => break,
+                };
+                if let Some(submitted) = job.submitted() {
+                    turnaround.note(submitted.saturating_duration_since(idle_since));
+                    if !caught {
+                        // Woken from a park: how long that took, for callers
+                        // deciding whether to spin for their answer.
+                        shared.wake.record(Instant::now().saturating_duration_since(submitted));
+                    }
                 }
+                job
             }
         };
         run(job);
@@ -92,20 +144,7 @@ fn run(queued: QueuedJob) {
     }
 }
 
-/// Spins until a letter is posted or `budget` has passed. Reads the clock
-/// once every 64 polls: a poll of a line nobody writes is free, a clock read
-/// is not.
-fn spin_for_letter(me: &Mailbox<QueuedJob>, budget: Duration) {
-    let until = Instant::now() + budget;
-    loop {
-        for _ in 0..64 {
-            if me.is_posted() {
-                return;
-            }
-            std::hint::spin_loop();
-        }
-        if Instant::now() >= until {
-            return;
-        }
-    }
+/// Spins until a letter is posted (`true`) or `until` has passed.
+fn spin_for_letter(me: &Mailbox<QueuedJob>, until: Instant) -> bool {
+    crate::sync::spin_until_instant(|| me.is_posted(), until)
 }
