@@ -407,5 +407,39 @@ fn summary(_c: &mut Criterion) {
     println!("{out}");
 }
 
-criterion_group!(benches, dispatch, dispatch_paced, dispatch_scale, summary);
+/// What a `Dependency` call does on the caller's thread beyond a pool call,
+/// piece by piece (each on its own, single-threaded): one clock read (it makes
+/// two more than the pool: its own `now` before submitting, since the pool
+/// reads again, and `ended` after the answer), the breaker's acquire and
+/// record on a CLOSED count window, and one sample into its call-time
+/// histogram. `histogram_record_pair` is what a pool worker records per call
+/// (queue wait and run time), after the answer.
+fn dependency_parts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dependency_parts");
+    group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(1));
+    group.bench_function("instant_now", |b| b.iter(Instant::now));
+    let breaker = watertight::Breaker::new("parts", BreakerConfig::count_based(100)).unwrap();
+    group.bench_function("breaker_acquire_record", |b| {
+        b.iter(|| {
+            if let Ok(permit) = breaker.try_acquire() {
+                permit.record(watertight::Verdict::Success, black_box(Duration::from_micros(3)));
+            }
+        })
+    });
+    let h = watertight::histogram::LatencyHistogram::new(Duration::from_secs(30));
+    let now = Instant::now();
+    group.bench_function("histogram_record", |b| {
+        b.iter(|| h.record_at(black_box(Duration::from_micros(7)), now))
+    });
+    let h2 = watertight::histogram::LatencyHistogram::new(Duration::from_secs(30));
+    group.bench_function("histogram_record_pair", |b| {
+        b.iter(|| {
+            h.record_at(black_box(Duration::from_micros(7)), now);
+            h2.record_at(black_box(Duration::from_micros(1)), now);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, dispatch, dispatch_paced, dispatch_scale, dependency_parts, summary);
 criterion_main!(benches);
