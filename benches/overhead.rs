@@ -26,9 +26,12 @@
 //!   blocking pool capped at 8; figures in calls per second.
 //!
 //! Beside each id's latency the bench prints its CPU per call: the process's
-//! user + system time (`/proc/self/stat`) over the measured samples, divided
-//! by the calls made in them, so spinning is never bought with burnt cores
-//! unnoticed. At the end it prints every figure again as one table.
+//! user + system time over the measured samples, divided by the calls made in
+//! them, so spinning is never bought with burnt cores unnoticed (summed over
+//! the threads' `/proc/self/task/*/schedstat` for `dispatch` and
+//! `dispatch_paced`, whose threads all outlive a sample; from `/proc/self/stat`
+//! for `dispatch_scale`, whose caller threads do not). At the end it prints
+//! every figure again as one table.
 //!
 //! Run: `cargo bench --bench overhead` (about 2 minutes).
 
@@ -46,8 +49,24 @@ fn job(x: u64) -> u64 {
     x.wrapping_add(1)
 }
 
-/// Process CPU time (user + system) so far, from `/proc/self/stat`.
-fn cpu_time() -> Duration {
+/// CPU time (user + system) of the threads alive now, from
+/// `/proc/self/task/*/schedstat` (the first field is the nanoseconds the
+/// thread has run). Precise, but blind to threads that exit in between: used
+/// where every thread of the measurement outlives it.
+fn cpu_time_live_threads() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
+/// Process CPU time (user + system) so far, exited threads included, from
+/// `/proc/self/stat`; in clock ticks of 10 ms, so only for long windows.
+fn cpu_time_process() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the command name (which is in parentheses and may hold spaces).
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
@@ -79,8 +98,12 @@ thread_local! {
 static RESULTS: Mutex<Results> = Mutex::new(Results { rows: Vec::new() });
 
 /// Measures `calls` of `run` (which returns the time to report) with the
-/// process CPU around it, and keeps the sample.
+/// CPU used around it, and keeps the sample.
 fn measured(calls: u64, run: impl FnOnce() -> Duration) -> Duration {
+    measured_with(cpu_time_live_threads, calls, run)
+}
+
+fn measured_with(cpu_time: fn() -> Duration, calls: u64, run: impl FnOnce() -> Duration) -> Duration {
     let cpu0 = cpu_time();
     let time = run();
     let cpu = cpu_time().saturating_sub(cpu0);
@@ -250,27 +273,28 @@ fn dispatch_paced(c: &mut Criterion) {
     const SAMPLES: usize = 10;
     tight_timer_slack();
     let mut group = c.benchmark_group("dispatch_paced");
-    // Criterion sizes runs by the reported time, here the calls' own latency
-    // (far less than the pacing): these budgets make about 1,000-3,000 calls
-    // per id.
+    // Criterion sizes runs by the reported time, here the calls' own latency,
+    // far less than the pacing. So each sample makes a fixed number of calls
+    // whatever `iters` asks, and reports their mean latency scaled to `iters`:
+    // 10 samples (plus a few of warm-up) of `per_sample` calls each.
     group
         .sample_size(SAMPLES)
         .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(5))
-        .measurement_time(Duration::from_millis(25));
-    for (pace, label) in [
-        (Duration::from_micros(20), "20us"),
-        (Duration::from_micros(200), "200us"),
-        (Duration::from_millis(2), "2ms"),
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1));
+    for (pace, label, per_sample) in [
+        (Duration::from_micros(20), "20us", 1_000u64),
+        (Duration::from_micros(200), "200us", 400),
+        (Duration::from_millis(2), "2ms", 150),
     ] {
         with_each_peer(false, |id, call| {
             group.bench_with_input(BenchmarkId::new(id, label), &pace, |b, &pace| {
                 b.iter_custom(|iters| {
-                    measured(iters, || {
-                        let mut latency = Duration::ZERO;
+                    let mut latency = Duration::ZERO;
+                    measured(per_sample, || {
                         let mut next = Instant::now();
                         let mut x = 0u64;
-                        for _ in 0..iters {
+                        for _ in 0..per_sample {
                             next += pace;
                             let now = Instant::now();
                             if next > now {
@@ -284,7 +308,8 @@ fn dispatch_paced(c: &mut Criterion) {
                         }
                         black_box(x);
                         latency
-                    })
+                    });
+                    latency.mul_f64(iters as f64 / per_sample as f64)
                 })
             });
             file("dispatch_paced", &format!("{id}/{label}"), SAMPLES);
@@ -338,6 +363,9 @@ fn dispatch_scale(c: &mut Criterion) {
         .max_blocking_threads(WORKERS)
         .build()
         .unwrap();
+    let pool = Pool::builder("scale-pool").workers(WORKERS).queue(64).build().unwrap();
+    let pool_call =
+        |x: u64| pool.call_timeout(Duration::from_secs(5), move |_ctx| Ok::<_, ()>(job(x))).unwrap();
     let dep_call = |x: u64| dep.call(move |_ctx| Ok::<_, std::convert::Infallible>(job(x))).unwrap();
     let tp_call = |x: u64| {
         // A reply channel per call: threadpool has no reply of its own.
@@ -348,7 +376,8 @@ fn dispatch_scale(c: &mut Criterion) {
         reply_rx.recv().unwrap()
     };
     let tokio_call = |x: u64| rt.block_on(rt.spawn_blocking(move || job(x))).unwrap();
-    let ids: [(&str, Call<'_>); 3] = [
+    let ids: [(&str, Call<'_>); 4] = [
+        ("watertight_pool", &pool_call),
         ("watertight_dependency", &dep_call),
         ("threadpool", &tp_call),
         ("tokio_spawn_blocking", &tokio_call),
@@ -359,7 +388,7 @@ fn dispatch_scale(c: &mut Criterion) {
                 b.iter_custom(|iters| {
                     let per_thread = iters.div_ceil(n as u64).max(1);
                     let calls = per_thread * n as u64;
-                    measured(calls, || {
+                    measured_with(cpu_time_process, calls, || {
                         let wall = on_threads(n, per_thread, call);
                         // Criterion divides by `iters`: report the time for that many.
                         wall.mul_f64(iters as f64 / calls as f64)
@@ -371,6 +400,7 @@ fn dispatch_scale(c: &mut Criterion) {
     }
     group.finish();
     assert!(dep.shutdown(Duration::from_secs(5)));
+    assert!(pool.shutdown(Duration::from_secs(5)));
     tp.join();
 }
 

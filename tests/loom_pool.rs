@@ -182,7 +182,7 @@ fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
         // The worker is starting or idle: either way the job is accepted
         // (for a worker about to come back, or handed to the idle one).
         let accepted = queue.push(1, &busy).expect("a starting or idle worker takes it");
-        assert!(matches!(accepted, Accepted::Queued | Accepted::Handed(_)));
+        assert!(matches!(accepted, Accepted::Queued { .. } | Accepted::Handed(_)));
         // Close once the job is in: the worker runs it, then exits.
         queue.close();
         assert_eq!(worker.join().unwrap(), vec![1]);

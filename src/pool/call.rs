@@ -391,8 +391,12 @@ impl<T, E> Ticket<T, E> {
         let settled = match self.accepted {
             // A worker had to be woken: the answer takes at least that long.
             Accepted::Handed(false) => spin_for_woken_worker(&ctx.shared, self.start, || slot.is_settled()),
+            // Queued behind other jobs: the answer is at least a whole job
+            // away, and spinning would take a core from the workers.
+            Accepted::Queued { ahead } if ahead > 0 => false,
             // The job went to a worker that was spinning for work, or is
-            // queued: spin as a channel receive does.
+            // next in line for a worker coming back: spin as a channel
+            // receive does.
             _ => spin_until(|| slot.is_settled()),
         };
         if !settled && slot.register(current()) {

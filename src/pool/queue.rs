@@ -116,8 +116,12 @@ pub enum Accepted {
     /// Handed straight to an idle worker; `true` when that worker was still
     /// spinning for work (no wake-up needed), `false` when it was parked.
     Handed(bool),
-    /// Queued, behind other jobs or for a worker about to come back.
-    Queued,
+    /// Queued, behind `ahead` other jobs, for a busy worker or one about to
+    /// come back.
+    Queued {
+        /// Jobs queued before this one.
+        ahead: usize,
+    },
 }
 
 /// What [`Queue::resize`] asks the pool to do.
@@ -212,9 +216,10 @@ impl<J> Queue<J> {
         }
         let busy_now = busy.load(std::sync::atomic::Ordering::Relaxed);
         if st.jobs.len() < st.capacity + st.returning(busy_now) {
+            let ahead = st.jobs.len();
             st.jobs.push_back(job);
             self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
-            return Ok(Accepted::Queued);
+            return Ok(Accepted::Queued { ahead });
         }
         Err((Refused::Full, job))
     }
