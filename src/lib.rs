@@ -104,13 +104,13 @@ pub use crate::{
     classify::{Classify, Verdict},
     clock::{Clock, ManualClock, SystemClock},
     dependency::{
-        CallCounts, Dependency, DependencyBuilder, DependencyLatency, DependencySnapshot, Event, Percentiles,
-        Within,
+        CallCounts, Dependency, DependencyBuilder, DependencyConfig, DependencyLatency, DependencySnapshot,
+        Event, Percentiles, Within,
     },
     error::{ConfigError, Error, Outcome, Rejection},
     limit::{AdaptiveLimit, LimitPermit, Limiter},
     pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket},
-    registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, Registry},
+    registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, ReconfigureError, Registry},
     retry::{Retry, RetryBuilder},
 };
 

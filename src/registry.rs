@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 
 use crate::dependency::Dependency;
-use crate::dependency::DependencySnapshot;
+use crate::dependency::{DependencyConfig, DependencySnapshot};
 use crate::error::ConfigError;
 
 /// A set of uniquely named [`Dependency`] handles. Cheap to clone; clones
@@ -170,6 +170,66 @@ impl Registry {
         }
     }
 }
+
+impl Registry {
+    /// Reconfigures the dependency called `name` while calls run (see
+    /// [`Dependency::reconfigure`]), after checking the change against the
+    /// capacity rule of [`check_capacity`](Self::check_capacity) for a
+    /// request pool of `request_threads`: a change that would let this
+    /// dependency hold every request thread is refused, and nothing changes.
+    /// The report (warnings included) is that of the registry after the
+    /// change.
+    pub fn reconfigure(
+        &self,
+        name: &str,
+        new: DependencyConfig,
+        request_threads: usize,
+    ) -> Result<CapacityReport, ReconfigureError> {
+        let dep = self.get(name).ok_or_else(|| ReconfigureError::UnknownDependency(name.to_owned()))?;
+        let hold = new.workers.saturating_add(new.queue);
+        if hold >= request_threads {
+            let mut report = self.check_capacity(request_threads).unwrap_or_else(|e| e.report().clone());
+            if let Some(entry) = report.entries.iter_mut().find(|e| e.name == name) {
+                entry.workers = new.workers;
+                entry.queue = new.queue;
+                entry.hold = hold;
+                entry.room_left = 0;
+                entry.level = CapacityLevel::Error;
+            }
+            return Err(ReconfigureError::Capacity(CapacityError { dependency: name.to_owned(), report }));
+        }
+        dep.reconfigure(new).map_err(ReconfigureError::Invalid)?;
+        match self.check_capacity(request_threads) {
+            Ok(report) => Ok(report),
+            // Another dependency's hold was already too large; this change did not cause it.
+            Err(e) => Ok(e.report().clone()),
+        }
+    }
+}
+
+/// Why [`Registry::reconfigure`] refused a change; nothing changed.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ReconfigureError {
+    /// No dependency of that name is registered.
+    UnknownDependency(String),
+    /// A setting is invalid; the error names it.
+    Invalid(ConfigError),
+    /// The dependency could then hold every request thread.
+    Capacity(CapacityError),
+}
+
+impl fmt::Display for ReconfigureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReconfigureError::UnknownDependency(name) => write!(f, "no dependency named `{name}`"),
+            ReconfigureError::Invalid(e) => write!(f, "invalid configuration: {e}"),
+            ReconfigureError::Capacity(e) => write!(f, "refused by the capacity rule: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReconfigureError {}
 
 impl fmt::Debug for Registry {
     /// Never blocks: prints `<locked>` while a registration holds the lock.

@@ -233,12 +233,17 @@ impl RetryBuilder {
 /// buckets and is taken only on the retry path.
 #[derive(Debug)]
 pub(crate) struct RetryBudget {
+    base: Instant,
+    ring: Mutex<Ring>,
+}
+
+#[derive(Debug)]
+struct Ring {
     /// The budget's percentage as a fraction of calls.
     ratio: f64,
     /// Retries the floor allows per window: `min_per_sec x window seconds`.
     floor: u64,
-    base: Instant,
-    ring: Mutex<[Bucket; BUCKETS]>,
+    buckets: [Bucket; BUCKETS],
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -252,13 +257,24 @@ struct Bucket {
 
 impl RetryBudget {
     pub(crate) fn new(retry: &Retry, now: Instant) -> Self {
-        let (percent, min_per_sec) = retry.budget();
+        let (ratio, floor) = Self::terms(retry);
         RetryBudget {
-            ratio: percent / 100.0,
-            floor: u64::from(min_per_sec) * BUCKETS as u64,
             base: now,
-            ring: Mutex::new([Bucket::default(); BUCKETS]),
+            ring: Mutex::new(Ring { ratio, floor, buckets: [Bucket::default(); BUCKETS] }),
         }
+    }
+
+    fn terms(retry: &Retry) -> (f64, u64) {
+        let (percent, min_per_sec) = retry.budget();
+        (percent / 100.0, u64::from(min_per_sec) * BUCKETS as u64)
+    }
+
+    /// The budget of a new `Retry`, keeping the calls and retries counted so far.
+    pub(crate) fn retune(&self, retry: &Retry) {
+        let (ratio, floor) = Self::terms(retry);
+        let mut ring = self.ring.lock();
+        ring.ratio = ratio;
+        ring.floor = floor;
     }
 
     fn second(&self, now: Instant) -> u64 {
@@ -278,7 +294,7 @@ impl RetryBudget {
     pub(crate) fn deposit(&self, now: Instant) {
         let second = self.second(now);
         let mut ring = self.ring.lock();
-        Self::bucket(&mut ring, second).calls += 1;
+        Self::bucket(&mut ring.buckets, second).calls += 1;
     }
 
     /// Takes one retry from the budget if it allows one, and says whether it did.
@@ -287,16 +303,16 @@ impl RetryBudget {
         let oldest = second.saturating_sub(BUCKETS as u64 - 1);
         let mut ring = self.ring.lock();
         let (mut calls, mut retries) = (0u64, 0u64);
-        for b in ring.iter().filter(|b| b.second >= oldest && b.second <= second) {
+        for b in ring.buckets.iter().filter(|b| b.second >= oldest && b.second <= second) {
             calls += b.calls;
             retries += b.retries;
         }
         // Ratio arithmetic in f64: exact for any count a window can hold.
-        let allowed = self.ratio * calls as f64 + self.floor as f64;
+        let allowed = ring.ratio * calls as f64 + ring.floor as f64;
         if (retries + 1) as f64 > allowed {
             return false;
         }
-        Self::bucket(&mut ring, second).retries += 1;
+        Self::bucket(&mut ring.buckets, second).retries += 1;
         true
     }
 }

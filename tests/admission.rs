@@ -43,6 +43,9 @@ fn dependency(name: &str, max_wait: Duration) -> Dependency {
 /// `CLIENTS x REQUESTS_EACH` quotes from `CLIENTS` threads at once, and
 /// returns how many were answered 200 and the capacity report's warnings.
 fn run(max_wait: Duration) -> (usize, usize, Vec<String>) {
+    // One scenario at a time: two bursts at once on two cores would measure each other.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (inventory_p, pricing_p) = (provider("inventory"), provider("pricing"));
     let (inventory, pricing) = (dependency("inventory", max_wait), dependency("pricing", max_wait));
     let registry = Registry::new();
@@ -73,13 +76,27 @@ fn run(max_wait: Duration) -> (usize, usize, Vec<String>) {
             thread::spawn(move || {
                 let agent = support::agent_status_ok(Duration::from_secs(10));
                 start.wait();
-                (0..REQUESTS_EACH)
-                    .filter(|_| agent.get(&url).call().is_ok_and(|r| r.status().as_u16() == 200))
-                    .count()
+                let mut ok = 0;
+                let mut refused = Vec::new();
+                for _ in 0..REQUESTS_EACH {
+                    match agent.get(&url).call() {
+                        Ok(r) if r.status().as_u16() == 200 => ok += 1,
+                        Ok(mut r) => refused.push(r.body_mut().read_to_string().unwrap_or_default()),
+                        Err(e) => refused.push(e.to_string()),
+                    }
+                }
+                (ok, refused)
             })
         })
         .collect();
-    let ok: usize = clients.into_iter().map(|c| c.join().expect("a client")).sum();
+    let mut ok = 0;
+    let mut refused = std::collections::BTreeMap::<String, usize>::new();
+    for client in clients {
+        let (answered, why) = client.join().expect("a client");
+        ok += answered;
+        why.into_iter().for_each(|w| *refused.entry(w).or_default() += 1);
+    }
+    println!("max_wait {max_wait:?}: refused {refused:?}");
     handle.shutdown();
     (ok, CLIENTS * REQUESTS_EACH, report.warnings())
 }

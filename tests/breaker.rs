@@ -977,3 +977,89 @@ fn stress_probes_never_exceed_the_limit_and_every_call_is_counted() {
     assert_eq!(out_of_order.load(Ordering::Relaxed), 0, "transitions announced out of order");
     assert_eq!(*last_to.lock().unwrap(), breaker.state(), "the last announcement is the current state");
 }
+
+// ---------------------------------------------------------------- live reconfiguration
+
+#[test]
+fn reconfiguring_keeps_the_state_and_applies_new_thresholds_to_the_window() {
+    let (breaker, _clock) = manual(BreakerConfig::count_based(10).minimum_calls(4).failure_rate(80.0));
+    for v in [Verdict::Success, Verdict::Failure, Verdict::Failure, Verdict::Success] {
+        call(&breaker, v);
+    }
+    assert_eq!(breaker.state(), State::Closed, "50 % is under 80 %");
+    // A lower threshold applies to the calls already in the window at the next outcome.
+    let lower = BreakerConfig::count_based(10).minimum_calls(4).failure_rate(50.0);
+    breaker.reconfigure(lower.clone()).unwrap();
+    assert_eq!(breaker.state(), State::Closed, "a reconfiguration alone decides nothing");
+    assert_eq!(breaker.metrics().buffered_calls, 4, "the window is kept");
+    call(&breaker, Verdict::Failure);
+    assert_eq!(breaker.state(), State::Open, "3 of 5 failed, over the new 50 %");
+    assert_eq!(breaker.config(), lower);
+}
+
+#[test]
+fn an_open_breaker_stays_open_and_uses_the_new_open_period_next_time() {
+    let (breaker, clock) = manual(
+        BreakerConfig::count_based(2).minimum_calls(2).open_for(Duration::from_secs(10)).half_open_calls(1),
+    );
+    call(&breaker, Verdict::Failure);
+    call(&breaker, Verdict::Failure);
+    assert_eq!(breaker.state(), State::Open);
+    breaker
+        .reconfigure(
+            BreakerConfig::count_based(2)
+                .minimum_calls(2)
+                .open_for(Duration::from_secs(1))
+                .half_open_calls(1),
+        )
+        .unwrap();
+    assert_eq!(breaker.state(), State::Open);
+    clock.advance(Duration::from_secs(5));
+    assert!(breaker.try_acquire().is_err(), "the current open period (10 s) is kept");
+    clock.advance(Duration::from_secs(5));
+    let probe = breaker.try_acquire().expect("half-open after 10 s");
+    probe.record(Verdict::Failure, Duration::ZERO);
+    assert_eq!(breaker.state(), State::Open);
+    clock.advance(Duration::from_secs(1));
+    assert!(breaker.try_acquire().is_ok(), "the next open period is the new 1 s");
+}
+
+#[test]
+fn a_new_window_starts_empty_and_a_half_open_round_starts_over() {
+    let (breaker, clock) = manual(
+        BreakerConfig::count_based(10).minimum_calls(2).open_for(Duration::from_secs(1)).half_open_calls(3),
+    );
+    call(&breaker, Verdict::Success);
+    breaker
+        .reconfigure(BreakerConfig::time_based(5).minimum_calls(2).open_for(Duration::from_secs(1)))
+        .unwrap();
+    assert_eq!(breaker.metrics().buffered_calls, 0, "a new window kind starts empty");
+    call(&breaker, Verdict::Failure);
+    call(&breaker, Verdict::Failure);
+    assert_eq!(breaker.state(), State::Open);
+    clock.advance(Duration::from_secs(1));
+    let first = breaker.try_acquire().expect("a probe");
+    assert_eq!(breaker.state(), State::HalfOpen);
+    // Two probes per round from now on; the probe in flight counts in the lifetime only.
+    let two =
+        BreakerConfig::time_based(5).minimum_calls(2).open_for(Duration::from_secs(1)).half_open_calls(2);
+    breaker.reconfigure(two).unwrap();
+    assert_eq!(breaker.state(), State::HalfOpen);
+    first.record(Verdict::Failure, Duration::ZERO);
+    assert_eq!(breaker.state(), State::HalfOpen, "a late probe decides nothing");
+    call(&breaker, Verdict::Success);
+    call(&breaker, Verdict::Success);
+    assert_eq!(breaker.state(), State::Closed, "two fresh probes decide");
+}
+
+#[test]
+fn disabling_and_enabling_by_reconfiguration() {
+    let (breaker, _clock) = manual(small());
+    breaker.reconfigure(small().enabled(false)).unwrap();
+    assert_eq!(breaker.state(), State::Disabled);
+    breaker.reconfigure(small()).unwrap();
+    assert_eq!(breaker.state(), State::Closed);
+    let err = breaker.reconfigure(small().failure_rate(0.0)).unwrap_err();
+    assert_eq!(err.field(), "failure_rate");
+    assert_eq!(breaker.config(), small(), "a refused configuration changes nothing");
+}

@@ -403,3 +403,61 @@ fn help_lists_the_options() {
         assert!(help.contains(flag), "--help does not mention {flag}:\n{help}");
     }
 }
+
+/// The request budget: with account and fraud both hung, a checkout whose
+/// user's permission is not cached answers within the budget + 100 ms, and
+/// fails closed (503); a cached user's checkout falls back to manual review
+/// (202) within the budget too. A client's `X-Request-Timeout` shortens it.
+#[test]
+fn a_request_answers_within_its_budget_when_every_provider_hangs() {
+    const BUDGET: Duration = Duration::from_millis(1000);
+    const SLACK: Duration = Duration::from_millis(100);
+    let server = Checkout::start(&["--request-budget", "1000ms"]);
+    let agent = agent();
+    // Cache alice's permission while account is healthy.
+    assert_eq!(checkout(&agent, &server, "alice", 10.0).0, 201);
+    set_fault(&agent, &server, "account", "hang");
+    set_fault(&agent, &server, "fraud", "hang");
+
+    for round in 0..3 {
+        let began = Instant::now();
+        let (status, body) = checkout(&agent, &server, &format!("new-user-{round}"), 10.0);
+        let took = began.elapsed();
+        assert_eq!((status, &body["code"]), (503, &json!("SERVICE_ACCESS_UNAVAILABLE")), "{body}");
+        println!("budget {BUDGET:?}: uncached checkout answered 503 in {} ms", took.as_millis());
+        assert!(took < BUDGET + SLACK, "an uncached checkout answered after {took:?}, budget {BUDGET:?}");
+
+        let began = Instant::now();
+        let (status, body) = checkout(&agent, &server, "alice", 10.0);
+        let took = began.elapsed();
+        assert_eq!((status, &body["status"]), (202, &json!("manual_review")), "{body}");
+        println!("budget {BUDGET:?}: cached user's checkout answered 202 in {} ms", took.as_millis());
+        assert!(took < BUDGET + SLACK, "a cached user's checkout answered after {took:?}, budget {BUDGET:?}");
+    }
+
+    // The client asks for less: 300 ms.
+    let began = Instant::now();
+    let (status, body) = answer(
+        agent
+            .post(server.url("/checkout"))
+            .header("X-User-Id", "alice")
+            .header("X-Request-Timeout", "300ms")
+            .send_json(json!({ "customer_id": "c-1", "amount": 10.0 })),
+    );
+    let took = began.elapsed();
+    assert_eq!(status, 202, "{body}");
+    assert!(took < Duration::from_millis(300) + SLACK, "a 300 ms request timeout answered after {took:?}");
+    // A client cannot lengthen it, and a malformed one is a clear 400.
+    let began = Instant::now();
+    let (status, _) = answer(
+        agent
+            .post(server.url("/checkout"))
+            .header("X-User-Id", "alice")
+            .header("X-Request-Timeout", "60s")
+            .send_json(json!({ "customer_id": "c-1", "amount": 10.0 })),
+    );
+    assert_eq!(status, 202);
+    assert!(began.elapsed() < BUDGET + SLACK, "a longer X-Request-Timeout lengthened the budget");
+    let (status, body) = answer(agent.get(server.url("/health")).header("X-Request-Timeout", "soon").call());
+    assert_eq!((status, &body["code"]), (400, &json!("INVALID_REQUEST_TIMEOUT")), "{body}");
+}

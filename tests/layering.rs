@@ -35,11 +35,25 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
 /// (`Dependency` -> `dependency`), read from its `module::{A, B}` lines.
 fn exports(lib: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for line in lib.lines().map(str::trim) {
-        let Some((module, items)) = line.split_once("::{") else { continue };
-        for item in items.trim_end_matches(['}', ',']).split(',') {
-            out.insert(item.trim().to_owned(), module.trim().to_owned());
+    let mut rest = lib;
+    while let Some(at) = rest.find("::{") {
+        let module: String =
+            rest[..at].chars().rev().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+        let module: String = module.chars().rev().collect();
+        let group = &rest[at + 3..];
+        let end = group.find('}').unwrap_or(group.len());
+        if group[..end].contains("::{") {
+            // An outer group (`crate::{ a::{..}, .. }`): read the inner ones.
+            rest = group;
+            continue;
         }
+        for item in group[..end].split(',') {
+            let item = item.trim();
+            if !item.is_empty() {
+                out.insert(item.to_owned(), module.clone());
+            }
+        }
+        rest = &group[end..];
     }
     out
 }
@@ -142,7 +156,7 @@ fn the_modules_form_layers_without_cycles() {
 #[test]
 fn the_checker_sees_a_cycle_when_there_is_one() {
     let modules: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
-    let exports = exports("pub use crate::{\n    a::{Alpha, Aleph},\n};");
+    let exports = exports("pub use crate::{\n    a::{\n        Alpha,\n        Aleph,\n    },\n};");
     assert_eq!(exports.get("Aleph").map(String::as_str), Some("a"));
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     edges.insert("a".into(), references("use crate::b::X; // crate::c in a comment", &modules, &exports));

@@ -139,6 +139,11 @@ fn latency_histograms_are_exported_and_summarised() {
         })
         .unwrap();
     }
+    // Workers record queue wait and run time just after they answer: wait (bounded) for the last.
+    let until = Instant::now() + Duration::from_secs(5);
+    while dep.pool().run_histogram().snapshot().count() < 20 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let latency = dep.snapshot().latency;
     let (run, call) = (latency.run.p50.expect("a run p50"), latency.call.p50.expect("a call p50"));
     assert!(run >= Duration::from_millis(2) && run < Duration::from_secs(1), "run p50 {run:?}");

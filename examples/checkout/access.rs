@@ -52,7 +52,8 @@ impl std::fmt::Display for LookupError {
     }
 }
 
-type Lookup = dyn Fn(&str) -> Result<Decision, LookupError> + Send + Sync;
+/// Asks account about a user, to answer by the request's deadline.
+type Lookup = dyn Fn(&str, Instant) -> Result<Decision, LookupError> + Send + Sync;
 
 /// The cached, fail-closed access check.
 pub struct AccessGate {
@@ -76,14 +77,15 @@ impl AccessGate {
     pub fn new(
         allow_ttl: Duration,
         deny_ttl: Duration,
-        lookup: impl Fn(&str) -> Result<Decision, LookupError> + Send + Sync + 'static,
+        lookup: impl Fn(&str, Instant) -> Result<Decision, LookupError> + Send + Sync + 'static,
     ) -> Self {
         AccessGate { lookup: Box::new(lookup), allow_ttl, deny_ttl, cache: Mutex::new(HashMap::new()) }
     }
 
     /// May `user` use checkout? A cached decision if one is fresh, else
-    /// account's answer (then cached). An error means: refuse with 503.
-    pub fn check(&self, user: &str) -> Result<Decision, LookupError> {
+    /// account's answer by `deadline` (then cached). An error means: refuse
+    /// with 503.
+    pub fn check(&self, user: &str, deadline: Instant) -> Result<Decision, LookupError> {
         let now = Instant::now();
         if let Some(&(decision, expires)) = self.cache.lock().get(user)
             && now < expires
@@ -92,7 +94,7 @@ impl AccessGate {
         }
         // Concurrent misses for one user each ask account; the answers agree,
         // and the dependency's bounded pool caps how many can be in flight.
-        match (self.lookup)(user) {
+        match (self.lookup)(user, deadline) {
             Ok(decision) => {
                 let ttl = match decision {
                     Decision::Allowed => self.allow_ttl,

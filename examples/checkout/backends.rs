@@ -8,7 +8,7 @@
 //! with one fixed client timeout (none by default of ureq; the incident had
 //! none, or a long one). This is the incident, kept for comparison.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::json;
@@ -111,28 +111,42 @@ impl Backends {
         }
     }
 
-    /// Runs `job` through `pick(deps)` in bulkhead mode, or right here in
-    /// direct mode.
-    fn run<T, F>(&self, pick: fn(&Deps) -> &Dependency, job: F) -> Result<T, Error<ureq::Error>>
+    /// Runs `job` through `pick(deps)` under the request's `deadline` in
+    /// bulkhead mode, or right here in direct mode (which, like the
+    /// incident, knows no request budget).
+    fn run<T, F>(
+        &self,
+        pick: fn(&Deps) -> &Dependency,
+        deadline: Instant,
+        job: F,
+    ) -> Result<T, Error<ureq::Error>>
     where
         T: Send + 'static,
         F: FnOnce(&ureq::Agent, Option<&CallContext>) -> Result<T, ureq::Error> + Send + 'static,
     {
         let agent = self.agent.clone();
         match &self.mode {
-            Mode::Bulkhead(deps) => pick(deps).call(move |ctx: &CallContext| job(&agent, Some(ctx))),
+            Mode::Bulkhead(deps) => {
+                pick(deps).within(deadline).call(move |ctx: &CallContext| job(&agent, Some(ctx)))
+            }
             Mode::Direct => job(&agent, None).map_err(Error::Failed),
         }
     }
 
     /// Asks fraud about an order. Never approves on its own: any failure is
     /// an `Unavailable`, which the caller turns into manual review.
-    pub fn check_fraud(&self, customer_id: &str, amount: f64) -> Result<FraudVerdict, Unavailable> {
+    pub fn check_fraud(
+        &self,
+        customer_id: &str,
+        amount: f64,
+        deadline: Instant,
+    ) -> Result<FraudVerdict, Unavailable> {
         let url = format!("{}/verify", self.fraud_url);
         let body = json!({ "customer_id": customer_id, "amount": amount });
         let answer = self
             .run(
                 |d| &d.fraud,
+                deadline,
                 move |agent, ctx| bounded(agent.post(&url), ctx).send_json(&body)?.body_mut().read_json(),
             )
             .map_err(unavailable)?;
@@ -148,10 +162,11 @@ impl Backends {
 
     /// Asks account whether `user` may use checkout. `user` is already
     /// validated as URL-safe by the route.
-    pub fn has_access(&self, user: &str) -> Result<Decision, LookupError> {
+    pub fn has_access(&self, user: &str, deadline: Instant) -> Result<Decision, LookupError> {
         let url = format!("{}/users/{user}/access?service=checkout", self.account_url);
         let answer: Result<AccessAnswer, _> = self.run(
             |d| &d.access,
+            deadline,
             move |agent, ctx| bounded(agent.get(&url), ctx).call()?.body_mut().read_json(),
         );
         match answer {
@@ -168,10 +183,14 @@ impl Backends {
     }
 
     /// The user's profile from account (the `account-read` path).
-    pub fn profile(&self, user: &str) -> Result<serde_json::Value, Unavailable> {
+    pub fn profile(&self, user: &str, deadline: Instant) -> Result<serde_json::Value, Unavailable> {
         let url = format!("{}/users/{user}", self.account_url);
-        self.run(|d| &d.read, move |agent, ctx| bounded(agent.get(&url), ctx).call()?.body_mut().read_json())
-            .map_err(unavailable)
+        self.run(
+            |d| &d.read,
+            deadline,
+            move |agent, ctx| bounded(agent.get(&url), ctx).call()?.body_mut().read_json(),
+        )
+        .map_err(unavailable)
     }
 }
 

@@ -43,6 +43,7 @@ use watertight::{BreakerConfig, Dependency, Registry};
     after_help = "\
 ROUTES:
   POST /checkout          header X-User-Id, body {\"customer_id\": \"c1\", \"amount\": 120.5}
+                          (any route: X-Request-Timeout: 800ms shortens the request budget)
                           201 approved, 402 rejected by fraud, 202 manual_review when fraud is unavailable,
                           403 SERVICE_ACCESS_DENIED, 503 SERVICE_ACCESS_UNAVAILABLE (fails closed)
   GET  /orders/{id}       the order from memory (never calls fraud)
@@ -74,6 +75,11 @@ pub struct Args {
     /// Threads of the shared request pool.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub request_threads: u16,
+
+    /// Each request's time budget (`5s`, `800ms`): every provider call it
+    /// makes ends by then. A client's `X-Request-Timeout` may only shorten it.
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = routes::parse_duration)]
+    pub request_budget: Duration,
 
     /// The embedded fraud provider's fault at start.
     #[arg(long, default_value = "healthy", value_name = "FAULT")]
@@ -246,13 +252,21 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     let backends = Arc::new(Backends::new(mode, fraud_url, account_url, direct_timeout));
     let gate = AccessGate::new(Duration::from_secs(60), Duration::from_secs(10), {
         let backends = Arc::clone(&backends);
-        move |user: &str| backends.has_access(user)
+        move |user: &str, deadline| backends.has_access(user, deadline)
     });
     let mut prometheus = watertight::metrics::PrometheusRegistry::default();
     watertight::metrics::register(&registry, &mut prometheus);
 
     let threads = usize::from(args.request_threads);
-    let app = Arc::new(App::new(backends, gate, registry, prometheus, providers.clone(), threads));
+    let app = Arc::new(App::new(
+        backends,
+        gate,
+        registry,
+        prometheus,
+        providers.clone(),
+        threads,
+        args.request_budget,
+    ));
     let server =
         tiny_http::Server::http(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let handle = serve(server, threads, {

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -73,6 +74,9 @@ pub struct App {
     pub providers: Vec<Arc<FakeProvider>>,
     /// The request pool's size, for `/circuits`.
     pub request_threads: usize,
+    /// Each request's time budget, from its arrival; `X-Request-Timeout` may
+    /// only shorten it.
+    pub request_budget: Duration,
     orders: Mutex<BTreeMap<u64, Order>>,
     next_order: AtomicU64,
     /// Requests inside `handle` right now (the request pool's busy gauge as
@@ -93,6 +97,7 @@ impl App {
         prometheus: watertight::metrics::PrometheusRegistry,
         providers: Vec<Arc<FakeProvider>>,
         request_threads: usize,
+        request_budget: Duration,
     ) -> Self {
         let state_clock = StateClock::watch(&registry);
         App {
@@ -104,6 +109,7 @@ impl App {
             prometheus,
             providers,
             request_threads,
+            request_budget,
             orders: Mutex::new(BTreeMap::new()),
             next_order: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
@@ -112,13 +118,17 @@ impl App {
 
     /// Answers one request.
     pub fn handle(&self, req: &mut Request) -> ResponseBox {
+        let deadline = match request_deadline(req, self.request_budget) {
+            Ok(deadline) => deadline,
+            Err(resp) => return resp,
+        };
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let response = self.route(req);
+        let response = self.route(req, deadline);
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         response
     }
 
-    fn route(&self, req: &mut Request) -> ResponseBox {
+    fn route(&self, req: &mut Request, deadline: Instant) -> ResponseBox {
         let url = req.url().to_owned();
         let path = url.split(['?', '#']).next().unwrap_or("");
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -126,11 +136,11 @@ impl App {
         let get = method == Method::Get;
         let post = method == Method::Post;
         match segments.as_slice() {
-            ["checkout"] if post => self.checkout(req),
+            ["checkout"] if post => self.checkout(req, deadline),
             ["checkout"] => method_not_allowed("POST"),
             ["orders", id] if get => self.order(id),
             ["orders", _] => method_not_allowed("GET"),
-            ["me"] if get => self.me(req),
+            ["me"] if get => self.me(req, deadline),
             ["me"] => method_not_allowed("GET"),
             ["health"] if get => json_response(200, &json!({ "status": "UP" })),
             ["health"] => method_not_allowed("GET"),
@@ -148,7 +158,7 @@ impl App {
         }
     }
 
-    fn checkout(&self, req: &mut Request) -> ResponseBox {
+    fn checkout(&self, req: &mut Request, deadline: Instant) -> ResponseBox {
         let user = match user_id(req) {
             Ok(user) => user,
             Err(resp) => return resp,
@@ -171,7 +181,7 @@ impl App {
 
         // The gate first: when access cannot be decided, the business code
         // below never runs (fail closed).
-        match self.gate.check(&user) {
+        match self.gate.check(&user, deadline) {
             Ok(Decision::Allowed) => {}
             Ok(Decision::Denied) => {
                 return error(403, "SERVICE_ACCESS_DENIED", "this user may not use checkout");
@@ -186,17 +196,17 @@ impl App {
         }
 
         // Fraud: an explicit verdict, or manual review. Never a silent approval.
-        let (status_code, status, reason) = match self.backends.check_fraud(&order.customer_id, order.amount)
-        {
-            Ok(FraudVerdict::Approve) => (201, "approved", None),
-            Ok(FraudVerdict::Reject(why)) => (402, "rejected", Some(why)),
-            Err(unavailable) => {
-                // Debug, not warn: in an outage this is every checkout, and
-                // /circuits and /metrics count them already.
-                log::debug!("fraud check unavailable ({}): {}", unavailable.reason, unavailable.detail);
-                (202, "manual_review", Some(format!("fraud_{}", unavailable.reason)))
-            }
-        };
+        let (status_code, status, reason) =
+            match self.backends.check_fraud(&order.customer_id, order.amount, deadline) {
+                Ok(FraudVerdict::Approve) => (201, "approved", None),
+                Ok(FraudVerdict::Reject(why)) => (402, "rejected", Some(why)),
+                Err(unavailable) => {
+                    // Debug, not warn: in an outage this is every checkout, and
+                    // /circuits and /metrics count them already.
+                    log::debug!("fraud check unavailable ({}): {}", unavailable.reason, unavailable.detail);
+                    (202, "manual_review", Some(format!("fraud_{}", unavailable.reason)))
+                }
+            };
         let n = self.next_order.fetch_add(1, Ordering::Relaxed);
         let stored = Order {
             order_id: format!("ord-{n}"),
@@ -228,12 +238,12 @@ impl App {
         }
     }
 
-    fn me(&self, req: &Request) -> ResponseBox {
+    fn me(&self, req: &Request, deadline: Instant) -> ResponseBox {
         let user = match user_id(req) {
             Ok(user) => user,
             Err(resp) => return resp,
         };
-        match self.backends.profile(&user) {
+        match self.backends.profile(&user, deadline) {
             Ok(profile) => json_response(200, &profile),
             Err(u) => {
                 log::warn!("profile lookup unavailable ({}): {}", u.reason, u.detail);
@@ -416,4 +426,42 @@ fn call_counts(calls: &watertight::CallCounts) -> Value {
 /// Milliseconds, with fractions, for JSON.
 fn ms(d: Option<std::time::Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64() * 1000.0)
+}
+
+/// The request's deadline: its arrival plus the budget, or sooner if the
+/// client's `X-Request-Timeout` (`250ms`, `2s`, or milliseconds) asks for
+/// less; a client can never lengthen it. A malformed header is a 400.
+fn request_deadline(req: &Request, budget: Duration) -> Result<Instant, ResponseBox> {
+    let arrived = Instant::now();
+    let asked = req.headers().iter().find(|h| h.field.equiv("X-Request-Timeout")).map(|h| h.value.as_str());
+    let budget = match asked.map(parse_duration) {
+        None => budget,
+        Some(Ok(asked)) => asked.min(budget),
+        Some(Err(why)) => {
+            return Err(error(400, "INVALID_REQUEST_TIMEOUT", &format!("X-Request-Timeout: {why}")));
+        }
+    };
+    Ok(arrived + budget)
+}
+
+/// `250ms`, `2s`, or a bare number of milliseconds; above zero and at most
+/// one hour.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit_ms) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000)
+    } else {
+        (text, 1)
+    };
+    let n: u64 = number.trim().parse().map_err(|_| format!("{text:?} is not a duration like 250ms or 2s"))?;
+    let ms = n
+        .checked_mul(unit_ms)
+        .filter(|ms| *ms <= 3_600_000)
+        .ok_or_else(|| format!("{text:?} is over one hour"))?;
+    if ms == 0 {
+        return Err(format!("{text:?} leaves no time at all"));
+    }
+    Ok(Duration::from_millis(ms))
 }

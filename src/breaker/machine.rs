@@ -5,8 +5,8 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -43,9 +43,12 @@ pub(super) struct Inner {
     pub(super) core: Mutex<Core>,
     pub(super) listeners: Listeners<Transition>,
     pub(super) name: Arc<str>,
-    pub(super) config: BreakerConfig,
-    pub(super) min_calls: u64,
-    pub(super) time_window: bool,
+    /// Mirrors of `core.config`, read before the lock on the report path:
+    /// whether the window is time-based, and the slow-call threshold in
+    /// nanoseconds. Written under the lock before `current` is published
+    /// (`Release`), so a permit issued after a reconfiguration sees them.
+    pub(super) time_window: AtomicBool,
+    pub(super) slow_ns: AtomicU64,
     pub(super) clock: Arc<dyn Clock>,
     /// The clock's reading when the breaker was built: the time window's
     /// seconds and the half-open deadline count from it.
@@ -76,6 +79,10 @@ pub(super) struct Core {
     pub(super) pending: VecDeque<Transition>,
     /// A thread is announcing `pending`; others just queue. See `deliver`.
     pub(super) delivering: bool,
+    /// The configuration, replaced whole by `Breaker::reconfigure`.
+    pub(super) config: BreakerConfig,
+    /// `config`'s effective minimum number of calls.
+    pub(super) min_calls: u64,
 }
 
 /// The half-open round.
@@ -182,6 +189,8 @@ impl Core {
 impl Inner {
     pub(super) fn new(name: String, config: BreakerConfig, clock: Arc<dyn Clock>, state: State) -> Inner {
         let base = clock.now();
+        let time_window = AtomicBool::new(matches!(config.window, WindowKind::Time(_)));
+        let slow_ns = AtomicU64::new(duration_ns(config.slow_call_duration));
         let core = Core {
             state,
             generation: 0,
@@ -193,6 +202,8 @@ impl Inner {
             lifetime: Lifetime::default(),
             pending: VecDeque::new(),
             delivering: false,
+            min_calls: u64::from(config.effective_minimum_calls()),
+            config,
         };
         Inner {
             current: Padded(AtomicU64::new(pack(0, state))),
@@ -201,12 +212,48 @@ impl Inner {
             core: Mutex::new(core),
             listeners: Listeners::new(),
             name: Arc::from(name),
-            min_calls: u64::from(config.effective_minimum_calls()),
-            time_window: matches!(config.window, WindowKind::Time(_)),
-            config,
+            time_window,
+            slow_ns,
             clock,
             base,
         }
+    }
+
+    /// Under the lock: the new configuration, as [`Breaker::reconfigure`]
+    /// describes. Every path bumps the generation (directly or through
+    /// `enter`), so permits issued under the old configuration can no longer
+    /// land in a window or round shaped by the new one.
+    pub(super) fn reconfigure(&self, core: &mut Core, config: BreakerConfig, now: &mut LazyNow<'_>) {
+        let window_changed = core.config.window != config.window;
+        let was_enabled = core.config.enabled;
+        let enabled = config.enabled;
+        core.min_calls = u64::from(config.effective_minimum_calls());
+        self.time_window.store(matches!(config.window, WindowKind::Time(_)), Ordering::Release);
+        self.slow_ns.store(duration_ns(config.slow_call_duration), Ordering::Release);
+        if window_changed {
+            core.window = Window::new(config.window);
+        }
+        core.config = config;
+        match core.state {
+            _ if was_enabled && !enabled && core.state != State::Disabled => {
+                self.enter(core, State::Disabled, now, View::default());
+            }
+            State::Disabled if !was_enabled && enabled => {
+                self.enter(core, State::Closed, now, View::default())
+            }
+            // A fresh round under the new probe count (entering the state it is in
+            // queues no transition).
+            State::HalfOpen => self.enter(core, State::HalfOpen, now, View::default()),
+            state => {
+                core.generation += 1;
+                self.current.0.store(pack(core.generation, state), Ordering::Release);
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn is_time_window(&self) -> bool {
+        self.time_window.load(Ordering::Acquire)
     }
 
     pub(super) fn lazy_now(&self, now: Option<Instant>) -> LazyNow<'_> {
@@ -223,12 +270,12 @@ impl Inner {
     pub(super) fn view(&self, core: &mut Core, now: &mut LazyNow<'_>) -> View {
         match core.state {
             State::Closed | State::MetricsOnly => {
-                if self.time_window {
+                if self.is_time_window() {
                     core.window.advance(now.secs());
                 }
-                View::of(core.window.totals(), self.min_calls)
+                View::of(core.window.totals(), core.min_calls)
             }
-            State::HalfOpen => View::of(core.round.totals, u64::from(self.config.half_open_calls)),
+            State::HalfOpen => View::of(core.round.totals, u64::from(core.config.half_open_calls)),
             State::Open => core.frozen,
             State::Disabled | State::ForcedOpen => View::default(),
         }
@@ -242,12 +289,12 @@ impl Inner {
         match to {
             State::Open => {
                 core.frozen = self.view(core, now);
-                let period = self.config.open_duration(core.opens);
+                let period = core.config.open_duration(core.opens);
                 core.opens = core.opens.saturating_add(1);
                 core.open_until = now.instant().checked_add(period);
             }
             State::HalfOpen => {
-                let wait = self.config.max_wait_in_half_open;
+                let wait = core.config.max_wait_in_half_open;
                 let deadline_ns =
                     if wait.is_zero() { u64::MAX } else { now.ns().saturating_add(duration_ns(wait)) };
                 core.round = Round { deadline_ns, ..Round::default() };
@@ -285,9 +332,9 @@ impl Inner {
         if issued_in == State::Disabled {
             return;
         }
-        let outcome =
-            Sample { failed: verdict == Verdict::Failure, slow: elapsed > self.config.slow_call_duration };
-        if issued_in != State::Closed || self.time_window {
+        let slow = duration_ns(elapsed) > self.slow_ns.load(Ordering::Relaxed);
+        let outcome = Sample { failed: verdict == Verdict::Failure, slow };
+        if issued_in != State::Closed || self.is_time_window() {
             return self.record_general(issued, verdict, outcome);
         }
         let mut core = self.core.lock();
@@ -299,7 +346,7 @@ impl Inner {
             return;
         }
         core.window.record(outcome, 0);
-        if let Some(cause) = self.over_threshold(core.window.totals()) {
+        if let Some(cause) = Self::over_threshold(&core, core.window.totals()) {
             self.trip(core, cause);
         }
     }
@@ -308,7 +355,7 @@ impl Inner {
     #[inline(never)]
     pub(super) fn record_general(&self, issued: u64, verdict: Verdict, outcome: Sample) {
         let mut now = self.lazy_now(None);
-        if self.time_window && verdict != Verdict::Ignore && state_of(issued) != State::HalfOpen {
+        if self.is_time_window() && verdict != Verdict::Ignore && state_of(issued) != State::HalfOpen {
             // Read before the lock, to keep the clock out of the critical section.
             now.ns();
         }
@@ -320,10 +367,10 @@ impl Inner {
             match core.state {
                 State::Closed | State::MetricsOnly => {
                     if verdict != Verdict::Ignore {
-                        let sec = if self.time_window { now.secs() } else { 0 };
+                        let sec = if self.is_time_window() { now.secs() } else { 0 };
                         core.window.record(outcome, sec);
                         if core.state == State::Closed
-                            && let Some(cause) = self.over_threshold(core.window.totals())
+                            && let Some(cause) = Self::over_threshold(&core, core.window.totals())
                         {
                             self.enter(&mut core, State::Open, &mut now, cause);
                         }
@@ -342,14 +389,14 @@ impl Inner {
     /// CLOSED: the rates that open the breaker, if the window holds enough
     /// calls and one of them reaches its threshold.
     #[inline]
-    pub(super) fn over_threshold(&self, t: Totals) -> Option<View> {
+    pub(super) fn over_threshold(core: &Core, t: Totals) -> Option<View> {
         // Thresholds are above zero, so a window without failures or slow calls
         // can never open: skip the divisions on the common path.
-        if t.calls < self.min_calls || (t.failures == 0 && t.slow == 0) {
+        if t.calls < core.min_calls || (t.failures == 0 && t.slow == 0) {
             return None;
         }
         let (fr, sr) = t.rates();
-        (fr >= self.config.failure_rate || sr >= self.config.slow_call_rate).then_some(View {
+        (fr >= core.config.failure_rate || sr >= core.config.slow_call_rate).then_some(View {
             failure_rate: Some(fr),
             slow_call_rate: Some(sr),
             buffered: 0,
@@ -375,11 +422,11 @@ impl Inner {
         if core.round.deadline_ns != u64::MAX && now.ns() >= core.round.deadline_ns {
             // The round was given up before this probe reported: it counts in
             // the lifetime totals only, like any late report.
-            self.enter(core, self.config.after_max_wait, now, View::default());
+            self.enter(core, core.config.after_max_wait, now, View::default());
             return;
         }
         let round = &mut core.round;
-        debug_assert!(round.done < round.admitted && round.admitted <= self.config.half_open_calls);
+        debug_assert!(round.done < round.admitted && round.admitted <= core.config.half_open_calls);
         if verdict == Verdict::Ignore {
             // Says nothing about the provider: give the slot to another probe.
             round.admitted -= 1;
@@ -387,12 +434,12 @@ impl Inner {
         }
         round.done += 1;
         round.totals.record(outcome);
-        if round.done < self.config.half_open_calls {
+        if round.done < core.config.half_open_calls {
             return;
         }
         let (fr, sr) = round.totals.rates();
         let cause = View { failure_rate: Some(fr), slow_call_rate: Some(sr), buffered: 0 };
-        let to = if fr >= self.config.failure_rate || sr >= self.config.slow_call_rate {
+        let to = if fr >= core.config.failure_rate || sr >= core.config.slow_call_rate {
             State::Open
         } else {
             State::Closed

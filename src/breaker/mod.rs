@@ -203,10 +203,11 @@ impl Breaker {
                 }
                 State::HalfOpen => {
                     if core.round.deadline_ns != u64::MAX && now.ns() >= core.round.deadline_ns {
-                        inner.enter(&mut core, inner.config.after_max_wait, &mut now, View::default());
+                        let after = core.config.after_max_wait;
+                        inner.enter(&mut core, after, &mut now, View::default());
                         continue;
                     }
-                    if core.round.admitted < inner.config.half_open_calls {
+                    if core.round.admitted < core.config.half_open_calls {
                         core.round.admitted += 1;
                         break Ok(pack(core.generation, State::HalfOpen));
                     }
@@ -274,6 +275,40 @@ impl Breaker {
         core.opens = 0;
         inner.enter(&mut core, State::Closed, &mut now, View::default());
         inner.release(core);
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> BreakerConfig {
+        self.inner.core.lock().config.clone()
+    }
+
+    /// Replaces the configuration while calls run, keeping the state.
+    ///
+    /// What carries over and what starts afresh:
+    /// - the state is kept (an OPEN breaker stays open until its current
+    ///   period ends; the next period uses the new `open_for`);
+    /// - rates and thresholds (`failure_rate`, `slow_call_rate`,
+    ///   `slow_call_duration`, `minimum_calls`) apply from the next recorded
+    ///   outcome, to the calls already in the window;
+    /// - a new window kind or size (`count_based(n)` / `time_based(n)`)
+    ///   starts an empty window;
+    /// - calls permitted before the change and reported after it count in
+    ///   the lifetime totals only, like any late report;
+    /// - a HALF_OPEN breaker starts a fresh round of `half_open_calls`
+    ///   probes (probes in flight count in the lifetime totals only);
+    /// - `enabled(false)` moves it to DISABLED, and `enabled(true)` moves a
+    ///   DISABLED breaker to CLOSED.
+    ///
+    /// An invalid configuration is refused with the [`ConfigError`] of
+    /// [`BreakerConfig::validate`], and nothing changes.
+    pub fn reconfigure(&self, config: BreakerConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let inner = &*self.inner;
+        let mut now = inner.lazy_now(None);
+        let mut core = inner.core.lock();
+        inner.reconfigure(&mut core, config, &mut now);
+        inner.release(core);
+        Ok(())
     }
 
     /// Registers a listener for every change of state.

@@ -46,7 +46,7 @@ impl Dependency {
         C: Fn(&Result<T, E>) -> Verdict,
     {
         let now = Instant::now();
-        self.attempt(now, Deadline::new(now, self.inner.timeout, caller), 1, classify, job).0
+        self.attempt(now, Deadline::new(now, self.inner.live.timeout(), caller), 1, classify, job).0
     }
 
     /// The retry loop: see [`Dependency::call_retry`]. `caller` bounds every
@@ -64,7 +64,7 @@ impl Dependency {
         C: Fn(&Result<T, E>) -> Verdict,
     {
         let inner = &*self.inner;
-        let retry = &inner.retry;
+        let retry = &inner.live.retry();
         let job = Arc::new(job);
         let mut now = Instant::now();
         let overall = retry.overall_timeout().and_then(|t| now.checked_add(t));
@@ -78,7 +78,7 @@ impl Dependency {
         let mut attempt = 1;
         loop {
             let shared = Arc::clone(&job);
-            let deadline = Deadline::new(now, inner.timeout, end);
+            let deadline = Deadline::new(now, inner.live.timeout(), end);
             let (result, verdict) = self.attempt(now, deadline, attempt, classify, move |ctx| shared(ctx));
             // A panic is a failure to the breaker, but a bug in the job, not a transient
             // fault of the provider: running it again would only panic again.
@@ -147,7 +147,7 @@ impl Dependency {
         };
         // Over the adaptive limit: rejected at once. Dropping the permit releases it as
         // ignored (and hands a half-open probe slot back): the provider was never asked.
-        let limit = match inner.limiter.as_ref().map(|l| l.try_acquire(start)) {
+        let limit = match inner.live.limit_on().then(|| inner.limiter.try_acquire(start)) {
             Some(None) => {
                 drop(permit);
                 return (Err(self.rejected(Rejection::LimitExceeded)), None);
@@ -192,7 +192,7 @@ impl Dependency {
             }
         };
         inner.counters.outcome(outcome);
-        if verdict != Verdict::Ignore && elapsed > inner.slow_call_duration {
+        if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
             inner.counters.slow();
         }
         // The only place this attempt's permits are recorded: on the calling thread, once.

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::config::{DependencyConfig, Live};
 use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};
@@ -15,10 +16,6 @@ use crate::limit::{AdaptiveLimit, Limiter};
 use crate::listeners::{Listener, Listeners};
 use crate::pool::{Pool, PoolBuilder};
 use crate::retry::{Jitter, Retry, RetryBudget};
-
-/// The longest timeout a dependency accepts. A request thread that waits
-/// longer than this is not protected by anything.
-const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Builds a [`Dependency`]; from [`Dependency::builder`].
 #[must_use = "a builder does nothing until `build()` is called"]
@@ -180,6 +177,35 @@ impl DependencyBuilder {
         self
     }
 
+    /// Every setting at once, replacing those set so far (the name, the
+    /// clock and the listeners stay).
+    pub fn config(self, config: DependencyConfig) -> Self {
+        let mut b = self
+            .workers(config.workers)
+            .queue(config.queue)
+            .max_wait(config.max_wait)
+            .deadline_aware_admission(config.deadline_aware_admission)
+            .timeout(config.timeout)
+            .breaker(config.breaker)
+            .retry(config.retry);
+        b.limit = config.adaptive_limit;
+        b
+    }
+
+    /// The settings as one value, for checking.
+    fn snapshot_config(&self) -> DependencyConfig {
+        DependencyConfig {
+            workers: self.pool.configured_workers(),
+            queue: self.pool.configured_queue(),
+            max_wait: self.pool.configured_max_wait(),
+            timeout: self.timeout,
+            deadline_aware_admission: self.pool.configured_admission(),
+            breaker: self.breaker.clone(),
+            retry: self.retry.clone(),
+            adaptive_limit: self.limit.clone(),
+        }
+    }
+
     /// Validates every field and starts the worker threads.
     ///
     /// The error names the field as its setter spells it: `name` (empty),
@@ -187,27 +213,15 @@ impl DependencyBuilder {
     /// fields (`failure_rate`, ...), and `max_wait`.
     pub fn build(self) -> Result<Dependency, ConfigError> {
         // `name`, `workers`, `queue` and `stack_size` are the pool's to check.
-        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
-            return Err(ConfigError::new(
-                "timeout",
-                "greater than zero and at most one day",
-                format_args!("{:?}", self.timeout),
-            ));
-        }
-        if self.pool.configured_max_wait() > self.timeout {
-            return Err(ConfigError::new(
-                "max_wait",
-                "at most the timeout",
-                format_args!("{:?} > timeout {:?}", self.pool.configured_max_wait(), self.timeout),
-            ));
-        }
-        self.breaker.validate()?;
+        let config = self.snapshot_config();
+        config.check()?;
         let name = self.pool.name().to_owned();
-        let limiter = match self.limit {
-            Some(limit) => Some(Limiter::new(limit, self.pool.configured_workers())?),
-            None => None,
-        };
         let pool = self.pool.build()?;
+        // The pool has checked the worker count, the limit's maximum.
+        let limiter = Limiter::new(
+            config.adaptive_limit.clone().unwrap_or_else(|| AdaptiveLimit::new().min_limit(1)),
+            config.workers,
+        )?;
         let listeners = Arc::new(Listeners::new());
         for listener in self.listeners {
             listeners.add(listener);
@@ -224,10 +238,8 @@ impl DependencyBuilder {
         Ok(Dependency {
             inner: Arc::new(Inner {
                 name: name.as_str().into(),
-                timeout: self.timeout,
-                slow_call_duration: self.breaker.slow_call_duration,
+                live: Live::new(&config),
                 budget: RetryBudget::new(&self.retry, now),
-                retry: self.retry,
                 jitter: Jitter::new(),
                 counters: Counters::default(),
                 clock: self.clock,

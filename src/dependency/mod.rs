@@ -26,6 +26,7 @@
 
 mod attempt;
 mod builder;
+mod config;
 mod counts;
 mod events;
 
@@ -34,6 +35,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
+pub use self::config::DependencyConfig;
+use self::config::Live;
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
@@ -79,16 +82,16 @@ pub struct Dependency {
 
 struct Inner {
     name: Arc<str>,
-    timeout: Duration,
-    slow_call_duration: Duration,
-    retry: Retry,
+    /// The settings that `reconfigure` changes in place.
+    live: Live,
     budget: RetryBudget,
     jitter: Jitter,
     counters: Counters,
     clock: Option<Arc<dyn Clock>>,
     listeners: Arc<Listeners<Event>>,
     breaker: Breaker,
-    limiter: Option<Limiter>,
+    /// Always built; in force while `live.limit_on()`.
+    limiter: Limiter,
     pool: Pool,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
@@ -237,7 +240,7 @@ impl Dependency {
 
     /// The per-attempt timeout.
     pub fn timeout(&self) -> Duration {
-        self.inner.timeout
+        self.inner.live.timeout()
     }
 
     /// How long attempts that reached the pool took, as their callers saw
@@ -248,12 +251,12 @@ impl Dependency {
 
     /// Its adaptive concurrency limit, if it has one.
     pub fn limiter(&self) -> Option<&Limiter> {
-        self.inner.limiter.as_ref()
+        self.inner.live.limit_on().then_some(&self.inner.limiter)
     }
 
     /// Its retry configuration.
-    pub fn retry(&self) -> &Retry {
-        &self.inner.retry
+    pub fn retry(&self) -> Retry {
+        self.inner.live.retry()
     }
 
     /// Counters, breaker state and rates, and pool figures. The counters and
@@ -272,10 +275,10 @@ impl Dependency {
             calls: inner.counters.load(pool.expired),
             queue_capacity: inner.pool.queue_capacity(),
             pool,
-            timeout: inner.timeout,
+            timeout: inner.live.timeout(),
             mean_service_time: inner.pool.mean_service_time(),
             estimated_wait: inner.pool.estimated_wait(),
-            limit: inner.limiter.as_ref().map(Limiter::limit),
+            limit: self.limiter().map(Limiter::limit),
             latency: DependencyLatency {
                 queue_wait: Percentiles::of(&inner.pool.queue_wait_histogram().recent()),
                 run: Percentiles::of(&inner.pool.run_histogram().recent()),
@@ -416,7 +419,7 @@ impl fmt::Debug for Dependency {
         let inner = &*self.inner;
         f.debug_struct("Dependency")
             .field("name", &inner.name)
-            .field("timeout", &inner.timeout)
+            .field("timeout", &inner.live.timeout())
             .field("state", &inner.breaker.state())
             .field("pool", &inner.pool)
             .finish_non_exhaustive()

@@ -127,8 +127,6 @@ pub struct Limiter {
 }
 
 struct Inner {
-    max: usize,
-    min: usize,
     /// The one lock. Invariants, true whenever it is not held:
     /// - `in_flight` equals the number of live permits (each permit takes one
     ///   in `try_acquire` and gives it back exactly once, in `record` or on
@@ -141,6 +139,9 @@ struct Inner {
 struct State {
     in_flight: usize,
     rule: Rule,
+    config: AdaptiveLimit,
+    min: usize,
+    max: usize,
 }
 
 impl Limiter {
@@ -151,6 +152,13 @@ impl Limiter {
     /// outside `[1, 4096]` (field `max_limit`), and a minimum above `max`
     /// (field `min_limit`).
     pub fn new(config: AdaptiveLimit, max: usize) -> Result<Limiter, ConfigError> {
+        Self::check(&config, max)?;
+        let rule = Rule::new(&config, max);
+        let state = State { in_flight: 0, rule, min: config.min_limit, max, config };
+        Ok(Limiter { inner: Arc::new(Inner { state: Mutex::new(state) }) })
+    }
+
+    fn check(config: &AdaptiveLimit, max: usize) -> Result<(), ConfigError> {
         config.validate()?;
         if !(1..=MAX_LIMIT).contains(&max) {
             return Err(ConfigError::new("max_limit", "in [1, 4096]", max));
@@ -162,14 +170,27 @@ impl Limiter {
                 format_args!("{} > {max}", config.min_limit),
             ));
         }
-        let rule = Rule::new(&config, max);
-        Ok(Limiter {
-            inner: Arc::new(Inner {
-                max,
-                min: config.min_limit,
-                state: Mutex::new(State { in_flight: 0, rule }),
-            }),
-        })
+        Ok(())
+    }
+
+    /// Replaces the configuration and the maximum while calls run, checked
+    /// as [`new`](Self::new) checks them. What the limit has learned (the
+    /// latencies, a congestion under way) is kept and the limit is brought
+    /// within the new bounds; permits already out stay valid, and no new one
+    /// is granted until fewer than the limit are in flight.
+    pub fn reconfigure(&self, config: AdaptiveLimit, max: usize) -> Result<(), ConfigError> {
+        Self::check(&config, max)?;
+        let mut st = self.inner.state.lock();
+        st.rule = st.rule.retuned(&config, max);
+        st.min = config.min_limit;
+        st.max = max;
+        st.config = config;
+        Ok(())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> AdaptiveLimit {
+        self.inner.state.lock().config.clone()
     }
 
     /// A permit for one call if fewer than [`limit`](Self::limit) calls are
@@ -199,12 +220,12 @@ impl Limiter {
 
     /// The lowest the limit goes.
     pub fn min_limit(&self) -> usize {
-        self.inner.min
+        self.inner.state.lock().min
     }
 
     /// The highest the limit goes, where it starts.
     pub fn max_limit(&self) -> usize {
-        self.inner.max
+        self.inner.state.lock().max
     }
 
     /// The long-term, no-congestion latency the limit is measured against;
@@ -223,9 +244,12 @@ impl fmt::Debug for Limiter {
     /// Never blocks: prints `<locked>` for the figures while the lock is held.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Limiter");
-        d.field("min", &self.inner.min).field("max", &self.inner.max);
         match self.inner.state.try_lock() {
-            Some(st) => d.field("limit", &st.rule.limit()).field("in_flight", &st.in_flight),
+            Some(st) => d
+                .field("min", &st.min)
+                .field("max", &st.max)
+                .field("limit", &st.rule.limit())
+                .field("in_flight", &st.in_flight),
             None => d.field("limit", &format_args!("<locked>")),
         };
         d.finish()

@@ -87,6 +87,18 @@ impl Rule {
         }
     }
 
+    /// The same rule under a new configuration and maximum, keeping what it
+    /// has learned (the latencies and the congestion clock); the limit is
+    /// brought within the new bounds.
+    pub(crate) fn retuned(&self, config: &AdaptiveLimit, max: usize) -> Rule {
+        let mut next = Rule::new(config, max);
+        next.limit = self.limit.clamp(next.min, next.max);
+        next.short = self.short;
+        next.baseline = self.baseline;
+        next.congested_since = self.congested_since;
+        next
+    }
+
     /// The whole number of calls admitted at once.
     pub(crate) fn limit(&self) -> usize {
         // `limit` is in [min, max], both whole numbers, so the floor is too.

@@ -67,6 +67,16 @@ impl PoolBuilder {
         self.workers
     }
 
+    /// The `queue` set so far.
+    pub(crate) fn configured_queue(&self) -> usize {
+        self.queue
+    }
+
+    /// The deadline-aware admission set so far.
+    pub(crate) fn configured_admission(&self) -> bool {
+        self.admission
+    }
+
     /// The `max_wait` set so far (the dependency checks it against its timeout).
     pub(crate) fn configured_max_wait(&self) -> Duration {
         self.max_wait

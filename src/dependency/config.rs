@@ -1,0 +1,236 @@
+//! [`DependencyConfig`]: every setting of a dependency as one plain value, and
+//! [`Dependency::reconfigure`], which changes them while calls run.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::Dependency;
+use crate::breaker::BreakerConfig;
+use crate::error::ConfigError;
+use crate::limit::AdaptiveLimit;
+use crate::retry::Retry;
+
+/// The longest timeout a dependency accepts. A request thread that waits
+/// longer than this is not protected by anything.
+pub(super) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Every setting of a [`Dependency`], as one value: what
+/// [`Dependency::config`] reads and [`Dependency::reconfigure`] applies
+/// (and [`DependencyBuilder::config`](crate::DependencyBuilder::config) sets
+/// at once). Its fields mean what the builder's setters of the same names
+/// say.
+///
+/// ```
+/// use std::time::Duration;
+/// use watertight::Dependency;
+///
+/// let dep = Dependency::builder("pricing").workers(4).timeout(Duration::from_secs(1)).build()?;
+/// let mut config = dep.config();
+/// config.timeout = Duration::from_millis(300);
+/// dep.reconfigure(config)?;
+/// assert_eq!(dep.timeout(), Duration::from_millis(300));
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DependencyConfig {
+    /// Worker threads.
+    pub workers: usize,
+    /// Jobs that may wait for a worker.
+    pub queue: usize,
+    /// How long a call may wait for room in a full pool.
+    pub max_wait: Duration,
+    /// The per-attempt timeout.
+    pub timeout: Duration,
+    /// Whether deadline-aware admission is on.
+    pub deadline_aware_admission: bool,
+    /// The breaker's configuration.
+    pub breaker: BreakerConfig,
+    /// How `call_retry` retries.
+    pub retry: Retry,
+    /// The adaptive concurrency limit, if any.
+    pub adaptive_limit: Option<AdaptiveLimit>,
+}
+
+impl Default for DependencyConfig {
+    /// The builder's defaults.
+    fn default() -> Self {
+        DependencyConfig {
+            workers: 10,
+            queue: 0,
+            max_wait: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            deadline_aware_admission: true,
+            breaker: BreakerConfig::default(),
+            retry: Retry::default(),
+            adaptive_limit: None,
+        }
+    }
+}
+
+impl DependencyConfig {
+    /// Checks the settings that are the dependency's own (the pool checks
+    /// `workers`, `queue` and `max_wait` against its bounds); the error names
+    /// the field.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            return Err(ConfigError::new(
+                "timeout",
+                "greater than zero and at most one day",
+                format_args!("{:?}", self.timeout),
+            ));
+        }
+        if self.max_wait > self.timeout {
+            return Err(ConfigError::new(
+                "max_wait",
+                "at most the timeout",
+                format_args!("{:?} > timeout {:?}", self.max_wait, self.timeout),
+            ));
+        }
+        self.breaker.validate()?;
+        if let Some(limit) = &self.adaptive_limit {
+            limit.validate()?;
+            // The limit lives between its minimum and the worker count (which
+            // the pool checks on its own).
+            if limit.min_limit > self.workers {
+                return Err(ConfigError::new(
+                    "min_limit",
+                    "at most the maximum (the worker count)",
+                    format_args!("{} > {}", limit.min_limit, self.workers),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The settings a running dependency reads on its call path, each changeable
+/// on its own: timeouts and thresholds as relaxed atomics (a call reads the
+/// value in force when it starts; none publishes other memory), the retry
+/// policy under a mutex taken once per `call_retry`.
+pub(super) struct Live {
+    timeout_ns: AtomicU64,
+    slow_ns: AtomicU64,
+    limit_on: AtomicBool,
+    /// The configured deadline-aware admission (the pool's own reads as off
+    /// with a queue of 0, whatever was asked).
+    admission: AtomicBool,
+    retry: Mutex<Retry>,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Live {
+    pub(super) fn new(config: &DependencyConfig) -> Live {
+        Live {
+            timeout_ns: AtomicU64::new(nanos(config.timeout)),
+            slow_ns: AtomicU64::new(nanos(config.breaker.slow_call_duration)),
+            limit_on: AtomicBool::new(config.adaptive_limit.is_some()),
+            admission: AtomicBool::new(config.deadline_aware_admission),
+            retry: Mutex::new(config.retry.clone()),
+        }
+    }
+
+    #[inline]
+    pub(super) fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.timeout_ns.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    pub(super) fn is_slow(&self, elapsed: Duration) -> bool {
+        nanos(elapsed) > self.slow_ns.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub(super) fn limit_on(&self) -> bool {
+        self.limit_on.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn retry(&self) -> Retry {
+        self.retry.lock().clone()
+    }
+}
+
+impl Dependency {
+    /// Every setting in force, as one value.
+    pub fn config(&self) -> DependencyConfig {
+        let inner = &*self.inner;
+        DependencyConfig {
+            workers: inner.pool.workers(),
+            queue: inner.pool.queue_capacity(),
+            max_wait: inner.pool.max_wait(),
+            timeout: inner.live.timeout(),
+            deadline_aware_admission: inner.live.admission.load(Ordering::Relaxed),
+            breaker: inner.breaker.config(),
+            retry: inner.live.retry(),
+            adaptive_limit: inner.live.limit_on().then(|| inner.limiter.config()),
+        }
+    }
+
+    /// Applies `new` while calls run. Everything is checked first; an
+    /// invalid setting is refused with a [`ConfigError`] naming its field,
+    /// and then nothing has changed.
+    ///
+    /// - `workers`, `queue`, `max_wait`: the pool grows or shrinks; see
+    ///   [`Pool::resize`](crate::Pool::resize) for how running and queued
+    ///   calls are kept.
+    /// - `timeout`: calls made from now on; a call already made keeps the
+    ///   deadline it started with.
+    /// - `breaker`: see [`Breaker::reconfigure`](crate::Breaker::reconfigure)
+    ///   for what is kept and what starts afresh.
+    /// - `retry`: calls made from now on; the budget keeps the calls and
+    ///   retries it has counted.
+    /// - `adaptive_limit`: a new configuration keeps what the limit has
+    ///   learned; `None` turns the limit off (calls in flight under it finish
+    ///   normally), and `Some` turns it on again.
+    ///
+    /// Every call made at any moment of a reconfiguration gets exactly one
+    /// answer, under the old settings or the new.
+    /// [`Registry::reconfigure`](crate::Registry::reconfigure) also checks the
+    /// change against the request pool's capacity rule.
+    pub fn reconfigure(&self, new: DependencyConfig) -> Result<(), ConfigError> {
+        new.check()?;
+        let inner = &*self.inner;
+        // The pool checks its own fields and changes nothing when it refuses,
+        // so it goes first; nothing below can fail.
+        resize_pool(&inner.pool, &new)?;
+        inner.live.admission.store(new.deadline_aware_admission, Ordering::Relaxed);
+        let slow = new.breaker.slow_call_duration;
+        inner.breaker.reconfigure(new.breaker).expect("checked above");
+        match new.adaptive_limit {
+            Some(limit) => {
+                inner.limiter.reconfigure(limit, new.workers).expect("checked above");
+                inner.live.limit_on.store(true, Ordering::Relaxed);
+            }
+            None => inner.live.limit_on.store(false, Ordering::Relaxed),
+        }
+        inner.budget.retune(&new.retry);
+        *inner.live.retry.lock() = new.retry;
+        inner.live.slow_ns.store(nanos(slow), Ordering::Relaxed);
+        inner.live.timeout_ns.store(nanos(new.timeout), Ordering::Relaxed);
+        log::info!("dependency {}: reconfigured", inner.name);
+        Ok(())
+    }
+}
+
+/// The pool's part of a reconfiguration. This build's pool cannot change its
+/// size or admission while it runs, so a change to them is refused (naming
+/// the field) and the rest of the configuration is applied by the caller
+/// only when they are unchanged.
+fn resize_pool(pool: &crate::pool::Pool, new: &DependencyConfig) -> Result<(), ConfigError> {
+    let unchanged = "unchanged: this pool cannot be resized while it runs";
+    if new.workers != pool.workers() {
+        return Err(ConfigError::new("workers", unchanged, new.workers));
+    }
+    if new.queue != pool.queue_capacity() {
+        return Err(ConfigError::new("queue", unchanged, new.queue));
+    }
+    if new.max_wait != pool.max_wait() {
+        return Err(ConfigError::new("max_wait", unchanged, format_args!("{:?}", new.max_wait)));
+    }
+    Ok(())
+}
