@@ -107,8 +107,12 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
 
 /// Polls `ready` until it returns `true` (then `true`) or `until` passes
 /// (then `false`). Reads the clock once every 64 polls: a poll of a line
-/// nobody writes is free, a clock read is not.
+/// nobody writes is free, a clock read is not. After the first two rounds it
+/// yields between rounds: on a machine with more runnable threads than cores,
+/// the thread this one waits for may need this very core, and a wait that
+/// only spins would hold it off until the budget runs out.
 pub(crate) fn spin_until_instant(mut ready: impl FnMut() -> bool, until: std::time::Instant) -> bool {
+    let mut round = 0u32;
     loop {
         for _ in 0..64 {
             if ready() {
@@ -118,6 +122,10 @@ pub(crate) fn spin_until_instant(mut ready: impl FnMut() -> bool, until: std::ti
         }
         if std::time::Instant::now() >= until {
             return ready();
+        }
+        round += 1;
+        if round > 2 {
+            yield_now();
         }
     }
 }
