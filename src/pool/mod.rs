@@ -280,6 +280,25 @@ impl Pool {
         self.submit_at(Instant::now(), deadline, attempt.max(1), job)
     }
 
+    /// [`submit_attempt`](Pool::submit_attempt) with the caller's own reading
+    /// of the clock, `now`, taken just before: saves the pool reading it
+    /// again (the dependency layer has always just read it).
+    #[allow(dead_code)] // for the dependency layer's call path
+    pub(crate) fn submit_attempt_at<T, E, F>(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        attempt: u32,
+        job: F,
+    ) -> Result<Ticket<T, E>, SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.submit_at(now, deadline, attempt.max(1), job)
+    }
+
     fn submit_at<T, E, F>(
         &self,
         now: Instant,
