@@ -2,7 +2,9 @@
 //! limit each cost the server, second by second.
 //!
 //! The scenario (see `tests/support/brownout.rs`): a loopback provider answers in
-//! 5 ms, then in 500 ms for 20 s, then in 5 ms again; 32 caller threads call it
+//! 5 ms, then saturates for 20 s (it serves 4 requests at once, 125 ms each, and the
+//! rest wait: about 500 ms for the 16 a fixed pool sends at once), then answers in
+//! 5 ms again; 32 caller threads call it
 //! through a dependency of 16 workers (no queue) with a 3 s timeout, guarded by
 //!
 //! | id                  | guard                                                       |
@@ -37,6 +39,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use brownout::{Guard, Run, Scenario};
+use watertight::testing::Fault;
 use watertight::{AdaptiveLimit, Limiter, Verdict};
 
 const CSV: &str = "examples/brownout.csv";
@@ -104,7 +107,9 @@ fn goals(fixed: &Run, adaptive: &Run) -> Vec<String> {
 const COLORS: [RGBColor; 3] = [RGBColor(214, 39, 40), RGBColor(255, 127, 14), RGBColor(31, 119, 180)];
 const SHADE: RGBColor = RGBColor(253, 219, 199);
 
-/// One panel: `value` per second for each run, the brownout shaded.
+/// One panel: `value` per second for each run, the brownout shaded; with
+/// `zoom`, the brownout's seconds alone, on their own scale.
+#[allow(clippy::too_many_arguments)] // one per aspect of the panel
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, Shift>,
     caption: &str,
@@ -112,24 +117,31 @@ fn panel(
     runs: &[Run],
     value: impl Fn(&brownout::Second) -> Option<f64>,
     limit: bool,
+    zoom: bool,
 ) -> Result<(), Box<dyn Error>> {
+    let value = |s: &brownout::Second| if zoom && !s.brownout { None } else { value(s) };
+    let inside: Vec<f64> = runs
+        .first()
+        .map(|r| r.seconds.iter().filter(|s| s.brownout).map(|s| s.second as f64).collect())
+        .unwrap_or_default();
     let seconds = runs.iter().map(|r| r.seconds.len()).max().unwrap_or(1) as f64;
-    let y_max = runs.iter().flat_map(|r| r.seconds.iter().filter_map(&value)).fold(1.0, f64::max) * 1.1;
+    let x_range = match (zoom, inside.first(), inside.last()) {
+        (true, Some(from), Some(to)) => *from..to + 1.0,
+        _ => 0.0..seconds,
+    };
+    let y_max = runs.iter().flat_map(|r| r.seconds.iter().filter_map(value)).fold(1.0, f64::max) * 1.25;
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..seconds, 0.0..y_max)?;
+        .build_cartesian_2d(x_range, 0.0..y_max)?;
     chart.configure_mesh().x_desc("seconds").y_desc(y_desc).light_line_style(WHITE).draw()?;
-    if let Some(run) = runs.first() {
-        let inside: Vec<f64> = run.seconds.iter().filter(|s| s.brownout).map(|s| s.second as f64).collect();
-        if let (Some(from), Some(to)) = (inside.first(), inside.last()) {
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(*from, 0.0), (to + 1.0, y_max)],
-                SHADE.filled(),
-            )))?;
-        }
+    if !zoom && let (Some(from), Some(to)) = (inside.first(), inside.last()) {
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(*from, 0.0), (to + 1.0, y_max)],
+            SHADE.filled(),
+        )))?;
     }
     for (run, color) in runs.iter().zip(COLORS) {
         let points: Vec<(f64, f64)> =
@@ -152,14 +164,18 @@ fn panel(
 }
 
 fn chart(runs: &[Run], s: &Scenario) -> Result<(), Box<dyn Error>> {
-    let root = SVGBackend::new(SVG, (1100, 1100)).into_drawing_area();
+    let root = SVGBackend::new(SVG, (1100, 1400)).into_drawing_area();
     root.fill(&WHITE)?;
     let title = format!(
-        "A provider in brownout ({:?} -> {:?}, shaded): {} callers, {} workers, {:?} timeout",
-        s.healthy, s.slow, s.callers, s.workers, s.timeout
+        "A provider in brownout ({:?} -> {}, shaded): {} callers, {} workers, {:?} timeout",
+        s.healthy,
+        degraded(s),
+        s.callers,
+        s.workers,
+        s.timeout
     );
     let root = root.titled(&title, ("sans-serif", 22))?;
-    let areas = root.split_evenly((3, 1));
+    let areas = root.split_evenly((4, 1));
     panel(
         &areas[0],
         "request threads held by the dependency (p50 per second)",
@@ -167,6 +183,7 @@ fn chart(runs: &[Run], s: &Scenario) -> Result<(), Box<dyn Error>> {
         runs,
         |r| Some(r.held_p50 as f64),
         true,
+        false,
     )?;
     panel(
         &areas[1],
@@ -175,17 +192,36 @@ fn chart(runs: &[Run], s: &Scenario) -> Result<(), Box<dyn Error>> {
         runs,
         |r| Some(r.goodput as f64),
         false,
+        false,
     )?;
     panel(
         &areas[2],
+        "goodput during the brownout alone (its own scale)",
+        "calls/s",
+        runs,
+        |r| Some(r.goodput as f64),
+        false,
+        true,
+    )?;
+    panel(
+        &areas[3],
         "an unrelated healthy dependency: p50 latency per second",
         "ms",
         runs,
         |r| r.unrelated_p50_ms,
         false,
+        false,
     )?;
     root.present()?;
     Ok(())
+}
+
+/// The brownout fault in words, for the chart.
+fn degraded(s: &Scenario) -> String {
+    match s.degraded {
+        Fault::Saturated { capacity, service } => format!("saturated: {capacity} at once, {service:?} each"),
+        other => other.to_string(),
+    }
 }
 
 fn main() -> Result<(), Box<dyn Error>> {

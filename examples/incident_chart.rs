@@ -5,8 +5,8 @@
 //! The two CSVs come from the demo (`--demo-csv`, one row per second):
 //!
 //! ```text
-//! cargo run --release --features testing --example checkout -- --demo --demo-csv examples/checkout/incident-bulkhead.csv
-//! cargo run --release --features testing --example checkout -- --demo --no-bulkhead --demo-csv examples/checkout/incident-no-bulkhead.csv
+//! cargo run --release --features testing,serde --example checkout -- --demo --demo-csv examples/checkout/incident-bulkhead.csv
+//! cargo run --release --features testing,serde --example checkout -- --demo --no-bulkhead --demo-csv examples/checkout/incident-no-bulkhead.csv
 //! cargo run --example incident_chart -- examples/checkout/incident-bulkhead.csv \
 //!     examples/checkout/incident-no-bulkhead.csv examples/checkout/incident.svg
 //! ```

@@ -23,7 +23,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-cargo build --quiet --features testing --example checkout
+cargo build --quiet --features testing,serde --example checkout
 target/debug/examples/checkout --addr 127.0.0.1:0 >"$work/checkout.out" 2>"$work/checkout.err" &
 pids+=($!)
 for _ in $(seq 100); do grep -q '^listening on' "$work/checkout.out" 2>/dev/null && break; sleep 0.1; done

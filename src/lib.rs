@@ -84,6 +84,8 @@ mod registry;
 mod retry;
 
 // The edges, behind features.
+#[cfg(feature = "serde")]
+pub mod config;
 #[cfg(feature = "ureq")]
 pub mod http;
 #[cfg(feature = "prometheus")]

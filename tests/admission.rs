@@ -15,8 +15,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::{FakeProvider, Fault};
-use tiny_http::{Request, Response, ResponseBox, Server};
+use tiny_http::{Request, Response, ResponseBox};
 use watertight::http::WithDeadline;
+use watertight::server::RequestContext;
 use watertight::{BreakerConfig, Dependency, Registry};
 
 const REQUEST_THREADS: usize = 8;
@@ -55,18 +56,18 @@ fn run(max_wait: Duration) -> (usize, usize, Vec<String>) {
 
     let agent = support::agent(Duration::from_secs(2));
     let (inv_url, price_url) = (inventory_p.url(), pricing_p.url());
-    let handler = move |_req: &mut Request| -> ResponseBox {
+    let handler = move |_req: &mut Request, ctx: &RequestContext| -> ResponseBox {
         let fetch = |dep: &Dependency, url: String| {
             let agent = agent.clone();
-            dep.call(move |ctx| agent.get(&url).with_deadline(ctx).call().map(|_| ()))
+            dep.within(ctx.deadline()).call(move |ctx| agent.get(&url).with_deadline(ctx).call().map(|_| ()))
         };
         match fetch(&inventory, inv_url.clone()).and_then(|()| fetch(&pricing, price_url.clone())) {
             Ok(()) => Response::from_string("quote").boxed(),
             Err(e) => Response::from_string(e.outcome().as_str()).with_status_code(503).boxed(),
         }
     };
-    let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
-    let handle = watertight::server::serve(server, REQUEST_THREADS, handler);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let handle = watertight::server::serve(listener, REQUEST_THREADS, handler).expect("start the server");
     let url = format!("http://{}/quote", handle.addr().to_ip().expect("a TCP address"));
 
     let start = Arc::new(Barrier::new(CLIENTS));

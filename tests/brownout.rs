@@ -1,4 +1,4 @@
-//! The brownout, scaled down: 1 s healthy, 3 s at 500 ms, 3 s healthy, for the fixed
+//! The brownout, scaled down: 1 s healthy, 3 s saturated, 3 s healthy, for the fixed
 //! pool and the adaptive limit (about 15 s in all). The full run, with all three
 //! guards and the figures, is `cargo bench --bench brownout`.
 //!

@@ -147,6 +147,7 @@ fn fault_kind(fault: Fault) -> &'static str {
         Fault::Trickle(_) => "trickle",
         Fault::Close => "close",
         Fault::Cut => "cut",
+        Fault::Saturated { .. } => "saturated",
     }
 }
 

@@ -345,6 +345,10 @@ fn slow_fraud_approves_and_failing_fraud_opens_the_circuit() {
     };
     assert_eq!(status, 200);
     assert!(metrics.contains("watertight_") && metrics.contains("dependency=\"fraud\""), "{metrics}");
+    // The request pool it all protects, and the latency histograms.
+    assert!(metrics.contains("watertight_request_pool_threads 16"), "{metrics}");
+    assert!(metrics.contains("watertight_request_pool_busy "), "{metrics}");
+    assert!(metrics.contains(r#"watertight_call_seconds_count{dependency="fraud"}"#), "{metrics}");
 }
 
 /// A short `--demo` runs its phases by itself, ends with a summary and writes its CSV.

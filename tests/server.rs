@@ -6,8 +6,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tiny_http::{Request, Response, ResponseBox, Server};
-use watertight::server::{ServerHandle, serve};
+use tiny_http::{Request, Response, ResponseBox};
+use watertight::server::{RequestContext, ServerHandle, serve};
 
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
@@ -21,8 +21,9 @@ fn start<H>(threads: usize, handler: H) -> (ServerHandle, SocketAddr)
 where
     H: Fn(&mut Request) -> ResponseBox + Send + Sync + 'static,
 {
-    let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
-    let handle = serve(server, threads, handler);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let handle = serve(listener, threads, move |req: &mut Request, _: &RequestContext| handler(req))
+        .expect("start the server");
     let addr = handle.addr().to_ip().expect("a TCP address");
     (handle, addr)
 }
@@ -185,5 +186,54 @@ fn zero_threads_means_one() {
     assert_eq!(handle.threads(), 1);
     assert_eq!(get(&agent(), addr, "/").0, 200);
     assert!(format!("{handle:?}").contains("threads: 1"));
+    handle.shutdown();
+}
+
+/// The handler's context: a deadline from the request budget that a client's
+/// `X-Request-Timeout` can shorten but not lengthen, the client's address
+/// across the guard's hop, and the pool's own state.
+#[test]
+fn the_handler_sees_its_deadline_its_client_and_the_pool() {
+    let config =
+        watertight::server::ServerConfig::builder().request_budget(Duration::from_secs(2)).build().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let handle =
+        watertight::server::serve_with(listener, 3, config, |_req: &mut Request, ctx: &RequestContext| {
+            let budget = ctx.deadline() - ctx.received();
+            let peer = ctx.peer_addr().map(|p| p.ip().to_string()).unwrap_or_default();
+            Response::from_string(format!("{} {} {} {}", budget.as_millis(), peer, ctx.busy(), ctx.threads()))
+                .boxed()
+        })
+        .expect("start the server");
+    let addr = handle.addr().to_ip().expect("a TCP address");
+    let agent = agent();
+    let ask = |timeout: Option<&str>| {
+        let mut req = agent.get(format!("http://{addr}/"));
+        if let Some(t) = timeout {
+            req = req.header("X-Request-Timeout", t);
+        }
+        let mut resp = req.call().expect("an answer");
+        (resp.status().as_u16(), resp.body_mut().read_to_string().expect("a body"))
+    };
+    let fields = |body: &str| body.split(' ').map(str::to_owned).collect::<Vec<_>>();
+
+    let (status, body) = ask(None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(fields(&body), ["2000", "127.0.0.1", "1", "3"], "budget, peer, busy, threads");
+    assert_eq!(fields(&ask(Some("250ms")).1)[0], "250", "a client may shorten the budget");
+    assert_eq!(fields(&ask(Some("1")).1)[0], "1", "a bare number is milliseconds");
+    assert_eq!(fields(&ask(Some("60s")).1)[0], "2000", "never lengthen it");
+    let (status, body) = ask(Some("soon"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("INVALID_REQUEST_TIMEOUT"), "{body}");
+    // A client cannot pose as another address or arrival through the guard's headers.
+    let mut resp = agent
+        .get(format!("http://{addr}/"))
+        .header("X-Watertight-Peer", "203.0.113.9:1")
+        .header("X-Watertight-Received", "1")
+        .call()
+        .expect("an answer");
+    let body = resp.body_mut().read_to_string().unwrap();
+    assert_eq!(fields(&body)[..2], ["2000", "127.0.0.1"], "{body}");
     handle.shutdown();
 }

@@ -8,6 +8,10 @@
 //! the probes started between the first and the third second (each could be
 //! answered before the trickle ends) that got a 200.
 //!
+//! This is tiny_http 0.12 *without* the guard (`--no-guard`): a record of what
+//! the guard in `watertight::server` is for. `tests/edge.rs` runs slow clients
+//! against the guarded server (the default).
+//!
 //! What tiny_http 0.12 does with each (see RELIABILITY.md for the figures):
 //!
 //! - trickled *headers* are read by tiny_http's own per-connection threads: no
@@ -207,7 +211,7 @@ const POST_HEAD: &str =
 
 #[test]
 fn slow_clients_against_the_checkout_example() {
-    let mut server = Checkout::start(&[]);
+    let mut server = Checkout::start(&["--no-guard"]);
     let addr = server.addr;
     let order = checkout_bin::place_order(addr, "alice").expect("an order to look up");
     let path = format!("/orders/{order}");

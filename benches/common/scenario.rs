@@ -65,9 +65,10 @@ impl Scenario {
         let fraud = FakeProvider::start("fraud", fault, |_| (200, r#"{"decision":"approved"}"#.to_owned()))
             .expect("bind the fraud provider on loopback");
         let app = Arc::new(App::new(mode, &fraud.url()));
-        let listener = tiny_http::Server::http("127.0.0.1:0").expect("bind the server on loopback");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the server on loopback");
         let handler = Arc::clone(&app);
-        let server = server::serve(listener, REQUEST_THREADS, move |request| handler.handle(request));
+        let server = server::serve(listener, REQUEST_THREADS, move |request, _ctx| handler.handle(request))
+            .expect("start the server");
         let base = format!("http://{}", server.addr().to_ip().expect("a TCP address"));
         Scenario { label: label.to_owned(), threads_before, fraud, app, server, base }
     }

@@ -2,10 +2,10 @@
 //! down with it: the fraud-hang incident, reproduced and contained.
 //!
 //! ```text
-//! cargo run --release --features testing --example checkout                    # serve on 127.0.0.1:8080
-//! cargo run --release --features testing --example checkout -- --fraud hang    # start with a hung fraud provider
-//! cargo run --release --features testing --example checkout -- --demo          # the whole incident, by itself
-//! cargo run --release --features testing --example checkout -- --demo --no-bulkhead   # ... on the naive server
+//! cargo run --release --features testing,serde --example checkout                    # serve on 127.0.0.1:8080
+//! cargo run --release --features testing,serde --example checkout -- --fraud hang    # start with a hung fraud provider
+//! cargo run --release --features testing,serde --example checkout -- --demo          # the whole incident, by itself
+//! cargo run --release --features testing,serde --example checkout -- --demo --no-bulkhead   # ... on the naive server
 //! ```
 //!
 //! Every provider call goes through a watertight `Dependency`: a breaker, a
@@ -13,9 +13,11 @@
 //! on the request threads instead, as the incident did.
 
 mod access;
+mod admin;
 mod backends;
 mod dashboard;
 mod demo;
+mod live;
 mod routes;
 
 use std::error::Error as StdError;
@@ -26,13 +28,14 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{Value, json};
-use watertight::server::{ServerHandle, serve};
+use watertight::server::{RequestContext, ServerConfig, ServerHandle, serve_unguarded, serve_with};
 
 use crate::access::AccessGate;
-use crate::backends::{Backends, Deps, Mode};
+use crate::backends::{Backends, Mode};
+use crate::live::LiveConfig;
 use crate::routes::App;
+use watertight::Registry;
 use watertight::testing::{Call, FakeProvider, Fault};
-use watertight::{BreakerConfig, Dependency, Registry};
 
 /// A checkout server protected by watertight bulkheads, with embedded fake
 /// fraud and account providers whose faults can be switched at run time.
@@ -52,11 +55,18 @@ ROUTES:
   GET  /circuits          every dependency's breaker, counters and pool, as JSON
   GET  /metrics           Prometheus text
   GET  /dashboard         a live page over /circuits (breakers, pools, calls/s, latency)
-  GET  /_faults           the embedded providers' faults
-  POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`
+  GET  /_faults           the embedded providers' faults                        (admin)
+  POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`   (admin)
+  GET  /_config           every dependency's live configuration, as JSON        (admin)
+  GET  /_config/{name}    one dependency's                                       (admin)
+  PUT  /_config/{name}    body: one dependency's configuration (JSON, the schema of a
+                          [dependencies.NAME] section of --config): changes it live   (admin)
+
+ADMIN ROUTES answer loopback clients, and others only with header X-Admin-Token: <--admin-token>.
 
 FAULTS (embedded providers):
-  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close, cut)
+  healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close, cut,
+  saturated:<n>:<ms>: at most n requests served at once, each taking ms)
 
 EMBEDDED PROVIDERS:
   fraud    POST /verify {customer_id, amount}: rejects amounts over 1000, approves the rest
@@ -72,9 +82,22 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: String,
 
-    /// Threads of the shared request pool.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
-    pub request_threads: u16,
+    /// Threads of the shared request pool [default: the config's
+    /// server.request_threads, 16 in the embedded one].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub request_threads: Option<u16>,
+
+    /// The dependencies' configuration (TOML, see
+    /// examples/checkout/watertight.toml) [default: that file, embedded at
+    /// build time].
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Lets clients that are not on loopback use the admin routes
+    /// (/_faults, /_config) with the header `X-Admin-Token: <TOKEN>`.
+    /// Without it, only loopback clients may.
+    #[arg(long, value_name = "TOKEN", value_parser = parse_admin_token)]
+    pub admin_token: Option<String>,
 
     /// Each request's time budget (`5s`, `800ms`): every provider call it
     /// makes ends by then. A client's `X-Request-Timeout` may only shorten it.
@@ -106,6 +129,12 @@ pub struct Args {
     /// default, which is what the incident had).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub direct_timeout: u64,
+
+    /// Serve with tiny_http reading from the clients itself, without the
+    /// guard (no read timeouts, no caps on heads or declared bodies), for
+    /// comparison.
+    #[arg(long)]
+    pub no_guard: bool,
 
     /// Run the incident by itself on a free port, with its own bounded load,
     /// and print one line per second, then a summary.
@@ -168,57 +197,14 @@ fn account_responder(call: &Call) -> (u16, String) {
     }
 }
 
-/// The three dependencies.
-///
-/// Capacity (see the README's "Sizing"): a request thread waiting on a
-/// dependency is held for at most its timeout, and one dependency can hold at
-/// most `workers + queue` request threads; further callers wait at most
-/// `max_wait` (100 ms) for room, then fall back. With the default 16 request
-/// threads:
-/// - fraud 6 + 2 = 8: at most half of the pool while fraud hangs, and enough
-///   for its normal load (a 20-50 ms check at tens of checkouts a second
-///   needs one or two workers; the rest is burst);
-/// - account-access 4 + 0 and account-read 2 + 0: the permission check is on
-///   every checkout's path and short, so a small pool with a short wait.
-///
-/// The holds add up to 14 of 16: even all three providers hung at once leave
-/// two threads for order status and health, and `check_capacity` accepts the
-/// configuration without a warning.
-fn build_deps() -> Result<Deps, watertight::ConfigError> {
-    let fraud = Dependency::builder("fraud")
-        .workers(6)
-        .queue(2)
-        .max_wait(Duration::from_millis(100))
-        .timeout(Duration::from_secs(3))
-        // At least 8 calls, the hold: one wave of hung calls is enough to decide,
-        // so the breaker returns the request threads after one timeout.
-        .breaker(
-            BreakerConfig::count_based(20)
-                .minimum_calls(8)
-                .failure_rate(50.0)
-                .open_for(Duration::from_secs(15))
-                .half_open_calls(5),
-        )
-        .build()?;
-    // The permission-check circuits: a 30 s time window, at least 10 calls, 50 %, open
-    // 15 s, 3 probes, a half-open that waits at most 60 s for them.
-    let account = |name: &str, workers: usize, queue: usize| {
-        Dependency::builder(name)
-            .workers(workers)
-            .queue(queue)
-            .max_wait(Duration::from_millis(100))
-            .timeout(Duration::from_secs(10))
-            .breaker(
-                BreakerConfig::time_based(30)
-                    .minimum_calls(10)
-                    .failure_rate(50.0)
-                    .open_for(Duration::from_secs(15))
-                    .half_open_calls(3)
-                    .max_wait_in_half_open(Duration::from_secs(60)),
-            )
-            .build()
-    };
-    Ok(Deps { fraud, access: account("account-access", 4, 0)?, read: account("account-read", 2, 0)? })
+/// An admin token worth checking.
+fn parse_admin_token(token: &str) -> Result<String, String> {
+    admin::check_token(token).map(|()| token.to_owned())
+}
+
+/// The request pool's size: the flag, else the config's, else 16.
+fn request_threads(args: &Args, config: &watertight::config::Config) -> usize {
+    args.request_threads.map(usize::from).or(config.server.request_threads).unwrap_or(16)
 }
 
 /// Starts the providers (embedded unless a URL is given), the dependencies
@@ -238,11 +224,17 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     let fraud_url = provider("fraud", &args.fraud_url, args.fraud, fraud_responder)?;
     let account_url = provider("account", &args.account_url, args.account, account_responder)?;
 
+    let config = live::load(args.config.as_deref())?;
+    let threads = request_threads(args, &config);
     let registry = Registry::new();
     let mode = if args.no_bulkhead {
         Mode::Direct
     } else {
-        let deps = build_deps()?;
+        let origin = args
+            .config
+            .as_ref()
+            .map_or("the embedded watertight.toml".to_owned(), |p| p.display().to_string());
+        let deps = live::build_deps(&config).map_err(|e| format!("{origin}: {e}"))?;
         for dep in [&deps.fraud, &deps.access, &deps.read] {
             registry.register(dep.clone())?;
         }
@@ -257,7 +249,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     let mut prometheus = watertight::metrics::PrometheusRegistry::default();
     watertight::metrics::register(&registry, &mut prometheus);
 
-    let threads = usize::from(args.request_threads);
+    let live = LiveConfig::new(threads);
     let app = Arc::new(App::new(
         backends,
         gate,
@@ -265,14 +257,25 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         prometheus,
         providers.clone(),
         threads,
-        args.request_budget,
+        live,
+        args.admin_token.clone(),
     ));
-    let server =
-        tiny_http::Server::http(&args.addr).map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
-    let handle = serve(server, threads, {
+    let handler = {
         let app = Arc::clone(&app);
-        move |req| app.handle(req)
-    });
+        move |req: &mut tiny_http::Request, ctx: &RequestContext| app.handle(req, ctx)
+    };
+    let config = ServerConfig::builder().request_budget(args.request_budget).build()?;
+    let handle = if args.no_guard {
+        let server = tiny_http::Server::http(&args.addr)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        serve_unguarded(server, threads, config, handler)?
+    } else {
+        let listener = std::net::TcpListener::bind(&args.addr)
+            .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
+        serve_with(listener, threads, config, handler)?
+    };
+    // The request pool's own gauges, beside the dependencies' metrics.
+    app.prometheus.lock().register_collector(Box::new(handle.request_pool()));
     let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
     Ok(Running { handle, app, addr, providers })
 }
@@ -319,12 +322,36 @@ fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
         "try: curl -i -H 'X-User-Id: alice' -d '{{\"customer_id\":\"c1\",\"amount\":42}}' http://{}/checkout",
         running.addr
     );
-    // Serve until killed. The request threads do the work; this one only
-    // keeps the server (and the providers) alive.
-    let _keep = running;
-    loop {
-        std::thread::park();
+    // Serve until SIGTERM or SIGINT. The request threads do the work; this
+    // one only waits for the signal, then stops in order.
+    let mut signals =
+        signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
+    let signal = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);
+    log::info!("signal {signal}: stopping (no new connections; every request in flight is answered)");
+    graceful_stop(running);
+    Ok(())
+}
+
+/// How long the dependencies' workers get to finish calls still running once
+/// every request has been answered.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Stops accepting, answers every request already read or being handled,
+/// then shuts the dependencies down within [`STOP_GRACE`].
+fn graceful_stop(running: Running) {
+    let Running { handle, app, providers, .. } = running;
+    handle.shutdown();
+    log::info!("every request answered");
+    if let Some(deps) = app.backends.deps() {
+        for dep in [&deps.fraud, &deps.access, &deps.read] {
+            if !dep.shutdown(STOP_GRACE) {
+                log::warn!("dependency {} did not stop within {STOP_GRACE:?}", dep.name());
+            }
+        }
     }
+    drop(app);
+    drop(providers);
+    log::info!("stopped");
 }
 
 /// Prints the capacity budget of the request pool (bulkhead mode).

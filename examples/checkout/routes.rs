@@ -9,8 +9,14 @@
 //! | `GET /circuits`         | every dependency's state, counters and pool, as JSON          |
 //! | `GET /metrics`          | Prometheus text                                               |
 //! | `GET /dashboard`        | a live page polling `/circuits` every second                  |
-//! | `GET /_faults`          | the embedded providers' faults                                |
-//! | `POST /_faults/{name}`  | sets an embedded provider's fault (body: `hang`, `slow:500`...) |
+//! | `GET /_faults`          | the embedded providers' faults (admin)                        |
+//! | `POST /_faults/{name}`  | sets an embedded provider's fault (body: `hang`, `slow:500`...) (admin) |
+//! | `GET /_config`          | every dependency's live configuration (admin)                 |
+//! | `GET /_config/{name}`   | one dependency's live configuration (admin)                   |
+//! | `PUT /_config/{name}`   | changes one dependency live (body: its JSON section) (admin)  |
+//!
+//! The admin routes answer loopback clients, and others only with the admin
+//! token (see `admin.rs`); anyone else gets 403.
 //!
 //! Every error is a JSON `{"code", "message"}`; nothing a client sends can
 //! make a handler panic (and the request pool answers 500 if one does).
@@ -27,9 +33,13 @@ use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, ResponseBox};
 
 use crate::access::{AccessGate, Decision, LookupError};
+use crate::admin::{self, TOKEN_HEADER};
 use crate::backends::{Backends, FraudVerdict};
 use crate::dashboard::{self, StateClock};
+use crate::live::{LiveConfig, LiveError};
 use watertight::Registry;
+use watertight::config::DependencyConfigFile;
+use watertight::server::RequestContext;
 use watertight::testing::{FakeProvider, Fault};
 
 /// The largest request body accepted.
@@ -69,14 +79,12 @@ pub struct App {
     /// The dependencies by name (bulkhead mode; empty in direct mode).
     pub registry: Registry,
     /// Prometheus registry holding watertight's collector.
-    pub prometheus: watertight::metrics::PrometheusRegistry,
+    /// Locked only to register a collector at start and to encode a scrape.
+    pub prometheus: Mutex<watertight::metrics::PrometheusRegistry>,
     /// The embedded fake providers, by name (empty for real providers).
     pub providers: Vec<Arc<FakeProvider>>,
     /// The request pool's size, for `/circuits`.
     pub request_threads: usize,
-    /// Each request's time budget, from its arrival; `X-Request-Timeout` may
-    /// only shorten it.
-    pub request_budget: Duration,
     orders: Mutex<BTreeMap<u64, Order>>,
     next_order: AtomicU64,
     /// Requests inside `handle` right now (the request pool's busy gauge as
@@ -86,10 +94,15 @@ pub struct App {
     state_clock: StateClock,
     /// When the application was assembled, for `/circuits`' `uptime_ms`.
     started: std::time::Instant,
+    /// The dependencies' configuration, read back and changed live.
+    pub live: LiveConfig,
+    /// The token that opens the admin routes to non-loopback clients.
+    admin_token: Option<String>,
 }
 
 impl App {
     /// Assembles the application.
+    #[allow(clippy::too_many_arguments)] // one per part, each named at the call
     pub fn new(
         backends: Arc<Backends>,
         gate: AccessGate,
@@ -97,7 +110,8 @@ impl App {
         prometheus: watertight::metrics::PrometheusRegistry,
         providers: Vec<Arc<FakeProvider>>,
         request_threads: usize,
-        request_budget: Duration,
+        live: LiveConfig,
+        admin_token: Option<String>,
     ) -> Self {
         let state_clock = StateClock::watch(&registry);
         App {
@@ -106,35 +120,40 @@ impl App {
             backends,
             gate,
             registry,
-            prometheus,
+            prometheus: Mutex::new(prometheus),
             providers,
             request_threads,
-            request_budget,
             orders: Mutex::new(BTreeMap::new()),
             next_order: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
+            live,
+            admin_token,
         }
     }
 
-    /// Answers one request.
-    pub fn handle(&self, req: &mut Request) -> ResponseBox {
-        let deadline = match request_deadline(req, self.request_budget) {
-            Ok(deadline) => deadline,
-            Err(resp) => return resp,
-        };
+    /// Answers one request, every provider call by `ctx`'s deadline (the
+    /// server's request budget, or less if the client asked for less).
+    pub fn handle(&self, req: &mut Request, ctx: &RequestContext) -> ResponseBox {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let response = self.route(req, deadline);
+        let response = self.route(req, ctx);
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         response
     }
 
-    fn route(&self, req: &mut Request, deadline: Instant) -> ResponseBox {
+    fn route(&self, req: &mut Request, ctx: &RequestContext) -> ResponseBox {
+        let deadline = ctx.deadline();
         let url = req.url().to_owned();
         let path = url.split(['?', '#']).next().unwrap_or("");
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = req.method().clone();
         let get = method == Method::Get;
         let post = method == Method::Post;
+        let put = method == Method::Put;
+        if segments.first().is_some_and(|s| *s == "_faults" || *s == "_config")
+            && let Err(refused) = self.admin_allowed(req, ctx)
+        {
+            return refused;
+        }
         match segments.as_slice() {
             ["checkout"] if post => self.checkout(req, deadline),
             ["checkout"] => method_not_allowed("POST"),
@@ -154,6 +173,11 @@ impl App {
             ["_faults"] => method_not_allowed("GET"),
             ["_faults", name] if post => self.set_fault(req, name),
             ["_faults", _] => method_not_allowed("POST"),
+            ["_config"] if get => json_response(200, &to_json(&self.live.snapshot(&self.registry))),
+            ["_config"] => method_not_allowed("GET"),
+            ["_config", name] if get => self.dependency_config(name),
+            ["_config", name] if put => self.reconfigure(req, name),
+            ["_config", _] => method_not_allowed("GET, PUT"),
             _ => error(404, "NOT_FOUND", &format!("no route for {path}")),
         }
     }
@@ -262,6 +286,11 @@ impl App {
             .snapshot()
             .into_iter()
             .map(|s| {
+                let dep = self.registry.get(&s.name);
+                let config = dep.as_ref().map(|d| self.live.current(d));
+                let limit = dep.as_ref().and_then(|d| d.limiter()).map(|l| {
+                    json!({ "current": l.limit(), "min": l.min_limit(), "max": l.max_limit(), "in_flight": l.in_flight() })
+                });
                 json!({
                     "name": s.name,
                     "state": s.state.as_str(),
@@ -279,6 +308,9 @@ impl App {
                         "completed": s.pool.completed,
                     },
                     "timeout_ms": s.timeout.as_millis() as u64,
+                    "max_wait_ms": config.as_ref().map(|c| c.max_wait.as_millis() as u64),
+                    "adaptive_limit": limit,
+                    "config": config.as_ref().map(to_json),
                     "mean_service_time_ms": s.mean_service_time.map(|d| d.as_secs_f64() * 1000.0),
                     "estimated_wait_ms": s.estimated_wait.map(|d| d.as_secs_f64() * 1000.0),
                     "limit": s.limit,
@@ -310,13 +342,58 @@ impl App {
     fn metrics(&self) -> ResponseBox {
         let mut text = String::new();
         if let Err(e) =
-            watertight::metrics::prometheus_client::encoding::text::encode(&mut text, &self.prometheus)
+            watertight::metrics::prometheus_client::encoding::text::encode(&mut text, &self.prometheus.lock())
         {
             return error(500, "METRICS_FAILED", &format!("encoding the metrics failed: {e}"));
         }
         Response::from_string(text)
-            .with_header(header("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8"))
+            .with_header(header("Content-Type", watertight::metrics::CONTENT_TYPE))
             .boxed()
+    }
+
+    /// `Ok` when the client may use the admin routes, else the 403 answer.
+    fn admin_allowed(&self, req: &Request, ctx: &RequestContext) -> Result<(), ResponseBox> {
+        let presented = req.headers().iter().find(|h| h.field.equiv(TOKEN_HEADER)).map(|h| h.value.as_str());
+        match admin::admin_access(ctx.peer_addr(), presented, self.admin_token.as_deref()) {
+            Ok(_) => Ok(()),
+            Err(refused) => Err(error(403, "ADMIN_FORBIDDEN", refused.message())),
+        }
+    }
+
+    fn dependency_config(&self, name: &str) -> ResponseBox {
+        match self.registry.get(name) {
+            Some(dep) => json_response(200, &to_json(&self.live.current(&dep))),
+            None => unknown_dependency(name),
+        }
+    }
+
+    /// `PUT /_config/{name}`: the body is the dependency's whole section (a
+    /// field left out takes its default, as in a file).
+    fn reconfigure(&self, req: &mut Request, name: &str) -> ResponseBox {
+        if self.registry.get(name).is_none() {
+            return unknown_dependency(name);
+        }
+        let body = match read_body(req) {
+            Ok(body) => body,
+            Err(resp) => return resp,
+        };
+        let new =
+            match DependencyConfigFile::from_deserializer(&mut serde_json::Deserializer::from_slice(&body)) {
+                Ok(new) => new,
+                Err(e) => return invalid_config(&e),
+            };
+        match self.live.reconfigure(&self.registry, name, &new) {
+            Ok((current, report)) => {
+                log::info!("dependency {name}: reconfigured through PUT /_config");
+                json_response(
+                    200,
+                    &json!({ "dependency": name, "config": to_json(&current), "capacity_warnings": report.warnings() }),
+                )
+            }
+            Err(LiveError::Unknown) => unknown_dependency(name),
+            Err(LiveError::Invalid(e)) => invalid_config(&e),
+            Err(LiveError::Capacity(why)) => error(409, "CAPACITY_EXCEEDED", &why),
+        }
     }
 
     fn faults(&self) -> ResponseBox {
@@ -343,6 +420,19 @@ impl App {
             Err(e) => error(400, "INVALID_FAULT", &e.to_string()),
         }
     }
+}
+
+fn unknown_dependency(name: &str) -> ResponseBox {
+    error(404, "UNKNOWN_DEPENDENCY", &format!("no dependency named {name:?}"))
+}
+
+/// 400 naming the field: `{"code", "message", "field"}`.
+fn invalid_config(e: &watertight::config::ConfigFileError) -> ResponseBox {
+    json_response(400, &json!({ "code": "INVALID_CONFIG", "message": e.to_string(), "field": e.path() }))
+}
+
+fn to_json<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 /// The caller's user id from `X-User-Id`: 401 when missing or empty, 400 when
@@ -426,22 +516,6 @@ fn call_counts(calls: &watertight::CallCounts) -> Value {
 /// Milliseconds, with fractions, for JSON.
 fn ms(d: Option<std::time::Duration>) -> Option<f64> {
     d.map(|d| d.as_secs_f64() * 1000.0)
-}
-
-/// The request's deadline: its arrival plus the budget, or sooner if the
-/// client's `X-Request-Timeout` (`250ms`, `2s`, or milliseconds) asks for
-/// less; a client can never lengthen it. A malformed header is a 400.
-fn request_deadline(req: &Request, budget: Duration) -> Result<Instant, ResponseBox> {
-    let arrived = Instant::now();
-    let asked = req.headers().iter().find(|h| h.field.equiv("X-Request-Timeout")).map(|h| h.value.as_str());
-    let budget = match asked.map(parse_duration) {
-        None => budget,
-        Some(Ok(asked)) => asked.min(budget),
-        Some(Err(why)) => {
-            return Err(error(400, "INVALID_REQUEST_TIMEOUT", &format!("X-Request-Timeout: {why}")));
-        }
-    };
-    Ok(arrived + budget)
 }
 
 /// `250ms`, `2s`, or a bare number of milliseconds; above zero and at most

@@ -216,6 +216,15 @@ impl BreakerConfig {
         self
     }
 
+    /// The window as `(time-based, size)`: seconds for a time window, calls
+    /// for a count window. For reading a configuration back.
+    pub(crate) fn window_shape(&self) -> (bool, u32) {
+        match self.window {
+            WindowKind::Count(n) => (false, n),
+            WindowKind::Time(s) => (true, s),
+        }
+    }
+
     /// Checks every value against its rule; the first one broken is named in
     /// the error.
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -141,6 +141,13 @@ impl Shared {
                 }
                 self.answer(&call)
             }
+            Fault::Saturated { capacity, service } => {
+                let Some(_slot) = self.take_slot(&stream, capacity, generation) else { return };
+                if !self.hold(&stream, service, generation) {
+                    return;
+                }
+                self.answer(&call)
+            }
             Fault::Hang => {
                 if self.hold(&stream, HANG_CAP, generation) {
                     let _ = stream.shutdown(Shutdown::Both);
@@ -193,6 +200,47 @@ impl Shared {
         }
     }
 
+    /// Waits for one of `capacity` serving slots (`saturated`), watching the client
+    /// meanwhile as [`hold`](Self::hold) does. `Some` with the slot, which is given
+    /// back when dropped; also `Some`, with no slot, when the fault changes while
+    /// waiting (the request is then answered at once, like a slow one). `None` when
+    /// the provider stops, the wait reaches the hang cap, or the client leaves with
+    /// `release_on_close` on: the handler then closes without answering.
+    fn take_slot(&self, stream: &TcpStream, capacity: usize, generation: u64) -> Option<Slot<'_>> {
+        let give_up = Instant::now() + HANG_CAP;
+        let mut seen_gone = false;
+        let mut st = self.lock();
+        loop {
+            if st.stopped {
+                return None;
+            }
+            if st.generation != generation {
+                return Some(Slot(None));
+            }
+            if st.serving < capacity {
+                st.serving += 1;
+                return Some(Slot(Some(self)));
+            }
+            let now = Instant::now();
+            if now >= give_up {
+                return None;
+            }
+            let step = (give_up - now).min(WATCH_EVERY);
+            st = self.changed.wait_timeout(st, step).unwrap_or_else(PoisonError::into_inner).0;
+            if !seen_gone && st.serving >= capacity {
+                drop(st);
+                if client_gone(stream) {
+                    seen_gone = true;
+                    self.clients_gone.fetch_add(1, Ordering::SeqCst);
+                }
+                if seen_gone && self.release_on_close.load(Ordering::SeqCst) {
+                    return None;
+                }
+                st = self.lock();
+            }
+        }
+    }
+
     /// Holds a request for up to `d`, like [`pause`](Self::pause), and watches its
     /// client meanwhile. `false` when the provider stops, or when the client leaves
     /// and `release_on_close` is on: the handler then closes without answering.
@@ -236,6 +284,20 @@ fn client_gone(stream: &TcpStream) -> bool {
     };
     let _ = stream.set_nonblocking(false);
     gone
+}
+
+/// A serving slot of a `saturated` provider (or none, when the fault changed
+/// while waiting for one): given back, and the next waiter woken, however the
+/// handler ends.
+struct Slot<'a>(Option<&'a Shared>);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0 {
+            shared.lock().serving -= 1;
+            shared.changed.notify_all();
+        }
+    }
 }
 
 /// Counts a request out of `in_flight` however its handler ends (a panicking

@@ -21,6 +21,7 @@
 //! | `trickle:<ms>` | a valid answer, one byte every `<ms>` milliseconds                     |
 //! | `close`        | the request is read, then the connection closes with no answer         |
 //! | `cut`          | a `200` head announcing a body, half of that body, then a TCP RST      |
+//! | `saturated:<n>:<ms>` | the responder's answer; at most `<n>` requests are served at once, each for `<ms>` milliseconds, and the rest wait their turn: latency grows with load, as in a brownout |
 //!
 //! Its counters say what the provider saw: [`hits`](FakeProvider::hits) (requests
 //! that reached it), [`in_flight`](FakeProvider::in_flight) (being handled now,

@@ -50,6 +50,8 @@ pub(super) struct State {
     /// returns when the new fault already holds for the next connection.
     pub(super) listening: bool,
     pub(super) stopped: bool,
+    /// Requests being served under `saturated` (not those waiting their turn).
+    pub(super) serving: usize,
 }
 
 impl FakeProvider {
@@ -71,6 +73,7 @@ impl FakeProvider {
                 generation: 0,
                 listening: fault != Fault::Refuse,
                 stopped: false,
+                serving: 0,
             }),
             changed: Condvar::new(),
             hits: AtomicU64::new(0),

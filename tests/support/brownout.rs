@@ -1,7 +1,13 @@
 //! The brownout harness, shared by `benches/brownout.rs` and `tests/brownout.rs`.
 //!
-//! A real loopback provider ([`FakeProvider`]) answers in 5 ms, then in 500 ms for
-//! the brownout (`Fault::Slow`, switched at run time), then in 5 ms again. 32 caller
+//! A real loopback provider ([`FakeProvider`]) answers in 5 ms, then saturates for
+//! the brownout, then answers in 5 ms again. Saturated (`Fault::Saturated`, switched
+//! at run time), it serves at most 4 requests at once, 125 ms each, and the rest wait
+//! their turn: its latency grows with the load, as a real brownout's does. The 16
+//! requests a fixed pool keeps in flight take about 500 ms each; 4 take 125 ms, with
+//! the same throughput (32 a second). So a guard that sends fewer calls at once
+//! loses no goodput, which a provider slow whatever the load (`Fault::Slow`) could
+//! not show: there, goodput is proportional to the threads held. 32 caller
 //! threads (the request threads of a server) call it through a [`Dependency`] of 16
 //! workers with a 3 s timeout, guarded one of three ways ([`Guard`]). A separate
 //! caller meanwhile calls an unrelated, healthy provider through its own dependency.
@@ -32,8 +38,8 @@ use watertight::{AdaptiveLimit, BreakerConfig, Dependency, Error, Limiter};
 pub struct Scenario {
     /// The provider's latency outside the brownout.
     pub healthy: Duration,
-    /// Its latency during the brownout.
-    pub slow: Duration,
+    /// How it answers during the brownout.
+    pub degraded: Fault,
     /// Healthy time before the brownout.
     pub before: Duration,
     /// How long the brownout lasts.
@@ -57,12 +63,13 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// The full scenario: 5 s healthy, 20 s at 500 ms, 15 s healthy; 32 callers,
-    /// 16 workers, no queue, a 3 s timeout.
+    /// The full scenario: 5 s healthy, 20 s saturated (4 at once, 125 ms each:
+    /// about 500 ms for the fixed pool's 16 calls at once), 15 s healthy; 32
+    /// callers, 16 workers, no queue, a 3 s timeout.
     pub fn full() -> Scenario {
         Scenario {
             healthy: Duration::from_millis(5),
-            slow: Duration::from_millis(500),
+            degraded: Fault::Saturated { capacity: 4, service: Duration::from_millis(125) },
             before: Duration::from_secs(5),
             brownout: Duration::from_secs(20),
             after: Duration::from_secs(15),
@@ -427,7 +434,7 @@ pub fn run(s: &Scenario, guard: Guard) -> Run {
     start.wait();
     let t_start = tally.t0;
     thread::sleep((t_start + s.before).saturating_duration_since(Instant::now()));
-    provider.set_fault(Fault::Slow(s.slow));
+    provider.set_fault(s.degraded);
     thread::sleep((t_start + s.before + s.brownout).saturating_duration_since(Instant::now()));
     provider.set_fault(healthy);
     thread::sleep((t_start + s.total()).saturating_duration_since(Instant::now()));

@@ -14,27 +14,32 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
-/// The example binary (`target/<profile>/examples/checkout`), brought up to date
-/// once per test process (a filtered run may not have built it, and a binary
-/// left from an earlier build may be stale), with every feature, as the
-/// README's test command builds it.
-pub fn binary() -> &'static PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test's own path");
-        let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-        let path = profile_dir.join("examples").join(format!("checkout{}", std::env::consts::EXE_SUFFIX));
+/// The checkout example's binary (see [`example`]).
+pub fn binary() -> PathBuf {
+    example("checkout")
+}
+
+/// An example's binary (`target/<profile>/examples/<name>`), brought up to
+/// date once per test process and name (a filtered run may not have built
+/// it, and a binary left from an earlier build may be stale), with every
+/// feature, as the README's test command builds it.
+pub fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let mut built = BUILT.get_or_init(|| Mutex::new(Vec::new())).lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
         let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "--all-features", "--example", "checkout"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        build.args(["build", "--all-features", "--example", name]).current_dir(env!("CARGO_MANIFEST_DIR"));
         if profile_dir.file_name().is_some_and(|p| p == "release") {
             build.arg("--release");
         }
-        let status = build.status().expect("run cargo build --example checkout");
-        assert!(status.success(), "building the checkout example failed");
-        path
-    })
+        let status = build.status().expect("run cargo build --example");
+        assert!(status.success(), "building the {name} example failed");
+        built.push(name.to_owned());
+    }
+    path
 }
 
 /// A running checkout server. Dropping it kills the process.
@@ -49,8 +54,22 @@ impl Checkout {
     /// Starts the server on a free port with `args`, and waits (bounded) for its
     /// first line, `listening on http://<addr>`.
     pub fn start(args: &[&str]) -> Checkout {
-        let mut child = Command::new(binary())
-            .args(["--addr", "127.0.0.1:0"])
+        Checkout::start_on("127.0.0.1:0", args)
+    }
+
+    /// [`start`](Self::start) listening on `listen` (`0.0.0.0:0`, say). The
+    /// address read back is the one it prints; [`url`](Self::url) and the
+    /// raw helpers then connect through 127.0.0.1 whatever it listens on.
+    pub fn start_on(listen: &str, args: &[&str]) -> Checkout {
+        let mut with_addr = vec!["--addr", listen];
+        with_addr.extend_from_slice(args);
+        Checkout::start_example("checkout", &with_addr)
+    }
+
+    /// Starts the example `name` with `args`, and waits (bounded) for its
+    /// first line, `listening on http://<addr>`.
+    pub fn start_example(name: &str, args: &[&str]) -> Checkout {
+        let mut child = Command::new(example(name))
             .args(args)
             .env("RUST_LOG", "info")
             .env_remove("RUST_BACKTRACE")
@@ -84,10 +103,14 @@ impl Checkout {
             let _ = child.kill();
             panic!("the server printed no address; stderr:\n{}", stderr.lock().unwrap())
         });
-        let addr = first
+        let mut addr: SocketAddr = first
             .strip_prefix("listening on http://")
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("unexpected first line {first:?}"));
+        // Tests talk to 127.0.0.1 only, even to a server listening on every address.
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
         Checkout { child, addr, stderr }
     }
 
@@ -104,6 +127,39 @@ impl Checkout {
     /// The server process's threads, as `/proc/<pid>/task` counts them.
     pub fn threads(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/task", self.child.id())).map_or(0, |d| d.count())
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The server process's open file descriptors, as `/proc/<pid>/fd` counts them.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).map_or(0, |d| d.count())
+    }
+
+    /// Sends `signal` (e.g. `"TERM"`) to the server with `kill(1)`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits up to `timeout` for the process to exit; its status, or `None`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let give_up = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            if std::time::Instant::now() >= give_up {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// `None` while the process runs; its exit status once it has died.

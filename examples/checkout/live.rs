@@ -1,0 +1,133 @@
+//! The checkout's configuration: read from `--config` (or the file embedded at
+//! build time, `watertight.toml`, the one source of the defaults), the
+//! dependencies built from it, and their live values read back and changed
+//! while the server runs (`GET /_config`, `PUT /_config/{name}`).
+//!
+//! A running dependency is read back with `Dependency::config` and changed
+//! with `Registry::reconfigure`, which checks the change against the request
+//! pool's capacity rule first.
+
+use std::path::Path;
+
+use parking_lot::Mutex;
+use watertight::config::{Config, ConfigFileError, DependencyConfigFile};
+use watertight::{CapacityReport, Dependency, ReconfigureError, Registry};
+
+use crate::backends::Deps;
+
+/// The defaults of the example, written out: `examples/checkout/watertight.toml`.
+pub const DEFAULT_CONFIG: &str = include_str!("watertight.toml");
+
+/// The dependencies the checkout calls; a configuration must describe
+/// exactly these.
+pub const DEPENDENCIES: [&str; 3] = ["fraud", "account-access", "account-read"];
+
+/// Reads a configuration from TOML text; `origin` names it in errors.
+pub fn parse(text: &str, origin: &str) -> Result<Config, String> {
+    let de = toml::Deserializer::parse(text).map_err(|e| format!("{origin}: {e}"))?;
+    let config = Config::from_deserializer(de).map_err(|e| format!("{origin}: {e}"))?;
+    for name in config.dependencies.keys() {
+        if !DEPENDENCIES.contains(&name.as_str()) {
+            return Err(format!(
+                "{origin}: dependencies.{name}: the checkout calls no dependency {name:?} \
+                 (it calls {})",
+                DEPENDENCIES.join(", ")
+            ));
+        }
+    }
+    for name in DEPENDENCIES {
+        if !config.dependencies.contains_key(name) {
+            return Err(format!("{origin}: dependencies.{name} is missing"));
+        }
+    }
+    Ok(config)
+}
+
+/// Reads `--config PATH`, or the embedded defaults without one.
+pub fn load(path: Option<&Path>) -> Result<Config, String> {
+    match path {
+        None => parse(DEFAULT_CONFIG, "the embedded watertight.toml"),
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            parse(&text, &path.display().to_string())
+        }
+    }
+}
+
+/// Builds the three dependencies, in the order the checkout calls them.
+/// Errors name the field's path (`dependencies.fraud.breaker.failure_rate`).
+pub fn build_deps(config: &Config) -> Result<Deps, ConfigFileError> {
+    let build = |name: &str| {
+        let section = config
+            .dependencies
+            .get(name)
+            .ok_or_else(|| ConfigFileError::new(format!("dependencies.{name}"), "missing"))?;
+        section.build(name).map_err(|e| e.within(&format!("dependencies.{name}")))
+    };
+    Ok(Deps { fraud: build("fraud")?, access: build("account-access")?, read: build("account-read")? })
+}
+
+/// Why a `PUT /_config/{name}` was refused.
+#[derive(Debug)]
+pub enum LiveError {
+    /// No dependency by that name (404).
+    Unknown,
+    /// A value its rules refuse (400); the path is relative to the dependency.
+    Invalid(ConfigFileError),
+    /// The change would break the request pool's capacity rule (409).
+    Capacity(String),
+}
+
+/// Reads back and changes the running dependencies, checking every change
+/// against a request pool of `request_threads`.
+pub struct LiveConfig {
+    request_threads: usize,
+    /// One change at a time, so that two `PUT`s to one dependency cannot
+    /// interleave their read-back with each other's change.
+    changing: Mutex<()>,
+}
+
+impl LiveConfig {
+    /// For a request pool of `request_threads`.
+    pub fn new(request_threads: usize) -> LiveConfig {
+        LiveConfig { request_threads, changing: Mutex::new(()) }
+    }
+
+    /// The running dependency's configuration, as a file would say it.
+    pub fn current(&self, dep: &Dependency) -> DependencyConfigFile {
+        DependencyConfigFile::from(&dep.config())
+    }
+
+    /// The whole running configuration, as a file would say it.
+    pub fn snapshot(&self, registry: &Registry) -> Config {
+        let mut config = Config::default();
+        config.server.request_threads = Some(self.request_threads);
+        for dep in registry.dependencies() {
+            config.dependencies.insert(dep.name().to_owned(), self.current(&dep));
+        }
+        config
+    }
+
+    /// Changes the running dependency `name` to `new`, all of it at once:
+    /// validated, checked against the capacity rule, then applied while calls
+    /// run (`Registry::reconfigure`). Returns the capacity report after the
+    /// change; on an error nothing has changed.
+    pub fn reconfigure(
+        &self,
+        registry: &Registry,
+        name: &str,
+        new: &DependencyConfigFile,
+    ) -> Result<(DependencyConfigFile, CapacityReport), LiveError> {
+        let config = new.to_config().map_err(LiveError::Invalid)?;
+        let _one_at_a_time = self.changing.lock();
+        let report = registry.reconfigure(name, config, self.request_threads).map_err(|e| match e {
+            ReconfigureError::UnknownDependency(_) => LiveError::Unknown,
+            ReconfigureError::Invalid(e) => LiveError::Invalid(ConfigFileError::of_dependency(&e)),
+            ReconfigureError::Capacity(e) => LiveError::Capacity(e.to_string()),
+            other => LiveError::Capacity(other.to_string()),
+        })?;
+        let dep = registry.get(name).ok_or(LiveError::Unknown)?;
+        Ok((self.current(&dep), report))
+    }
+}

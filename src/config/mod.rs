@@ -1,0 +1,263 @@
+//! Configuration from files (feature `serde`): every configuration type as a
+//! serde section, durations as human strings, errors that name the path.
+//!
+//! A [`Config`] is a file's worth of dependencies, by name, and the server
+//! they share. Each [`DependencyConfigFile`] mirrors a
+//! [`DependencyBuilder`](crate::DependencyBuilder)
+//! field by field, with a section each for the breaker
+//! ([`BreakerConfigFile`]), the retry ([`RetryConfigFile`]) and the adaptive
+//! limit ([`AdaptiveLimitConfigFile`]). Every field may be left out and takes
+//! the builder's default; a field no section knows is refused.
+//!
+//! - Durations are strings: `"3s"`, `"250ms"`, `"1m 30s"` (`humantime`'s
+//!   forms). A bare number is refused: `3` could be seconds or milliseconds.
+//! - Rates are percentages, as everywhere in this crate: `failure_rate = 50.0`.
+//! - Errors name the path of the offending field,
+//!   `dependencies.fraud.breaker.failure_rate`, for a value the format cannot
+//!   read (a string for a number, an unknown field) as well as for one a
+//!   builder refuses (a rate of 101 %).
+//!
+//! The crate reads no file format itself: hand [`Config::from_deserializer`]
+//! any serde deserializer (TOML, JSON, YAML...), so that the path can be
+//! tracked through it. `toml::from_str::<Config>` works too, with the format's
+//! own error messages instead of paths.
+//!
+//! ```
+//! use std::time::Duration;
+//! use watertight::config::Config;
+//!
+//! let text = r#"{
+//!     "server": { "request_threads": 16 },
+//!     "dependencies": {
+//!         "fraud": {
+//!             "workers": 6, "queue": 2, "max_wait": "100ms", "timeout": "3s",
+//!             "breaker": { "window": "count", "window_size": 20, "minimum_calls": 8, "open_for": "15s" }
+//!         }
+//!     }
+//! }"#;
+//! let config = Config::from_deserializer(&mut serde_json::Deserializer::from_str(text))?;
+//! let registry = config.build()?;
+//! let fraud = registry.get("fraud").unwrap();
+//! assert_eq!(fraud.timeout(), Duration::from_secs(3));
+//! assert_eq!(fraud.pool().workers(), 6);
+//!
+//! let bad = r#"{ "dependencies": { "fraud": { "breaker": { "failure_rate": 101 } } } }"#;
+//! let err = Config::from_deserializer(&mut serde_json::Deserializer::from_str(bad)).unwrap_err();
+//! assert_eq!(err.path(), "dependencies.fraud.breaker.failure_rate");
+//! assert_eq!(err.to_string(), "dependencies.fraud.breaker.failure_rate: must be in (0, 100], got 101");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod duration;
+mod sections;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+pub use self::sections::{
+    AdaptiveLimitConfigFile, AfterMaxWait, BreakerConfigFile, DependencyConfigFile, OpenBackoffConfigFile,
+    RetryConfigFile, WindowKind,
+};
+use crate::error::ConfigError;
+use crate::registry::Registry;
+
+/// A configuration file: the server, and the dependencies by name.
+///
+/// ```toml
+/// [server]
+/// request_threads = 16
+///
+/// [dependencies.fraud]
+/// workers = 6
+/// timeout = "3s"
+///
+/// [dependencies.fraud.breaker]
+/// failure_rate = 50.0
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The server the dependencies are called from.
+    pub server: ServerConfigFile,
+    /// Every dependency, by name (its threads are `watertight-<name>-<i>`).
+    pub dependencies: BTreeMap<String, DependencyConfigFile>,
+}
+
+/// The server section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfigFile {
+    /// The size of the request pool that calls the dependencies. When set,
+    /// [`Config::build`] applies the capacity rule
+    /// ([`Registry::check_capacity`]) against it and refuses a dependency
+    /// that could hold every request thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_threads: Option<usize>,
+}
+
+impl Config {
+    /// Reads a configuration from `deserializer`, then checks every section
+    /// a builder can check without starting threads (breaker, retry,
+    /// adaptive limit). Errors name the path of the field.
+    pub fn from_deserializer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Config, ConfigFileError> {
+        let config: Config = from_deserializer(deserializer)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the breaker, retry and adaptive-limit sections of every
+    /// dependency. The pool and timeout fields are checked when the
+    /// dependencies are built ([`build`](Self::build)), with their paths too.
+    pub fn validate(&self) -> Result<(), ConfigFileError> {
+        for (name, dep) in &self.dependencies {
+            dep.validate().map_err(|e| e.within(&dependency_path(name)))?;
+        }
+        Ok(())
+    }
+
+    /// Builds every dependency (their worker threads start) into a new
+    /// registry, in the order of their names, and applies the capacity rule
+    /// when `server.request_threads` is set. The first error stops the build
+    /// (the dependencies built so far are dropped, and their threads stop).
+    pub fn build(&self) -> Result<Registry, ConfigFileError> {
+        let registry = Registry::new();
+        for (name, dep) in &self.dependencies {
+            let prefix = dependency_path(name);
+            let built = dep.build(name).map_err(|e| e.within(&prefix))?;
+            registry.register(built).map_err(|e| ConfigFileError::invalid(&prefix, &e))?;
+        }
+        if let Some(threads) = self.server.request_threads
+            && let Err(e) = registry.check_capacity(threads)
+        {
+            return Err(ConfigFileError::new(dependency_path(e.dependency()), e.to_string()));
+        }
+        Ok(registry)
+    }
+}
+
+impl DependencyConfigFile {
+    /// Reads one dependency's section from `deserializer` (a request body,
+    /// say), then checks its breaker, retry and adaptive-limit sections.
+    /// Paths are relative to the section: `breaker.failure_rate`.
+    pub fn from_deserializer<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<DependencyConfigFile, ConfigFileError> {
+        let dep: DependencyConfigFile = from_deserializer(deserializer)?;
+        dep.validate()?;
+        Ok(dep)
+    }
+}
+
+/// `dependencies.<name>`, with a name that is not a plain word quoted, so
+/// that a dot in it cannot be mistaken for a level.
+fn dependency_path(name: &str) -> String {
+    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        format!("dependencies.{name}")
+    } else {
+        format!("dependencies.{name:?}")
+    }
+}
+
+/// Deserializes a `T`, tracking the path to the first error.
+fn from_deserializer<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, ConfigFileError> {
+    serde_path_to_error::deserialize(d).map_err(|e| {
+        // The root is written ".", and a place the error could not be tied
+        // to (a syntax error at the end of a map) "?": the path stops at the
+        // last known level.
+        let mut path = e.path().to_string();
+        while let Some(known) = path.strip_suffix(".?") {
+            path.truncate(known.len());
+        }
+        if path == "." || path == "?" {
+            path.clear();
+        }
+        ConfigFileError::new(path, e.into_inner().to_string())
+    })
+}
+
+/// A configuration that could not be read or was refused, with the path of
+/// the offending field (`dependencies.fraud.breaker.failure_rate`).
+///
+/// `Display` writes `<path>: <message>`, or the message alone when the error
+/// is not about one field (a syntax error before the first one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFileError {
+    path: String,
+    message: String,
+    invalid: Option<ConfigError>,
+}
+
+impl ConfigFileError {
+    /// An error at `path` saying `message`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigFileError { path: path.into(), message: message.into(), invalid: None }
+    }
+
+    /// A builder's refusal of the field at `path`.
+    pub(crate) fn invalid(path: &str, e: &ConfigError) -> Self {
+        ConfigFileError {
+            path: path.to_owned(),
+            message: format!("must be {}, got {}", e.rule(), e.value()),
+            invalid: Some(e.clone()),
+        }
+    }
+
+    /// A dependency builder's (or a running dependency's) refusal, at the
+    /// path of the field within the dependency's section: a breaker's
+    /// `failure_rate` at `breaker.failure_rate`, `retry.budget` at
+    /// `retry.budget_percent`, `min_limit` at `adaptive_limit.min_limit`.
+    pub fn of_dependency(e: &ConfigError) -> Self {
+        Self::invalid(&sections::dependency_path(e), e)
+    }
+
+    /// The same error, one level down: its path prefixed with `prefix` and a
+    /// dot (`breaker.failure_rate` within `dependencies.fraud`).
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.path = match (prefix.is_empty(), self.path.is_empty()) {
+            (true, _) => self.path,
+            (false, true) => prefix.to_owned(),
+            (false, false) => format!("{prefix}.{}", self.path),
+        };
+        self
+    }
+
+    /// The path of the offending field, dot-separated; empty when the error
+    /// is not about one field.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// What was wrong, without the path.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The builder's error, when a builder refused a value (rather than the
+    /// format failing to read it).
+    pub fn config_error(&self) -> Option<&ConfigError> {
+        self.invalid.as_ref()
+    }
+}
+
+impl fmt::Display for ConfigFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigFileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // `Display` already says what the builder's error says; it is offered
+        // as the source for callers that match on it, not repeated.
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,331 @@
+use std::time::Duration;
+
+use super::*;
+use crate::{AdaptiveLimit, BreakerConfig, Dependency, Retry, State};
+
+fn from_toml(text: &str) -> Result<Config, ConfigFileError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| ConfigFileError::new("", e.to_string()))?;
+    Config::from_deserializer(de)
+}
+
+fn from_json(text: &str) -> Result<Config, ConfigFileError> {
+    Config::from_deserializer(&mut serde_json::Deserializer::from_str(text))
+}
+
+/// A configuration with every field away from its default.
+fn everything() -> Config {
+    let dep = DependencyConfigFile {
+        workers: 7,
+        queue: 3,
+        max_wait: Duration::from_millis(150),
+        timeout: Duration::from_millis(2500),
+        deadline_aware_admission: false,
+        breaker: BreakerConfigFile {
+            window: WindowKind::Time,
+            window_size: 30,
+            minimum_calls: 12,
+            failure_rate: 40.5,
+            slow_call_rate: 80.0,
+            slow_call_duration: Duration::from_millis(900),
+            open_for: Duration::from_secs(12),
+            open_backoff: Some(OpenBackoffConfigFile { multiplier: 1.5, max: Duration::from_secs(120) }),
+            half_open_calls: 4,
+            max_wait_in_half_open: Duration::from_secs(45),
+            after_max_wait: AfterMaxWait::Closed,
+            enabled: false,
+        },
+        retry: RetryConfigFile {
+            max_attempts: 5,
+            initial_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(700),
+            backoff_multiplier: 3.0,
+            budget_percent: 12.5,
+            budget_min_per_sec: 4,
+            overall_timeout: Some(Duration::from_secs(9)),
+        },
+        adaptive_limit: Some(AdaptiveLimitConfigFile {
+            min_limit: 3,
+            tolerance: 75.0,
+            smoothing: 35.0,
+            failure_cut: 25.0,
+            short_window: 8,
+            long_window: 300,
+            relearn_after: Duration::from_secs(120),
+        }),
+    };
+    let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
+    config.dependencies.insert("fraud".into(), dep);
+    config.dependencies.insert("account-read".into(), DependencyConfigFile::default());
+    config
+}
+
+#[test]
+fn defaults_are_the_builders_defaults() {
+    let file = DependencyConfigFile::default().build("from-file").unwrap();
+    let plain = Dependency::builder("plain").build().unwrap();
+    assert_eq!(file.pool().workers(), plain.pool().workers());
+    assert_eq!(file.pool().queue_capacity(), plain.pool().queue_capacity());
+    assert_eq!(file.pool().max_wait(), plain.pool().max_wait());
+    assert_eq!(file.pool().deadline_aware_admission(), plain.pool().deadline_aware_admission());
+    assert_eq!(file.timeout(), plain.timeout());
+    assert_eq!(file.retry(), plain.retry());
+    assert!(file.limiter().is_none());
+    assert_eq!(BreakerConfigFile::default().to_config().unwrap(), BreakerConfig::default());
+    assert_eq!(RetryConfigFile::default().to_retry().unwrap(), Retry::new());
+    assert_eq!(AdaptiveLimitConfigFile::default().to_limit().unwrap(), AdaptiveLimit::new());
+    // An empty file, and an empty section, are every default.
+    assert_eq!(from_toml("").unwrap(), Config::default());
+    let one = from_toml("[dependencies.fraud]").unwrap();
+    assert_eq!(one.dependencies["fraud"], DependencyConfigFile::default());
+}
+
+#[test]
+fn toml_and_json_round_trip_every_field() {
+    let config = everything();
+    let toml_text = toml::to_string(&config).unwrap();
+    assert_eq!(from_toml(&toml_text).unwrap(), config, "{toml_text}");
+    assert!(toml_text.contains("timeout = \"2s 500ms\""), "{toml_text}");
+    let json_text = serde_json::to_string(&config).unwrap();
+    assert_eq!(from_json(&json_text).unwrap(), config, "{json_text}");
+    // Absent options stay absent.
+    let dflt = toml::to_string(&Config::default()).unwrap();
+    assert!(!dflt.contains("request_threads") && !dflt.contains("adaptive_limit"), "{dflt}");
+}
+
+#[test]
+fn sections_round_trip_through_the_real_types() {
+    let config = everything();
+    let fraud = &config.dependencies["fraud"];
+    let breaker = fraud.breaker.to_config().unwrap();
+    assert_eq!(BreakerConfigFile::from(&breaker), fraud.breaker);
+    let retry = fraud.retry.to_retry().unwrap();
+    assert_eq!(RetryConfigFile::from(&retry), fraud.retry);
+    let limit = fraud.adaptive_limit.as_ref().unwrap().to_limit().unwrap();
+    assert_eq!(AdaptiveLimitConfigFile::from(&limit).to_limit().unwrap(), limit);
+    // Every window kind and the edge sizes read back as they were written.
+    for c in [
+        BreakerConfig::count_based(1),
+        BreakerConfig::count_based(20).minimum_calls(5),
+        BreakerConfig::count_based(1_000_000),
+        BreakerConfig::time_based(1),
+        BreakerConfig::time_based(86_400).minimum_calls(u32::MAX),
+        BreakerConfig::default().after_max_wait(State::Closed).open_backoff(2.0, Duration::from_secs(600)),
+    ] {
+        let file = BreakerConfigFile::from(&c);
+        assert_eq!(file.to_config().unwrap(), c, "{file:?}");
+    }
+}
+
+#[test]
+fn a_built_registry_carries_every_value() {
+    let registry = everything().build().unwrap();
+    let fraud = registry.get("fraud").unwrap();
+    assert_eq!(fraud.pool().workers(), 7);
+    assert_eq!(fraud.pool().queue_capacity(), 3);
+    assert_eq!(fraud.pool().max_wait(), Duration::from_millis(150));
+    assert!(!fraud.pool().deadline_aware_admission());
+    assert_eq!(fraud.timeout(), Duration::from_millis(2500));
+    assert_eq!(fraud.retry().max_attempts(), 5);
+    assert_eq!(fraud.retry().overall_timeout(), Some(Duration::from_secs(9)));
+    let limiter = fraud.limiter().expect("an adaptive limit");
+    assert_eq!((limiter.min_limit(), limiter.max_limit()), (3, 7));
+    // `enabled = false`: a disabled breaker.
+    assert_eq!(fraud.breaker().state(), State::Disabled);
+    assert_eq!(registry.len(), 2);
+}
+
+/// `(file, path of the error, words its message must contain)`.
+const READ_ERRORS: &[(&str, &str, &str)] = &[
+    (
+        "[dependencies.fraud.breaker]\nfailure_rate = 101",
+        "dependencies.fraud.breaker.failure_rate",
+        "must be in (0, 100], got 101",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nfailure_rate = \"fifty\"",
+        "dependencies.fraud.breaker.failure_rate",
+        "invalid type",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nfailure_ratio = 50",
+        "dependencies.fraud.breaker.failure_ratio",
+        "unknown field `failure_ratio`",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nwindow = \"sliding\"",
+        "dependencies.fraud.breaker.window",
+        "unknown variant `sliding`",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nwindow_size = 0",
+        "dependencies.fraud.breaker.window_size",
+        "must be in [1, 1000000], got 0",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nwindow = \"time\"\nwindow_size = 90000",
+        "dependencies.fraud.breaker.window_size",
+        "86400",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nopen_backoff = { multiplier = 0.5, max = \"1m\" }",
+        "dependencies.fraud.breaker.open_backoff",
+        "multiplier",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nopen_backoff = { multiplier = 2.0 }",
+        "dependencies.fraud.breaker.open_backoff",
+        "missing field `max`",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nafter_max_wait = \"half_open\"",
+        "dependencies.fraud.breaker.after_max_wait",
+        "unknown variant",
+    ),
+    ("[dependencies.fraud]\ntimeout = 3", "dependencies.fraud.timeout", "a duration such as \"3s\""),
+    (
+        "[dependencies.fraud]\ntimeout = \"3 parsecs\"",
+        "dependencies.fraud.timeout",
+        "invalid duration \"3 parsecs\"",
+    ),
+    ("[dependencies.fraud]\nworkers = -1", "dependencies.fraud.workers", "invalid value"),
+    ("[dependencies.fraud]\nworker = 4", "dependencies.fraud.worker", "unknown field `worker`"),
+    (
+        "[dependencies.fraud.retry]\ninitial_backoff = \"2s\"\nmax_backoff = \"1s\"",
+        "dependencies.fraud.retry.initial_backoff",
+        "initial <= max",
+    ),
+    (
+        "[dependencies.fraud.retry]\nbudget_percent = 150",
+        "dependencies.fraud.retry.budget_percent",
+        "got 150",
+    ),
+    ("[dependencies.fraud.retry]\nmax_attempts = 0", "dependencies.fraud.retry.max_attempts", "at least 1"),
+    (
+        "[dependencies.fraud.retry]\noverall_timeout = \"0s\"",
+        "dependencies.fraud.retry.overall_timeout",
+        "greater than zero",
+    ),
+    (
+        "[dependencies.fraud.adaptive_limit]\nfailure_cut = 100",
+        "dependencies.fraud.adaptive_limit.failure_cut",
+        "(0, 100)",
+    ),
+    (
+        "[dependencies.\"a.b\".breaker]\nminimum_calls = 0",
+        "dependencies.\"a.b\".breaker.minimum_calls",
+        "at least 1",
+    ),
+    ("[server]\nrequest_threads = \"many\"", "server.request_threads", "invalid type"),
+    ("[servers]\nrequest_threads = 4", "servers", "unknown field `servers`"),
+];
+
+#[test]
+fn read_errors_name_the_path() {
+    for &(text, path, words) in READ_ERRORS {
+        let err = from_toml(text).expect_err(text);
+        assert_eq!(err.path(), path, "{text}\n{err}");
+        assert!(err.message().contains(words), "{text}\n{err}");
+        let shown = err.to_string();
+        assert!(shown.starts_with(path), "{shown}");
+    }
+}
+
+#[test]
+fn json_errors_name_the_same_paths() {
+    let err = from_json(r#"{"dependencies":{"fraud":{"breaker":{"slow_call_rate":0}}}}"#).unwrap_err();
+    assert_eq!(err.to_string(), "dependencies.fraud.breaker.slow_call_rate: must be in (0, 100], got 0");
+    assert_eq!(err.config_error().map(ConfigError::field), Some("slow_call_rate"));
+    let err = from_json(r#"{"dependencies":{"fraud":{"queue":"two"}}}"#).unwrap_err();
+    assert_eq!(err.path(), "dependencies.fraud.queue");
+    assert!(err.config_error().is_none());
+    let err = from_json(r#"{"dependencies":{"fraud":{"timeout":"3s",}}}"#).unwrap_err();
+    assert!(err.message().contains("trailing comma"), "{err}");
+    // One dependency alone (a request body): paths relative to it.
+    let one = |t: &str| DependencyConfigFile::from_deserializer(&mut serde_json::Deserializer::from_str(t));
+    assert_eq!(one(r#"{"breaker":{"half_open_calls":0}}"#).unwrap_err().path(), "breaker.half_open_calls");
+    assert_eq!(one(r#"{"workers":4,"colour":"red"}"#).unwrap_err().path(), "colour");
+    assert_eq!(one(r#"{"workers":4}"#).unwrap().workers, 4);
+}
+
+/// Errors only building can find: the pool's rules, the limit against the
+/// worker count, the capacity rule.
+#[test]
+fn build_errors_name_the_path() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("[dependencies.fraud]\nworkers = 0", "dependencies.fraud.workers", "got 0"),
+        ("[dependencies.fraud]\nqueue = 2000000", "dependencies.fraud.queue", "got 2000000"),
+        ("[dependencies.fraud]\ntimeout = \"0s\"", "dependencies.fraud.timeout", "greater than zero"),
+        (
+            "[dependencies.fraud]\ntimeout = \"1s\"\nmax_wait = \"2s\"",
+            "dependencies.fraud.max_wait",
+            "at most the timeout",
+        ),
+        (
+            "[dependencies.fraud]\nworkers = 4\n[dependencies.fraud.adaptive_limit]\nmin_limit = 6",
+            "dependencies.fraud.adaptive_limit.min_limit",
+            "6 > 4",
+        ),
+        (
+            "[server]\nrequest_threads = 8\n[dependencies.fraud]\nworkers = 6\nqueue = 2",
+            "dependencies.fraud",
+            "can hold 8 of 8 request threads",
+        ),
+    ];
+    for &(text, path, words) in cases {
+        let config = from_toml(text).expect(text);
+        let err = config.build().expect_err(text);
+        assert_eq!(err.path(), path, "{text}\n{err}");
+        assert!(err.message().contains(words), "{text}\n{err}");
+    }
+    // Under the capacity rule's error, a warning still builds.
+    let ok =
+        from_toml("[server]\nrequest_threads = 12\n[dependencies.fraud]\nworkers = 6\nqueue = 2").unwrap();
+    assert_eq!(ok.build().unwrap().len(), 1);
+}
+
+#[test]
+fn paths_nest() {
+    let e = ConfigFileError::new("failure_rate", "bad").within("breaker").within("dependencies.fraud");
+    assert_eq!(e.path(), "dependencies.fraud.breaker.failure_rate");
+    assert_eq!(ConfigFileError::new("", "bad").within("x").path(), "x");
+    assert_eq!(ConfigFileError::new("", "no field").to_string(), "no field");
+}
+
+#[test]
+fn a_dependency_error_lands_on_its_section() {
+    let cases = [
+        (ConfigError::new("workers", "in [1, 4096]", 0), "workers"),
+        (ConfigError::new("failure_rate", "in (0, 100]", 101), "breaker.failure_rate"),
+        (ConfigError::new("time_based", "in [1, 86400] seconds", 0), "breaker.window_size"),
+        (ConfigError::new("retry.backoff", "initial <= max", "x"), "retry.initial_backoff"),
+        (ConfigError::new("retry.budget", "a percentage in [0, 100]", 150), "retry.budget_percent"),
+        (ConfigError::new("retry.max_attempts", "at least 1", 0), "retry.max_attempts"),
+        (ConfigError::new("min_limit", "at most the maximum", "6 > 4"), "adaptive_limit.min_limit"),
+        (ConfigError::new("max_limit", "in [1, 4096]", 0), "workers"),
+    ];
+    for (e, path) in cases {
+        let f = ConfigFileError::of_dependency(&e);
+        assert_eq!(f.path(), path, "{e}");
+        assert_eq!(f.config_error(), Some(&e));
+        assert_eq!(f.message(), format!("must be {}, got {}", e.rule(), e.value()));
+    }
+}
+
+#[test]
+fn a_syntax_error_names_no_field() {
+    let err = from_json(r#"{"dependencies": {"fraud": {"workers": 2,"#).unwrap_err();
+    assert!(err.message().contains("EOF while parsing"), "{err}");
+    assert_eq!(err.path(), "dependencies.fraud", "{err}");
+    let err = from_json(r#"{"dependencies": "#).unwrap_err();
+    assert_eq!(err.path(), "dependencies", "{err}");
+}
+
+#[test]
+fn a_running_dependency_reads_back_as_its_section() {
+    let config = everything();
+    for (name, section) in &config.dependencies {
+        assert_eq!(DependencyConfigFile::from(&section.to_config().unwrap()), *section, "{name}");
+        let dep = section.build(name).unwrap();
+        assert_eq!(DependencyConfigFile::from(&dep.config()), *section, "{name}");
+    }
+}

@@ -1,0 +1,244 @@
+//! The server's settings: the guard's timeouts, caps and bounds, and the
+//! request budget, validated by `build()`.
+
+use std::time::Duration;
+
+use crate::ConfigError;
+
+/// The server's settings, validated: what [`serve`](super::serve) uses by
+/// default and [`serve_with`](super::serve_with) takes: the guard's
+/// timeouts, caps and bounds, and each request's time budget.
+///
+/// Built by [`ServerConfig::builder`]; [`ServerConfig::default`] is the builder's
+/// defaults. Every timeout is a `Duration` measured from the moment the step
+/// it bounds begins (see the [module docs](super) for the protocol).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    head_timeout: Duration,
+    body_timeout: Duration,
+    idle_timeout: Duration,
+    write_timeout: Duration,
+    max_head_bytes: usize,
+    max_body_bytes: u64,
+    max_connections: usize,
+    request_budget: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfigBuilder::new().checked()
+    }
+}
+
+impl ServerConfig {
+    /// A builder with the defaults.
+    pub fn builder() -> ServerConfigBuilder {
+        ServerConfigBuilder::new()
+    }
+
+    /// Time to receive a whole request head, from its first byte.
+    pub fn head_timeout(&self) -> Duration {
+        self.head_timeout
+    }
+
+    /// Time to receive a whole request body, from the end of its head.
+    pub fn body_timeout(&self) -> Duration {
+        self.body_timeout
+    }
+
+    /// Time a kept-alive connection may wait for the first byte of its next
+    /// request (and a new connection for its first).
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// Time one write of a response to the client may block.
+    pub fn write_timeout(&self) -> Duration {
+        self.write_timeout
+    }
+
+    /// The largest request head (request line and headers), in bytes.
+    pub fn max_head_bytes(&self) -> usize {
+        self.max_head_bytes
+    }
+
+    /// The largest request body, declared or received, in bytes.
+    pub fn max_body_bytes(&self) -> u64 {
+        self.max_body_bytes
+    }
+
+    /// The most client connections open at once (one guard thread each).
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
+    }
+
+    /// Each request's time budget, from its arrival: its
+    /// [`RequestContext::deadline`](super::RequestContext::deadline).
+    pub fn request_budget(&self) -> Duration {
+        self.request_budget
+    }
+}
+
+/// Builds a [`ServerConfig`]; every setter's doc gives its default.
+#[derive(Debug, Clone)]
+pub struct ServerConfigBuilder {
+    cfg: ServerConfig,
+}
+
+impl Default for ServerConfigBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ServerConfigBuilder {
+    /// The defaults.
+    pub fn new() -> Self {
+        ServerConfigBuilder {
+            cfg: ServerConfig {
+                head_timeout: Duration::from_secs(10),
+                body_timeout: Duration::from_secs(30),
+                idle_timeout: Duration::from_secs(30),
+                write_timeout: Duration::from_secs(30),
+                max_head_bytes: 8 * 1024,
+                max_body_bytes: 1024 * 1024,
+                max_connections: 256,
+                request_budget: Duration::from_secs(30),
+            },
+        }
+    }
+
+    /// Time to receive a whole request head, from its first byte; past it the
+    /// connection gets `408` and is closed. Default 10 s.
+    pub fn head_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.head_timeout = timeout;
+        self
+    }
+
+    /// Time to receive a whole body, from the end of its head; past it the
+    /// connection gets `408` and is closed. Default 30 s.
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.body_timeout = timeout;
+        self
+    }
+
+    /// Time an open connection may wait for the first byte of a request;
+    /// past it the connection is closed without an answer. Default 30 s.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.idle_timeout = timeout;
+        self
+    }
+
+    /// Time one write to the client may block; past it the connection is
+    /// closed. Default 30 s.
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.write_timeout = timeout;
+        self
+    }
+
+    /// The largest request head in bytes; a longer one gets `431`. At least
+    /// 256, at most 1 MiB. Default 8 KiB.
+    pub fn max_head_bytes(mut self, bytes: usize) -> Self {
+        self.cfg.max_head_bytes = bytes;
+        self
+    }
+
+    /// The largest request body in bytes, declared or received; a larger one
+    /// gets `413`. At most 1 GiB. Default 1 MiB.
+    pub fn max_body_bytes(mut self, bytes: u64) -> Self {
+        self.cfg.max_body_bytes = bytes;
+        self
+    }
+
+    /// The most client connections open at once; past it a new connection
+    /// gets `503` and is closed. At least 1, at most 65,536. Default 256.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.cfg.max_connections = connections;
+        self
+    }
+
+    /// Each request's time budget, from the moment the request was read whole
+    /// (or, without the guard, taken by a request thread): the handler's
+    /// [`RequestContext::deadline`](super::RequestContext::deadline), to pass
+    /// to [`Dependency::within`](crate::Dependency::within) so every
+    /// dependency call ends by then. A client's `X-Request-Timeout` header
+    /// (`250ms`, `2s`, or milliseconds) may shorten it, never lengthen it.
+    /// Default 30 s; at most one day.
+    pub fn request_budget(mut self, budget: Duration) -> Self {
+        self.cfg.request_budget = budget;
+        self
+    }
+
+    /// The settings, or the first one out of range.
+    pub fn build(self) -> Result<ServerConfig, ConfigError> {
+        let c = &self.cfg;
+        for (field, value) in [
+            ("head_timeout", c.head_timeout),
+            ("body_timeout", c.body_timeout),
+            ("idle_timeout", c.idle_timeout),
+            ("write_timeout", c.write_timeout),
+            ("request_budget", c.request_budget),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::new(field, "greater than zero", format!("{value:?}")));
+            }
+            if value > MAX_TIMEOUT {
+                return Err(ConfigError::new(field, "at most one day", format!("{value:?}")));
+            }
+        }
+        if !(256..=1024 * 1024).contains(&c.max_head_bytes) {
+            return Err(ConfigError::new("max_head_bytes", "in [256, 1048576]", c.max_head_bytes));
+        }
+        if c.max_body_bytes > 1 << 30 {
+            return Err(ConfigError::new("max_body_bytes", "at most 1073741824", c.max_body_bytes));
+        }
+        if !(1..=65_536).contains(&c.max_connections) {
+            return Err(ConfigError::new("max_connections", "in [1, 65536]", c.max_connections));
+        }
+        Ok(self.cfg)
+    }
+
+    fn checked(self) -> ServerConfig {
+        self.build().expect("the defaults are valid")
+    }
+}
+
+/// A timeout longer than this is almost surely a unit mistake, and `Instant +`
+/// it must not overflow.
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_build_and_read_back() {
+        let cfg = ServerConfig::default();
+        assert_eq!(cfg.head_timeout(), Duration::from_secs(10));
+        assert_eq!(cfg.max_head_bytes(), 8192);
+        assert_eq!(cfg.max_body_bytes(), 1 << 20);
+        assert_eq!(cfg.max_connections(), 256);
+        assert_eq!(cfg.request_budget(), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            (ServerConfig::builder().head_timeout(Duration::ZERO), "head_timeout"),
+            (ServerConfig::builder().body_timeout(Duration::MAX), "body_timeout"),
+            (ServerConfig::builder().idle_timeout(Duration::ZERO), "idle_timeout"),
+            (ServerConfig::builder().write_timeout(Duration::ZERO), "write_timeout"),
+            (ServerConfig::builder().max_head_bytes(10), "max_head_bytes"),
+            (ServerConfig::builder().max_body_bytes(u64::MAX), "max_body_bytes"),
+            (ServerConfig::builder().max_connections(0), "max_connections"),
+            (ServerConfig::builder().request_budget(Duration::ZERO), "request_budget"),
+        ];
+        for (builder, field) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.field(), field, "{err}");
+            assert!(err.to_string().starts_with(field), "{err}");
+        }
+        let ok = ServerConfig::builder().max_body_bytes(0).max_connections(1).build().unwrap();
+        assert_eq!(ok.max_body_bytes(), 0);
+    }
+}

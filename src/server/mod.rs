@@ -1,0 +1,531 @@
+//! A fixed request pool serving tiny_http, behind a guard that owns the edge
+//! (feature `tiny_http`).
+//!
+//! This is the *shared* pool of a thread-per-request server: every route is
+//! answered by one of its `threads` threads, named `watertight-http-<i>`, and
+//! a request holds its thread until the handler returns. That is exactly the
+//! resource a hung provider exhausts in the incident the crate answers,
+//! so the pool is fixed and its occupancy is observable through
+//! [`ServerHandle::busy`]: put every dependency behind a
+//! [`Dependency`](crate::Dependency) and this pool keeps room for the routes
+//! that do not call it.
+//!
+//! ```no_run
+//! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! let handle = watertight::server::serve(listener, 16, |_req: &mut tiny_http::Request, _ctx: &_| {
+//!     tiny_http::Response::from_string("hello").boxed()
+//! })?;
+//! println!("listening on {:?}, {} threads", handle.addr(), handle.threads());
+//! handle.shutdown();
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! A handler that panics does not take its thread with it: the panic is
+//! caught, the client gets a `500` with a JSON body, and the thread goes back
+//! to serving.
+//!
+//! # The guard
+//!
+//! A slow or hostile client can cost a guard thread, never a request thread,
+//! and never the process. [`serve`] puts a guard between the clients and
+//! tiny_http (settings in [`ServerConfig`]; [`serve_with`] takes your own):
+//!
+//! ```text
+//! client ──TCP──► accept thread ──► connection thread ──hop──► tiny_http ──► request thread
+//!                 (watertight-accept) (watertight-conn, one     (private      (watertight-http-<i>,
+//!                 503 past the limit   per connection, bounded)  socket)       the handler)
+//! ```
+//!
+//! - **Accepting.** The guard owns the `TcpListener` and its accept thread. An
+//!   accept error (out of descriptors, say) is logged and retried after a
+//!   pause that doubles from 5 ms up to 1 s; the loop never ends on one.
+//! - **Bounds.** At most [`max_connections`](ServerConfig::max_connections)
+//!   connections are open, each on one `watertight-conn` thread; past it a new
+//!   connection gets `503` (JSON, `Connection: close`) and is closed.
+//! - **Reading.** The connection thread reads the request head with `httparse`
+//!   within [`head_timeout`](ServerConfig::head_timeout) of its first byte, and
+//!   the body within [`body_timeout`](ServerConfig::body_timeout) of the end of
+//!   the head; between requests it waits
+//!   [`idle_timeout`](ServerConfig::idle_timeout) for the next first byte, then
+//!   closes. Every read is bounded by what is left of its step's time, so a
+//!   byte now and then does not extend it. A late head or body gets `408`.
+//! - **Caps.** A head over [`max_head_bytes`](ServerConfig::max_head_bytes) (or
+//!   with over 100 headers) gets `431`. A declared `Content-Length` over
+//!   [`max_body_bytes`](ServerConfig::max_body_bytes) gets `413` before a byte
+//!   of the body is read; a chunked body gets `413` as soon as its chunks pass
+//!   the cap. A `Transfer-Encoding` other than `chunked` gets `501`, an
+//!   `Expect` other than `100-continue` `417`, a malformed head, both
+//!   `Content-Length` and `Transfer-Encoding`, or a header value that is not
+//!   ASCII `400`. Every such answer is JSON `{"code", "message"}`, and the
+//!   connection is closed after it: the guard stops writing, reads and drops
+//!   what the client still sends for at most 1 s and 256 KiB (so that the close
+//!   does not reset the connection before the answer is read), and closes.
+//! - **Hand-off.** Only a complete head with its whole body, within the caps,
+//!   goes on: rewritten as HTTP/1.1 with the body framed by `Content-Length`
+//!   (a chunked body arrives de-chunked; `Connection`, `Keep-Alive`, `TE`,
+//!   `Trailer`, `Expect` and `Transfer-Encoding` are the guard's and are not
+//!   passed on), over a kept-alive connection to an inner `tiny_http::Server`
+//!   on a private socket (a Unix socket in a directory of mode 0700; loopback
+//!   TCP where there is none). tiny_http parses it from memory at once and
+//!   queues it for the request threads. `Request::remote_addr` is therefore
+//!   `None` in the handler.
+//! - **Answering.** The connection thread reads the answer back off the hop,
+//!   whole for answers up to 256 KiB (the request thread never waits on a slow
+//!   reader), and writes it to the client within
+//!   [`write_timeout`](ServerConfig::write_timeout) per write, framed for the
+//!   client's HTTP version (an HTTP/1.0 client gets a chunked answer de-chunked,
+//!   then the close). Keep-alive works as the client asks.
+//! - **Stopping.** [`ServerHandle::shutdown`] stops the accept loop, closes the
+//!   connections waiting for a request, lets every other connection finish the
+//!   request it is on (closing after its answer), then stops the request
+//!   threads once every request they were given is answered.
+//!
+//! Threads: one accept thread; at most `max_connections` connection threads
+//! serving connections, each of which waits a second for another connection
+//! before it exits (a stream of short connections costs no thread start
+//! each, and the accept loop keeps up with the listen backlog); tiny_http's
+//! accept thread, and one tiny_http thread per hop connection. Hop
+//! connections are opened as requests need them (one per request being
+//! handed over at once, so at most `max_connections`) and kept open.
+//! tiny_http 0.12's task pool can lose a wake-up when two connections arrive
+//! together, leaving one queued until another connection ends; keeping hop
+//! connections open makes that rare, and a fresh hop connection that gets no
+//! answer within 50 ms opens and closes one more, which frees a tiny_http
+//! thread to take the queued one (again at 200 ms and 800 ms).
+//!
+//! [`serve_unguarded`] serves a `tiny_http::Server` of your own without the
+//! guard, for comparison or behind a proxy. tiny_http 0.12 alone then shows
+//! its limits: no read timeouts (a trickled body holds a request thread), a
+//! declared body it drains into a buffer of the declared size (a request that
+//! declares `Content-Length: 1000000000000` aborts the process once
+//! answered), no cap on the head, an accept loop that ends for good on the
+//! first accept error, and one thread per connection without a limit.
+
+mod config;
+mod conn;
+mod guard;
+mod hop;
+mod request;
+mod wire;
+
+pub use config::{ServerConfig, ServerConfigBuilder};
+pub use request::RequestContext;
+
+use std::fmt;
+use std::io;
+use std::net::TcpListener;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tiny_http::{Header, Request, Response, ResponseBox, Server};
+
+use crate::error::panic_message;
+
+/// Serves `listener` behind the guard with [`ServerConfig::default`], on
+/// `threads` fixed request threads (at least one), each taking the next
+/// request, calling `handler` with it and its [`RequestContext`] (the
+/// request's deadline, its client, the pool's state), and sending back the
+/// response the handler returned.
+///
+/// A malformed `X-Request-Timeout` is answered `400` (JSON) by the pool
+/// itself; the handler is not called.
+///
+/// The threads are named `watertight-http-<i>`, `i` from 0. A panic in the
+/// handler is caught and answered with `500 {"code":"INTERNAL_ERROR",...}`;
+/// the thread survives and takes the next request. The handler may read the
+/// request's body (`request.as_reader()`; it is already in memory) but must
+/// not respond itself: the pool sends what it returns.
+///
+/// # Errors
+///
+/// If a thread cannot be started or the private socket to tiny_http cannot be
+/// bound; every thread already started is stopped first.
+pub fn serve<H>(listener: TcpListener, threads: usize, handler: H) -> io::Result<ServerHandle>
+where
+    H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
+{
+    serve_with(listener, threads, ServerConfig::default(), handler)
+}
+
+/// [`serve`] with the server's settings given (the guard's, and the request
+/// budget).
+///
+/// # Errors
+///
+/// As [`serve`].
+pub fn serve_with<H>(
+    listener: TcpListener,
+    threads: usize,
+    guard: ServerConfig,
+    handler: H,
+) -> io::Result<ServerHandle>
+where
+    H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
+{
+    let threads = threads.max(1);
+    // Fix the arrival header's base before the guard reads any request.
+    request::base();
+    let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
+    let (shared, joins) =
+        start_pool(server, threads, guard.request_budget(), Box::new(handler), spawn_named)?;
+    let mut handle = ServerHandle { shared, joins, threads, guard: None, _hop_dir: Some(hop_dir) };
+    match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
+        Ok(guard) => handle.guard = Some(guard),
+        // Dropping the handle stops the request threads.
+        Err(e) => return Err(e),
+    }
+    Ok(handle)
+}
+
+/// Serves `server` on `threads` request threads *without* the guard: tiny_http
+/// 0.12 reads from the clients itself, with the limits listed in the
+/// [module docs](self). For comparison, or behind a proxy that buffers
+/// requests and caps their bodies. Of `config`, only the request budget
+/// applies.
+///
+/// # Errors
+///
+/// If a thread cannot be started; every thread already started is stopped
+/// first.
+pub fn serve_unguarded<H>(
+    server: Server,
+    threads: usize,
+    config: ServerConfig,
+    handler: H,
+) -> io::Result<ServerHandle>
+where
+    H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
+{
+    let threads = threads.max(1);
+    let (shared, joins) =
+        start_pool(server, threads, config.request_budget(), Box::new(handler), spawn_named)?;
+    Ok(ServerHandle { shared, joins, threads, guard: None, _hop_dir: None })
+}
+
+type Spawn = fn(usize, Arc<Shared>) -> io::Result<JoinHandle<()>>;
+
+fn spawn_named(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("watertight-http-{i}")).spawn(move || shared.run())
+}
+
+/// Starts the request threads; if one cannot be started, stops those that
+/// were and returns the error.
+fn start_pool(
+    server: Server,
+    threads: usize,
+    budget: Duration,
+    handler: Handler,
+    spawn: Spawn,
+) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
+    let shared = Arc::new(Shared {
+        server,
+        busy: AtomicUsize::new(0),
+        stopping: AtomicBool::new(false),
+        handler,
+        budget,
+        threads,
+    });
+    let mut joins = Vec::with_capacity(threads);
+    for i in 0..threads {
+        match spawn(i, Arc::clone(&shared)) {
+            Ok(join) => joins.push(join),
+            Err(e) => {
+                log::error!("request pool: cannot start thread {i} of {threads}: {e}");
+                stop_threads(&shared, &mut joins);
+                return Err(e);
+            }
+        }
+    }
+    Ok((shared, joins))
+}
+
+/// Wakes and joins `joins`, the threads serving `shared`.
+fn stop_threads(shared: &Shared, joins: &mut Vec<JoinHandle<()>>) {
+    // Publish `stopping` before any wake-up, so that a thread woken by
+    // `unblock` sees it (Release here pairs with the Acquire in `run`).
+    shared.stopping.store(true, Ordering::Release);
+    // tiny_http's `unblock` queues one wake-up that exactly one `recv`
+    // consumes; every thread exits on the first one it sees, so one per
+    // thread wakes them all. They queue behind requests already
+    // received, which are answered first.
+    for _ in 0..joins.len() {
+        shared.server.unblock();
+    }
+    for join in joins.drain(..) {
+        // The loop catches handler panics, so a thread cannot end in one.
+        let _ = join.join();
+    }
+}
+
+type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
+
+struct Shared {
+    server: Server,
+    /// Requests taken off the server and not yet answered: incremented right
+    /// after `recv` returns one, decremented after `respond` returns (a
+    /// [`BusyGuard`] does it, so a panic cannot leak a count). Relaxed: it is
+    /// a gauge read for display and tests, it orders nothing.
+    busy: AtomicUsize,
+    /// Set before `shutdown` unblocks the threads. A thread that sees `recv`
+    /// fail checks it: set means exit, clear means a transient accept error.
+    stopping: AtomicBool,
+    handler: Handler,
+    /// Each request's time budget.
+    budget: Duration,
+    threads: usize,
+}
+
+impl Shared {
+    fn run(&self) {
+        loop {
+            let mut request = match self.server.recv() {
+                Ok(request) => request,
+                // `recv` fails when `unblock` was called (one wake-up per
+                // call, consumed by exactly one thread) or on an accept error.
+                Err(err) => {
+                    if self.stopping.load(Ordering::Acquire) {
+                        return;
+                    }
+                    log::warn!("request pool: receiving a request failed: {err}");
+                    continue;
+                }
+            };
+            let taken = Instant::now();
+            let busy = BusyGuard::enter(&self.busy);
+            let ctx = match request::context(&request, self.budget, taken, busy.count(), self.threads) {
+                Ok(ctx) => ctx,
+                Err(message) => {
+                    if let Err(err) = request.respond(json_error(400, "INVALID_REQUEST_TIMEOUT", &message)) {
+                        log::debug!("request pool: sending a response failed: {err}");
+                    }
+                    continue;
+                }
+            };
+            let response = match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
+                Ok(response) => response,
+                Err(payload) => {
+                    let msg = panic_message(&*payload);
+                    log::error!("request handler panicked on {} {}: {msg}", request.method(), request.url());
+                    internal_error()
+                }
+            };
+            // A client that went away is not the server's error.
+            if let Err(err) = request.respond(response) {
+                log::debug!("request pool: sending a response failed: {err}");
+            }
+        }
+    }
+}
+
+struct BusyGuard<'a>(&'a AtomicUsize);
+
+impl<'a> BusyGuard<'a> {
+    fn enter(busy: &'a AtomicUsize) -> Self {
+        busy.fetch_add(1, Ordering::Relaxed);
+        BusyGuard(busy)
+    }
+
+    /// Busy threads now, this one included.
+    fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn internal_error() -> ResponseBox {
+    // The panic message stays in the log: it may name internals the client
+    // has no business seeing.
+    json_error(500, "INTERNAL_ERROR", "the request handler failed")
+}
+
+/// `{"code": .., "message": ..}` with `status`.
+fn json_error(status: u16, code: &str, message: &str) -> ResponseBox {
+    let escaped: String = message
+        .chars()
+        .flat_map(|c| match c {
+            '"' => vec!['\\', '"'],
+            '\\' => vec!['\\', '\\'],
+            c if c.is_control() => vec![' '],
+            c => vec![c],
+        })
+        .collect();
+    let body = format!(r#"{{"code":"{code}","message":"{escaped}"}}"#);
+    Response::from_string(body)
+        .with_status_code(status)
+        .with_header(Header::from_bytes("Content-Type", "application/json").expect("a valid header"))
+        .boxed()
+}
+
+/// The running request pool returned by [`serve`].
+///
+/// Dropping the handle shuts the pool down as [`ServerHandle::shutdown`]
+/// does; keep it alive for as long as the server should run.
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    joins: Vec<JoinHandle<()>>,
+    threads: usize,
+    guard: Option<guard::Guard>,
+    /// Last, so that it drops after `shared` (the inner tiny_http server).
+    _hop_dir: Option<hop::HopDir>,
+}
+
+impl ServerHandle {
+    /// Requests being handled right now (taken off the server, not yet
+    /// answered). At most [`threads`](ServerHandle::threads).
+    pub fn busy(&self) -> usize {
+        self.shared.busy.load(Ordering::Relaxed)
+    }
+
+    /// The number of request threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// A handle on the request pool's gauges that outlives this borrow (for
+    /// a metrics exporter, say).
+    pub fn request_pool(&self) -> RequestPool {
+        RequestPool { shared: Arc::clone(&self.shared) }
+    }
+
+    /// The address the server listens on (`to_ip()` gives the socket address
+    /// of a TCP server, e.g. one bound to port 0).
+    pub fn addr(&self) -> tiny_http::ListenAddr {
+        match &self.guard {
+            Some(guard) => tiny_http::ListenAddr::IP(guard.local_addr()),
+            None => self.shared.server.server_addr(),
+        }
+    }
+
+    /// Client connections open at the guard right now (0 without the guard).
+    pub fn connections(&self) -> usize {
+        self.guard.as_ref().map_or(0, guard::Guard::connections)
+    }
+
+    /// Stops taking requests and waits for every request thread to finish the
+    /// request it is handling and exit.
+    ///
+    /// Behind the guard: no new connection is accepted, idle connections are
+    /// closed, and every request already being read or handled is answered
+    /// first (with `Connection: close`). Without it, requests already received
+    /// by tiny_http are answered first. A
+    /// handler that never returns keeps this waiting: bound the handler's
+    /// work (that is what a [`Dependency`](crate::Dependency)'s deadline is
+    /// for).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        // The guard first: it finishes the requests it has read, which the
+        // request threads answer; only then do those threads stop.
+        if let Some(mut guard) = self.guard.take() {
+            guard.stop();
+        }
+        stop_threads(&self.shared, &mut self.joins);
+    }
+}
+
+/// The request pool's gauges, from [`ServerHandle::request_pool`]: cheap to
+/// clone, readable from any thread while the server runs (and after, as
+/// zero busy).
+#[derive(Clone)]
+pub struct RequestPool {
+    shared: Arc<Shared>,
+}
+
+impl RequestPool {
+    /// Requests being handled right now.
+    pub fn busy(&self) -> usize {
+        self.shared.busy.load(Ordering::Relaxed)
+    }
+
+    /// The number of request threads.
+    pub fn threads(&self) -> usize {
+        self.shared.threads
+    }
+}
+
+/// With the `prometheus` feature, a [`RequestPool`] is a `prometheus-client`
+/// collector of two gauges, `watertight_request_pool_threads` and
+/// `watertight_request_pool_busy`: register it beside
+/// [`metrics::register`](crate::metrics::register) with
+/// `prometheus.register_collector(Box::new(handle.request_pool()))`.
+#[cfg(feature = "prometheus")]
+impl prometheus_client::collector::Collector for RequestPool {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> fmt::Result {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::{MetricType, gauge::ConstGauge};
+        for (name, help, value) in [
+            ("watertight_request_pool_threads", "Threads of the shared request pool.", self.threads()),
+            ("watertight_request_pool_busy", "Request threads handling a request now.", self.busy()),
+        ] {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RequestPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestPool").field("threads", &self.threads()).field("busy", &self.busy()).finish()
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if !self.joins.is_empty() || self.guard.is_some() {
+            self.stop();
+        }
+    }
+}
+
+impl fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("addr", &self.addr())
+            .field("threads", &self.threads)
+            .field("busy", &self.busy())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static EXITED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Starts two threads, then fails as an OS out of threads would.
+    fn two_then_refuse(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
+        if i >= 2 {
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, "Resource temporarily unavailable"));
+        }
+        std::thread::Builder::new().spawn(move || {
+            shared.run();
+            EXITED.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    #[test]
+    fn a_failed_spawn_stops_the_threads_already_started_and_returns_the_error() {
+        let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
+        let handler: Handler =
+            Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
+        let err = start_pool(server, 4, Duration::from_secs(1), handler, two_then_refuse)
+            .err()
+            .expect("the spawn error");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        // Both started threads were joined before the error came back.
+        assert_eq!(EXITED.load(Ordering::SeqCst), 2);
+    }
+}
