@@ -375,9 +375,10 @@ impl<T, E> Ticket<T, E> {
     /// had started is abandoned (it finishes on its worker, its answer dropped)
     /// and one still queued never starts.
     ///
-    /// The wait polls briefly (about as long as a crossbeam channel receive
-    /// spins), then yields, then parks until the deadline: a short job is
-    /// answered without a sleep and wake-up on the caller's side.
+    /// The wait polls briefly, then parks: a short job is answered without a
+    /// sleep and wake-up on the caller's side. How long it polls depends on
+    /// how the job went in (to a worker already awake, to one that had to be
+    /// woken, or behind other queued jobs); `src/pool/README.md` has the rule.
     pub fn wait(mut self) -> Result<T, Error<E>> {
         let Some(call) = self.call.take() else {
             // Unreachable: `wait` consumes the ticket and is the only taker.
