@@ -11,10 +11,11 @@
 //! - `mutex_lock_unlock`: one uncontended `parking_lot` lock and unlock, the
 //!   floor of anything that updates a shared window.
 //!
-//! Group `breaker_contended`: two threads sharing one breaker (or one mutex),
-//! each doing `iters` operations; criterion is given the wall time until both
-//! are done, so the figure is the time per operation as each thread sees it
-//! while the other one competes.
+//! Group `breaker_contended`: 2 and 8 threads sharing one breaker (or one
+//! mutex), each doing `iters` operations; criterion is given the wall time
+//! until all are done, so the figure is the time per operation as each thread
+//! sees it while the others compete (on a 2-vCPU machine, 8 threads also
+//! compete for the cores).
 //!
 //! Group `breaker_parts`: the primitives those paths are made of (see `parts`),
 //! `arc_and_lock_floor` above all: the four atomic read-modify-writes of a
@@ -90,12 +91,12 @@ fn single_thread(c: &mut Criterion) {
     g.finish();
 }
 
-/// Runs `op` `iters` times on each of two threads started together and
-/// returns the wall time until both are done.
-fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
-    let barrier = Barrier::new(3);
+/// Runs `op` `iters` times on each of `n` threads started together and
+/// returns the wall time until all are done.
+fn on_threads(n: usize, iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
+    let barrier = Barrier::new(n + 1);
     std::thread::scope(|s| {
-        for _ in 0..2 {
+        for _ in 0..n {
             s.spawn(|| {
                 barrier.wait();
                 for _ in 0..iters {
@@ -105,7 +106,7 @@ fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
         }
         barrier.wait();
         let start = Instant::now();
-        // Leaving the scope joins both threads.
+        // Leaving the scope joins the threads.
         start
     })
     .elapsed()
@@ -113,29 +114,36 @@ fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
 
 fn contended(c: &mut Criterion) {
     let mut g = c.benchmark_group("breaker_contended");
+    for n in [2usize, 8] {
+        let breaker = closed_breaker();
+        let op = || {
+            if let Ok(permit) = breaker.try_acquire() {
+                permit.record(Verdict::Success, black_box(ELAPSED));
+            }
+        };
+        g.bench_function(format!("watertight_closed_{n}threads"), |b| {
+            b.iter_custom(|iters| on_threads(n, iters, &op))
+        });
 
-    let breaker = closed_breaker();
-    let op = || {
-        if let Ok(permit) = breaker.try_acquire() {
-            permit.record(Verdict::Success, black_box(ELAPSED));
-        }
-    };
-    g.bench_function("watertight_closed_2threads", |b| b.iter_custom(|iters| on_two_threads(iters, &op)));
+        let fs = failsafe::Config::new().build();
+        let op = || {
+            if black_box(fs.is_call_permitted()) {
+                fs.on_success();
+            }
+        };
+        g.bench_function(format!("failsafe_closed_{n}threads"), |b| {
+            b.iter_custom(|iters| on_threads(n, iters, &op))
+        });
 
-    let fs = failsafe::Config::new().build();
-    let op = || {
-        if black_box(fs.is_call_permitted()) {
-            fs.on_success();
-        }
-    };
-    g.bench_function("failsafe_closed_2threads", |b| b.iter_custom(|iters| on_two_threads(iters, &op)));
-
-    let mutex = parking_lot::Mutex::new(0u64);
-    let op = || {
-        let mut guard = mutex.lock();
-        *guard = black_box(*guard + 1);
-    };
-    g.bench_function("mutex_lock_unlock_2threads", |b| b.iter_custom(|iters| on_two_threads(iters, &op)));
+        let mutex = parking_lot::Mutex::new(0u64);
+        let op = || {
+            let mut guard = mutex.lock();
+            *guard = black_box(*guard + 1);
+        };
+        g.bench_function(format!("mutex_lock_unlock_{n}threads"), |b| {
+            b.iter_custom(|iters| on_threads(n, iters, &op))
+        });
+    }
     g.finish();
 }
 

@@ -1,41 +1,165 @@
-//! What does a call through a bulkhead cost, next to its peers?
+//! What does a call through a bulkhead cost, next to its peers, in the regimes
+//! a server sees: back to back, paced (so that both sides park between
+//! calls), and shared by many callers? And what does it burn in CPU?
 //!
-//! One group, `dispatch`, one short job (`x + 1`) per iteration, answered to
-//! the calling thread:
+//! One short job (`x + 1`) per call, answered to the calling thread. Ids:
 //!
-//! - `direct`: calling the closure; the floor.
-//! - `crossbeam_pingpong`: a bare bounded(64) channel to one worker thread and
-//!   a reused bounded(1) reply channel; the least a thread hop can cost.
-//! - `watertight_pool`: one call through a 1-worker [`Pool`] with a deadline:
-//!   allocation, deadline checks, reply slot, counters, panic catching.
-//! - `watertight_dependency`: one call through a 1-worker [`Dependency`]:
-//!   the pool call plus breaker permit and record, deadline-aware admission,
-//!   service-time sampling, clock reads and outcome counters.
+//! - `direct`: calling the closure; the floor (back to back only).
+//! - `crossbeam`: a bare bounded(64) channel to one worker thread and a
+//!   reused bounded(1) reply channel; the least a thread hop can cost.
+//! - `watertight_pool`: one call through a 1-worker [`Pool`] (queue 64).
+//! - `watertight_pool_no_histograms`: the same with the workers' latency
+//!   histograms switched off (a hidden builder flag), to show what recording
+//!   them costs (back to back only).
+//! - `watertight_dependency`: one call through a 1-worker [`Dependency`]
+//!   (queue 64, closed breaker, deadline-aware admission).
 //! - `threadpool`: the `threadpool` crate's `execute` with a crossbeam reply.
-//! - `tokio_spawn_blocking`: tokio's blocking pool, `spawn_blocking` +
-//!   `block_on` from this plain thread on a current-thread runtime.
+//! - `tokio_spawn_blocking`: `spawn_blocking` + `block_on` from a plain thread.
 //!
-//! Run briefly: `cargo bench --bench overhead -- --warm-up-time 1 --measurement-time 3`.
+//! Groups:
+//! - `dispatch`: back to back.
+//! - `dispatch_paced`: one call every 20 us, 200 us and 2 ms (the caller
+//!   sleeps until the next tick, with its timer slack set to 1 us so a 20 us
+//!   sleep is possible); the figure is the call's own latency.
+//! - `dispatch_scale`: 1, 4, 16 and 64 caller threads sharing one
+//!   `Dependency` (8 workers, queue 64), a `threadpool` of 8, and tokio's
+//!   blocking pool capped at 8; figures in calls per second.
+//!
+//! Beside each id's latency the bench prints its CPU per call: the process's
+//! user + system time over the measured samples, divided by the calls made in
+//! them, so spinning is never bought with burnt cores unnoticed (summed over
+//! the threads' `/proc/self/task/*/schedstat` for `dispatch` and
+//! `dispatch_paced`, whose threads all outlive a sample; from `/proc/self/stat`
+//! for `dispatch_scale`, whose caller threads do not). At the end it prints
+//! every figure again as one table.
+//!
+//! Run: `cargo bench --bench overhead` (about 2 minutes).
 
+use std::cell::RefCell;
+use std::fmt::Write as _;
 use std::hint::black_box;
+use std::sync::{Barrier, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use watertight::{BreakerConfig, Dependency, Pool};
 
-fn dispatch(c: &mut Criterion) {
-    let mut group = c.benchmark_group("dispatch");
-    let job = |x: u64| x.wrapping_add(1);
+fn job(x: u64) -> u64 {
+    x.wrapping_add(1)
+}
 
-    group.bench_function("direct", |b| {
-        let mut x = 0u64;
-        b.iter(|| {
-            x = black_box(job)(black_box(x));
-            x
-        })
-    });
+/// CPU time (user + system) of the threads alive now, from
+/// `/proc/self/task/*/schedstat` (the first field is the nanoseconds the
+/// thread has run). Precise, but blind to threads that exit in between: used
+/// where every thread of the measurement outlives it.
+fn cpu_time_live_threads() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
 
+/// Process CPU time (user + system) so far, exited threads included, from
+/// `/proc/self/stat`; in clock ticks of 10 ms, so only for long windows.
+fn cpu_time_process() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after ')'.
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // USER_HZ is 100 on Linux (`getconf CLK_TCK`).
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// One criterion call of an id: how many calls, their summed latency (or
+/// wall time for `dispatch_scale`), and the CPU the process used meanwhile.
+#[derive(Clone, Copy)]
+struct Sample {
+    calls: u64,
+    time: Duration,
+    cpu: Duration,
+}
+
+/// Every id's samples, for the CPU figures and the summary table.
+struct Results {
+    rows: Vec<(String, String, Vec<Sample>)>,
+}
+
+thread_local! {
+    static CURRENT: RefCell<Vec<Sample>> = const { RefCell::new(Vec::new()) };
+}
+
+static RESULTS: Mutex<Results> = Mutex::new(Results { rows: Vec::new() });
+
+/// Measures `calls` of `run` (which returns the time to report) with the
+/// CPU used around it, and keeps the sample.
+fn measured(calls: u64, run: impl FnOnce() -> Duration) -> Duration {
+    measured_with(cpu_time_live_threads, calls, run)
+}
+
+fn measured_with(cpu_time: fn() -> Duration, calls: u64, run: impl FnOnce() -> Duration) -> Duration {
+    let cpu0 = cpu_time();
+    let time = run();
+    let cpu = cpu_time().saturating_sub(cpu0);
+    CURRENT.with(|c| c.borrow_mut().push(Sample { calls, time, cpu }));
+    time
+}
+
+/// Files the samples of the id just measured: criterion runs its warm-up
+/// first and then exactly `sample_size` samples, so the last ones are the
+/// measurement.
+fn file(group: &str, id: &str, sample_size: usize) {
+    let samples = CURRENT.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if samples.is_empty() {
+        // Filtered out on the command line.
+        return;
+    }
+    let measured = samples[samples.len().saturating_sub(sample_size)..].to_vec();
+    let row = (group.to_owned(), id.to_owned(), measured);
+    println!("{:<48} {}", format!("{}/{}", row.0, row.1), describe(&row.0, &row.2));
+    RESULTS.lock().unwrap().rows.push(row);
+}
+
+/// Median of the per-sample means (criterion's own median), in ns per call.
+fn median_ns(samples: &[Sample]) -> f64 {
+    let mut means: Vec<f64> =
+        samples.iter().map(|s| s.time.as_nanos() as f64 / s.calls.max(1) as f64).collect();
+    means.sort_by(f64::total_cmp);
+    let n = means.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 { means[n / 2] } else { (means[n / 2 - 1] + means[n / 2]) / 2.0 }
+}
+
+fn cpu_per_call_ns(samples: &[Sample]) -> f64 {
+    let calls: u64 = samples.iter().map(|s| s.calls).sum();
+    let cpu: Duration = samples.iter().map(|s| s.cpu).sum();
+    cpu.as_nanos() as f64 / calls.max(1) as f64
+}
+
+fn describe(group: &str, samples: &[Sample]) -> String {
+    let median = median_ns(samples);
+    let cpu = cpu_per_call_ns(samples);
+    if group == "dispatch_scale" {
+        format!("{:>12.0} calls/s   cpu/call {:>9.0} ns", 1e9 / median, cpu)
+    } else {
+        format!("median {:>10.0} ns   cpu/call {:>9.0} ns", median, cpu)
+    }
+}
+
+/// A call of one id, from one caller thread.
+type Call<'a> = &'a (dyn Fn(u64) -> u64 + Sync);
+
+/// Runs `body` with each single-caller id in turn: `f(id, call)`.
+fn with_each_peer(include_extra: bool, mut f: impl FnMut(&str, Call<'_>)) {
+    // The bare round trip.
     {
         let (tx, rx) = crossbeam_channel::bounded::<u64>(64);
         let (reply_tx, reply_rx) = crossbeam_channel::bounded::<u64>(1);
@@ -46,36 +170,30 @@ fn dispatch(c: &mut Criterion) {
                 }
             }
         });
-        group.bench_function("crossbeam_pingpong", |b| {
-            let mut x = 0u64;
-            b.iter(|| {
-                tx.send(black_box(x)).unwrap();
-                x = reply_rx.recv().unwrap();
-                x
-            })
-        });
-        drop(tx);
+        let call = move |x: u64| {
+            tx.send(x).unwrap();
+            reply_rx.recv().unwrap()
+        };
+        f("crossbeam", &call);
+        drop(call);
         worker.join().unwrap();
     }
-
-    {
-        // Queue 64, like the ping-pong channel; the deadline is generous so
-        // that only the mechanics are measured.
-        let pool = Pool::builder("bench").workers(1).queue(64).build().unwrap();
-        group.bench_function("watertight_pool", |b| {
-            let mut x = 0u64;
-            b.iter(|| {
-                let y = black_box(x);
-                x = pool.call_timeout(Duration::from_secs(1), move |_ctx| Ok::<_, ()>(job(y))).unwrap();
-                x
-            })
-        });
+    for histograms in [true, false] {
+        if !histograms && !include_extra {
+            continue;
+        }
+        // Queue 64, like the channel; a generous deadline, so only the
+        // mechanics are measured.
+        let pool =
+            Pool::builder("bench").workers(1).queue(64).latency_histograms(histograms).build().unwrap();
+        let call =
+            |x: u64| pool.call_timeout(Duration::from_secs(1), move |_ctx| Ok::<_, ()>(job(x))).unwrap();
+        f(if histograms { "watertight_pool" } else { "watertight_pool_no_histograms" }, &call);
         assert!(pool.shutdown(Duration::from_secs(5)));
     }
-
     {
-        // The same worker and queue as `watertight_pool`, behind a closed
-        // count-based breaker; a queue of 64 keeps deadline-aware admission on.
+        // The same worker and queue behind a closed count-based breaker; a
+        // queue of 64 keeps deadline-aware admission on.
         let dep = Dependency::builder("bench")
             .workers(1)
             .queue(64)
@@ -83,48 +201,275 @@ fn dispatch(c: &mut Criterion) {
             .breaker(BreakerConfig::count_based(100))
             .build()
             .unwrap();
-        group.bench_function("watertight_dependency", |b| {
-            let mut x = 0u64;
-            b.iter(|| {
-                let y = black_box(x);
-                x = dep.call(move |_ctx| Ok::<_, std::convert::Infallible>(job(y))).unwrap();
-                x
-            })
-        });
+        let call = |x: u64| dep.call(move |_ctx| Ok::<_, std::convert::Infallible>(job(x))).unwrap();
+        f("watertight_dependency", &call);
         assert!(dep.shutdown(Duration::from_secs(5)));
     }
-
     {
         let tp = threadpool::ThreadPool::new(1);
         let (reply_tx, reply_rx) = crossbeam_channel::bounded::<u64>(1);
-        group.bench_function("threadpool", |b| {
-            let mut x = 0u64;
-            b.iter(|| {
-                let (y, reply_tx) = (black_box(x), reply_tx.clone());
-                tp.execute(move || {
-                    let _ = reply_tx.send(job(y));
-                });
-                x = reply_rx.recv().unwrap();
-                x
-            })
-        });
+        let reply_tx = Mutex::new(reply_tx);
+        let call = |x: u64| {
+            let reply_tx = reply_tx.lock().unwrap().clone();
+            tp.execute(move || {
+                let _ = reply_tx.send(job(x));
+            });
+            reply_rx.recv().unwrap()
+        };
+        f("threadpool", &call);
         tp.join();
     }
-
     {
         let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
-        group.bench_function("tokio_spawn_blocking", |b| {
-            let mut x = 0u64;
-            b.iter(|| {
-                let y = black_box(x);
-                x = rt.block_on(rt.spawn_blocking(move || job(y))).unwrap();
-                x
+        let call = |x: u64| rt.block_on(rt.spawn_blocking(move || job(x))).unwrap();
+        f("tokio_spawn_blocking", &call);
+    }
+}
+
+fn dispatch(c: &mut Criterion) {
+    const SAMPLES: usize = 30;
+    let mut group = c.benchmark_group("dispatch");
+    group.sample_size(SAMPLES).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2));
+    group.bench_function("direct", |b| {
+        b.iter_custom(|iters| {
+            measured(iters, || {
+                let t = Instant::now();
+                let mut x = 0u64;
+                for _ in 0..iters {
+                    x = black_box(job)(black_box(x));
+                }
+                black_box(x);
+                t.elapsed()
+            })
+        })
+    });
+    file("dispatch", "direct", SAMPLES);
+    with_each_peer(true, |id, call| {
+        group.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                measured(iters, || {
+                    let t = Instant::now();
+                    let mut x = 0u64;
+                    for _ in 0..iters {
+                        x = call(black_box(x));
+                    }
+                    black_box(x);
+                    t.elapsed()
+                })
             })
         });
-    }
-
+        file("dispatch", id, SAMPLES);
+    });
     group.finish();
 }
 
-criterion_group!(benches, dispatch);
+/// Sets this thread's timer slack (Linux), so that a sleep of 20 us is not
+/// stretched to the default 50 us slack.
+fn tight_timer_slack() {
+    let _ = std::fs::write("/proc/thread-self/timerslack_ns", "1000");
+}
+
+fn dispatch_paced(c: &mut Criterion) {
+    const SAMPLES: usize = 10;
+    tight_timer_slack();
+    let mut group = c.benchmark_group("dispatch_paced");
+    // Criterion sizes runs by the reported time, here the calls' own latency,
+    // far less than the pacing. So each sample makes a fixed number of calls
+    // whatever `iters` asks, and reports their mean latency scaled to `iters`:
+    // 10 samples (plus a few of warm-up) of `per_sample` calls each.
+    group
+        .sample_size(SAMPLES)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1));
+    for (pace, label, per_sample) in [
+        (Duration::from_micros(20), "20us", 1_000u64),
+        (Duration::from_micros(200), "200us", 400),
+        (Duration::from_millis(2), "2ms", 150),
+    ] {
+        with_each_peer(false, |id, call| {
+            group.bench_with_input(BenchmarkId::new(id, label), &pace, |b, &pace| {
+                b.iter_custom(|iters| {
+                    let mut latency = Duration::ZERO;
+                    measured(per_sample, || {
+                        let mut next = Instant::now();
+                        let mut x = 0u64;
+                        for _ in 0..per_sample {
+                            next += pace;
+                            let now = Instant::now();
+                            if next > now {
+                                thread::sleep(next - now);
+                            } else {
+                                next = now;
+                            }
+                            let t = Instant::now();
+                            x = call(black_box(x));
+                            latency += t.elapsed();
+                        }
+                        black_box(x);
+                        latency
+                    });
+                    latency.mul_f64(iters as f64 / per_sample as f64)
+                })
+            });
+            file("dispatch_paced", &format!("{id}/{label}"), SAMPLES);
+        });
+    }
+    group.finish();
+}
+
+/// Runs `per_thread` calls on each of `n` threads started together; the
+/// wall time from the start to the last answer.
+fn on_threads(n: usize, per_thread: u64, call: Call<'_>) -> Duration {
+    let barrier = Barrier::new(n + 1);
+    let start = thread::scope(|s| {
+        for t in 0..n {
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                let mut x = t as u64;
+                for _ in 0..per_thread {
+                    x = call(black_box(x));
+                }
+                black_box(x);
+            });
+        }
+        barrier.wait();
+        Instant::now()
+    });
+    start.elapsed()
+}
+
+fn dispatch_scale(c: &mut Criterion) {
+    const SAMPLES: usize = 10;
+    const WORKERS: usize = 8;
+    let mut group = c.benchmark_group("dispatch_scale");
+    group
+        .sample_size(SAMPLES)
+        .sampling_mode(SamplingMode::Flat)
+        .throughput(Throughput::Elements(1))
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let dep = Dependency::builder("scale")
+        .workers(WORKERS)
+        .queue(64)
+        .timeout(Duration::from_secs(5))
+        .breaker(BreakerConfig::count_based(100))
+        .build()
+        .unwrap();
+    let tp = threadpool::ThreadPool::new(WORKERS);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(WORKERS)
+        .build()
+        .unwrap();
+    let pool = Pool::builder("scale-pool").workers(WORKERS).queue(64).build().unwrap();
+    let pool_call =
+        |x: u64| pool.call_timeout(Duration::from_secs(5), move |_ctx| Ok::<_, ()>(job(x))).unwrap();
+    let dep_call = |x: u64| dep.call(move |_ctx| Ok::<_, std::convert::Infallible>(job(x))).unwrap();
+    let tp_call = |x: u64| {
+        // A reply channel per call: threadpool has no reply of its own.
+        let (reply_tx, reply_rx) = crossbeam_channel::bounded::<u64>(1);
+        tp.execute(move || {
+            let _ = reply_tx.send(job(x));
+        });
+        reply_rx.recv().unwrap()
+    };
+    let tokio_call = |x: u64| rt.block_on(rt.spawn_blocking(move || job(x))).unwrap();
+    let ids: [(&str, Call<'_>); 4] = [
+        ("watertight_pool", &pool_call),
+        ("watertight_dependency", &dep_call),
+        ("threadpool", &tp_call),
+        ("tokio_spawn_blocking", &tokio_call),
+    ];
+    for n in [1usize, 4, 16, 64] {
+        for (id, call) in ids {
+            group.bench_with_input(BenchmarkId::new(id, n), &n, |b, &n| {
+                b.iter_custom(|iters| {
+                    let per_thread = iters.div_ceil(n as u64).max(1);
+                    let calls = per_thread * n as u64;
+                    measured_with(cpu_time_process, calls, || {
+                        let wall = on_threads(n, per_thread, call);
+                        // Criterion divides by `iters`: report the time for that many.
+                        wall.mul_f64(iters as f64 / calls as f64)
+                    })
+                })
+            });
+            file("dispatch_scale", &format!("{id}/{n}"), SAMPLES);
+        }
+    }
+    group.finish();
+    assert!(dep.shutdown(Duration::from_secs(5)));
+    assert!(pool.shutdown(Duration::from_secs(5)));
+    tp.join();
+}
+
+/// Prints every figure once more as one table, with the ratios the goals
+/// are stated in.
+fn summary(_c: &mut Criterion) {
+    let results = RESULTS.lock().unwrap();
+    let find = |group: &str, id: &str| {
+        results.rows.iter().find(|(g, i, _)| g == group && i == id).map(|(_, _, s)| s.as_slice())
+    };
+    let mut out = String::from("\n== summary (median ns per call | cpu ns per call) ==\n");
+    for (group, id, samples) in &results.rows {
+        let _ = write!(out, "{group}/{id}: {}", describe(group, samples));
+        let base = match group.as_str() {
+            "dispatch" => find("dispatch", "crossbeam"),
+            "dispatch_paced" => {
+                let pace = id.rsplit('/').next().unwrap_or("");
+                find("dispatch_paced", &format!("crossbeam/{pace}"))
+            }
+            _ => None,
+        };
+        if let Some(base) = base
+            && group != "dispatch_scale"
+        {
+            let _ = write!(
+                out,
+                "   {:.2}x latency, {:.2}x cpu of crossbeam",
+                median_ns(samples) / median_ns(base),
+                cpu_per_call_ns(samples) / cpu_per_call_ns(base)
+            );
+        }
+        out.push('\n');
+    }
+    println!("{out}");
+}
+
+/// What a `Dependency` call does on the caller's thread beyond a pool call,
+/// piece by piece (each on its own, single-threaded): one clock read (it makes
+/// two more than the pool: its own `now` before submitting, since the pool
+/// reads again, and `ended` after the answer), the breaker's acquire and
+/// record on a CLOSED count window, and one sample into its call-time
+/// histogram. `histogram_record_pair` is what a pool worker records per call
+/// (queue wait and run time), after the answer.
+fn dependency_parts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("dependency_parts");
+    group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(1));
+    group.bench_function("instant_now", |b| b.iter(Instant::now));
+    let breaker = watertight::Breaker::new("parts", BreakerConfig::count_based(100)).unwrap();
+    group.bench_function("breaker_acquire_record", |b| {
+        b.iter(|| {
+            if let Ok(permit) = breaker.try_acquire() {
+                permit.record(watertight::Verdict::Success, black_box(Duration::from_micros(3)));
+            }
+        })
+    });
+    let h = watertight::histogram::LatencyHistogram::new(Duration::from_secs(30));
+    let now = Instant::now();
+    group.bench_function("histogram_record", |b| {
+        b.iter(|| h.record_at(black_box(Duration::from_micros(7)), now))
+    });
+    let h2 = watertight::histogram::LatencyHistogram::new(Duration::from_secs(30));
+    group.bench_function("histogram_record_pair", |b| {
+        b.iter(|| {
+            h.record_at(black_box(Duration::from_micros(7)), now);
+            h2.record_at(black_box(Duration::from_micros(1)), now);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, dispatch, dispatch_paced, dispatch_scale, dependency_parts, summary);
 criterion_main!(benches);

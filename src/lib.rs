@@ -97,6 +97,9 @@ pub mod testing;
 
 #[cfg(loom)]
 #[doc(hidden)]
+pub use crate::pool::queue as __loom_queue;
+#[cfg(loom)]
+#[doc(hidden)]
 pub use crate::pool::slot as __loom_slot;
 pub use crate::{
     breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition},

@@ -2,17 +2,19 @@
 //! behind one door.
 //!
 //! Normally these are `std` atomics and threads and a `parking_lot` mutex.
-//! Under `cfg(loom)` the same names are loom's models, so the protocol in
-//! `pool/slot.rs`, which takes everything it shares from here, can be model
-//! checked without a single edit. Nothing else in the crate needs to go
+//! Under `cfg(loom)` the same names are loom's models, so the protocols in
+//! `pool/slot.rs` (the reply) and `pool/queue.rs` (the queue, the idle
+//! workers and their parking), which take everything they share from here,
+//! can be model checked without a single edit. Nothing else in the crate needs to go
 //! through this module: counters and flags that only feed statistics stay on
 //! plain `std` atomics.
 
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use std::hint::spin_loop;
-    pub(crate) use std::sync::atomic::{AtomicU8, Ordering};
-    pub(crate) use std::thread::{Thread, current, park_timeout, yield_now};
+    pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::thread::{Thread, current, park, park_timeout, yield_now};
 
     /// A mutex whose `lock` cannot fail: `parking_lot`'s, which does not
     /// poison. A panic while it is held cannot happen in the slot protocol
@@ -33,8 +35,9 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicU8, Ordering};
-    pub(crate) use loom::thread::{Thread, current, yield_now};
+    pub(crate) use loom::sync::Arc;
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::thread::{Thread, current, park, yield_now};
 
     /// Under loom a spin is a yield: it lets the model schedule another thread.
     pub(crate) fn spin_loop() {
@@ -64,59 +67,29 @@ mod imp {
 
 pub(crate) use imp::*;
 
-/// Exponential back-off for a thread waiting on another one: spin a little,
-/// then yield a few times, then report that it is time to park.
-///
-/// The limits are crossbeam's, on purpose: a pool round trip should wait the
-/// same way a crossbeam channel round trip does, so it costs the same. Spinning
-/// first matters on small virtual machines, where a futex sleep and wake-up
-/// costs tens of microseconds and a short job usually answers within the spin.
-pub(crate) struct SpinWait {
-    step: u32,
-}
-
-impl SpinWait {
-    /// `2^step` spins per round up to this step, then yields.
-    const SPIN_LIMIT: u32 = 6;
-    /// After this step, [`is_completed`](SpinWait::is_completed) says park.
-    const YIELD_LIMIT: u32 = 10;
-
-    pub(crate) fn new() -> Self {
-        SpinWait { step: 0 }
-    }
-
-    /// Waits a little, longer each time.
-    pub(crate) fn snooze(&mut self) {
-        if self.step <= Self::SPIN_LIMIT {
-            for _ in 0..1u32 << self.step {
-                spin_loop();
-            }
-        } else {
-            yield_now();
-        }
-        if self.step <= Self::YIELD_LIMIT {
-            self.step += 1;
-        }
-    }
-
-    /// `true` once spinning and yielding are used up: block instead.
-    pub(crate) fn is_completed(&self) -> bool {
-        self.step > Self::YIELD_LIMIT
-    }
-}
+/// How long a waiter spins before yielding, as in crossbeam's back-off
+/// (rounds of 1, 2, ... 64 spins: 127 in all); see [`spin_until`]. The limits are crossbeam's, on purpose: a pool round trip
+/// should wait the way a crossbeam channel round trip does, so it costs the
+/// same. Spinning first matters on small virtual machines, where a futex
+/// sleep and wake-up costs tens of microseconds and a short job usually
+/// answers within the spin.
+const SPIN_LIMIT: u32 = 6;
+/// Rounds of back-off (spins, then yields) before a waiter parks.
+const YIELD_LIMIT: u32 = 10;
 
 /// Polls `ready` until it returns `true` or the spin-and-yield budget is
 /// spent; returns the last answer. For a waiter that only *reads* a flag
 /// another thread will set.
 ///
-/// The budget is [`SpinWait`]'s (127 spins, then 4 yields), but the flag is
-/// read after every spin instead of after exponentially growing rounds: a
+/// The budget is crossbeam's back-off (127 spins, then 4 yields), but the
+/// flag is read after every spin instead of after exponentially growing
+/// rounds: a
 /// read of a cache line nobody writes costs no traffic between cores, so
 /// polling often is free, and it notices the answer up to a whole round
 /// sooner. (Exponential rounds are for retrying a contended write.)
 pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
-    const SPINS: u32 = (1 << (SpinWait::SPIN_LIMIT + 1)) - 1;
-    const YIELDS: u32 = SpinWait::YIELD_LIMIT - SpinWait::SPIN_LIMIT;
+    const SPINS: u32 = (1 << (SPIN_LIMIT + 1)) - 1;
+    const YIELDS: u32 = YIELD_LIMIT - SPIN_LIMIT;
     for _ in 0..SPINS {
         if ready() {
             return true;
@@ -132,9 +105,34 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
     ready()
 }
 
+/// Polls `ready` until it returns `true` (then `true`) or `until` passes
+/// (then `false`). Reads the clock once every 64 polls: a poll of a line
+/// nobody writes is free, a clock read is not. After the first two rounds it
+/// yields between rounds: on a machine with more runnable threads than cores,
+/// the thread this one waits for may need this very core, and a wait that
+/// only spins would hold it off until the budget runs out.
+pub(crate) fn spin_until_instant(mut ready: impl FnMut() -> bool, until: std::time::Instant) -> bool {
+    let mut round = 0u32;
+    loop {
+        for _ in 0..64 {
+            if ready() {
+                return true;
+            }
+            spin_loop();
+        }
+        if std::time::Instant::now() >= until {
+            return ready();
+        }
+        round += 1;
+        if round > 2 {
+            yield_now();
+        }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{SpinWait, spin_until};
+    use super::spin_until;
 
     #[test]
     fn spin_until_polls_the_whole_budget_then_gives_up() {
@@ -151,18 +149,5 @@ mod tests {
             n == 3
         }));
         assert_eq!(n, 3);
-    }
-
-    #[test]
-    fn backoff_completes_after_spins_and_yields() {
-        let mut b = SpinWait::new();
-        let mut rounds = 0;
-        while !b.is_completed() {
-            b.snooze();
-            rounds += 1;
-            assert!(rounds < 100, "backoff never completes");
-        }
-        // 7 spin rounds (1..=64 spins) and 4 yields.
-        assert_eq!(rounds, 11);
     }
 }

@@ -1,7 +1,8 @@
-//! Model check of the pool's reply slot (src/pool/slot.rs) under loom: every
-//! interleaving of a worker and its caller, for each race the protocol has.
+//! Model check of the pool's reply slot (src/pool/slot.rs) and of its queue
+//! (src/pool/queue.rs: idle workers, their mailboxes and parking, resize and
+//! close) under loom: every interleaving, for each race the protocols have.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test --test loom_pool --release`
+//! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_pool`
 //!
 //! What is checked, in every interleaving:
 //! - a caller that parks until the slot settles is always woken (a lost
@@ -10,11 +11,22 @@
 //!   is taken by exactly one side (the caller, or the worker gets it back);
 //! - `abandoned` is raised before the worker can lower it (never below zero);
 //! - a withdrawn job never starts; an expired job never starts.
+//!
+//! And for the queue:
+//! - a job handed to a worker that is going idle (or is already parked) is
+//!   run exactly once, and the worker always wakes for it;
+//! - queue 0 accepts a job for a worker that has answered but is not back yet,
+//!   and that worker takes it;
+//! - a shrink racing a worker going idle always makes the worker exit (by a
+//!   letter or when it comes back), and never strands a job;
+//! - close racing a submission: the job is either refused or run, and the
+//!   worker exits either way.
 #![cfg(loom)]
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
+use watertight::__loom_queue::{Accepted, Letter, Mailbox, Queue, Refused};
 use watertight::__loom_slot::{Finish, Slot};
 
 /// Parks (loom's park) until the slot settles, registering first the way
@@ -130,5 +142,107 @@ fn shutdown_answer_reaches_a_parked_caller() {
         wait_settled(&slot);
         assert_eq!(slot.finish(|| {}), Finish::Ready("shutting down"));
         drainer.join().unwrap();
+    });
+}
+
+/// The pool's busy counter is a plain std atomic (a statistic); the queue
+/// only reads it under its lock.
+type Busy = std::sync::atomic::AtomicUsize;
+
+/// A worker's loop, as `worker_main` runs it (without spinning, which loom
+/// could not tell from parking): returns the jobs it ran.
+fn work(queue: &Queue<u32>, busy: &Busy) -> Vec<u32> {
+    let me = Mailbox::for_current_thread();
+    let mut ran = Vec::new();
+    while let Some(next) = queue.next(&me, busy) {
+        let job = match next {
+            Ok(job) => job,
+            Err(_idle) => match me.wait() {
+                Letter::Job(job) => job,
+                Letter::Retire | Letter::Close => break,
+            },
+        };
+        ran.push(job);
+        // The job answers: the worker is no longer busy, and comes back.
+        busy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    ran
+}
+
+#[test]
+fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
+    loom::model(|| {
+        // One worker, starting; queue 0.
+        let queue = Arc::new(Queue::new(0, 1));
+        let busy = Arc::new(Busy::new(0));
+        let worker = {
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || work(&queue, &busy))
+        };
+        // The worker is starting or idle: either way the job is accepted
+        // (for a worker about to come back, or handed to the idle one).
+        let accepted = queue.push(1, &busy).expect("a starting or idle worker takes it");
+        assert!(matches!(accepted, Accepted::Queued { .. } | Accepted::Handed(_)));
+        // Close once the job is in: the worker runs it, then exits.
+        queue.close();
+        assert_eq!(worker.join().unwrap(), vec![1]);
+        assert_eq!(busy.load(std::sync::atomic::Ordering::Relaxed), 0);
+    });
+}
+
+#[test]
+fn close_racing_a_submission_either_refuses_or_runs_it() {
+    loom::model(|| {
+        let queue = Arc::new(Queue::new(1, 1));
+        let busy = Arc::new(Busy::new(0));
+        let worker = {
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || work(&queue, &busy))
+        };
+        let closer = {
+            let queue = queue.clone();
+            thread::spawn(move || queue.close())
+        };
+        let pushed = queue.push(7, &busy);
+        assert!(closer.join().unwrap());
+        let ran = worker.join().unwrap();
+        match pushed {
+            Ok(_) => assert_eq!(ran, vec![7], "an accepted job was not run"),
+            Err((why, job)) => {
+                assert_eq!((why, job), (Refused::Closed, 7));
+                assert!(ran.is_empty());
+            }
+        }
+        assert_eq!(queue.queued(), 0);
+    });
+}
+
+#[test]
+fn a_shrink_racing_an_idle_worker_always_lets_it_exit() {
+    loom::model(|| {
+        // Two workers; one is modelled, the other stays "away" (busy
+        // elsewhere) for the whole model. Shrink to one: the modelled worker
+        // must exit whether it is idle (a letter) or coming back (the
+        // retire count), and the job offered meanwhile is never stranded.
+        let queue = Arc::new(Queue::new(1, 2));
+        let busy = Arc::new(Busy::new(1));
+        let worker = {
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || work(&queue, &busy))
+        };
+        let shrinker = {
+            let queue = queue.clone();
+            thread::spawn(move || queue.resize(1, 1))
+        };
+        let pushed = queue.push(3, &busy).is_ok();
+        assert_eq!(shrinker.join().unwrap().start, 0);
+        let ran = worker.join().unwrap();
+        if pushed && ran.is_empty() {
+            // Queued behind the busy worker, which runs it when it comes back.
+            assert_eq!(queue.queued(), 1);
+        } else {
+            assert_eq!(ran.len(), usize::from(pushed));
+            assert_eq!(queue.queued(), 0);
+        }
     });
 }

@@ -651,3 +651,207 @@ fn concurrent_callers_each_get_exactly_one_outcome() {
     assert!(s.panicked >= seen[2], "{s:?}");
     assert_eq!(s.completed + s.panicked + s.expired, s.submitted, "{s:?}");
 }
+
+#[path = "support/procfs.rs"]
+mod procfs;
+
+/// Polls (bounded, 10 s) until both the kernel and the pool count `want`
+/// worker threads named `watertight-<name>-`; returns what each says last.
+fn settle_threads(pool: &Pool, prefix: &str, want: usize) -> (usize, usize) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (os, live) = (procfs::threads_named(prefix), pool.stats().workers);
+        if (os == want && live == want) || Instant::now() >= until {
+            return (os, live);
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn resize_validates_like_the_builder_and_reports_the_live_settings() {
+    let pool = Pool::builder("rv").workers(2).queue(4).build().unwrap();
+    assert_eq!(pool.resize(0, 4, Duration::ZERO).unwrap_err().field(), "workers");
+    assert_eq!(pool.resize(5000, 4, Duration::ZERO).unwrap_err().field(), "workers");
+    assert_eq!(pool.resize(2, usize::MAX, Duration::ZERO).unwrap_err().field(), "queue");
+    assert_eq!(pool.resize(2, 4, Duration::from_secs(61)).unwrap_err().field(), "max_wait");
+    // A refused change changes nothing.
+    assert_eq!((pool.workers(), pool.queue_capacity(), pool.max_wait()), (2, 4, Duration::ZERO));
+
+    pool.resize(3, 0, Duration::from_millis(7)).unwrap();
+    assert_eq!((pool.workers(), pool.queue_capacity(), pool.max_wait()), (3, 0, Duration::from_millis(7)));
+    assert!(!pool.deadline_aware_admission(), "never with a queue of 0");
+    pool.resize(3, 2, Duration::from_millis(7)).unwrap();
+    assert!(pool.deadline_aware_admission());
+    pool.set_deadline_aware_admission(false);
+    assert!(!pool.deadline_aware_admission());
+    assert_eq!(settle_threads(&pool, "watertight-rv-", 3), (3, 3));
+    assert_eq!(pool.call_timeout(Duration::from_secs(10), |_| Res::Ok(1)).unwrap(), 1);
+
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    let err = pool.resize(4, 2, Duration::ZERO).unwrap_err();
+    assert_eq!(err.field(), "workers");
+    assert!(err.to_string().contains("shut down"), "{err}");
+    assert!(threads_gone("watertight-rv-"));
+}
+
+#[test]
+fn a_smaller_queue_keeps_every_queued_call_and_busy_workers_finish_first() {
+    let _serial = timing_sensitive();
+    let pool = Pool::builder("rq").workers(3).queue(8).build().unwrap();
+    let mut gate = Gate::new();
+    let hung = hang_all_workers(&pool, &gate);
+    let queued: Vec<_> = (0..8u32)
+        .map(|i| pool.submit_timeout(Duration::from_secs(60), move |_| Res::Ok(i)).expect("room"))
+        .collect();
+
+    // Down to 1 worker and no queue, with every worker busy and 8 queued.
+    pool.resize(1, 0, Duration::ZERO).unwrap();
+    assert_eq!(pool.stats().queued, 8, "a smaller queue dropped queued calls");
+    let refused = pool.submit_timeout(Duration::from_secs(60), |_| Res::Ok(99)).unwrap_err();
+    assert_eq!(refused.rejection(), Rejection::QueueFull);
+    // Nobody is cut short: the three busy workers are still there.
+    assert_eq!(procfs::threads_named("watertight-rq-"), 3);
+
+    gate.open();
+    for t in hung {
+        assert!(t.wait().is_ok());
+    }
+    for (i, t) in queued.into_iter().enumerate() {
+        assert_eq!(t.wait().unwrap(), i as u32, "queued call {i}");
+    }
+    assert_eq!(settle_threads(&pool, "watertight-rq-", 1), (1, 1));
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    let s = pool.stats();
+    assert_eq!((s.completed, s.expired, s.rejected, s.workers), (11, 0, 1, 0), "{s:?}");
+    assert_identity(&s);
+    assert!(threads_gone("watertight-rq-"));
+}
+
+/// 2,000 calls from 16 callers while the workers go 10 -> 2 -> 10 and the
+/// queue 8 -> 0 -> 8: every call gets exactly one answer, within its
+/// deadline + 200 ms, no job runs twice, and the threads follow the setting.
+#[test]
+fn resize_while_calls_run_answers_every_call_once() {
+    const CALLERS: usize = 16;
+    const CALLS: usize = 2_000;
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    const SLACK: Duration = Duration::from_millis(200);
+    let _serial = timing_sensitive();
+    let max_wait = Duration::from_millis(50);
+    let pool = Pool::builder("rz").workers(10).queue(8).max_wait(max_wait).build().unwrap();
+    assert_eq!(settle_threads(&pool, "watertight-rz-", 10), (10, 10));
+
+    let ran: Arc<Vec<AtomicUsize>> = Arc::new((0..CALLS).map(|_| AtomicUsize::new(0)).collect());
+    let answered = Arc::new(AtomicUsize::new(0));
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(CALLERS + 1));
+    let all = Instant::now();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (pool, ran, answered, next, start) =
+                (pool.clone(), ran.clone(), answered.clone(), next.clone(), start.clone());
+            thread::spawn(move || {
+                // [ok, timed out, queue full], and the latest return past the deadline.
+                let mut seen = [0usize; 3];
+                let mut latest = Duration::ZERO;
+                start.wait();
+                loop {
+                    let id = next.fetch_add(1, Ordering::Relaxed);
+                    if id >= CALLS {
+                        break;
+                    }
+                    let ran = ran.clone();
+                    let job = move |ctx: &CallContext| {
+                        ran[id].fetch_add(1, Ordering::Relaxed);
+                        // 1-4 ms; one call in 50 outlives its deadline (abandoned).
+                        let nap = if id % 50 == 7 {
+                            ctx.remaining() + Duration::from_millis(5)
+                        } else {
+                            Duration::from_millis(1 + id as u64 % 4)
+                        };
+                        thread::sleep(nap);
+                        Res::Ok(id)
+                    };
+                    let called = Instant::now();
+                    let outcome = pool.call_timeout(TIMEOUT, job);
+                    latest = latest.max(called.elapsed().saturating_sub(TIMEOUT));
+                    let kind = match outcome {
+                        Ok(v) => {
+                            assert_eq!(v, id, "another call's answer");
+                            0
+                        }
+                        Err(Error::Timeout { .. }) => 1,
+                        Err(Error::Rejected(Rejection::QueueFull)) => {
+                            // Do not hammer a full pool.
+                            thread::sleep(Duration::from_millis(1));
+                            2
+                        }
+                        Err(other) => panic!("call {id}: unexpected {other:?}"),
+                    };
+                    seen[kind] += 1;
+                    answered.fetch_add(1, Ordering::Relaxed);
+                    assert!(all.elapsed() < Duration::from_secs(120), "load loop over its time bound");
+                }
+                (seen, latest)
+            })
+        })
+        .collect();
+    start.wait();
+
+    // The resizes, at fixed points of progress, each while calls are in flight.
+    let wait_for = |n: usize| {
+        let until = Instant::now() + Duration::from_secs(60);
+        while answered.load(Ordering::Relaxed) < n {
+            assert!(Instant::now() < until, "calls stopped progressing");
+            thread::sleep(Duration::from_millis(1));
+        }
+    };
+    wait_for(500);
+    pool.resize(2, 0, max_wait).unwrap();
+    let shrunk = settle_threads(&pool, "watertight-rz-", 2);
+    let in_flight_after_shrink = CALLS - answered.load(Ordering::Relaxed);
+    wait_for(1_100);
+    pool.resize(10, 8, max_wait).unwrap();
+    let grown = settle_threads(&pool, "watertight-rz-", 10);
+    let in_flight_after_grow = CALLS - answered.load(Ordering::Relaxed);
+    let mut names = procfs::thread_names();
+    names.retain(|n| n.starts_with("watertight-rz-"));
+
+    let mut seen = [0usize; 3];
+    let mut latest = Duration::ZERO;
+    for c in callers {
+        let (s, l) = c.join().unwrap();
+        for (total, n) in seen.iter_mut().zip(s) {
+            *total += n;
+        }
+        latest = latest.max(l);
+    }
+    eprintln!(
+        "resize under load: [ok, timed out, full] = {seen:?}; latest return {latest:?} past the deadline; \
+         {in_flight_after_shrink} / {in_flight_after_grow} calls left after the shrink / grow settled; {:?}",
+        all.elapsed()
+    );
+    assert_eq!(shrunk, (2, 2), "threads (os, pool) after 10 -> 2");
+    assert_eq!(grown, (10, 10), "threads (os, pool) after 2 -> 10");
+    assert!(in_flight_after_grow > 0, "the grow settled only after the last call");
+    names.sort();
+    let mut want: Vec<_> = (0..10).map(|i| format!("watertight-rz-{i}")).collect();
+    want.sort();
+    assert_eq!(names, want, "regrown workers reuse the free indexes");
+    assert_eq!(seen.iter().sum::<usize>(), CALLS, "a call without exactly one answer");
+    assert!(latest <= SLACK, "a call returned {latest:?} after its deadline");
+    let twice = ran.iter().filter(|r| r.load(Ordering::Relaxed) > 1).count();
+    assert_eq!(twice, 0, "jobs ran more than once");
+
+    assert!(pool.shutdown(Duration::from_secs(10)), "shutdown after resizes joins every thread");
+    assert!(threads_gone("watertight-rz-"));
+    let s = pool.stats();
+    let ran_total: usize = ran.iter().map(|r| r.load(Ordering::Relaxed)).sum();
+    assert_eq!(s.completed as usize, ran_total, "{s:?}");
+    assert_eq!(s.rejected as usize, seen[2], "{s:?}");
+    assert_eq!(s.timed_out as usize, seen[1], "{s:?}");
+    assert_eq!(s.submitted as usize, seen[0] + seen[1], "{s:?}");
+    assert_eq!((s.busy, s.queued, s.abandoned, s.workers), (0, 0, 0, 0), "{s:?}");
+    assert_identity(&s);
+}

@@ -2,16 +2,15 @@
 //! workers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::thread;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
-use super::estimate::ServiceTime;
+use super::estimate::{ServiceTime, WakeTime};
+use super::queue::Queue;
 use super::stats::{PoolCounters, PoolLatency};
-use super::worker::{ExitGuard, worker_main};
-use super::{Control, Handle, Pool, Shared, WorkerThread};
+use super::{Control, Handle, Pool, Shared, duration_ns};
 use crate::error::ConfigError;
 
 /// Most workers one pool may have: far beyond any sane bulkhead, low enough to
@@ -38,6 +37,7 @@ pub struct PoolBuilder {
     drop_grace: Duration,
     admission: bool,
     max_wait: Duration,
+    record_latency: bool,
 }
 
 impl PoolBuilder {
@@ -50,6 +50,7 @@ impl PoolBuilder {
             drop_grace: DEFAULT_DROP_GRACE,
             admission: true,
             max_wait: Duration::ZERO,
+            record_latency: true,
         }
     }
 
@@ -86,8 +87,8 @@ impl PoolBuilder {
         self
     }
 
-    /// Number of worker threads, fixed for the pool's life. Default 10.
-    /// Must be 1 to 4096.
+    /// Number of worker threads. Default 10. Must be 1 to 4096.
+    /// [`Pool::resize`] changes it while the pool runs.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n;
         self
@@ -95,9 +96,11 @@ impl PoolBuilder {
 
     /// Jobs that may wait for a worker. Default 0: direct hand-off, a job is
     /// accepted only when a worker is idle to take it. (A worker that has just
-    /// answered a call is idle a few microseconds before it is back at the
-    /// queue; a hand-off submission waits for it as long as a channel receive
-    /// spins, and never when every worker is busy.) At most 2^20.
+    /// answered a call, or is just starting, counts as idle: the job is
+    /// queued for it and it takes the job the moment it is back; nothing
+    /// spins or retries. With every worker busy the job is refused at once.)
+    /// At most 2^20. [`Pool::resize`] changes it while the pool runs; jobs
+    /// already queued beyond a smaller capacity stay queued and run.
     pub fn queue(mut self, q: usize) -> Self {
         self.queue = q;
         self
@@ -152,6 +155,14 @@ impl PoolBuilder {
         self
     }
 
+    /// Whether workers record the queue-wait and run-time histograms. On by
+    /// default; off only to measure what recording costs (benches/overhead.rs).
+    #[doc(hidden)]
+    pub fn latency_histograms(mut self, on: bool) -> Self {
+        self.record_latency = on;
+        self
+    }
+
     /// Checks the settings and starts the workers.
     ///
     /// Errors name the field: `name` (empty, or containing a NUL byte),
@@ -161,19 +172,9 @@ impl PoolBuilder {
         if self.name.is_empty() || self.name.contains('\0') {
             return Err(ConfigError::new("name", "non-empty, without NUL bytes", format!("{:?}", self.name)));
         }
-        if !(1..=MAX_WORKERS).contains(&self.workers) {
-            return Err(ConfigError::new("workers", "between 1 and 4096", self.workers));
-        }
-        if self.queue > MAX_QUEUE {
-            return Err(ConfigError::new("queue", "at most 1048576", self.queue));
-        }
-        if self.max_wait > MAX_WAIT {
-            return Err(ConfigError::new(
-                "max_wait",
-                "at most one minute",
-                format_args!("{:?}", self.max_wait),
-            ));
-        }
+        check_workers(self.workers)?;
+        check_queue(self.queue)?;
+        check_max_wait(self.max_wait)?;
         if let Some(s) = self.stack_size
             && s < MIN_STACK
         {
@@ -184,57 +185,35 @@ impl PoolBuilder {
             name: self.name.clone().into_boxed_str(),
             stats: PoolCounters::default(),
             service: ServiceTime::default(),
+            wake: WakeTime::default(),
             latency: PoolLatency::default(),
             grace_over: AtomicBool::new(false),
+            queue: Queue::new(self.queue, self.workers),
+            record_latency: self.record_latency,
         });
-        let (sender, receiver) = crossbeam_channel::bounded(self.queue);
-        let (exit_tx, exits) = crossbeam_channel::bounded(self.workers);
-        let (ready_tx, ready_rx) = crossbeam_channel::bounded(self.workers);
-        let mut threads = Vec::with_capacity(self.workers);
+        let (exit_tx, exits) = crossbeam_channel::unbounded();
+        let mut control = Control {
+            threads: Vec::with_capacity(self.workers),
+            exits,
+            exit_tx,
+            stack_size: self.stack_size,
+        };
         let mut spawn_error = None;
-        for index in 0..self.workers {
-            let mut builder = thread::Builder::new().name(format!("watertight-{}-{}", self.name, index));
-            if let Some(s) = self.stack_size {
-                builder = builder.stack_size(s);
-            }
-            // Counted before the thread exists, so `stats().workers` is the
-            // full number as soon as `build` returns.
-            shared.stats.workers.live.fetch_add(1, Relaxed);
-            let exit = ExitGuard { shared: shared.clone(), index, tx: exit_tx.clone() };
-            let rx = receiver.clone();
-            let ready = ready_tx.clone();
-            match builder.spawn(move || worker_main(rx, ready, exit)) {
-                Ok(join) => threads.push(WorkerThread { id: join.thread().id(), join: Some(join) }),
-                Err(e) => {
-                    // The closure (and its exit guard) was dropped unrun,
-                    // which already uncounted it.
-                    spawn_error = Some(e);
-                    break;
-                }
-            }
-        }
-        drop((exit_tx, ready_tx));
-        // Wait until every worker is about to take its first job, so that a
-        // hand-off pool (queue 0) accepts work as soon as `build` returns.
-        // Bounded: a thread that does not start within 10 s is the system's
-        // problem, and the pool works without this wait anyway.
-        let started_by = Instant::now() + Duration::from_secs(10);
-        for _ in 0..threads.len() {
-            if ready_rx.recv_deadline(started_by).is_err() {
+        for started in 0..self.workers {
+            if let Err(e) = control.spawn(&shared) {
+                shared.queue.not_started(self.workers - started);
+                spawn_error = Some(e);
                 break;
             }
         }
         let handle = Handle {
             shared,
-            workers: self.workers,
-            queue: self.queue,
             drop_grace: self.drop_grace,
-            // A hand-off pool (queue 0) never has work queued: nothing to estimate.
-            admission: self.admission && self.queue > 0,
-            max_wait: self.max_wait,
-            sender: RwLock::new(Some(sender)),
-            receiver,
-            control: Mutex::new(Control { threads, exits }),
+            workers: AtomicUsize::new(self.workers),
+            queue: AtomicUsize::new(self.queue),
+            admission: AtomicBool::new(self.admission),
+            max_wait_ns: AtomicU64::new(duration_ns(self.max_wait)),
+            control: Mutex::new(control),
         };
         if let Some(e) = spawn_error {
             let started = handle.control.lock().threads.len();
@@ -256,4 +235,28 @@ impl PoolBuilder {
         }
         Ok(Pool { inner: Arc::new(handle) })
     }
+}
+
+/// `workers` must be 1 to 4096.
+pub(super) fn check_workers(workers: usize) -> Result<(), ConfigError> {
+    if !(1..=MAX_WORKERS).contains(&workers) {
+        return Err(ConfigError::new("workers", "between 1 and 4096", workers));
+    }
+    Ok(())
+}
+
+/// `queue` must be at most 2^20.
+pub(super) fn check_queue(queue: usize) -> Result<(), ConfigError> {
+    if queue > MAX_QUEUE {
+        return Err(ConfigError::new("queue", "at most 1048576", queue));
+    }
+    Ok(())
+}
+
+/// `max_wait` must be at most a minute.
+pub(super) fn check_max_wait(max_wait: Duration) -> Result<(), ConfigError> {
+    if max_wait > MAX_WAIT {
+        return Err(ConfigError::new("max_wait", "at most one minute", format_args!("{max_wait:?}")));
+    }
+    Ok(())
 }

@@ -84,6 +84,43 @@ impl ServiceTime {
     }
 }
 
+/// How long a job handed to a *parked* worker waits for that worker to wake
+/// and start it: the pool's recent mean, for the caller's choice to spin or
+/// park while it waits for the answer (see `Ticket::wait`).
+///
+/// Recorded by the worker (`start - submitted`, for jobs it did not catch
+/// while spinning), read by callers. An exponentially weighted moving average
+/// with weight 1/4, kept as nanoseconds; 0 means "no sample yet". Updated
+/// with a plain load and store, not a read-modify-write loop: two workers
+/// recording at once may lose one sample, which an average can spare, and
+/// nothing contends on the line.
+#[derive(Debug, Default)]
+pub(crate) struct WakeTime {
+    ewma_ns: AtomicU64,
+}
+
+impl WakeTime {
+    pub(crate) fn record(&self, sample: Duration) {
+        let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let old = self.ewma_ns.load(Ordering::Relaxed);
+        let next = if old == 0 {
+            sample
+        } else {
+            (i128::from(old) + (i128::from(sample) - i128::from(old)) / 4).clamp(1, i128::from(u64::MAX))
+                as u64
+        };
+        self.ewma_ns.store(next, Ordering::Relaxed);
+    }
+
+    /// The recent mean, `None` before the first sample.
+    pub(crate) fn mean(&self) -> Option<Duration> {
+        match self.ewma_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +153,16 @@ mod tests {
         s.record(Duration::from_secs(1));
         assert!(s.mean().unwrap() >= Duration::from_millis(1));
         assert!((0..20).all(|_| s.should_sample()), "from 1 ms on: every job");
+    }
+
+    #[test]
+    fn wake_time_averages_from_its_first_sample() {
+        let w = WakeTime::default();
+        assert_eq!(w.mean(), None);
+        w.record(Duration::from_micros(8));
+        assert_eq!(w.mean(), Some(Duration::from_micros(8)));
+        w.record(Duration::from_micros(16));
+        assert_eq!(w.mean(), Some(Duration::from_micros(10)));
     }
 
     #[test]

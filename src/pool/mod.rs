@@ -21,7 +21,12 @@ mod call;
 mod estimate;
 mod stats;
 mod worker;
-// Public (and re-exported, hidden) only for the loom model in tests/loom_pool.rs.
+// Public (and re-exported, hidden) only for the loom models in tests/loom_pool.rs.
+#[cfg(loom)]
+pub mod queue;
+#[cfg(not(loom))]
+mod queue;
+mod resize;
 #[cfg(loom)]
 pub mod slot;
 #[cfg(not(loom))]
@@ -29,26 +34,28 @@ mod slot;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
 use std::thread::{self, JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
-use parking_lot::{Mutex, RwLock};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
 
 pub use self::builder::PoolBuilder;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
-use self::estimate::ServiceTime;
+use self::estimate::{ServiceTime, WakeTime};
+use self::queue::{Queue, Refused};
 pub use self::stats::PoolStats;
 use self::stats::{PoolCounters, PoolLatency};
-use self::worker::{hand_off, join_worker, wait_for_slot};
+use self::worker::join_worker;
 
 use crate::error::{Error, Rejection};
 use crate::histogram::LatencyHistogram;
 
-/// A bulkhead: `workers` fixed threads named `watertight-<name>-<i>` behind a
-/// bounded queue of `queue` jobs.
+/// A bulkhead: `workers` threads named `watertight-<name>-<i>` behind a
+/// bounded queue of `queue` jobs; both can be changed while it runs
+/// ([`resize`](Pool::resize)).
 ///
 /// `Pool` is a cheap handle (`Clone` shares it). When the last handle drops,
 /// the pool shuts down with the builder's [`drop_grace`](PoolBuilder::drop_grace).
@@ -94,49 +101,61 @@ pub(crate) struct Shared {
     pub(crate) stats: PoolCounters,
     /// The recent mean run time of a job, timed on the workers.
     pub(crate) service: ServiceTime,
+    /// The recent mean time a parked worker takes to wake for a job.
+    pub(crate) wake: WakeTime,
     /// Queue-wait and run-time histograms, recorded on the workers.
     pub(crate) latency: PoolLatency,
     /// Set when shutdown's grace period is over: a worker that dequeues a job
     /// after this answers it `ShuttingDown` instead of running it.
     pub(crate) grace_over: AtomicBool,
+    /// The queued jobs, the idle workers and the hand-off (`queue.rs`).
+    pub(crate) queue: Queue<QueuedJob>,
+    /// Whether workers record the latency histograms (always, but for the
+    /// bench that measures what recording costs).
+    pub(crate) record_latency: bool,
 }
 
-/// The handle side: the sender, and the threads to join. Dropping the last
-/// `Pool` drops this, which shuts the pool down.
+/// The handle side: the live settings, and the threads to join. Dropping the
+/// last `Pool` drops this, which shuts the pool down.
 pub(super) struct Handle {
     pub(super) shared: Arc<Shared>,
-    pub(super) workers: usize,
-    pub(super) queue: usize,
     pub(super) drop_grace: Duration,
-    /// Deadline-aware admission (see [`PoolBuilder::deadline_aware_admission`]).
-    pub(super) admission: bool,
-    /// How long a submission may wait for room (see [`PoolBuilder::max_wait`]).
-    pub(super) max_wait: Duration,
-    /// `None` once shutdown has begun. Submitters take the read lock for the
-    /// length of one `try_send` (or, with `max_wait`, of one bounded
-    /// `send_deadline`, so shutdown may wait up to `max_wait` for it); shutdown takes the write lock once, to drop
-    /// the sender, which disconnects the queue: workers then drain what is
-    /// left and exit. Readers never wait for each other, and wait for the
-    /// writer only while it drops the sender.
-    pub(super) sender: RwLock<Option<Sender<QueuedJob>>>,
-    /// Kept to read the queue length for `stats()` and to drain the queue at
-    /// the end of shutdown's grace period.
-    pub(super) receiver: Receiver<QueuedJob>,
+    /// The worker setting (the threads converge to it after a resize).
+    pub(super) workers: AtomicUsize,
+    /// The queue capacity setting (the queue's own copy, under its lock, is
+    /// the one enforced).
+    pub(super) queue: AtomicUsize,
+    /// Deadline-aware admission as requested (see
+    /// [`PoolBuilder::deadline_aware_admission`]); in effect only while the
+    /// queue capacity is not 0.
+    pub(super) admission: AtomicBool,
+    /// How long a submission may wait for room, in nanoseconds (see
+    /// [`PoolBuilder::max_wait`]).
+    pub(super) max_wait_ns: AtomicU64,
+    /// The threads; taken by resize and shutdown, one at a time.
     pub(super) control: Mutex<Control>,
 }
 
-/// The worker threads, for shutdown.
+/// The worker threads, for resize and shutdown.
 pub(super) struct Control {
-    /// `join` is `None` once joined.
+    /// Indexed by the number in the thread's name; `join` is `None` once
+    /// joined, and such an index is free for a new worker.
     pub(super) threads: Vec<WorkerThread>,
-    /// Each worker sends its index here as it exits (capacity = workers, so
-    /// that send never blocks).
+    /// Each worker sends its index here as it exits.
     pub(super) exits: Receiver<usize>,
+    pub(super) exit_tx: Sender<usize>,
+    pub(super) stack_size: Option<usize>,
 }
 
 pub(super) struct WorkerThread {
     pub(super) id: ThreadId,
     pub(super) join: Option<JoinHandle<()>>,
+}
+
+/// A `Duration` in whole nanoseconds, saturating (`max_wait` is at most a
+/// minute anyway).
+pub(super) fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Pool {
@@ -151,25 +170,34 @@ impl Pool {
         &self.inner.shared.name
     }
 
-    /// The configured number of workers.
+    /// The worker setting (the builder's, or the last [`resize`](Pool::resize)'s).
+    /// Right after a resize the threads may still be starting or finishing
+    /// their jobs; [`stats`](Pool::stats)`().workers` counts the live ones.
     pub fn workers(&self) -> usize {
-        self.inner.workers
+        self.inner.workers.load(Relaxed)
     }
 
-    /// The configured queue capacity (0 = hand-off only).
+    /// The queue capacity setting (0 = hand-off only).
     pub fn queue_capacity(&self) -> usize {
-        self.inner.queue
+        self.inner.queue.load(Relaxed)
     }
 
     /// How long a submission waits for room in a full pool before it is
     /// refused ([`PoolBuilder::max_wait`]).
     pub fn max_wait(&self) -> Duration {
-        self.inner.max_wait
+        Duration::from_nanos(self.inner.max_wait_ns.load(Relaxed))
     }
 
     /// Whether deadline-aware admission is on (never with a queue of 0).
     pub fn deadline_aware_admission(&self) -> bool {
-        self.inner.admission
+        self.inner.admission.load(Relaxed) && self.queue_capacity() > 0
+    }
+
+    /// Turns deadline-aware admission on or off while the pool runs (see
+    /// [`PoolBuilder::deadline_aware_admission`]). With a queue of 0 it stays
+    /// off until a resize gives the pool a queue.
+    pub fn set_deadline_aware_admission(&self, on: bool) {
+        self.inner.admission.store(on, Relaxed);
     }
 
     /// What a call submitted now would wait for a worker: the jobs queued
@@ -180,7 +208,7 @@ impl Pool {
     /// Deadline-aware admission refuses a call whose deadline is nearer than
     /// this.
     pub fn estimated_wait(&self) -> Option<Duration> {
-        self.inner.shared.service.wait_behind(self.inner.receiver.len(), self.inner.workers)
+        self.inner.shared.service.wait_behind(self.inner.shared.queue.queued(), self.workers())
     }
 
     /// How long jobs waited in the queue, from submission to a worker
@@ -222,9 +250,9 @@ impl Pool {
     /// with queue 0, when no worker is idle; with `max_wait`, when none came
     /// free within it or before the deadline), when the pool is shutting down
     /// ([`Rejection::ShuttingDown`]), or when `deadline` has already passed
-    /// ([`Rejection::DeadlineUnmeetable`]). (With queue 0 and a worker idle
-    /// but not yet back at the queue, it spins and yields for a few
-    /// microseconds for that worker; see [`PoolBuilder::queue`].)
+    /// ([`Rejection::DeadlineUnmeetable`]). (With queue 0, a worker that
+    /// has just answered a call counts as idle: the job is queued for it; see
+    /// [`PoolBuilder::queue`].)
     pub fn submit_deadline<T, E, F>(&self, deadline: Instant, job: F) -> Result<Ticket<T, E>, SubmitError<F>>
     where
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
@@ -252,6 +280,25 @@ impl Pool {
         self.submit_at(Instant::now(), deadline, attempt.max(1), job)
     }
 
+    /// [`submit_attempt`](Pool::submit_attempt) with the caller's own reading
+    /// of the clock, `now`, taken just before: saves the pool reading it
+    /// again (the dependency layer has always just read it).
+    #[allow(dead_code)] // for the dependency layer's call path
+    pub(crate) fn submit_attempt_at<T, E, F>(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        attempt: u32,
+        job: F,
+    ) -> Result<Ticket<T, E>, SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.submit_at(now, deadline, attempt.max(1), job)
+    }
+
     fn submit_at<T, E, F>(
         &self,
         now: Instant,
@@ -268,40 +315,39 @@ impl Pool {
         let stats = &h.shared.stats;
         // A deadline already past, or (with admission on) one nearer than the
         // wait behind the queued work: the job could only time out.
-        if deadline <= now || (h.admission && self.estimated_wait().is_some_and(|w| w > deadline - now)) {
+        if deadline <= now
+            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
+        {
             stats.callers.rejected.fetch_add(1, Relaxed);
             return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
         }
         // The call's one allocation: job, context and reply slot together.
         let call = Arc::new(Call::new(h.shared.clone(), now, deadline, attempt, job));
         let queued = QueuedJob::new(call.clone());
-        let refused = {
-            let sender = h.sender.read();
-            match sender.as_ref() {
-                Some(tx) => match tx.try_send(queued) {
-                    Ok(()) => None,
-                    Err(TrySendError::Full(q)) if !h.max_wait.is_zero() => {
-                        let until = deadline.min(deadline_after(now, h.max_wait));
-                        wait_for_slot(tx, q, until, &stats.callers.waiting)
-                    }
-                    Err(TrySendError::Full(q)) if h.queue == 0 => hand_off(tx, q, &stats.workers),
-                    Err(TrySendError::Full(q)) => Some((Rejection::QueueFull, q)),
-                    Err(TrySendError::Disconnected(q)) => Some((Rejection::ShuttingDown, q)),
-                },
-                None => Some((Rejection::ShuttingDown, queued)),
-            }
+        let queue = &h.shared.queue;
+        let busy = &stats.workers.busy;
+        let max_wait = h.max_wait_ns.load(Relaxed);
+        let pushed = if max_wait == 0 {
+            queue.push(queued, busy)
+        } else {
+            let until = deadline.min(deadline_after(now, Duration::from_nanos(max_wait)));
+            queue.push_until(queued, until, busy, &stats.callers.waiting)
         };
-        match refused {
-            None => {
+        match pushed {
+            Ok(accepted) => {
                 stats.callers.submitted.fetch_add(1, Relaxed);
-                Ok(Ticket::new(call, now))
+                Ok(Ticket::new(call, now, accepted))
             }
-            Some((rejection, queued)) => {
+            Err((refused, queued)) => {
                 stats.callers.rejected.fetch_add(1, Relaxed);
                 // Defuse the queue wrapper (dropping it would answer the
                 // call), so `call` is the only reference left again.
                 drop(queued.take());
                 let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
+                let rejection = match refused {
+                    Refused::Full => Rejection::QueueFull,
+                    Refused::Closed => Rejection::ShuttingDown,
+                };
                 Err(SubmitError::new(
                     rejection,
                     job.expect("a refused job is referenced only by its submitter"),
@@ -338,7 +384,7 @@ impl Pool {
         PoolStats {
             workers: s.workers.live.load(Relaxed),
             busy: s.workers.busy.load(Relaxed),
-            queued: self.inner.receiver.len(),
+            queued: self.inner.shared.queue.queued(),
             abandoned: s.callers.abandoned.load(Relaxed),
             waiting: s.callers.waiting.load(Relaxed),
             submitted: s.callers.submitted.load(Relaxed),
@@ -352,7 +398,7 @@ impl Pool {
 
     /// `true` once [`shutdown`](Pool::shutdown) has begun.
     pub fn is_shut_down(&self) -> bool {
-        self.inner.sender.read().is_none()
+        self.inner.shared.queue.is_closed()
     }
 
     /// Stops the pool: admits nothing more, lets running and queued work
@@ -383,11 +429,11 @@ impl Pool {
 
 impl Handle {
     pub(super) fn shutdown_until(&self, grace_end: Instant) -> bool {
-        // 1. Stop admitting, and disconnect the queue. Taking the write lock
-        //    waits for submissions in the middle of `try_send`: each either
-        //    got its job in before the disconnect (and a worker will answer
-        //    it) or finds `None` and is refused.
-        drop(self.sender.write().take());
+        // 1. Stop admitting, and close the queue. Submissions take the same
+        //    lock: each either got its job in before the close (and a worker
+        //    will answer it) or finds the queue closed and is refused. Idle
+        //    workers are told to exit; busy ones drain the queue, then exit.
+        self.shared.queue.close();
         if worker::runs_on_worker_of(&self.shared) {
             log::debug!(
                 "pool {}: shutdown from one of its own jobs; not waiting for the workers",
@@ -414,9 +460,7 @@ impl Handle {
         //    dequeue a job from now on answer it `ShuttingDown`; we answer
         //    the rest here (dropping a `QueuedJob` answers it).
         self.shared.grace_over.store(true, Release);
-        while let Ok(job) = self.receiver.try_recv() {
-            drop(job);
-        }
+        drop(self.shared.queue.drain());
         // 4. Join whoever exited meanwhile; the rest stay detached.
         while let Ok(i) = control.exits.try_recv() {
             join_worker(control.threads.get_mut(i));

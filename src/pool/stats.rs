@@ -56,7 +56,7 @@ pub(crate) struct WorkerCounters {
 /// `completed`, `panicked` or `expired`; until then it is `queued` or
 /// `busy`. So, whenever no submission or job is in flight between two of its
 /// steps (for instance after the callers have their answers and
-/// [`Pool::shutdown`] has returned):
+/// [`Pool::shutdown`](crate::Pool::shutdown) has returned):
 ///
 /// ```text
 /// submitted == completed + panicked + expired + queued + busy
@@ -89,7 +89,7 @@ pub struct PoolStats {
     pub completed: u64,
     /// Accepted jobs that never started: their deadline passed in the queue,
     /// their caller had gone, or shutdown discarded them (those callers got
-    /// [`Rejection::ShuttingDown`]).
+    /// [`Rejection::ShuttingDown`](crate::Rejection::ShuttingDown)).
     pub expired: u64,
     /// Jobs that panicked.
     pub panicked: u64,

@@ -1,22 +1,22 @@
-//! A worker thread's life: taking jobs until the queue closes, the guard that
-//! reports its exit, and the hand-off retry of a queue-0 submission.
+//! A worker thread's life: asking the queue for jobs until it is told to
+//! exit (retired by a resize, or the queue closed and drained), how it waits
+//! while idle (spin briefly or park at once), and the guard that reports its
+//! exit.
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
+use crossbeam_channel::Sender;
 
 use super::Shared;
 use super::WorkerThread;
 use super::call::QueuedJob;
-use super::stats::WorkerCounters;
-use crate::error::Rejection;
-use crate::sync::SpinWait;
+use super::queue::{Letter, Mailbox};
 
-/// Joins a worker that has reported its exit. `None` for the index of a
-/// thread that failed to spawn (its guard reports too).
+/// Joins a worker that has reported its exit. `None` for an index with no
+/// thread behind it.
 pub(super) fn join_worker(w: Option<&mut WorkerThread>) {
     if let Some(join) = w.and_then(|w| w.join.take()) {
         // The worker catches every panic of its jobs; a join error could
@@ -28,7 +28,7 @@ pub(super) fn join_worker(w: Option<&mut WorkerThread>) {
 
 /// Held by a worker thread for its whole life; dropping it (on exit, or with
 /// the unrun closure if the spawn failed) uncounts the worker and reports its
-/// exit to shutdown.
+/// exit to shutdown and resize.
 pub(super) struct ExitGuard {
     pub(super) shared: Arc<Shared>,
     pub(super) index: usize,
@@ -38,14 +38,12 @@ pub(super) struct ExitGuard {
 impl Drop for ExitGuard {
     fn drop(&mut self) {
         self.shared.stats.workers.live.fetch_sub(1, Relaxed);
-        // Capacity is one slot per worker: never blocks. Fails only when the
-        // pool handle is already gone, and then nobody is waiting.
-        let _ = self.tx.try_send(self.index);
+        // Unbounded: never blocks. Fails only when the pool handle is
+        // already gone, and then nobody is waiting.
+        let _ = self.tx.send(self.index);
     }
 }
 
-// A worker: take a job, run it, repeat, until the queue is disconnected and
-// empty (shutdown).
 thread_local! {
     /// The address of the [`Shared`] of the pool this thread works for; 0 on
     /// threads that are no pool's worker. Only compared, never dereferenced.
@@ -58,70 +56,95 @@ pub(super) fn runs_on_worker_of(shared: &Arc<Shared>) -> bool {
     WORKER_OF.get() == Arc::as_ptr(shared) as usize
 }
 
-pub(super) fn worker_main(jobs: Receiver<QueuedJob>, ready: Sender<()>, exit: ExitGuard) {
+/// Longest a worker spins for its next job before parking. A caller that is
+/// itself spinning for its answer submits its next call within a microsecond
+/// or two of getting it; a caller that sleeps between calls comes back much
+/// later, and spinning for it would only burn a core.
+const SPIN_MAX: Duration = Duration::from_micros(5);
+
+/// The worker's own record of how soon work comes after it goes idle (its
+/// turnaround): an exponentially weighted mean, weight 1/4, of the time from
+/// going idle to the submission of the next job. Local to the worker thread,
+/// so keeping it costs no shared write. With the idle stack a LIFO, the worker
+/// that keeps getting the calls is the one whose record is fresh.
+struct Turnaround {
+    /// `None` until the first sample: park at once.
+    mean: Option<Duration>,
+}
+
+impl Turnaround {
+    fn note(&mut self, gap: Duration) {
+        self.mean = Some(match self.mean {
+            None => gap,
+            Some(old) if gap >= old => old + (gap - old) / 4,
+            Some(old) => old - (old - gap) / 4,
+        });
+    }
+
+    /// How long to spin before parking: twice the recent turnaround (at
+    /// least 1 us, at most [`SPIN_MAX`]), or `None` (park at once) when work
+    /// has been coming back more slowly than that.
+    fn spin_budget(&self) -> Option<Duration> {
+        let mean = self.mean?;
+        (mean < SPIN_MAX).then(|| (mean * 2).clamp(Duration::from_micros(1), SPIN_MAX))
+    }
+}
+
+/// A worker: take a job, run it, repeat, until the queue says exit.
+pub(super) fn worker_main(exit: ExitGuard) {
     WORKER_OF.set(Arc::as_ptr(&exit.shared) as usize);
-    let busy = &exit.shared.stats.workers.busy;
-    // Tell `build` this worker is about to wait for its first job.
-    let _ = ready.send(());
-    drop(ready);
-    while let Ok(queued) = jobs.recv() {
-        // Busy from the moment the job leaves the queue, so that
-        // `workers - busy` counts the workers that are idle or on their way
-        // back to the queue (hand-off submission relies on it). `run` uncounts.
-        busy.fetch_add(1, Relaxed);
-        if let Some(job) = queued.take() {
-            // `run` catches the job's own panic; this catches a panic from a
-            // `Drop` of the job's captures or result, so the worker survives
-            // even that.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
-        } else {
-            busy.fetch_sub(1, Relaxed);
-        }
+    let shared = &*exit.shared;
+    let busy = &shared.stats.workers.busy;
+    let me = Mailbox::for_current_thread();
+    let mut turnaround = Turnaround { mean: None };
+    while let Some(next) = shared.queue.next(&me, busy) {
+        let job = match next {
+            // Work was already waiting: it comes faster than we come back.
+            Ok(job) => {
+                turnaround.note(Duration::ZERO);
+                job
+            }
+            Err(_idle) => {
+                let idle_since = Instant::now();
+                let mut caught = false;
+                if let Some(budget) = turnaround.spin_budget()
+                    && shared.queue.start_spinning(&me)
+                {
+                    caught = spin_for_letter(&me, idle_since + budget);
+                    shared.queue.stop_spinning(&me);
+                }
+                let job = match me.wait() {
+                    Letter::Job(job) => job,
+                    Letter::Retire | Letter::Close => break,
+                };
+                if let Some(submitted) = job.submitted() {
+                    turnaround.note(submitted.saturating_duration_since(idle_since));
+                    if !caught {
+                        // Woken from a park: how long that took, for callers
+                        // deciding whether to spin for their answer.
+                        shared.wake.record(Instant::now().saturating_duration_since(submitted));
+                    }
+                }
+                job
+            }
+        };
+        run(job);
     }
     drop(exit);
 }
 
-/// A hand-off (queue 0) found no worker waiting. If a worker is idle but not
-/// yet back at the queue (it has just answered a call, or has just started),
-/// it will be within microseconds: retry for as long as a crossbeam receive
-/// spins before parking, and only while some worker is idle. With every
-/// worker busy this returns at once.
-pub(super) fn hand_off(
-    tx: &Sender<QueuedJob>,
-    mut job: QueuedJob,
-    workers: &WorkerCounters,
-) -> Option<(Rejection, QueuedJob)> {
-    let mut backoff = SpinWait::new();
-    loop {
-        let idle = workers.live.load(Relaxed) > workers.busy.load(Relaxed);
-        if !idle || backoff.is_completed() {
-            return Some((Rejection::QueueFull, job));
-        }
-        backoff.snooze();
-        match tx.try_send(job) {
-            Ok(()) => return None,
-            Err(TrySendError::Full(q)) => job = q,
-            Err(TrySendError::Disconnected(q)) => return Some((Rejection::ShuttingDown, q)),
-        }
+/// Runs one job the queue handed over (the queue counted the worker busy;
+/// `run` uncounts it).
+fn run(queued: QueuedJob) {
+    if let Some(job) = queued.take() {
+        // `run` catches the job's own panic; this catches a panic from a
+        // `Drop` of the job's captures or result, so the worker survives
+        // even that.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
     }
 }
 
-/// A submission found the pool full and may wait for room until `until`
-/// (the earlier of `now + max_wait` and its deadline): a queue slot, or with
-/// queue 0 a worker coming back to the queue. Counted in `waiting` while it
-/// waits, so the hold it adds to its caller's thread shows in the stats.
-pub(super) fn wait_for_slot(
-    tx: &Sender<QueuedJob>,
-    job: QueuedJob,
-    until: Instant,
-    waiting: &AtomicUsize,
-) -> Option<(Rejection, QueuedJob)> {
-    waiting.fetch_add(1, Relaxed);
-    let sent = tx.send_deadline(job, until);
-    waiting.fetch_sub(1, Relaxed);
-    match sent {
-        Ok(()) => None,
-        Err(SendTimeoutError::Timeout(q)) => Some((Rejection::QueueFull, q)),
-        Err(SendTimeoutError::Disconnected(q)) => Some((Rejection::ShuttingDown, q)),
-    }
+/// Spins until a letter is posted (`true`) or `until` has passed.
+fn spin_for_letter(me: &Mailbox<QueuedJob>, until: Instant) -> bool {
+    crate::sync::spin_until_instant(|| me.is_posted(), until)
 }

@@ -1,0 +1,419 @@
+//! The pool's queue: the jobs waiting for a worker, the stack of idle
+//! workers, and the hand-off between them, all under one lock.
+//!
+//! Generic over the job type and free of clocks (apart from the arrival
+//! times it is handed), so that `tests/loom_pool.rs` can model check it with
+//! plain values. Every shared primitive comes from [`crate::sync`].
+//!
+//! # The lock and what it protects
+//!
+//! One `Mutex<State>`: the queued jobs (`VecDeque`), the idle workers (a
+//! LIFO `Vec` of mailboxes), the capacity, the worker bookkeeping
+//! (`workers`, `retire`, `away`), whether the queue is open, and the callers
+//! waiting for room. Every critical section is a few pushes and pops; no
+//! user code, no allocation beyond the deque's growth, and no wake-up runs
+//! under it (wake-ups are collected and made after unlocking).
+//!
+//! # Invariants (at every unlock)
+//!
+//! 1. `jobs` non-empty implies `idle` empty. A submitter hands its job to an
+//!    idle worker whenever there is one, and a worker goes idle only after
+//!    finding `jobs` empty. So an idle worker never waits while a job does,
+//!    and shutdown wakes idle workers only to let them exit.
+//! 2. `away` counts the workers that are alive, not in `idle` and not on
+//!    their way out: running a job, starting, or coming back to the lock
+//!    after answering a call. Each worker's `next` call takes itself out of
+//!    `away` on entry and puts itself back when it leaves with a job.
+//! 3. `busy` (the pool's counter, passed in) is raised under this lock for
+//!    every job given to a worker and lowered by the worker, outside it, just
+//!    before it answers. So `away - busy` are workers that will be back at
+//!    the lock within moments (`returning`): a job queued for one of them is
+//!    taken at once, which is how queue 0 accepts a call for a worker that
+//!    has just answered, without spinning for it.
+//! 4. `workers` is the worker setting once every requested retirement has
+//!    been taken: `retire` more workers will exit when they next come to the
+//!    lock.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicUsize as StdAtomicUsize;
+use std::time::Instant;
+
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
+
+/// What a worker is handed through its mailbox.
+#[derive(Debug)]
+pub enum Letter<J> {
+    /// A job to run: the poster has already counted the worker `away` and
+    /// `busy`.
+    Job(J),
+    /// The pool shrank: exit.
+    Retire,
+    /// The pool shut down (and no job waits, invariant 1): exit.
+    Close,
+}
+
+/// One idle worker's mailbox. It sits in the idle stack while its worker
+/// waits; whoever pops it owns the right to post exactly one letter.
+pub struct Mailbox<J> {
+    /// Set (`Release`) after the letter is in; the worker spins and parks on
+    /// it (`Acquire`).
+    posted: AtomicBool,
+    /// Set by the worker while it spins for work rather than sleeps; read by
+    /// the poster to tell its caller whether a wake-up was needed.
+    spinning: AtomicBool,
+    letter: Mutex<Option<Letter<J>>>,
+    thread: Thread,
+}
+
+impl<J> Mailbox<J> {
+    /// A mailbox for the calling thread (the worker).
+    pub fn for_current_thread() -> Arc<Self> {
+        Arc::new(Mailbox {
+            posted: AtomicBool::new(false),
+            spinning: AtomicBool::new(false),
+            letter: Mutex::new(None),
+            thread: current(),
+        })
+    }
+
+    fn post(&self, letter: Letter<J>) {
+        *self.letter.lock() = Some(letter);
+        self.posted.store(true, Ordering::Release);
+        // After the store: a worker that parks after reading `false` gets
+        // the token, one that has not parked yet sees `true`.
+        self.thread.unpark();
+    }
+
+    /// Whether a letter has been posted.
+    pub fn is_posted(&self) -> bool {
+        self.posted.load(Ordering::Acquire)
+    }
+
+    /// Parks until a letter is posted, then takes it.
+    pub fn wait(&self) -> Letter<J> {
+        while !self.is_posted() {
+            // May return spuriously, or for a token left by an earlier
+            // letter's unpark: look again.
+            park();
+        }
+        // Only the poster writes, once, before `posted`; only we take.
+        self.letter.lock().take().unwrap_or(Letter::Close)
+    }
+}
+
+/// Why a submission was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// No idle worker, no worker about to come back, no room.
+    Full,
+    /// The queue is closed.
+    Closed,
+}
+
+/// How an accepted job went in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// Handed straight to an idle worker; `true` when that worker was still
+    /// spinning for work (no wake-up needed), `false` when it was parked.
+    Handed(bool),
+    /// Queued, behind `ahead` other jobs, for a busy worker or one about to
+    /// come back.
+    Queued {
+        /// Jobs queued before this one.
+        ahead: usize,
+    },
+}
+
+/// What [`Queue::resize`] asks the pool to do.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Resized {
+    /// New workers to start (already counted in `workers` and `away`; report
+    /// any that fail with [`Queue::not_started`]).
+    pub start: usize,
+}
+
+struct State<J> {
+    jobs: VecDeque<J>,
+    /// Idle workers, most recently idle last (popped first).
+    idle: Vec<Arc<Mailbox<J>>>,
+    capacity: usize,
+    open: bool,
+    /// Workers alive and not asked to exit (see invariant 4).
+    workers: usize,
+    /// Busy workers asked to exit when they come back.
+    retire: usize,
+    /// See invariant 2.
+    away: usize,
+    /// Submitters waiting (`max_wait`) for room; woken one at a time.
+    room_waiters: VecDeque<Thread>,
+}
+
+impl<J> State<J> {
+    /// Workers that have answered (or are starting) and will take a queued
+    /// job as soon as they reach the lock, minus those that will exit.
+    fn returning(&self, busy: usize) -> usize {
+        self.away.saturating_sub(busy).saturating_sub(self.retire)
+    }
+
+    fn has_room(&self, busy: usize) -> bool {
+        !self.idle.is_empty() || self.jobs.len() < self.capacity + self.returning(busy)
+    }
+}
+
+/// The queue, the idle stack and the worker bookkeeping. See the module docs.
+pub struct Queue<J> {
+    state: Mutex<State<J>>,
+    /// `jobs.len()`, mirrored for lock-free reads (`stats`, admission).
+    len: StdAtomicUsize,
+    /// Workers spinning for work right now (at most one at a time).
+    spinning: AtomicUsize,
+}
+
+/// How a worker that found no job waits (what `next` returns instead of one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Idle;
+
+impl<J> Queue<J> {
+    /// A queue of `capacity` for `workers` workers, all counted as starting.
+    pub fn new(capacity: usize, workers: usize) -> Self {
+        Queue {
+            state: Mutex::new(State {
+                jobs: VecDeque::with_capacity(capacity.min(1024)),
+                idle: Vec::with_capacity(workers),
+                capacity,
+                open: true,
+                workers,
+                retire: 0,
+                away: workers,
+                room_waiters: VecDeque::new(),
+            }),
+            len: StdAtomicUsize::new(0),
+            spinning: AtomicUsize::new(0),
+        }
+    }
+
+    /// Jobs waiting (a relaxed read; no lock).
+    pub fn queued(&self) -> usize {
+        self.len.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Offers `job`: to the most recently idle worker if
+    /// there is one; else into the queue if there is room (capacity, plus
+    /// one place for each worker about to come back). `busy` is the pool's
+    /// busy counter: raised here for a job handed to a worker.
+    pub fn push(&self, job: J, busy: &StdAtomicUsize) -> Result<Accepted, (Refused, J)> {
+        let mut st = self.state.lock();
+        if !st.open {
+            return Err((Refused::Closed, job));
+        }
+        if let Some(worker) = st.idle.pop() {
+            st.away += 1;
+            busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            drop(st);
+            let spinning = worker.spinning.load(Ordering::Relaxed);
+            worker.post(Letter::Job(job));
+            return Ok(Accepted::Handed(spinning));
+        }
+        let busy_now = busy.load(std::sync::atomic::Ordering::Relaxed);
+        if st.jobs.len() < st.capacity + st.returning(busy_now) {
+            let ahead = st.jobs.len();
+            st.jobs.push_back(job);
+            self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
+            return Ok(Accepted::Queued { ahead });
+        }
+        Err((Refused::Full, job))
+    }
+
+    /// [`push`](Self::push), waiting (parked) until `until` for room when
+    /// the pool is full. `waiting` is raised while it waits.
+    pub fn push_until(
+        &self,
+        mut job: J,
+        until: Instant,
+        busy: &StdAtomicUsize,
+        waiting: &StdAtomicUsize,
+    ) -> Result<Accepted, (Refused, J)> {
+        let mut registered = false;
+        let result = loop {
+            match self.push(job, busy) {
+                Err((Refused::Full, j)) => job = j,
+                done => break done,
+            }
+            let mut st = self.state.lock();
+            // Room may have come between the two locks: try again at once.
+            if st.has_room(busy.load(std::sync::atomic::Ordering::Relaxed)) || !st.open {
+                continue;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Err((Refused::Full, job));
+            }
+            if !registered {
+                waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                registered = true;
+            }
+            st.room_waiters.push_back(current());
+            drop(st);
+            park_timeout(left);
+            // Whoever woke us popped us; a timeout or a spurious wake-up
+            // leaves us listed: take ourselves off.
+            let me = current().id();
+            let mut st = self.state.lock();
+            st.room_waiters.retain(|t| t.id() != me);
+        };
+        if registered {
+            waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if result.is_err() {
+            // A wake-up meant for us may have come with room we did not
+            // use: pass it on.
+            let next = {
+                let st = self.state.lock();
+                if st.has_room(busy.load(std::sync::atomic::Ordering::Relaxed)) {
+                    st.room_waiters.front().cloned()
+                } else {
+                    None
+                }
+            };
+            if let Some(t) = next {
+                t.unpark();
+            }
+        }
+        result
+    }
+
+    /// A worker asks for its next job: on starting, and each time it comes
+    /// back from one. Returns `Some(Ok(job))`; `Some(Err(idle))` with the
+    /// worker now in the idle stack (spin if it likes, see
+    /// [`start_spinning`](Self::start_spinning), then take the letter with
+    /// [`Mailbox::wait`]); or `None`: exit (retired, or the queue is closed
+    /// and drained).
+    pub fn next(&self, me: &Arc<Mailbox<J>>, busy: &StdAtomicUsize) -> Option<Result<J, Idle>> {
+        let (result, waiter) = {
+            let mut st = self.state.lock();
+            st.away -= 1;
+            if st.retire > 0 {
+                st.retire -= 1;
+                return None;
+            }
+            if let Some(job) = st.jobs.pop_front() {
+                st.away += 1;
+                busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
+                (Ok(job), st.room_waiters.pop_front())
+            } else if !st.open {
+                return None;
+            } else {
+                me.posted.store(false, Ordering::Relaxed);
+                st.idle.push(me.clone());
+                // A hand-off waiter can now use this worker.
+                (Err(Idle), st.room_waiters.pop_front())
+            }
+        };
+        if let Some(t) = waiter {
+            t.unpark();
+        }
+        Some(result)
+    }
+
+    /// An idle worker asks to spin for work: granted to one worker at a time,
+    /// so spinning never takes more than one core.
+    pub fn start_spinning(&self, me: &Mailbox<J>) -> bool {
+        let granted = self.spinning.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        if granted {
+            me.spinning.store(true, Ordering::Relaxed);
+        }
+        granted
+    }
+
+    /// The spinning worker stops spinning (found a letter or gave up).
+    pub fn stop_spinning(&self, me: &Mailbox<J>) {
+        me.spinning.store(false, Ordering::Relaxed);
+        self.spinning.store(0, Ordering::Relaxed);
+    }
+
+    /// Sets the worker count and the capacity. Growing cancels pending
+    /// retirements first, then asks for new workers; shrinking retires idle
+    /// workers first (the longest idle first) and asks busy ones to exit when
+    /// they come back. Queued jobs are never dropped: a smaller capacity only
+    /// refuses new submissions.
+    pub fn resize(&self, workers: usize, capacity: usize) -> Resized {
+        let (retired, waiters, start) = {
+            let mut st = self.state.lock();
+            if !st.open {
+                return Resized { start: 0 };
+            }
+            st.capacity = capacity;
+            let mut retired = Vec::new();
+            let mut start = 0;
+            if workers > st.workers {
+                let more = workers - st.workers;
+                let kept = st.retire.min(more);
+                st.retire -= kept;
+                start = more - kept;
+                st.workers = workers;
+                st.away += start;
+            } else {
+                let fewer = st.workers - workers;
+                st.workers = workers;
+                let from_idle = fewer.min(st.idle.len());
+                retired = st.idle.drain(..from_idle).collect();
+                st.retire += fewer - from_idle;
+            }
+            // Room may have grown: let every waiter look again.
+            let waiters: Vec<Thread> = st.room_waiters.drain(..).collect();
+            (retired, waiters, start)
+        };
+        for worker in retired {
+            worker.post(Letter::Retire);
+        }
+        for t in waiters {
+            t.unpark();
+        }
+        Resized { start }
+    }
+
+    /// `n` workers asked for by [`resize`](Self::resize) (or counted by
+    /// [`new`](Self::new)) could not be started.
+    pub fn not_started(&self, n: usize) {
+        let mut st = self.state.lock();
+        st.workers -= n.min(st.workers);
+        st.away -= n.min(st.away);
+    }
+
+    /// Closes the queue: refuses every submission from now on and tells idle
+    /// workers to exit; busy ones drain the queue and then exit. `false` if
+    /// it was already closed.
+    pub fn close(&self) -> bool {
+        let (idle, waiters) = {
+            let mut st = self.state.lock();
+            if !st.open {
+                return false;
+            }
+            st.open = false;
+            let idle: Vec<_> = st.idle.drain(..).collect();
+            let waiters: Vec<Thread> = st.room_waiters.drain(..).collect();
+            (idle, waiters)
+        };
+        for worker in idle {
+            worker.post(Letter::Close);
+        }
+        for t in waiters {
+            t.unpark();
+        }
+        true
+    }
+
+    /// `true` once [`close`](Self::close) has been called.
+    pub fn is_closed(&self) -> bool {
+        !self.state.lock().open
+    }
+
+    /// Takes every queued job out (shutdown's grace is over).
+    pub fn drain(&self) -> Vec<J> {
+        let mut st = self.state.lock();
+        let jobs: Vec<J> = st.jobs.drain(..).collect();
+        self.len.store(0, std::sync::atomic::Ordering::Relaxed);
+        jobs
+    }
+}

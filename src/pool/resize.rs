@@ -1,0 +1,118 @@
+//! Changing a running pool: [`Pool::resize`], and the thread bookkeeping it
+//! shares with the builder (spawning at the lowest free index, reaping
+//! workers that have exited).
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::thread;
+use std::time::Duration;
+
+use super::builder::{check_max_wait, check_queue, check_workers};
+use super::worker::{ExitGuard, join_worker, worker_main};
+use super::{Control, Pool, Shared, WorkerThread, duration_ns};
+use crate::error::ConfigError;
+
+impl Pool {
+    /// Changes the number of workers, the queue capacity and
+    /// [`max_wait`](super::PoolBuilder::max_wait) while the pool runs.
+    /// Validated like the builder: an error names `workers`, `queue` or
+    /// `max_wait`, and changes nothing.
+    ///
+    /// - Growing starts new workers at once, named like the others with the
+    ///   lowest free index.
+    /// - Shrinking retires idle workers first (the longest idle first); busy
+    ///   ones finish the job they are running, then exit. No job is ever cut
+    ///   short.
+    /// - A smaller queue drops nothing: jobs queued beyond the new capacity
+    ///   stay queued and run; only new submissions see the new bound.
+    /// - Every submitted call still gets exactly one answer.
+    ///
+    /// The getters ([`workers`](Pool::workers), [`queue_capacity`](Pool::queue_capacity),
+    /// [`max_wait`](Pool::max_wait)) return the new settings at once;
+    /// [`stats`](Pool::stats)`().workers` reaches the new count once retiring
+    /// workers have finished their jobs. Resizes run one at a time (and not
+    /// during a shutdown). On a pool that is shut down it is an error
+    /// (field `workers`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let pool = watertight::Pool::builder("resized").workers(2).queue(4).build()?;
+    /// pool.resize(6, 0, Duration::from_millis(5))?;
+    /// assert_eq!((pool.workers(), pool.queue_capacity()), (6, 0));
+    /// assert_eq!(pool.resize(0, 0, Duration::ZERO).unwrap_err().field(), "workers");
+    /// # Ok::<(), watertight::ConfigError>(())
+    /// ```
+    pub fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
+        check_workers(workers)?;
+        check_queue(queue)?;
+        check_max_wait(max_wait)?;
+        let h = &*self.inner;
+        let mut control = h.control.lock();
+        if h.shared.queue.is_closed() {
+            return Err(ConfigError::new(
+                "workers",
+                "changed only while the pool runs (it is shut down)",
+                workers,
+            ));
+        }
+        control.reap();
+        h.workers.store(workers, Relaxed);
+        h.queue.store(queue, Relaxed);
+        h.max_wait_ns.store(duration_ns(max_wait), Relaxed);
+        let resized = h.shared.queue.resize(workers, queue);
+        for started in 0..resized.start {
+            if let Err(e) = control.spawn(&h.shared) {
+                let missing = resized.start - started;
+                h.shared.queue.not_started(missing);
+                h.workers.store(workers - missing, Relaxed);
+                return Err(ConfigError::new(
+                    "workers",
+                    "a number of threads the system can start",
+                    format!("{workers} ({e})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Control {
+    /// Joins the workers that have exited since the last look (retired ones),
+    /// freeing their indexes.
+    pub(super) fn reap(&mut self) {
+        while let Ok(i) = self.exits.try_recv() {
+            join_worker(self.threads.get_mut(i));
+        }
+    }
+
+    /// Starts one worker at the lowest free index. The queue has already
+    /// counted it (as starting); the caller tells the queue if this fails.
+    pub(super) fn spawn(&mut self, shared: &Arc<Shared>) -> io::Result<()> {
+        let index = self.threads.iter().position(|w| w.join.is_none()).unwrap_or(self.threads.len());
+        let mut builder = thread::Builder::new().name(format!("watertight-{}-{}", shared.name, index));
+        if let Some(s) = self.stack_size {
+            builder = builder.stack_size(s);
+        }
+        // Counted before the thread exists, so `stats().workers` includes it
+        // as soon as the builder or the resize returns.
+        shared.stats.workers.live.fetch_add(1, Relaxed);
+        let exit = ExitGuard { shared: shared.clone(), index, tx: self.exit_tx.clone() };
+        // On failure the closure (and its exit guard) is dropped unrun,
+        // which uncounts the worker again (and reports an exit nobody joins).
+        let join = match builder.spawn(move || worker_main(exit)) {
+            Ok(join) => join,
+            Err(e) => {
+                // Take that exit report now, before the index can be reused.
+                self.reap();
+                return Err(e);
+            }
+        };
+        let worker = WorkerThread { id: join.thread().id(), join: Some(join) };
+        match self.threads.get_mut(index) {
+            Some(slot) => *slot = worker,
+            None => self.threads.push(worker),
+        }
+        Ok(())
+    }
+}
