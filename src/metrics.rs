@@ -1,5 +1,5 @@
 //! The Prometheus exporter (feature `prometheus`): a `prometheus-client`
-//! [`Collector`] over a [`Registry`](crate::Registry), and [`encode_text`] for
+//! [`Collector`] over a [`Registry`], and [`encode_text`] for
 //! a `/metrics` route.
 //!
 //! What is counted, and how the counts add up, is the dependency's own
@@ -22,7 +22,7 @@
 /// application's own metrics can use the same version.
 pub use prometheus_client;
 /// `prometheus-client`'s registry, named apart from this crate's
-/// [`Registry`](crate::Registry) of dependencies.
+/// [`Registry`] of dependencies.
 pub use prometheus_client::registry::Registry as PrometheusRegistry;
 
 /// The `Content-Type` of what [`encode_text`] produces (OpenMetrics text

@@ -8,7 +8,7 @@ use super::machine::Inner;
 use super::state::{State, state_of};
 use crate::classify::Verdict;
 
-/// Permission to make one call, from [`Breaker::try_acquire`].
+/// Permission to make one call, from [`Breaker::try_acquire`](crate::Breaker::try_acquire).
 ///
 /// Report the call's outcome with [`record`](Permit::record). A permit dropped
 /// without a verdict counts as [`Verdict::Ignore`]: it is neither a success

@@ -161,7 +161,7 @@ impl Dependency {
             let _span = crate::trace::enter(parent_span, ctx);
             job(ctx)
         };
-        let ticket = match inner.pool.submit_attempt(deadline.at, attempt, traced) {
+        let ticket = match inner.pool.submit_attempt_at(now, deadline.at, attempt, traced) {
             Ok(ticket) => ticket,
             Err(refused) => {
                 // Neither the breaker nor the limit learns anything from a refusal.

@@ -197,7 +197,8 @@ impl Dependency {
         let inner = &*self.inner;
         // The pool checks its own fields and changes nothing when it refuses,
         // so it goes first; nothing below can fail.
-        resize_pool(&inner.pool, &new)?;
+        inner.pool.resize(new.workers, new.queue, new.max_wait)?;
+        inner.pool.set_deadline_aware_admission(new.deadline_aware_admission);
         inner.live.admission.store(new.deadline_aware_admission, Ordering::Relaxed);
         let slow = new.breaker.slow_call_duration;
         inner.breaker.reconfigure(new.breaker).expect("checked above");
@@ -215,22 +216,4 @@ impl Dependency {
         log::info!("dependency {}: reconfigured", inner.name);
         Ok(())
     }
-}
-
-/// The pool's part of a reconfiguration. This build's pool cannot change its
-/// size or admission while it runs, so a change to them is refused (naming
-/// the field) and the rest of the configuration is applied by the caller
-/// only when they are unchanged.
-fn resize_pool(pool: &crate::pool::Pool, new: &DependencyConfig) -> Result<(), ConfigError> {
-    let unchanged = "unchanged: this pool cannot be resized while it runs";
-    if new.workers != pool.workers() {
-        return Err(ConfigError::new("workers", unchanged, new.workers));
-    }
-    if new.queue != pool.queue_capacity() {
-        return Err(ConfigError::new("queue", unchanged, new.queue));
-    }
-    if new.max_wait != pool.max_wait() {
-        return Err(ConfigError::new("max_wait", unchanged, format_args!("{:?}", new.max_wait)));
-    }
-    Ok(())
 }

@@ -1,33 +1,7 @@
 //! A dependency's own bookkeeping: the live [`Counters`] on the call path, and
 //! the plain snapshots read from them, [`CallCounts`] and [`DependencySnapshot`].
 //!
-//! # Accounting
-//!
-//! Every attempt a [`Dependency`](crate::Dependency) makes ends in exactly one
-//! [`Outcome`], so
-//!
-//! ```text
-//! attempts = successful + failed + ignored + timed_out + panicked
-//!          + not_permitted + queue_full + deadline_unmeetable + shutting_down
-//!          + limit_exceeded
-//! ```
-//!
-//! ([`CallCounts::total`]). A call through `call_retry` makes one attempt per
-//! try, and each is counted. The other three counters overlap the outcomes
-//! instead of adding to them:
-//!
-//! - `slow`: attempts recorded on the breaker (successful, failed, timed out,
-//!   panicked) that took longer than the breaker's `slow_call_duration`;
-//! - `retried`: attempts that were retries (at most `attempts - calls`);
-//! - `expired`: jobs the pool dropped unstarted, because their deadline passed
-//!   in the queue, their caller had gone, or shutdown discarded them. Their
-//!   callers already counted them as `timed_out` or `shutting_down`. It is
-//!   read from the dependency's own pool.
-//!
-//! The counters are the dependency's own relaxed atomics, not the breaker's
-//! (a disabled breaker records nothing); each is monotonic. A snapshot reads
-//! them one by one without a lock, so one taken while calls are in flight may
-//! be a few calls apart between fields; one taken at rest adds up exactly.
+//! The accounting rules are on [`CallCounts`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -50,7 +24,7 @@ pub struct DependencySnapshot {
     pub failure_rate: Option<f64>,
     /// The breaker's slow-call rate in percent, `None` like `failure_rate`.
     pub slow_call_rate: Option<f64>,
-    /// Attempts by outcome (see the [accounting](self#accounting)).
+    /// Attempts by outcome (see [`CallCounts`] for how they add up).
     pub calls: CallCounts,
     /// The worker pool: workers, busy, queued, abandoned, ...
     pub pool: PoolStats,
@@ -103,8 +77,35 @@ pub struct DependencyLatency {
 }
 
 /// Attempts by [`Outcome`], and the overlapping `slow`, `retried` and
-/// `expired` counts (see the [accounting](self#accounting)). Each field is
-/// named like its outcome's label.
+/// `expired` counts. Each field is named like its outcome's label.
+///
+/// # Accounting
+///
+/// Every attempt a [`Dependency`](crate::Dependency) makes ends in exactly one
+/// [`Outcome`], so
+///
+/// ```text
+/// attempts = successful + failed + ignored + timed_out + panicked
+///          + not_permitted + queue_full + deadline_unmeetable + shutting_down
+///          + limit_exceeded
+/// ```
+///
+/// ([`CallCounts::total`]). A call through `call_retry` makes one attempt per
+/// try, and each is counted. The other three counters overlap the outcomes
+/// instead of adding to them:
+///
+/// - `slow`: attempts recorded on the breaker (successful, failed, timed out,
+///   panicked) that took longer than the breaker's `slow_call_duration`;
+/// - `retried`: attempts that were retries (at most `attempts - calls`);
+/// - `expired`: jobs the pool dropped unstarted, because their deadline passed
+///   in the queue, their caller had gone, or shutdown discarded them. Their
+///   callers already counted them as `timed_out` or `shutting_down`. It is
+///   read from the dependency's own pool.
+///
+/// The counters are the dependency's own relaxed atomics, not the breaker's
+/// (a disabled breaker records nothing); each is monotonic. A snapshot reads
+/// them one by one without a lock, so one taken while calls are in flight may
+/// be a few calls apart between fields; one taken at rest adds up exactly.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallCounts {

@@ -263,27 +263,10 @@ impl Pool {
     }
 
     /// [`submit_deadline`](Pool::submit_deadline) for attempt number
-    /// `attempt` (1-based) of a call, shown to the job by
-    /// [`CallContext::attempt`].
-    #[allow(dead_code)] // the dependency layer's entry point
-    pub(crate) fn submit_attempt<T, E, F>(
-        &self,
-        deadline: Instant,
-        attempt: u32,
-        job: F,
-    ) -> Result<Ticket<T, E>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        self.submit_at(Instant::now(), deadline, attempt.max(1), job)
-    }
-
-    /// [`submit_attempt`](Pool::submit_attempt) with the caller's own reading
-    /// of the clock, `now`, taken just before: saves the pool reading it
-    /// again (the dependency layer has always just read it).
-    #[allow(dead_code)] // for the dependency layer's call path
+    /// `attempt` (1-based, shown to the job by [`CallContext::attempt`]),
+    /// with the caller's own reading of the clock, `now`, taken just before:
+    /// saves the pool reading it again (the dependency layer has always just
+    /// read it).
     pub(crate) fn submit_attempt_at<T, E, F>(
         &self,
         now: Instant,
@@ -550,7 +533,9 @@ mod tests {
     fn attempt_reaches_the_job() {
         let pool = Pool::builder("att").workers(1).queue(1).build().unwrap();
         let t = pool
-            .submit_attempt(Instant::now() + Duration::from_secs(5), 3, |ctx| Ok::<_, ()>(ctx.attempt()))
+            .submit_attempt_at(Instant::now(), Instant::now() + Duration::from_secs(5), 3, |ctx| {
+                Ok::<_, ()>(ctx.attempt())
+            })
             .unwrap();
         assert_eq!(t.wait().unwrap(), 3);
     }
