@@ -155,13 +155,16 @@ impl Dependency {
             Some(granted) => granted,
             None => None,
         };
+        // The pool reads the clock again for its own `now` rather than reuse this
+        // call's: a deadline that passes in between (a 1 ns timeout, say) is then
+        // refused at submission as unmeetable, not queued to time out and be retried.
         // Feature "tracing": the job runs in a span whose parent is the caller's span.
         let parent_span = crate::trace::capture();
         let traced = move |ctx: &CallContext| {
             let _span = crate::trace::enter(parent_span, ctx);
             job(ctx)
         };
-        let ticket = match inner.pool.submit_attempt_at(now, deadline.at, attempt, traced) {
+        let ticket = match inner.pool.submit_attempt_at(Instant::now(), deadline.at, attempt, traced) {
             Ok(ticket) => ticket,
             Err(refused) => {
                 // Neither the breaker nor the limit learns anything from a refusal.
