@@ -19,8 +19,9 @@ const LATENCY_CAP_US: u64 = 3_600_000_000;
 /// nearest), with **3 significant digits**. Up to 2.048 ms every microsecond has
 /// its own bucket, so a percentile is the exact sample to the microsecond (what
 /// [`ms`] prints); above that a bucket is at most 1/1024 of its value wide, and
-/// the percentile reported is its bucket's upper end: never below the sample it
-/// stands for, and at most 0.1 % above it.
+/// the percentile reported is its bucket's upper end, or the largest latency
+/// recorded if that is lower: never below the sample it stands for, and at most
+/// 0.1 % above it (a failure charged exactly 2 s reads 2000.000 ms).
 ///
 /// [`percentile`](Self::percentile) is nearest-rank, as it was over sorted
 /// vectors, so figures from before the histogram stay comparable. The
@@ -30,6 +31,9 @@ const LATENCY_CAP_US: u64 = 3_600_000_000;
 pub struct Latencies {
     hist: Histogram<u64>,
     sum: Duration,
+    /// The largest latency recorded, in µs, exactly (the histogram's `max()` is
+    /// its bucket's upper end).
+    max_us: u64,
 }
 
 impl Default for Latencies {
@@ -37,6 +41,7 @@ impl Default for Latencies {
         Latencies {
             hist: Histogram::new(3).expect("3 significant digits are within hdrhistogram's 0..=5"),
             sum: Duration::ZERO,
+            max_us: 0,
         }
     }
 }
@@ -48,6 +53,7 @@ impl Latencies {
         // An auto-resizing histogram takes any value up to i64::MAX / 2; the cap is far below.
         self.hist.record(us).expect("an auto-resizing histogram records any value up to the cap");
         self.sum += d;
+        self.max_us = self.max_us.max(us);
     }
 
     /// How many latencies were recorded.
@@ -66,7 +72,7 @@ impl Latencies {
         if self.hist.is_empty() {
             return Duration::ZERO;
         }
-        Duration::from_micros(self.hist.value_at_percentile(p))
+        Duration::from_micros(self.hist.value_at_percentile(p).min(self.max_us))
     }
 
     /// The exact mean (from the sum, not the buckets); zero when there is none.
