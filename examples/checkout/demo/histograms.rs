@@ -54,10 +54,13 @@ fn row(dep: &str, histogram: &str, recent: Percentiles, total: &HistogramSnapsho
     )
 }
 
-/// `57µs`, `4.2ms`, `310ms`, `3.0s`; `-` without samples.
+/// `<100µs`, `570µs`, `4.2ms`, `310ms`, `12.5s`; `-` without samples. The
+/// first bucket is 0 to 100 µs, and a quantile interpolated inside it says no
+/// more than that.
 fn dur(d: Option<Duration>) -> String {
     match d {
         None => "-".into(),
+        Some(d) if d < Duration::from_micros(100) => "<100µs".into(),
         Some(d) if d < Duration::from_millis(1) => format!("{}µs", d.as_micros()),
         Some(d) if d < Duration::from_millis(100) => format!("{:.1}ms", d.as_secs_f64() * 1e3),
         Some(d) if d < Duration::from_secs(10) => format!("{:.0}ms", d.as_secs_f64() * 1e3),
