@@ -35,7 +35,9 @@
 //! An `/orders` request that does not get its order (a client timeout of 2 s, or any
 //! answer but 200) is charged the full 2 s: failing fast is still failing. Every
 //! request is recorded, and a summary with p50/p99 and the ratios to `baseline` is
-//! printed at the end (criterion itself reports central figures only).
+//! printed at the end (criterion itself reports central figures only). The
+//! percentiles are nearest-rank, from an HdrHistogram of 3 significant digits
+//! (`common::report::Latencies`: to the microsecond up to 2 ms, within 0.1 % above).
 //!
 //! After criterion, a paired comparison runs outside it (`baseline` against
 //! `watertight`): both servers and both loads up at once and `/orders` measured on
@@ -62,7 +64,7 @@ use criterion::{BenchmarkGroup, Criterion, SamplingMode};
 use watertight::State;
 
 use common::app::Mode;
-use common::report::{criterion_median, joined, median, ms, percentile, verdict};
+use common::report::{Latencies, criterion_median, joined, median, ms, verdict};
 use common::scenario::{Clients, Scenario, teardown_side_by_side};
 use common::{
     FRAUD_DEADLINE, ORDER_BODY, ORDERS, PAIRED_ROUNDS, REQUEST_THREADS, SHARED_BLOCKING_THREADS, client,
@@ -186,9 +188,9 @@ impl Clients for Load {
 /// Every `/orders` request of one id, as charged.
 #[derive(Debug, Default)]
 struct OrdersRecord {
-    charged: Vec<Duration>,
+    charged: Latencies,
     /// The time until the answer (or the client's timeout), whatever it was.
-    wall: Vec<Duration>,
+    wall: Latencies,
     ok: u64,
     not_ok: u64,
     timed_out: u64,
@@ -222,8 +224,8 @@ impl OrdersRecord {
                 ORDERS_CLIENT_TIMEOUT
             }
         };
-        self.charged.push(charged);
-        self.wall.push(took);
+        self.charged.record(charged);
+        self.wall.record(took);
         charged
     }
 
@@ -364,11 +366,10 @@ fn measure_paired(baseline: &str, watertight: &str) -> IsolationPaired {
             for _ in 0..ISOLATION_PAIRED_REQUESTS {
                 let charged = record.measure(&agent, bases[k], n);
                 n += 1;
-                paired.all[k].charged.push(charged);
+                paired.all[k].charged.record(charged);
             }
             paired.all[k].add_counts(&record);
-            record.charged.sort();
-            let p50 = percentile(&record.charged, 50.0);
+            let p50 = record.charged.percentile(50.0);
             if k == 0 { paired.baseline.push(p50) } else { paired.watertight.push(p50) }
         }
     }
@@ -381,7 +382,7 @@ fn measure_paired(baseline: &str, watertight: &str) -> IsolationPaired {
 
 /// Prints one line per id that ran; returns each id's p50 as a multiple of
 /// `baseline`'s.
-fn print_table(isolation: &mut [IsolationRow]) -> HashMap<&'static str, f64> {
+fn print_table(isolation: &[IsolationRow]) -> HashMap<&'static str, f64> {
     println!();
     println!("== isolation: GET /orders/{{id}} while 32 clients call /checkout (failures charged 2 s)");
     println!(
@@ -399,20 +400,16 @@ fn print_table(isolation: &mut [IsolationRow]) -> HashMap<&'static str, f64> {
         "wall p50",
         "wall p99"
     );
-    let mut base_p50 = None;
+    let base_p50 = isolation
+        .iter()
+        .find(|row| row.id == "baseline" && !row.record.charged.is_empty())
+        .map(|row| row.record.charged.percentile(50.0));
     let mut p50s = HashMap::new();
-    for row in isolation.iter_mut() {
-        row.record.charged.sort();
-        row.record.wall.sort();
-        if row.id == "baseline" && !row.record.charged.is_empty() {
-            base_p50 = Some(percentile(&row.record.charged, 50.0));
-        }
-    }
     // Ids filtered out on the command line ran nothing.
     for row in isolation.iter().filter(|row| !row.record.charged.is_empty()) {
         let r = &row.record;
-        let p50 = percentile(&r.charged, 50.0);
-        let mean = r.charged.iter().sum::<Duration>() / (r.charged.len().max(1) as u32);
+        let p50 = r.charged.percentile(50.0);
+        let mean = r.charged.mean();
         let ratio = base_p50.map_or(f64::NAN, |base: Duration| p50.as_secs_f64() / base.as_secs_f64());
         p50s.insert(row.id, ratio);
         let crit = criterion_median("isolation", row.id)
@@ -425,12 +422,12 @@ fn print_table(isolation: &mut [IsolationRow]) -> HashMap<&'static str, f64> {
             r.not_ok,
             r.timed_out,
             ms(p50),
-            ms(percentile(&r.charged, 99.0)),
+            ms(r.charged.percentile(99.0)),
             ms(mean),
             crit,
             ratio,
-            ms(percentile(&r.wall, 50.0)),
-            ms(percentile(&r.wall, 99.0))
+            ms(r.wall.percentile(50.0)),
+            ms(r.wall.percentile(99.0))
         );
     }
     p50s
@@ -449,7 +446,7 @@ fn print_goals(p50s: &HashMap<&str, f64>) {
     }
 }
 
-fn print_paired(paired: &mut IsolationPaired) {
+fn print_paired(paired: &IsolationPaired) {
     if paired.baseline.is_empty() {
         return;
     }
@@ -460,15 +457,14 @@ fn print_paired(paired: &mut IsolationPaired) {
     for (k, (name, rounds)) in
         [("baseline", &paired.baseline), ("watertight", &paired.watertight)].into_iter().enumerate()
     {
-        let all = &mut paired.all[k];
-        all.charged.sort();
+        let all = &paired.all[k];
         println!(
             "  {name:<10} ms: {}   all {} requests: ok {}, p50 {}, p99 {}",
             joined(rounds, |d| format!("{:.3}", d.as_secs_f64() * 1e3)),
             all.charged.len(),
             all.ok,
-            ms(percentile(&all.charged, 50.0)),
-            ms(percentile(&all.charged, 99.0))
+            ms(all.charged.percentile(50.0)),
+            ms(all.charged.percentile(99.0))
         );
     }
     let ratios: Vec<f64> = paired
@@ -487,7 +483,7 @@ fn print_paired(paired: &mut IsolationPaired) {
 
 fn main() {
     let mut c = Criterion::default().configure_from_args();
-    let mut rows = isolation(&mut c);
+    let rows = isolation(&mut c);
     c.final_summary();
     // Not criterion measurements: skipped when criterion only lists or tests.
     let args: Vec<String> = std::env::args().collect();
@@ -495,8 +491,8 @@ fn main() {
         println!("(one pass per id, nothing measured: no summary)");
         return;
     }
-    let mut paired = isolation_paired();
-    let p50s = print_table(&mut rows);
+    let paired = isolation_paired();
+    let p50s = print_table(&rows);
     print_goals(&p50s);
-    print_paired(&mut paired);
+    print_paired(&paired);
 }

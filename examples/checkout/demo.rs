@@ -12,6 +12,12 @@
 //! The load is closed-loop and bounded: a fixed number of clients, each
 //! waiting for its answer (or its client timeout) and then pacing itself, all
 //! stopped and joined at the end.
+//!
+//! The clients' percentiles come from HdrHistograms ([`latencies`]); the run
+//! ends with the dependencies' own latency histograms ([`histograms`]).
+
+mod histograms;
+mod latencies;
 
 use std::error::Error as StdError;
 use std::fmt::Write as _;
@@ -26,6 +32,7 @@ use serde_json::{Value, json};
 use watertight::testing::{FakeProvider, Fault};
 
 use crate::{Args, Running, print_capacity, start};
+use latencies::Latencies;
 
 /// Checkout clients. Fewer than fraud's workers + queue (15), so in bulkhead
 /// mode they are all admitted and the breaker sees every one time out.
@@ -97,7 +104,7 @@ const PHASE_FAULTS: [Fault; 3] = [Fault::Healthy, Fault::Hang, Fault::Healthy];
 struct Second {
     /// Latency of every `/orders` attempt, errors included (a timed-out one
     /// counts with the time it waited).
-    orders_ms: Vec<f64>,
+    orders: Latencies,
     orders_err: u32,
     approved: u32,
     rejected: u32,
@@ -127,14 +134,6 @@ impl Recorder {
             f(second);
         }
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1])
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -171,6 +170,10 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
 
     let threads = running.handle.threads();
     print!("{}", summary(&seconds, &args.demo_phases, mode, threads));
+    match running.app.backends.deps() {
+        Some(deps) => print!("{}", histograms::report(&[&deps.fraud, &deps.access, &deps.read])),
+        None => println!("\nno dependencies (no bulkhead), so no latency histograms of their own"),
+    }
     if let Some(path) = &args.demo_csv {
         std::fs::write(path, csv(&seconds))?;
         println!("per-second series written to {}", path.display());
@@ -249,7 +252,7 @@ impl Load {
         for p in providers {
             p.set_fault(Fault::Healthy);
         }
-        self.recorder.seconds.lock().clone()
+        std::mem::take(&mut *self.recorder.seconds.lock())
     }
 }
 
@@ -331,9 +334,9 @@ fn orders_client(agent: &ureq::Agent, url: &str, recorder: &Recorder, stop: &Ato
     while !stop.load(Ordering::Relaxed) {
         let began = Instant::now();
         let ok = matches!(agent.get(url).call(), Ok(r) if r.status() == 200);
-        let took = began.elapsed().as_secs_f64() * 1000.0;
+        let took = began.elapsed();
         recorder.record(|s| {
-            s.orders_ms.push(took);
+            s.orders.record(took);
             if !ok {
                 s.orders_err += 1;
             }
@@ -420,14 +423,13 @@ fn play_phases(running: &Running, fraud: &FakeProvider, recorder: &Recorder, arg
 }
 
 impl Second {
-    /// Stamps the second with the fault and the gauges, and sorts its latencies.
+    /// Stamps the second with the fault and the gauges.
     fn close(&mut self, fault: Fault, gauges: Gauges) {
         self.fault = fault.to_string();
         self.breaker = gauges.breaker;
         self.fraud_busy = gauges.fraud_busy;
         self.fraud_queued = gauges.fraud_queued;
         self.request_busy = gauges.request_busy;
-        self.orders_ms.sort_by(f64::total_cmp);
     }
 }
 
@@ -442,9 +444,9 @@ fn second_line(s: u64, sec: &Second, pool: bool, threads: usize) -> String {
         "{:>3}s {:<8} | {:>6} {:>7} {:>7} {:>4} | {:>4} {:>4} {:>6} {:>4} {:>4} | {:<9} {:>5} {:>6} | {:>4}/{}",
         s + 1,
         sec.fault,
-        sec.orders_ms.len(),
-        ms(percentile(&sec.orders_ms, 0.50)),
-        ms(percentile(&sec.orders_ms, 0.99)),
+        sec.orders.len(),
+        ms(sec.orders.percentile_ms(0.50)),
+        ms(sec.orders.percentile_ms(0.99)),
         sec.orders_err,
         sec.approved,
         sec.rejected,
@@ -467,7 +469,7 @@ fn second_line(s: u64, sec: &Second, pool: bool, threads: usize) -> String {
 struct PhaseStats {
     secs: usize,
     /// `/orders` requests answered (attempts less failures), and per second.
-    answered: usize,
+    answered: u64,
     rate: f64,
     failed: u32,
     p50: Option<f64>,
@@ -484,19 +486,19 @@ struct PhaseStats {
 
 impl PhaseStats {
     fn of(secs: &[&Second]) -> PhaseStats {
-        let mut lat: Vec<f64> = secs.iter().flat_map(|s| s.orders_ms.iter().copied()).collect();
-        lat.sort_by(f64::total_cmp);
+        let mut lat = Latencies::default();
+        secs.iter().for_each(|s| lat.add(&s.orders));
         let failed: u32 = secs.iter().map(|s| s.orders_err).sum();
-        let answered = lat.len().saturating_sub(failed as usize);
+        let answered = lat.len().saturating_sub(u64::from(failed));
         let sum = |f: fn(&Second) -> u32| secs.iter().map(|s| f(s)).sum::<u32>();
         PhaseStats {
             secs: secs.len(),
             answered,
             rate: answered as f64 / secs.len() as f64,
             failed,
-            p50: percentile(&lat, 0.50),
-            p99: percentile(&lat, 0.99),
-            dark: secs.iter().filter(|s| s.orders_ms.len() == s.orders_err as usize).count(),
+            p50: lat.percentile_ms(0.50),
+            p99: lat.percentile_ms(0.99),
+            dark: secs.iter().filter(|s| s.orders.len() == u64::from(s.orders_err)).count(),
             approved: sum(|s| s.approved),
             rejected: sum(|s| s.rejected),
             review: sum(|s| s.review),
@@ -626,9 +628,9 @@ fn csv(seconds: &[Second]) -> String {
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             i + 1,
             s.fault,
-            s.orders_ms.len(),
-            num(percentile(&s.orders_ms, 0.50)),
-            num(percentile(&s.orders_ms, 0.99)),
+            s.orders.len(),
+            num(s.orders.percentile_ms(0.50)),
+            num(s.orders.percentile_ms(0.99)),
             s.orders_err,
             s.approved,
             s.rejected,
