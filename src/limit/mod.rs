@@ -204,8 +204,9 @@ impl Limiter {
             return None;
         }
         st.in_flight += 1;
+        let in_flight = st.in_flight;
         drop(st);
-        Some(LimitPermit { inner: Arc::clone(&self.inner), issued: now, released: false })
+        Some(LimitPermit { inner: Arc::clone(&self.inner), issued: now, in_flight, released: false })
     }
 
     /// How many calls may be in flight at once now.
@@ -228,10 +229,11 @@ impl Limiter {
         self.inner.state.lock().max
     }
 
-    /// The long-term, no-congestion latency the limit is measured against;
-    /// `None` before the first success.
+    /// The no-load latency the limit is measured against: what the provider
+    /// takes when it is not queueing (see the module docs); `None` before the
+    /// first success.
     pub fn baseline(&self) -> Option<Duration> {
-        self.inner.state.lock().rule.baseline()
+        self.inner.state.lock().rule.no_load()
     }
 
     /// The short-term latency; `None` before the first success.
@@ -266,6 +268,8 @@ impl fmt::Debug for Limiter {
 pub struct LimitPermit {
     inner: Arc<Inner>,
     issued: Instant,
+    /// The calls in flight when it was granted, itself included.
+    in_flight: usize,
     released: bool,
 }
 
@@ -280,13 +284,11 @@ impl LimitPermit {
     /// - [`Verdict::Ignore`] (a 4xx): no sample, as when dropped.
     pub fn record(mut self, latency: Duration, verdict: Verdict) {
         self.released = true;
-        let done = self.issued.checked_add(latency).unwrap_or(self.issued);
         let changed = {
             let mut st = self.inner.state.lock();
-            let in_flight = st.in_flight;
             st.in_flight -= 1;
             match verdict {
-                Verdict::Success => st.rule.on_success(latency, done, in_flight),
+                Verdict::Success => st.rule.on_success(latency, self.issued, self.in_flight),
                 Verdict::Failure => {
                     st.rule.on_failure();
                     BaselineChange::None
@@ -294,9 +296,10 @@ impl LimitPermit {
                 Verdict::Ignore => BaselineChange::None,
             }
         };
-        if changed == BaselineChange::Relearned {
+        if let BaselineChange::Remeasured { from, to } = changed {
             log::info!(
-                "adaptive limit: latency stayed high past relearn_after; baseline relearned at {latency:?}"
+                "adaptive limit: the latency stayed high at the minimum concurrency; \
+                 no-load latency re-measured there: {from:?} -> {to:?}"
             );
         }
     }
@@ -304,6 +307,11 @@ impl LimitPermit {
     /// When the call started, on the caller's clock.
     pub fn issued(&self) -> Instant {
         self.issued
+    }
+
+    /// The calls in flight when this permit was granted, itself included.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
     }
 }
 
@@ -317,7 +325,7 @@ impl Drop for LimitPermit {
 
 impl fmt::Debug for LimitPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LimitPermit").field("issued", &self.issued).finish()
+        f.debug_struct("LimitPermit").field("issued", &self.issued).field("in_flight", &self.in_flight).finish()
     }
 }
 
