@@ -9,21 +9,60 @@
 //! threads wait on the slow provider, and gives the full limit back once the
 //! latency returns.
 //!
-//! # The rule (Gradient2 style, see `rule.rs`)
+//! # The rule (see `rule.rs` for it in pseudo-code)
 //!
-//! Each success feeds its latency into a short-term average (span
-//! [`short_window`](AdaptiveLimit::short_window) samples) that is compared
-//! with a long-term baseline. Within
-//! [`tolerance`](AdaptiveLimit::tolerance) of the baseline the limit probes
-//! upward by `sqrt(L)`; above it, the limit is multiplied by the gradient
-//! `baseline * (1 + tolerance) / short`, never below one half per sample,
-//! provided at least half the limit is in use (a limit nobody reaches holds
-//! no request thread, and cutting it on a noisy moment would only reject
-//! calls later).
-//! Either estimate is smoothed ([`smoothing`](AdaptiveLimit::smoothing)).
-//! A failure or a timeout cuts the limit at once by
-//! [`failure_cut`](AdaptiveLimit::failure_cut). The limit stays in
-//! `[min_limit, max]`.
+//! The limit is measured against the provider's *no-load latency*: what a
+//! call takes when the provider is not queueing. Each success is a sample:
+//! its latency, and the calls in flight when it was issued (`c`, itself
+//! included). A call counts as queued when it took more than
+//! [`tolerance`](AdaptiveLimit::tolerance) above the no-load latency and
+//! either the short-term latency (an average over
+//! [`short_window`](AdaptiveLimit::short_window) samples) is above it too, or
+//! the call was a probe above the knee (below).
+//!
+//! - **Queueing, with at least half the limit in use**: the limit is cut to
+//!   what Little's law says the provider serves at once without queueing,
+//!   `c * no_load / latency` (for a probe, back to `c - 1`), never below half
+//!   of it, and that limit is remembered as the *knee*. The cut is made once
+//!   per round trip: calls issued before it described the old limit and are
+//!   not counted again. A limit nobody reaches holds no request thread, so
+//!   it is not cut on a noisy moment.
+//! - **Within tolerance**: the limit climbs, by
+//!   [`smoothing`](AdaptiveLimit::smoothing) percent of `sqrt(L)` per success
+//!   below the knee (or when none is known), and by one call per
+//!   `short_window` round trips above it: a probe past the point where the
+//!   provider queued costs a queue, so it is made rarely.
+//! - **A failure or a timeout** cuts the limit at once by
+//!   [`failure_cut`](AdaptiveLimit::failure_cut), and growth waits for
+//!   `short_window` successes in a row.
+//!
+//! The limit stays in `[min_limit, max]`.
+//!
+//! # Queueing, or a provider that is slower now
+//!
+//! A provider past its capacity queues: its latency grows with the calls in
+//! flight, and fewer calls at once are served as fast, with the same
+//! throughput. A provider that is simply slower now (a slower release, a
+//! longer route) takes as long however few calls it gets: fewer calls at
+//! once would only serve fewer. The rule tells them apart by the concurrency:
+//! when the latency stays above tolerance with the limit at its minimum (for
+//! `short_window` calls issued there and
+//! [`relearn_after`](AdaptiveLimit::relearn_after), default 1 s), it did not
+//! come down with the concurrency, so it is the provider's no-load latency
+//! now: it is re-measured there (logged at `info`), and the limit climbs
+//! from the minimum until the provider queues again. Against a provider that
+//! serves 4 calls at once, 125 ms each, the limit falls from 16 to the
+//! minimum at the step from 5 ms, re-measures 125 ms, and settles at 4 (with
+//! a rare probe to 5): the 32 calls a second the provider can serve, with a
+//! quarter of the request threads. Envoy's adaptive concurrency filter
+//! measures its minimum round trip the same way, at a reduced concurrency,
+//! but on a timer; here it is measured when the evidence asks for it, so a
+//! healthy provider never pays for the measurement.
+//!
+//! A provider that is slower *and* failing stays at the minimum: each
+//! failure cuts, growth waits for a run of successes, and a failure restarts
+//! the re-measure. The breaker's slow-call rate and the deadline remain the
+//! defence against a provider that is slow whatever the load.
 //!
 //! # Baseline drift
 //!
@@ -31,28 +70,21 @@
 //! and failsafe-go's, see failsafe-go issue 127) follows a long incident up:
 //! after a few hundred samples at 500 ms the baseline *is* 500 ms, the
 //! gradient returns to one, and the limit climbs back to the maximum while
-//! the provider is still in brownout. Here the baseline is the latency the
-//! provider shows *when it is not congested*:
+//! the provider is still in brownout. Here no queued latency can enter the
+//! no-load latency:
 //!
-//! - it falls fast (at the short-term pace) toward a lower short-term
-//!   latency;
-//! - it rises slowly (span [`long_window`](AdaptiveLimit::long_window)) and
-//!   only from samples within tolerance, that is while the limit is not
-//!   being cut;
-//! - during an incident it does not move at all.
+//! - it rises only from calls within tolerance that were issued with at most
+//!   half the limit in flight (slowly, span
+//!   [`long_window`](AdaptiveLimit::long_window)), or by a re-measure at the
+//!   minimum concurrency: both are measured where the provider does not queue;
+//! - it falls at the short-term pace when the provider gets faster than the
+//!   tolerance (it recovered), which also forgets the knee and starts a new
+//!   epoch: calls issued before it measured the old provider.
 //!
-//! A brownout therefore keeps the limit low for as long as it lasts, however
-//! many samples it brings. The price is that a lasting change of the
-//! provider (a slower release, a longer route) would keep the limit at its
-//! minimum for ever; so once the latency has stayed above tolerance without a
-//! single break for [`relearn_after`](AdaptiveLimit::relearn_after) (default
-//! 5 minutes; zero: never), the baseline is reset to the current latency, the
-//! reset is logged at `info`, and the limit climbs again. An incident longer
-//! than that is, by then, the provider's new normal; the breaker's slow-call
-//! rate and the deadline remain the defence against it. A windowed minimum
-//! was the other candidate: it needs a window long enough to span an incident
-//! and then forgets a healthy baseline on a fixed schedule rather than on
-//! evidence, so the reset above is tied to the incident itself instead.
+//! A ten-minute saturation therefore keeps the limit at the provider's
+//! capacity for as long as it lasts, however many samples it brings (a unit
+//! test runs some 19,000). A rule that merely followed the latency up would
+//! hold the whole pool again.
 //!
 //! # What "in flight" means
 //!
@@ -62,7 +94,9 @@
 //! caller has its answer, so in flight counts the calls whose caller is
 //! waiting: queued plus running. A job whose caller timed out and left
 //! (abandoned, still on its worker) is no longer in flight; the pool's worker
-//! count still bounds it, and its timeout has cut the limit.
+//! count still bounds it, and its timeout has cut the limit. Each permit
+//! remembers the calls in flight when it was granted, itself included
+//! ([`LimitPermit::in_flight`]): the concurrency its latency was measured at.
 //!
 //! `try_acquire` grants a permit only while `in_flight < limit`. A cut may
 //! leave more calls in flight than the new limit: none is revoked, and no new
@@ -109,16 +143,23 @@ use crate::error::ConfigError;
 /// // A healthy provider, 5 ms a call: the limit stays at the maximum.
 /// (0..20).for_each(|_| round(Duration::from_millis(5)));
 /// assert_eq!(limiter.limit(), 16);
-/// // A brownout, 500 ms a call: the limit falls to its minimum.
+/// // A brownout, 500 ms a call: halved once per round, down to the minimum.
 /// (0..3).for_each(|_| round(Duration::from_millis(500)));
 /// assert_eq!(limiter.limit(), 2);
-///
 /// // Two calls in flight fill it; a third is turned away at once.
 /// let (a, b) = (limiter.try_acquire(clock.now()), limiter.try_acquire(clock.now()));
 /// assert!(a.is_some() && b.is_some());
 /// assert!(limiter.try_acquire(clock.now()).is_none());
-/// drop(a); // released without a sample
-/// assert_eq!(limiter.in_flight(), 1);
+/// drop((a, b)); // released without a sample
+/// assert_eq!(limiter.in_flight(), 0);
+///
+/// // Still 500 ms with two calls at once: not a queue but a slower provider.
+/// // After ten calls and a second at the minimum, 500 ms is re-measured as
+/// // the no-load latency, and the limit climbs again.
+/// (0..5).for_each(|_| round(Duration::from_millis(500)));
+/// assert_eq!(limiter.baseline(), Some(Duration::from_millis(500)));
+/// (0..30).for_each(|_| round(Duration::from_millis(500)));
+/// assert_eq!(limiter.limit(), 16);
 /// # Ok::<(), watertight::ConfigError>(())
 /// ```
 #[derive(Clone)]
@@ -325,7 +366,10 @@ impl Drop for LimitPermit {
 
 impl fmt::Debug for LimitPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LimitPermit").field("issued", &self.issued).field("in_flight", &self.in_flight).finish()
+        f.debug_struct("LimitPermit")
+            .field("issued", &self.issued)
+            .field("in_flight", &self.in_flight)
+            .finish()
     }
 }
 

@@ -93,7 +93,10 @@ pub(crate) enum BaselineChange {
     None,
     /// The latency stayed high with the limit at its minimum: the no-load
     /// latency was re-measured there.
-    Remeasured { from: Duration, to: Duration },
+    Remeasured {
+        from: Duration,
+        to: Duration,
+    },
 }
 
 impl Rule {
@@ -155,7 +158,12 @@ impl Rule {
 
     /// A call issued at `issued`, when `in_flight` calls were in flight (itself
     /// included), answered successfully after `latency`.
-    pub(crate) fn on_success(&mut self, latency: Duration, issued: Instant, in_flight: usize) -> BaselineChange {
+    pub(crate) fn on_success(
+        &mut self,
+        latency: Duration,
+        issued: Instant,
+        in_flight: usize,
+    ) -> BaselineChange {
         self.calm = self.calm.saturating_add(1);
         // A call issued before the last cut measured the limit before it: the
         // cut has already answered what it says. Cutting again on it would cut
@@ -211,7 +219,15 @@ impl Rule {
     }
 
     /// A congested sample: hold, count toward a re-measure, or cut.
-    fn congested(&mut self, s: f64, short: f64, c: f64, probe: bool, done: Instant, no_load: f64) -> BaselineChange {
+    fn congested(
+        &mut self,
+        s: f64,
+        short: f64,
+        c: f64,
+        probe: bool,
+        done: Instant,
+        no_load: f64,
+    ) -> BaselineChange {
         if c * 2.0 < self.limit.floor() {
             // Under half the limit in use: it does not bind, so cutting it would
             // hold no fewer request threads, and a noisy moment would turn into
@@ -256,7 +272,10 @@ impl Rule {
         self.no_load = Some(measured);
         self.short = Some(measured);
         self.knee = None;
-        BaselineChange::Remeasured { from: Duration::from_secs_f64(no_load), to: Duration::from_secs_f64(measured) }
+        BaselineChange::Remeasured {
+            from: Duration::from_secs_f64(no_load),
+            to: Duration::from_secs_f64(measured),
+        }
     }
 
     /// A call failed or timed out.

@@ -3,8 +3,8 @@
 //! flight as the limit admits, each answered after what the simulated provider
 //! says for the concurrency it was issued at. No sleeps, no threads.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use super::*;
 use crate::clock::{Clock, ManualClock};
@@ -118,7 +118,8 @@ impl Sim {
             match f.latency {
                 Some(latency) => {
                     phase.successes += 1;
-                    if let BaselineChange::Remeasured { from, to } = self.rule.on_success(latency, f.issued, f.in_flight)
+                    if let BaselineChange::Remeasured { from, to } =
+                        self.rule.on_success(latency, f.issued, f.in_flight)
                     {
                         self.remeasured.push((from, to));
                     }
