@@ -31,7 +31,7 @@ const MAX_TOLERANCE: f64 = 1000.0;
 ///     .min_limit(2)
 ///     .tolerance(15.0)
 ///     .failure_cut(20.0)
-///     .relearn_after(Duration::from_secs(1));
+///     .relearn_after(Duration::from_millis(500));
 /// assert!(config.validate().is_ok());
 ///
 /// let err = AdaptiveLimit::new().failure_cut(100.0).validate().unwrap_err();
@@ -57,7 +57,7 @@ impl Default for AdaptiveLimit {
             failure_cut: 20.0,
             short_window: 10,
             long_window: 500,
-            relearn_after: Duration::from_secs(1),
+            relearn_after: Duration::from_millis(500),
         }
     }
 }
@@ -87,10 +87,11 @@ impl AdaptiveLimit {
         self
     }
 
-    /// How fast the limit climbs below the knee (the limit at which the
-    /// provider last queued, or anywhere when none is known): `smoothing`
-    /// percent of `sqrt(L)` per success. Default 20; in (0, 100]. Above the
-    /// knee it climbs by one call per `short_window` round trips.
+    /// How fast the limit climbs: below the knee (the limit at which the
+    /// provider last queued) or when none is known, by `smoothing` percent of
+    /// `sqrt(L)` per success; above it, by `smoothing` percent of one call per
+    /// round trip (one call per five round trips at the default). Default 20;
+    /// in (0, 100].
     pub fn smoothing(mut self, percent: f64) -> Self {
         self.smoothing = percent;
         self
@@ -105,9 +106,8 @@ impl AdaptiveLimit {
 
     /// The span, in samples, of the short-term latency (an exponentially
     /// weighted moving average with weight `2 / (span + 1)`); also the
-    /// successes in a row that growth waits for after a failure, the samples a
-    /// re-measure of the no-load latency takes, and how many round trips the
-    /// limit waits before probing one call above the knee. Default 10; at
+    /// successes in a row that growth waits for after a failure, and the
+    /// samples a re-measure of the no-load latency takes. Default 10; at
     /// least 1 (1: the latest sample alone).
     pub fn short_window(mut self, samples: u32) -> Self {
         self.short_window = samples;
@@ -116,9 +116,9 @@ impl AdaptiveLimit {
 
     /// The span, in samples, over which the no-load latency follows the
     /// short-term latency within tolerance, from calls issued with at most
-    /// half the limit in flight. Default 500; at least `short_window`. It
-    /// falls at the short-term pace when the provider gets faster than the
-    /// tolerance, is re-measured at the minimum (see
+    /// half the limit (or the minimum) in flight. Default 500; at least
+    /// `short_window`. It falls at the short-term pace when the provider gets
+    /// twice as fast (it recovered), is re-measured at the minimum (see
     /// [`relearn_after`](Self::relearn_after)), and never rises from a
     /// congested sample (see [`Limiter`](crate::Limiter)).
     pub fn long_window(mut self, samples: u32) -> Self {
@@ -130,7 +130,7 @@ impl AdaptiveLimit {
     /// minimum (and for at least `short_window` calls issued there) before the
     /// latency measured there is taken as the new no-load latency: the latency
     /// did not fall with the concurrency, so it is not a queue but a provider
-    /// that is slower now. Default 1 s; [`Duration::ZERO`] means never (the
+    /// that is slower now. Default 500 ms; [`Duration::ZERO`] means never (the
     /// limit then stays at the minimum until the latency comes back down); at
     /// most one day.
     pub fn relearn_after(mut self, duration: Duration) -> Self {

@@ -30,8 +30,9 @@
 //! - **Within tolerance**: the limit climbs, by
 //!   [`smoothing`](AdaptiveLimit::smoothing) percent of `sqrt(L)` per success
 //!   below the knee (or when none is known), and by one call per
-//!   `short_window` round trips above it: a probe past the point where the
-//!   provider queued costs a queue, so it is made rarely.
+//!   `smoothing` percent of a call per round trip above it (one call per five
+//!   round trips at the default): a probe past the point where the provider
+//!   queued costs a queue, so it is made rarely.
 //! - **A failure or a timeout** cuts the limit at once by
 //!   [`failure_cut`](AdaptiveLimit::failure_cut), and growth waits for
 //!   `short_window` successes in a row.
@@ -47,7 +48,7 @@
 //! once would only serve fewer. The rule tells them apart by the concurrency:
 //! when the latency stays above tolerance with the limit at its minimum (for
 //! `short_window` calls issued there and
-//! [`relearn_after`](AdaptiveLimit::relearn_after), default 1 s), it did not
+//! [`relearn_after`](AdaptiveLimit::relearn_after), default 500 ms), it did not
 //! come down with the concurrency, so it is the provider's no-load latency
 //! now: it is re-measured there (logged at `info`), and the limit climbs
 //! from the minimum until the provider queues again. Against a provider that
@@ -73,13 +74,15 @@
 //! the provider is still in brownout. Here no queued latency can enter the
 //! no-load latency:
 //!
-//! - it rises only from calls within tolerance that were issued with at most
-//!   half the limit in flight (slowly, span
-//!   [`long_window`](AdaptiveLimit::long_window)), or by a re-measure at the
-//!   minimum concurrency: both are measured where the provider does not queue;
-//! - it falls at the short-term pace when the provider gets faster than the
-//!   tolerance (it recovered), which also forgets the knee and starts a new
-//!   epoch: calls issued before it measured the old provider.
+//! - it follows calls within tolerance that were issued with at most half the
+//!   limit (or the minimum) in flight (slowly, span
+//!   [`long_window`](AdaptiveLimit::long_window)), and is re-measured at the
+//!   minimum concurrency: both are measured where the provider does not
+//!   queue, and no other call moves it up;
+//! - it falls at the short-term pace when the provider gets twice as fast (it
+//!   recovered), which also forgets the knee and starts a new epoch: calls
+//!   issued before it measured the old provider. Noise does not get there, so
+//!   the no-load latency is not worn down to the fastest calls either.
 //!
 //! A ten-minute saturation therefore keeps the limit at the provider's
 //! capacity for as long as it lasts, however many samples it brings (a unit
@@ -154,7 +157,7 @@ use crate::error::ConfigError;
 /// assert_eq!(limiter.in_flight(), 0);
 ///
 /// // Still 500 ms with two calls at once: not a queue but a slower provider.
-/// // After ten calls and a second at the minimum, 500 ms is re-measured as
+/// // After ten calls and half a second at the minimum, 500 ms is re-measured as
 /// // the no-load latency, and the limit climbs again.
 /// (0..5).for_each(|_| round(Duration::from_millis(500)));
 /// assert_eq!(limiter.baseline(), Some(Duration::from_millis(500)));

@@ -8,24 +8,23 @@
 //! at the first sample issued after a cut.
 //!
 //! ```text
-//! issued before the epoch:     ignored             // the last cut, or the provider getting faster
-//! over  = s > allowed;  trend = short > allowed;  probe = c > knee
-//! congested = over && (trend || probe):
-//!     c < L / 2:        hold                       // the limit does not bind
-//!     L at min_limit:   count the sample; after short_window samples with
-//!                       c <= min_limit spanning relearn_after:
-//!                       no_load = their mean       // re-measured: the provider is slower
-//!     otherwise:        cut, once per round trip:
-//!                       L = max(c - 1 if probe else c * no_load / short, L / 2, min)
-//!                       knee = L                   // where queueing begins
-//! clear = !over && !trend:
-//!     no_load falls fast toward short when short < no_load / (1 + tolerance)
-//!     (the provider got faster: the knee is forgotten, a new epoch begins), else follows it
-//!     slowly (span long_window) from calls issued with c <= L / 2;
+//! issued before the epoch:  ignored        // the last cut, or the provider recovering
+//! over  = s > allowed;  trend = short > allowed;  probe = c > knee;  clear = !over && !trend
+//! not clear, L at min_limit:               // the latency did not come down with the concurrency
+//!     count it; after short_window samples issued with c <= min_limit,
+//!     spanning relearn_after:  no_load = their mean (re-measured), knee forgotten
+//! over && (trend || probe):                // queueing
+//!     c < L / 2:  hold                     // the limit does not bind
+//!     otherwise:  L = max(c - 1 if probe else c * no_load / short, L / 2, min)
+//!                 knee = L;  epoch = now    // once per round trip
+//! otherwise not clear:  hold
+//! clear:
+//!     short < no_load / 2:  recovering: knee forgotten, epoch = now
+//!     recovering, short < no_load / (1 + tolerance):  no_load falls at the short pace
+//!     otherwise, c <= max(L / 2, min):  no_load follows short (span long_window)
 //!     after short_window successes in a row:
-//!     L += smoothing * sqrt(L)                     // below the knee (or none)
-//!     L += 1 / (short_window * L)                  // above: one call per short_window round trips
-//! otherwise: hold
+//!         L += smoothing * sqrt(L)          // below the knee, or none known
+//!         L += smoothing / L                // above: `smoothing` calls per round trip
 //! ```
 //!
 //! Per failure (an error or a timeout): `L = max(L * (1 - failure_cut), min)`,
@@ -42,6 +41,11 @@ use super::config::AdaptiveLimit;
 const MIN_LATENCY: f64 = 1e-9;
 /// The deepest one cut may go: at most half the limit per round trip.
 const MIN_GRADIENT: f64 = 0.5;
+/// How much faster than the no-load latency the short-term latency must be
+/// for the provider to count as recovered (and the no-load latency to follow
+/// it at the short-term pace): twice. Noise does not get there; a recovery
+/// from a brownout does within a few calls.
+const FASTER: f64 = 2.0;
 
 /// The rule's state. Latencies are in seconds.
 #[derive(Debug, Clone)]
@@ -75,6 +79,9 @@ pub(crate) struct Rule {
     epoch: Option<Instant>,
     /// Successes since the last failure (saturating).
     calm: u32,
+    /// The provider got twice as fast: the no-load latency follows it down at
+    /// the short-term pace until it is within tolerance.
+    recovering: bool,
     /// Congested samples taken at the minimum, toward a re-measure.
     at_min: Option<AtMin>,
 }
@@ -120,6 +127,7 @@ impl Rule {
             knee: None,
             epoch: None,
             calm: config.short_window,
+            recovering: false,
             at_min: None,
         }
     }
@@ -137,6 +145,7 @@ impl Rule {
             knee: self.knee,
             epoch: self.epoch,
             calm: self.calm,
+            recovering: self.recovering,
             at_min: self.at_min,
             ..fresh
         }
@@ -187,30 +196,42 @@ impl Rule {
         let over = s > allowed;
         let trend = short > allowed;
         let probe = self.knee.is_some_and(|knee| c > knee);
-        if over && (trend || probe) {
-            return self.congested(s, short, c, probe, done, no_load);
+        let clear = !over && !trend;
+        if !clear && self.limit < self.min + 1.0 {
+            return self.at_minimum(s, c, done, no_load);
         }
-        self.at_min = None;
-        if over || trend {
+        if over && (trend || probe) {
+            return self.congested(short, c, probe, done, no_load);
+        }
+        if !clear {
             // One slow call in a calm trend, or the trend not yet back down.
             return BaselineChange::None;
         }
-        if short * self.allowance < no_load {
-            // Faster than the no-load latency by more than the tolerance: the
-            // provider got faster (it recovered). Follow it down at once; the
-            // knee found at the old latency says nothing about the new one.
-            self.no_load = Some(no_load + (short - no_load) * self.short_weight);
+        self.at_min = None;
+        if short * FASTER < no_load {
+            // At least twice as fast as the no-load latency: the provider
+            // recovered. The knee found at the old latency says nothing about
+            // the new one, nor do the calls still out to the old provider.
+            self.recovering = true;
             self.knee = None;
             self.epoch = Some(done);
-        } else if c * 2.0 <= self.limit {
-            // Only calls that found at most half the limit in use teach the
-            // no-load latency upward: a queue of the provider's own making
-            // cannot creep into it (see "Baseline drift" in the module docs).
-            self.no_load = Some(no_load + (short - no_load) * self.long_weight);
+        }
+        if self.recovering && short * self.allowance < no_load {
+            // Follow it down at the short-term pace until within tolerance.
+            self.no_load = Some(no_load + (short - no_load) * self.short_weight);
+        } else {
+            self.recovering = false;
+            if c * 2.0 <= self.limit.max(2.0 * self.min) {
+                // Only calls issued with at most half the limit (or the minimum)
+                // in flight teach the no-load latency, up or down: a queue of the
+                // provider's own making cannot creep into it (see "Baseline
+                // drift" in the module docs).
+                self.no_load = Some(no_load + (short - no_load) * self.long_weight);
+            }
         }
         if self.calm >= self.short_window {
             let step = match self.knee {
-                Some(knee) if self.limit >= knee => 1.0 / (f64::from(self.short_window) * self.limit),
+                Some(knee) if self.limit >= knee => self.smoothing / self.limit,
                 _ => self.smoothing * self.limit.sqrt(),
             };
             self.limit = (self.limit + step).min(self.max);
@@ -219,15 +240,7 @@ impl Rule {
     }
 
     /// A congested sample: hold, count toward a re-measure, or cut.
-    fn congested(
-        &mut self,
-        s: f64,
-        short: f64,
-        c: f64,
-        probe: bool,
-        done: Instant,
-        no_load: f64,
-    ) -> BaselineChange {
+    fn congested(&mut self, short: f64, c: f64, probe: bool, done: Instant, no_load: f64) -> BaselineChange {
         if c * 2.0 < self.limit.floor() {
             // Under half the limit in use: it does not bind, so cutting it would
             // hold no fewer request threads, and a noisy moment would turn into
@@ -235,10 +248,6 @@ impl Rule {
             // within one latency (callers keep arriving while calls take longer).
             return BaselineChange::None;
         }
-        if self.limit < self.min + 1.0 {
-            return self.at_minimum(s, c, done, no_load);
-        }
-        self.at_min = None;
         // A failed probe goes back to the concurrency below it, which was fine;
         // otherwise Little's law: the calls the provider serves at once without
         // queueing are about `c * no_load / latency`.
@@ -251,10 +260,10 @@ impl Rule {
         BaselineChange::None
     }
 
-    /// A congested sample with the limit at its minimum: the latency did not
-    /// come down with the concurrency, so it is the provider's no-load latency
-    /// now. Taken once it has held for `short_window` samples and
-    /// `relearn_after`.
+    /// A sample above tolerance with the limit at its minimum: the latency did
+    /// not come down with the concurrency, so it is the provider's no-load
+    /// latency now. Taken once it has held for `short_window` samples and
+    /// `relearn_after`; a sample back within tolerance starts the count anew.
     fn at_minimum(&mut self, s: f64, c: f64, done: Instant, no_load: f64) -> BaselineChange {
         let Some(after) = self.relearn_after else { return BaselineChange::None };
         if c > self.min {
