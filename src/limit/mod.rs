@@ -32,7 +32,9 @@
 //!   below the knee (or when none is known), and by one call per
 //!   `smoothing` percent of a call per round trip above it (one call per five
 //!   round trips at the default): a probe past the point where the provider
-//!   queued costs a queue, so it is made rarely.
+//!   queued costs a queue, so it is made rarely. A limit that does not bind
+//!   (at most half of it in use) climbs fast wherever it is: growing it adds
+//!   no call to the provider.
 //! - **A failure or a timeout** cuts the limit at once by
 //!   [`failure_cut`](AdaptiveLimit::failure_cut), and growth waits for
 //!   `short_window` successes in a row.

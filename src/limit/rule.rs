@@ -23,8 +23,9 @@
 //!     recovering, short < no_load / (1 + tolerance):  no_load falls at the short pace
 //!     otherwise, c <= max(L / 2, min):  no_load follows short (span long_window)
 //!     after short_window successes in a row:
-//!         L += smoothing * sqrt(L)          // below the knee, or none known
-//!         L += smoothing / L                // above: `smoothing` calls per round trip
+//!         L += smoothing / L                // above the knee with c > L / 2: a probe,
+//!                                           // `smoothing` calls per round trip
+//!         L += smoothing * sqrt(L)          // otherwise
 //! ```
 //!
 //! Per failure (an error or a timeout): `L = max(L * (1 - failure_cut), min)`,
@@ -230,10 +231,11 @@ impl Rule {
             }
         }
         if self.calm >= self.short_window {
-            let step = match self.knee {
-                Some(knee) if self.limit >= knee => self.smoothing / self.limit,
-                _ => self.smoothing * self.limit.sqrt(),
-            };
+            // Above the knee, a call more at once is a probe of the provider:
+            // it may queue, so it is made slowly; unless the limit does not
+            // bind, and growing it adds no call at all.
+            let probing = self.knee.is_some_and(|knee| self.limit >= knee) && c * 2.0 > self.limit;
+            let step = if probing { self.smoothing / self.limit } else { self.smoothing * self.limit.sqrt() };
             self.limit = (self.limit + step).min(self.max);
         }
         BaselineChange::None

@@ -223,7 +223,7 @@ fn a_uniformly_slower_provider_that_times_out_is_held_at_the_minimum() {
     let mut n = 0u64;
     let incident = sim.run(secs(120), move |_| {
         n += 1;
-        if n % 3 == 0 { Answer::TimedOut } else { Answer::Ok(secs(2)) }
+        if n.is_multiple_of(3) { Answer::TimedOut } else { Answer::Ok(secs(2)) }
     });
     assert!(incident.failures > 20, "{}", incident.failures);
     assert!(incident.limits_after(secs(20)).all(|l| l == 2), "{:?}", incident.limits);
