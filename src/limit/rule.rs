@@ -15,7 +15,7 @@
 //!     spanning relearn_after:  no_load = their mean (re-measured), knee forgotten
 //! over && (trend || probe):                // queueing
 //!     c < L / 2:  hold                     // the limit does not bind
-//!     otherwise:  L = max(c - 1 if probe else c * no_load / short, L / 2, min)
+//!     otherwise:  L = min(L, max(c - 1 if probe else c * no_load / short, L / 2, min))
 //!                 knee = L;  epoch = now    // once per round trip
 //! otherwise not clear:  hold
 //! clear:
