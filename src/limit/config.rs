@@ -12,7 +12,7 @@ pub(crate) const MAX_LIMIT: usize = 4096;
 const MAX_RELEARN: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest averaging window, in samples.
 const MAX_WINDOW: u32 = 1_000_000;
-/// The largest latency tolerance: ten times the baseline.
+/// The largest latency tolerance: ten times the no-load latency.
 const MAX_TOLERANCE: f64 = 1000.0;
 
 /// The configuration of an adaptive concurrency limit (see
@@ -29,9 +29,9 @@ const MAX_TOLERANCE: f64 = 1000.0;
 ///
 /// let config = AdaptiveLimit::new()
 ///     .min_limit(2)
-///     .tolerance(50.0)
+///     .tolerance(15.0)
 ///     .failure_cut(20.0)
-///     .relearn_after(Duration::from_secs(300));
+///     .relearn_after(Duration::from_millis(500));
 /// assert!(config.validate().is_ok());
 ///
 /// let err = AdaptiveLimit::new().failure_cut(100.0).validate().unwrap_err();
@@ -52,12 +52,12 @@ impl Default for AdaptiveLimit {
     fn default() -> Self {
         AdaptiveLimit {
             min_limit: 2,
-            tolerance: 50.0,
+            tolerance: 15.0,
             smoothing: 20.0,
             failure_cut: 20.0,
             short_window: 10,
             long_window: 500,
-            relearn_after: Duration::from_secs(300),
+            relearn_after: Duration::from_millis(500),
         }
     }
 }
@@ -76,17 +76,22 @@ impl AdaptiveLimit {
         self
     }
 
-    /// How far, in percent above the baseline latency, the short-term latency
-    /// may rise before the limit shrinks. Default 50 (a call may take 1.5
-    /// times the baseline); in [0, 1000].
+    /// How far, in percent above the no-load latency, a call's latency may be
+    /// before it counts as queueing. Default 15 (a call may take 1.15 times the
+    /// no-load latency); in [0, 1000]. Small enough to tell one call queued
+    /// behind a provider's capacity from none (at a capacity of 4, a fifth
+    /// call at once makes every call take 1.25 times as long), large enough
+    /// that the short-term average's noise does not look like a queue.
     pub fn tolerance(mut self, percent: f64) -> Self {
         self.tolerance = percent;
         self
     }
 
-    /// The weight, in percent, of each new estimate in the limit: the limit
-    /// moves this far from where it is toward what the latest sample says.
-    /// Default 20; in (0, 100].
+    /// How fast the limit climbs: below the knee (the limit at which the
+    /// provider last queued) or when none is known, by `smoothing` percent of
+    /// `sqrt(L)` per success; above it, by `smoothing` percent of one call per
+    /// round trip (one call per five round trips at the default). Default 20;
+    /// in (0, 100].
     pub fn smoothing(mut self, percent: f64) -> Self {
         self.smoothing = percent;
         self
@@ -100,29 +105,34 @@ impl AdaptiveLimit {
     }
 
     /// The span, in samples, of the short-term latency (an exponentially
-    /// weighted moving average with weight `2 / (span + 1)`). Default 10; at
+    /// weighted moving average with weight `2 / (span + 1)`); also the
+    /// successes in a row that growth waits for after a failure, and the
+    /// samples a re-measure of the no-load latency takes. Default 10; at
     /// least 1 (1: the latest sample alone).
     pub fn short_window(mut self, samples: u32) -> Self {
         self.short_window = samples;
         self
     }
 
-    /// The span, in samples, over which the baseline latency rises while the
-    /// provider is within tolerance. Default 500; at least `short_window`.
-    /// The baseline falls toward a lower short-term latency at the short-term
-    /// pace, and never
-    /// rises while the limit is being cut (see [`Limiter`](crate::Limiter)).
+    /// The span, in samples, over which the no-load latency follows the
+    /// short-term latency within tolerance, from calls issued with at most
+    /// half the limit (or the minimum) in flight. Default 500; at least
+    /// `short_window`. It falls at the short-term pace when the provider gets
+    /// twice as fast (it recovered), is re-measured at the minimum (see
+    /// [`relearn_after`](Self::relearn_after)), and never rises from a
+    /// congested sample (see [`Limiter`](crate::Limiter)).
     pub fn long_window(mut self, samples: u32) -> Self {
         self.long_window = samples;
         self
     }
 
-    /// How long the short-term latency must stay above tolerance, without a
-    /// single sample back within it, before the baseline is relearned from
-    /// the current latency: an incident that lasts this long is taken as the
-    /// provider's new normal. Default 5 minutes; [`Duration::ZERO`] means
-    /// never (the limit then stays low until the latency comes back); at most
-    /// one day.
+    /// How long the latency must stay above tolerance with the limit at its
+    /// minimum (and for at least `short_window` calls issued there) before the
+    /// latency measured there is taken as the new no-load latency: the latency
+    /// did not fall with the concurrency, so it is not a queue but a provider
+    /// that is slower now. Default 500 ms; [`Duration::ZERO`] means never (the
+    /// limit then stays at the minimum until the latency comes back down); at
+    /// most one day.
     pub fn relearn_after(mut self, duration: Duration) -> Self {
         self.relearn_after = duration;
         self

@@ -9,21 +9,63 @@
 //! threads wait on the slow provider, and gives the full limit back once the
 //! latency returns.
 //!
-//! # The rule (Gradient2 style, see `rule.rs`)
+//! # The rule (see `rule.rs` for it in pseudo-code)
 //!
-//! Each success feeds its latency into a short-term average (span
-//! [`short_window`](AdaptiveLimit::short_window) samples) that is compared
-//! with a long-term baseline. Within
-//! [`tolerance`](AdaptiveLimit::tolerance) of the baseline the limit probes
-//! upward by `sqrt(L)`; above it, the limit is multiplied by the gradient
-//! `baseline * (1 + tolerance) / short`, never below one half per sample,
-//! provided at least half the limit is in use (a limit nobody reaches holds
-//! no request thread, and cutting it on a noisy moment would only reject
-//! calls later).
-//! Either estimate is smoothed ([`smoothing`](AdaptiveLimit::smoothing)).
-//! A failure or a timeout cuts the limit at once by
-//! [`failure_cut`](AdaptiveLimit::failure_cut). The limit stays in
-//! `[min_limit, max]`.
+//! The limit is measured against the provider's *no-load latency*: what a
+//! call takes when the provider is not queueing. Each success is a sample:
+//! its latency, and the calls in flight when it was issued (`c`, itself
+//! included). A call counts as queued when it took more than
+//! [`tolerance`](AdaptiveLimit::tolerance) above the no-load latency and
+//! either the short-term latency (an average over
+//! [`short_window`](AdaptiveLimit::short_window) samples) is above it too, or
+//! the call was a probe above the knee (below).
+//!
+//! - **Queueing, with at least half the limit in use**: the limit is cut to
+//!   what Little's law says the provider serves at once without queueing,
+//!   `c * no_load / latency` (for a probe, back to `c - 1`), never below half
+//!   of it, and that limit is remembered as the *knee*. The cut is made once
+//!   per round trip: calls issued before it described the old limit and are
+//!   not counted again. A limit nobody reaches holds no request thread, so
+//!   it is not cut on a noisy moment.
+//! - **Within tolerance**: the limit climbs, by
+//!   [`smoothing`](AdaptiveLimit::smoothing) percent of `sqrt(L)` per success
+//!   below the knee (or when none is known), and by one call per
+//!   `smoothing` percent of a call per round trip above it (one call per five
+//!   round trips at the default): a probe past the point where the provider
+//!   queued costs a queue, so it is made rarely. A limit that does not bind
+//!   (at most half of it in use) climbs fast wherever it is: growing it adds
+//!   no call to the provider.
+//! - **A failure or a timeout** cuts the limit at once by
+//!   [`failure_cut`](AdaptiveLimit::failure_cut), and growth waits for
+//!   `short_window` successes in a row.
+//!
+//! The limit stays in `[min_limit, max]`.
+//!
+//! # Queueing, or a provider that is slower now
+//!
+//! A provider past its capacity queues: its latency grows with the calls in
+//! flight, and fewer calls at once are served as fast, with the same
+//! throughput. A provider that is simply slower now (a slower release, a
+//! longer route) takes as long however few calls it gets: fewer calls at
+//! once would only serve fewer. The rule tells them apart by the concurrency:
+//! when the latency stays above tolerance with the limit at its minimum (for
+//! `short_window` calls issued there and
+//! [`relearn_after`](AdaptiveLimit::relearn_after), default 500 ms), it did not
+//! come down with the concurrency, so it is the provider's no-load latency
+//! now: it is re-measured there (logged at `info`), and the limit climbs
+//! from the minimum until the provider queues again. Against a provider that
+//! serves 4 calls at once, 125 ms each, the limit falls from 16 to the
+//! minimum at the step from 5 ms, re-measures 125 ms, and settles at 4 (with
+//! a rare probe to 5): the 32 calls a second the provider can serve, with a
+//! quarter of the request threads. Envoy's adaptive concurrency filter
+//! measures its minimum round trip the same way, at a reduced concurrency,
+//! but on a timer; here it is measured when the evidence asks for it, so a
+//! healthy provider never pays for the measurement.
+//!
+//! A provider that is slower *and* failing stays at the minimum: each
+//! failure cuts, growth waits for a run of successes, and a failure restarts
+//! the re-measure. The breaker's slow-call rate and the deadline remain the
+//! defence against a provider that is slow whatever the load.
 //!
 //! # Baseline drift
 //!
@@ -31,28 +73,23 @@
 //! and failsafe-go's, see failsafe-go issue 127) follows a long incident up:
 //! after a few hundred samples at 500 ms the baseline *is* 500 ms, the
 //! gradient returns to one, and the limit climbs back to the maximum while
-//! the provider is still in brownout. Here the baseline is the latency the
-//! provider shows *when it is not congested*:
+//! the provider is still in brownout. Here no queued latency can enter the
+//! no-load latency:
 //!
-//! - it falls fast (at the short-term pace) toward a lower short-term
-//!   latency;
-//! - it rises slowly (span [`long_window`](AdaptiveLimit::long_window)) and
-//!   only from samples within tolerance, that is while the limit is not
-//!   being cut;
-//! - during an incident it does not move at all.
+//! - it follows calls within tolerance that were issued with at most half the
+//!   limit (or the minimum) in flight (slowly, span
+//!   [`long_window`](AdaptiveLimit::long_window)), and is re-measured at the
+//!   minimum concurrency: both are measured where the provider does not
+//!   queue, and no other call moves it up;
+//! - it falls at the short-term pace when the provider gets twice as fast (it
+//!   recovered), which also forgets the knee and starts a new epoch: calls
+//!   issued before it measured the old provider. Noise does not get there, so
+//!   the no-load latency is not worn down to the fastest calls either.
 //!
-//! A brownout therefore keeps the limit low for as long as it lasts, however
-//! many samples it brings. The price is that a lasting change of the
-//! provider (a slower release, a longer route) would keep the limit at its
-//! minimum for ever; so once the latency has stayed above tolerance without a
-//! single break for [`relearn_after`](AdaptiveLimit::relearn_after) (default
-//! 5 minutes; zero: never), the baseline is reset to the current latency, the
-//! reset is logged at `info`, and the limit climbs again. An incident longer
-//! than that is, by then, the provider's new normal; the breaker's slow-call
-//! rate and the deadline remain the defence against it. A windowed minimum
-//! was the other candidate: it needs a window long enough to span an incident
-//! and then forgets a healthy baseline on a fixed schedule rather than on
-//! evidence, so the reset above is tied to the incident itself instead.
+//! A ten-minute saturation therefore keeps the limit at the provider's
+//! capacity for as long as it lasts, however many samples it brings (a unit
+//! test runs some 19,000). A rule that merely followed the latency up would
+//! hold the whole pool again.
 //!
 //! # What "in flight" means
 //!
@@ -62,7 +99,9 @@
 //! caller has its answer, so in flight counts the calls whose caller is
 //! waiting: queued plus running. A job whose caller timed out and left
 //! (abandoned, still on its worker) is no longer in flight; the pool's worker
-//! count still bounds it, and its timeout has cut the limit.
+//! count still bounds it, and its timeout has cut the limit. Each permit
+//! remembers the calls in flight when it was granted, itself included
+//! ([`LimitPermit::in_flight`]): the concurrency its latency was measured at.
 //!
 //! `try_acquire` grants a permit only while `in_flight < limit`. A cut may
 //! leave more calls in flight than the new limit: none is revoked, and no new
@@ -109,16 +148,23 @@ use crate::error::ConfigError;
 /// // A healthy provider, 5 ms a call: the limit stays at the maximum.
 /// (0..20).for_each(|_| round(Duration::from_millis(5)));
 /// assert_eq!(limiter.limit(), 16);
-/// // A brownout, 500 ms a call: the limit falls to its minimum.
+/// // A brownout, 500 ms a call: halved once per round, down to the minimum.
 /// (0..3).for_each(|_| round(Duration::from_millis(500)));
 /// assert_eq!(limiter.limit(), 2);
-///
 /// // Two calls in flight fill it; a third is turned away at once.
 /// let (a, b) = (limiter.try_acquire(clock.now()), limiter.try_acquire(clock.now()));
 /// assert!(a.is_some() && b.is_some());
 /// assert!(limiter.try_acquire(clock.now()).is_none());
-/// drop(a); // released without a sample
-/// assert_eq!(limiter.in_flight(), 1);
+/// drop((a, b)); // released without a sample
+/// assert_eq!(limiter.in_flight(), 0);
+///
+/// // Still 500 ms with two calls at once: not a queue but a slower provider.
+/// // After ten calls and half a second at the minimum, 500 ms is re-measured as
+/// // the no-load latency, and the limit climbs again.
+/// (0..5).for_each(|_| round(Duration::from_millis(500)));
+/// assert_eq!(limiter.baseline(), Some(Duration::from_millis(500)));
+/// (0..30).for_each(|_| round(Duration::from_millis(500)));
+/// assert_eq!(limiter.limit(), 16);
 /// # Ok::<(), watertight::ConfigError>(())
 /// ```
 #[derive(Clone)]
@@ -204,8 +250,9 @@ impl Limiter {
             return None;
         }
         st.in_flight += 1;
+        let in_flight = st.in_flight;
         drop(st);
-        Some(LimitPermit { inner: Arc::clone(&self.inner), issued: now, released: false })
+        Some(LimitPermit { inner: Arc::clone(&self.inner), issued: now, in_flight, released: false })
     }
 
     /// How many calls may be in flight at once now.
@@ -228,10 +275,11 @@ impl Limiter {
         self.inner.state.lock().max
     }
 
-    /// The long-term, no-congestion latency the limit is measured against;
-    /// `None` before the first success.
+    /// The no-load latency the limit is measured against: what the provider
+    /// takes when it is not queueing (see the module docs); `None` before the
+    /// first success.
     pub fn baseline(&self) -> Option<Duration> {
-        self.inner.state.lock().rule.baseline()
+        self.inner.state.lock().rule.no_load()
     }
 
     /// The short-term latency; `None` before the first success.
@@ -266,6 +314,8 @@ impl fmt::Debug for Limiter {
 pub struct LimitPermit {
     inner: Arc<Inner>,
     issued: Instant,
+    /// The calls in flight when it was granted, itself included.
+    in_flight: usize,
     released: bool,
 }
 
@@ -280,13 +330,11 @@ impl LimitPermit {
     /// - [`Verdict::Ignore`] (a 4xx): no sample, as when dropped.
     pub fn record(mut self, latency: Duration, verdict: Verdict) {
         self.released = true;
-        let done = self.issued.checked_add(latency).unwrap_or(self.issued);
         let changed = {
             let mut st = self.inner.state.lock();
-            let in_flight = st.in_flight;
             st.in_flight -= 1;
             match verdict {
-                Verdict::Success => st.rule.on_success(latency, done, in_flight),
+                Verdict::Success => st.rule.on_success(latency, self.issued, self.in_flight),
                 Verdict::Failure => {
                     st.rule.on_failure();
                     BaselineChange::None
@@ -294,9 +342,10 @@ impl LimitPermit {
                 Verdict::Ignore => BaselineChange::None,
             }
         };
-        if changed == BaselineChange::Relearned {
+        if let BaselineChange::Remeasured { from, to } = changed {
             log::info!(
-                "adaptive limit: latency stayed high past relearn_after; baseline relearned at {latency:?}"
+                "adaptive limit: the latency stayed high at the minimum concurrency; \
+                 no-load latency re-measured there: {from:?} -> {to:?}"
             );
         }
     }
@@ -304,6 +353,11 @@ impl LimitPermit {
     /// When the call started, on the caller's clock.
     pub fn issued(&self) -> Instant {
         self.issued
+    }
+
+    /// The calls in flight when this permit was granted, itself included.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
     }
 }
 
@@ -317,7 +371,10 @@ impl Drop for LimitPermit {
 
 impl fmt::Debug for LimitPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LimitPermit").field("issued", &self.issued).finish()
+        f.debug_struct("LimitPermit")
+            .field("issued", &self.issued)
+            .field("in_flight", &self.in_flight)
+            .finish()
     }
 }
 

@@ -1,27 +1,37 @@
-//! The gradient rule: how the limit follows latency, as a plain state machine
-//! with no lock and no clock (the caller passes the time of each sample).
+//! The rule: how the limit follows latency, as a plain state machine with no
+//! lock and no clock (each sample carries its own times).
 //!
-//! Per success sample `s` (the call's latency):
+//! Every success is a sample: its latency `s`, when it was issued, and `c`,
+//! the calls in flight when it was issued (itself included). `no_load` is the
+//! latency of the provider when it is not queueing; `allowed = no_load * (1 +
+//! tolerance)`; `short` is an EWMA of `s` (span `short_window`) that restarts
+//! at the first sample issued after a cut.
 //!
 //! ```text
-//! short    = short + (s - short) * 2 / (short_window + 1)          // short-term latency
-//! allowed  = baseline * (1 + tolerance)
-//! short <= allowed:                                                 // within tolerance
-//!     baseline += (short - baseline) * 2 / (short_window + 1)  if short < baseline  // falls fast
-//!     baseline += (short - baseline) * 2 / (long_window + 1)   otherwise             // rises slowly
-//!     target   = L + sqrt(L)                                         // probe upward
-//! short >  allowed:                                                 // congested
-//!     baseline unchanged                                             // never chases the incident
-//!     target   = L * max(allowed / short, 1/2)                       // the gradient
-//!              = L                     if in_flight < L / 2          // the limit does not bind
-//! L = clamp(L + (target - L) * smoothing, min, max)
+//! issued before the epoch:  ignored        // the last cut, or the provider recovering
+//! over  = s > allowed;  trend = short > allowed;  probe = c > knee;  clear = !over && !trend
+//! not clear, L at min_limit:               // the latency did not come down with the concurrency
+//!     count it; after short_window samples issued with c <= min_limit,
+//!     spanning relearn_after:  no_load = their mean (re-measured), knee forgotten
+//! over && (trend || probe):                // queueing
+//!     c < L / 2:  hold                     // the limit does not bind
+//!     otherwise:  L = min(L, max(c - 1 if probe else c * no_load / short, L / 2, min))
+//!                 knee = L;  epoch = now    // once per round trip
+//! otherwise not clear:  hold
+//! clear:
+//!     short < no_load / 2:  recovering: knee forgotten, epoch = now
+//!     recovering, short < no_load / (1 + tolerance):  no_load falls at the short pace
+//!     otherwise, c <= max(L / 2, min):  no_load follows short (span long_window)
+//!     after short_window successes in a row:
+//!         L += smoothing / L                // above the knee with c > L / 2: a probe,
+//!                                           // `smoothing` calls per round trip
+//!         L += smoothing * sqrt(L)          // otherwise
 //! ```
 //!
-//! Per failure (an error or a timeout): `L = max(L * (1 - failure_cut), min)`.
+//! Per failure (an error or a timeout): `L = max(L * (1 - failure_cut), min)`,
+//! and growth waits for `short_window` successes in a row.
 //!
-//! Relearning: once the latency has been above tolerance without a break for
-//! `relearn_after`, the baseline is set to the current short-term latency and
-//! the limit climbs again.
+//! Why each part is there is in the module docs of `limit`.
 
 use std::time::{Duration, Instant};
 
@@ -30,9 +40,13 @@ use super::config::AdaptiveLimit;
 /// The smallest latency the rule works with, so that a zero-length sample
 /// cannot make a ratio infinite: one nanosecond, in seconds.
 const MIN_LATENCY: f64 = 1e-9;
-/// The lowest gradient one sample may apply: at most half the limit goes per
-/// estimate (before smoothing), as in Gradient2.
+/// The deepest one cut may go: at most half the limit per round trip.
 const MIN_GRADIENT: f64 = 0.5;
+/// How much faster than the no-load latency the short-term latency must be
+/// for the provider to count as recovered (and the no-load latency to follow
+/// it at the short-term pace): twice. Noise does not get there; a recovery
+/// from a brownout does within a few calls.
+const FASTER: f64 = 2.0;
 
 /// The rule's state. Latencies are in seconds.
 #[derive(Debug, Clone)]
@@ -45,6 +59,7 @@ pub(crate) struct Rule {
     smoothing: f64,
     /// `1 - failure_cut / 100`.
     keep_on_failure: f64,
+    short_window: u32,
     short_weight: f64,
     long_weight: f64,
     relearn_after: Option<Duration>,
@@ -53,18 +68,43 @@ pub(crate) struct Rule {
     limit: f64,
     /// The short-term latency; `None` before the first sample.
     short: Option<f64>,
-    /// The long-term, no-congestion latency; `None` before the first sample.
-    baseline: Option<f64>,
-    /// When the current run of samples above tolerance began.
-    congested_since: Option<Instant>,
+    /// `short` restarts from the next sample (one issued after a cut).
+    restart_short: bool,
+    /// The no-load latency; `None` before the first sample.
+    no_load: Option<f64>,
+    /// The limit set by the last latency cut: above it the provider queued.
+    knee: Option<f64>,
+    /// When the last latency cut was made, or the provider was last seen to
+    /// get faster: calls issued before it describe a limit or a provider that
+    /// is no more.
+    epoch: Option<Instant>,
+    /// Successes since the last failure (saturating).
+    calm: u32,
+    /// The provider got twice as fast: the no-load latency follows it down at
+    /// the short-term pace until it is within tolerance.
+    recovering: bool,
+    /// Congested samples taken at the minimum, toward a re-measure.
+    at_min: Option<AtMin>,
 }
 
-/// What one sample did to the baseline, for logging by the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Congested samples taken with the limit at its minimum.
+#[derive(Debug, Clone, Copy)]
+struct AtMin {
+    since: Instant,
+    count: u32,
+    sum: f64,
+}
+
+/// What one sample did to the no-load latency, for logging by the caller.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum BaselineChange {
     None,
-    /// The incident outlasted `relearn_after`: the baseline now is the current latency.
-    Relearned,
+    /// The latency stayed high with the limit at its minimum: the no-load
+    /// latency was re-measured there.
+    Remeasured {
+        from: Duration,
+        to: Duration,
+    },
 }
 
 impl Rule {
@@ -77,26 +117,39 @@ impl Rule {
             allowance: 1.0 + config.tolerance / 100.0,
             smoothing: config.smoothing / 100.0,
             keep_on_failure: 1.0 - config.failure_cut / 100.0,
+            short_window: config.short_window,
             short_weight: ewma(config.short_window),
             long_weight: ewma(config.long_window),
             relearn_after: (!config.relearn_after.is_zero()).then_some(config.relearn_after),
             limit: max as f64,
             short: None,
-            baseline: None,
-            congested_since: None,
+            restart_short: false,
+            no_load: None,
+            knee: None,
+            epoch: None,
+            calm: config.short_window,
+            recovering: false,
+            at_min: None,
         }
     }
 
     /// The same rule under a new configuration and maximum, keeping what it
-    /// has learned (the latencies and the congestion clock); the limit is
-    /// brought within the new bounds.
+    /// has learned (the latencies, the knee, a cut or a re-measure under way);
+    /// the limit is brought within the new bounds.
     pub(crate) fn retuned(&self, config: &AdaptiveLimit, max: usize) -> Rule {
-        let mut next = Rule::new(config, max);
-        next.limit = self.limit.clamp(next.min, next.max);
-        next.short = self.short;
-        next.baseline = self.baseline;
-        next.congested_since = self.congested_since;
-        next
+        let fresh = Rule::new(config, max);
+        Rule {
+            limit: self.limit.clamp(fresh.min, fresh.max),
+            short: self.short,
+            restart_short: self.restart_short,
+            no_load: self.no_load,
+            knee: self.knee,
+            epoch: self.epoch,
+            calm: self.calm,
+            recovering: self.recovering,
+            at_min: self.at_min,
+            ..fresh
+        }
     }
 
     /// The whole number of calls admitted at once.
@@ -109,239 +162,141 @@ impl Rule {
         self.short.map(Duration::from_secs_f64)
     }
 
-    pub(crate) fn baseline(&self) -> Option<Duration> {
-        self.baseline.map(Duration::from_secs_f64)
+    pub(crate) fn no_load(&self) -> Option<Duration> {
+        self.no_load.map(Duration::from_secs_f64)
     }
 
-    /// A call answered successfully after `latency`, at `done`, with
-    /// `in_flight` calls in flight (this one included).
+    /// A call issued at `issued`, when `in_flight` calls were in flight (itself
+    /// included), answered successfully after `latency`.
     pub(crate) fn on_success(
         &mut self,
         latency: Duration,
-        done: Instant,
+        issued: Instant,
         in_flight: usize,
     ) -> BaselineChange {
-        let sample = latency.as_secs_f64().max(MIN_LATENCY);
+        self.calm = self.calm.saturating_add(1);
+        // A call issued before the last cut measured the limit before it: the
+        // cut has already answered what it says. Cutting again on it would cut
+        // once per call still in flight instead of once per round trip. One
+        // issued before the provider got faster measured the old provider.
+        if self.epoch.is_some_and(|epoch| issued < epoch) {
+            return BaselineChange::None;
+        }
+        let done = issued.checked_add(latency).unwrap_or(issued);
+        let s = latency.as_secs_f64().max(MIN_LATENCY);
+        let c = in_flight.max(1) as f64;
         let short = match self.short {
-            None => sample,
-            Some(prev) => prev + (sample - prev) * self.short_weight,
+            Some(prev) if !self.restart_short => prev + (s - prev) * self.short_weight,
+            _ => s,
         };
         self.short = Some(short);
-        let baseline = *self.baseline.get_or_insert(short);
-        let allowed = baseline * self.allowance;
+        self.restart_short = false;
+        let no_load = *self.no_load.get_or_insert(short);
+        let allowed = no_load * self.allowance;
 
-        let mut change = BaselineChange::None;
-        let target = if short <= allowed {
-            self.congested_since = None;
-            let weight = if short < baseline { self.short_weight } else { self.long_weight };
-            self.baseline = Some(baseline + (short - baseline) * weight);
-            self.limit + self.limit.sqrt()
+        let over = s > allowed;
+        let trend = short > allowed;
+        let probe = self.knee.is_some_and(|knee| c > knee);
+        let clear = !over && !trend;
+        if !clear && self.limit < self.min + 1.0 {
+            return self.at_minimum(s, c, done, no_load);
+        }
+        if over && (trend || probe) {
+            return self.congested(short, c, probe, done, no_load);
+        }
+        if !clear {
+            // One slow call in a calm trend, or the trend not yet back down.
+            return BaselineChange::None;
+        }
+        self.at_min = None;
+        if short * FASTER < no_load {
+            // At least twice as fast as the no-load latency: the provider
+            // recovered. The knee found at the old latency says nothing about
+            // the new one, nor do the calls still out to the old provider.
+            self.recovering = true;
+            self.knee = None;
+            self.epoch = Some(done);
+        }
+        if self.recovering && short * self.allowance < no_load {
+            // Follow it down at the short-term pace until within tolerance.
+            self.no_load = Some(no_load + (short - no_load) * self.short_weight);
         } else {
-            let since = *self.congested_since.get_or_insert(done);
-            if self.relearn_after.is_some_and(|after| done.saturating_duration_since(since) >= after) {
-                self.baseline = Some(short);
-                self.congested_since = None;
-                change = BaselineChange::Relearned;
-                self.limit
-            } else if (in_flight as f64) * 2.0 < self.limit {
-                // Under half the limit in use: it does not bind, so cutting it would
-                // hold no fewer request threads, and a noisy moment (a busy CPU, a
-                // GC pause of the provider) would turn into rejections once load
-                // returns. A real brownout fills the limit within one latency
-                // (callers keep arriving while the calls take longer) and is cut then.
-                self.limit
-            } else {
-                self.limit * (allowed / short).max(MIN_GRADIENT)
+            self.recovering = false;
+            if c * 2.0 <= self.limit.max(2.0 * self.min) {
+                // Only calls issued with at most half the limit (or the minimum)
+                // in flight teach the no-load latency, up or down: a queue of the
+                // provider's own making cannot creep into it (see "Baseline
+                // drift" in the module docs).
+                self.no_load = Some(no_load + (short - no_load) * self.long_weight);
             }
-        };
-        self.limit = (self.limit + (target - self.limit) * self.smoothing).clamp(self.min, self.max);
-        change
+        }
+        if self.calm >= self.short_window {
+            // Above the knee, a call more at once is a probe of the provider:
+            // it may queue, so it is made slowly; unless the limit does not
+            // bind, and growing it adds no call at all.
+            let probing = self.knee.is_some_and(|knee| self.limit >= knee) && c * 2.0 > self.limit;
+            let step = if probing { self.smoothing / self.limit } else { self.smoothing * self.limit.sqrt() };
+            self.limit = (self.limit + step).min(self.max);
+        }
+        BaselineChange::None
+    }
+
+    /// A congested sample: hold, count toward a re-measure, or cut.
+    fn congested(&mut self, short: f64, c: f64, probe: bool, done: Instant, no_load: f64) -> BaselineChange {
+        if c * 2.0 < self.limit.floor() {
+            // Under half the limit in use: it does not bind, so cutting it would
+            // hold no fewer request threads, and a noisy moment would turn into
+            // rejections once load returns. A real brownout fills the limit
+            // within one latency (callers keep arriving while calls take longer).
+            return BaselineChange::None;
+        }
+        // A failed probe goes back to the concurrency below it, which was fine;
+        // otherwise Little's law: the calls the provider serves at once without
+        // queueing are about `c * no_load / latency`.
+        let target = if probe { c - 1.0 } else { c * no_load / short };
+        let cut = target.max(self.limit * MIN_GRADIENT).max(self.min).min(self.limit);
+        self.limit = cut;
+        self.knee = Some(cut);
+        self.epoch = Some(done);
+        self.restart_short = true;
+        BaselineChange::None
+    }
+
+    /// A sample above tolerance with the limit at its minimum: the latency did
+    /// not come down with the concurrency, so it is the provider's no-load
+    /// latency now. Taken once it has held for `short_window` samples and
+    /// `relearn_after`; a sample back within tolerance starts the count anew.
+    fn at_minimum(&mut self, s: f64, c: f64, done: Instant, no_load: f64) -> BaselineChange {
+        let Some(after) = self.relearn_after else { return BaselineChange::None };
+        if c > self.min {
+            // Issued while more calls were in flight (before a reconfiguration).
+            return BaselineChange::None;
+        }
+        let at = self.at_min.get_or_insert(AtMin { since: done, count: 0, sum: 0.0 });
+        at.count += 1;
+        at.sum += s;
+        if at.count < self.short_window || done.saturating_duration_since(at.since) < after {
+            return BaselineChange::None;
+        }
+        let measured = at.sum / f64::from(at.count);
+        self.at_min = None;
+        self.no_load = Some(measured);
+        self.short = Some(measured);
+        self.knee = None;
+        BaselineChange::Remeasured {
+            from: Duration::from_secs_f64(no_load),
+            to: Duration::from_secs_f64(measured),
+        }
     }
 
     /// A call failed or timed out.
     pub(crate) fn on_failure(&mut self) {
         self.limit = (self.limit * self.keep_on_failure).max(self.min);
+        self.calm = 0;
+        self.at_min = None;
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::{Clock, ManualClock};
-
-    const MAX: usize = 16;
-
-    fn rule(config: AdaptiveLimit) -> (Rule, ManualClock) {
-        config.validate().unwrap();
-        (Rule::new(&config, MAX), ManualClock::new())
-    }
-
-    /// Feeds `n` successes of `latency`, moving the clock by `latency / limit`
-    /// before each (what `limit` calls in parallel would give), and returns
-    /// the limit after each sample.
-    fn feed(rule: &mut Rule, clock: &ManualClock, latency: Duration, n: usize) -> Vec<usize> {
-        (0..n)
-            .map(|_| {
-                clock.advance(latency / rule.limit() as u32);
-                rule.on_success(latency, clock.now(), rule.limit());
-                rule.limit()
-            })
-            .collect()
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    #[test]
-    fn starts_at_the_maximum_and_stays_there_while_healthy() {
-        let (mut r, clock) = rule(AdaptiveLimit::new());
-        assert_eq!(r.limit(), MAX);
-        let limits = feed(&mut r, &clock, ms(5), 1000);
-        assert!(limits.iter().all(|&l| l == MAX), "{limits:?}");
-        let base = r.baseline().unwrap();
-        assert!(base >= ms(4) && base <= ms(6), "{base:?}");
-    }
-
-    #[test]
-    fn a_step_from_5ms_to_500ms_shrinks_to_the_minimum_within_30_samples() {
-        let (mut r, clock) = rule(AdaptiveLimit::new());
-        feed(&mut r, &clock, ms(5), 200);
-        let limits = feed(&mut r, &clock, ms(500), 30);
-        // Each sample takes 10 % (half the gradient floor, smoothed by 20 %):
-        // 16 * 0.9^k reaches 3 at k = 16, and the floor 2 by k = 20.
-        assert_eq!(limits[0], 14, "the very first slow sample already cuts: {limits:?}");
-        assert!(limits.windows(2).all(|w| w[1] <= w[0]), "monotone: {limits:?}");
-        assert!(limits[16] <= 3, "{limits:?}");
-        assert_eq!(*limits.last().unwrap(), 2, "{limits:?}");
-    }
-
-    #[test]
-    fn a_moderate_rise_within_tolerance_does_not_cut() {
-        let (mut r, clock) = rule(AdaptiveLimit::new());
-        feed(&mut r, &clock, ms(10), 200);
-        let limits = feed(&mut r, &clock, ms(14), 300);
-        assert!(limits.iter().all(|&l| l == MAX), "{limits:?}");
-    }
-
-    #[test]
-    fn a_rise_while_the_limit_is_not_half_used_does_not_cut() {
-        let (mut r, clock) = rule(AdaptiveLimit::new());
-        feed(&mut r, &clock, ms(5), 200);
-        for _ in 0..100 {
-            clock.advance(ms(5));
-            r.on_success(ms(40), clock.now(), MAX / 2 - 1);
-        }
-        assert_eq!(r.limit(), MAX);
-        // The same latency with the limit in use is cut.
-        clock.advance(ms(5));
-        r.on_success(ms(40), clock.now(), MAX / 2);
-        assert!(r.limit() < MAX);
-        assert!(r.baseline().unwrap() <= ms(6), "the baseline never took the rise in");
-    }
-
-    #[test]
-    fn failures_and_timeouts_cut_multiplicatively() {
-        let (mut r, _clock) = rule(AdaptiveLimit::new().min_limit(1));
-        let mut expect = MAX as f64;
-        for _ in 0..8 {
-            r.on_failure();
-            expect *= 0.8;
-            assert_eq!(r.limit(), expect.floor() as usize);
-        }
-        // 16 * 0.8^8 = 2.68; four more cuts reach the floor and stay there.
-        for _ in 0..20 {
-            r.on_failure();
-        }
-        assert_eq!(r.limit(), 1);
-    }
-
-    #[test]
-    fn recovery_returns_to_the_maximum_within_80_samples() {
-        let (mut r, clock) = rule(AdaptiveLimit::new());
-        feed(&mut r, &clock, ms(5), 200);
-        feed(&mut r, &clock, ms(500), 100);
-        assert_eq!(r.limit(), 2);
-        let limits = feed(&mut r, &clock, ms(5), 80);
-        // The short-term latency needs ~27 samples to fall under 7.5 ms, then
-        // each sample adds a fifth of sqrt(L): some 26 more from 2 to 16.
-        let back = limits.iter().position(|&l| l == MAX).expect("back to the maximum");
-        assert!(back < 80, "{limits:?}");
-        assert!(limits[back..].iter().all(|&l| l == MAX), "{limits:?}");
-        assert!(r.baseline().unwrap() <= ms(6), "the incident did not move the baseline");
-    }
-
-    #[test]
-    fn a_long_brownout_does_not_let_the_baseline_drift() {
-        // Four minutes at 500 ms, under the five-minute relearn time: some
-        // thousand samples, far more than the long window of 500 that would
-        // have carried an always-moving average to 500 ms.
-        let (mut r, clock) = rule(AdaptiveLimit::new());
-        feed(&mut r, &clock, ms(5), 500);
-        let start = clock.elapsed();
-        let mut worst = 0;
-        let mut samples = 0;
-        while clock.elapsed() - start < Duration::from_secs(240) {
-            let l = feed(&mut r, &clock, ms(500), 1)[0];
-            samples += 1;
-            if samples > 20 {
-                worst = worst.max(l);
-            }
-        }
-        assert!(samples > 900, "{samples}");
-        assert_eq!(worst, 2, "the limit stayed at the minimum for the whole incident");
-        assert!(r.baseline().unwrap() <= ms(6), "{:?}", r.baseline());
-    }
-
-    #[test]
-    fn a_stray_fast_answer_does_not_restart_the_incident_clock() {
-        // A single fast sample pulls the short-term EWMA only a fifth of the way
-        // down: still congested, so the relearn timer keeps running.
-        let (mut r, clock) = rule(AdaptiveLimit::new().relearn_after(Duration::from_secs(60)));
-        feed(&mut r, &clock, ms(5), 200);
-        for _ in 0..200 {
-            feed(&mut r, &clock, ms(500), 3);
-            feed(&mut r, &clock, ms(5), 1);
-        }
-        assert!(r.baseline().unwrap() > ms(100), "relearned after 60 s of incident: {:?}", r.baseline());
-    }
-
-    #[test]
-    fn an_incident_past_relearn_after_becomes_the_new_normal() {
-        let (mut r, clock) = rule(AdaptiveLimit::new().relearn_after(Duration::from_secs(30)));
-        feed(&mut r, &clock, ms(5), 200);
-        let start = clock.elapsed();
-        let mut relearned_at = None;
-        while clock.elapsed() - start < Duration::from_secs(90) {
-            clock.advance(ms(250));
-            if r.on_success(ms(500), clock.now(), r.limit()) == BaselineChange::Relearned {
-                relearned_at.get_or_insert(clock.elapsed() - start);
-            }
-        }
-        let at = relearned_at.expect("relearned");
-        assert!(at >= Duration::from_secs(30) && at < Duration::from_secs(31), "{at:?}");
-        assert!(r.baseline().unwrap() > ms(400));
-        assert_eq!(r.limit(), MAX, "the new normal gets the full limit back");
-    }
-
-    #[test]
-    fn relearning_can_be_switched_off() {
-        let (mut r, clock) = rule(AdaptiveLimit::new().relearn_after(Duration::ZERO));
-        feed(&mut r, &clock, ms(5), 200);
-        for _ in 0..10_000 {
-            clock.advance(Duration::from_secs(1));
-            assert_eq!(r.on_success(ms(500), clock.now(), r.limit()), BaselineChange::None);
-        }
-        assert_eq!(r.limit(), 2);
-        assert!(r.baseline().unwrap() <= ms(6));
-    }
-
-    #[test]
-    fn zero_latency_samples_are_harmless() {
-        let (mut r, clock) = rule(AdaptiveLimit::new());
-        feed(&mut r, &clock, Duration::ZERO, 50);
-        feed(&mut r, &clock, ms(1), 50);
-        assert!((2..=MAX).contains(&r.limit()));
-        assert!(r.short().unwrap() > Duration::ZERO);
-    }
-}
+#[path = "rule_tests.rs"]
+mod tests;
