@@ -20,6 +20,60 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 //!
+//! # A whole service
+//!
+//! The core of `examples/quote.rs`: a guarded request pool whose handler
+//! calls two dependencies within the request's budget, falls back on the
+//! second and says why, and serves `/metrics`.
+//!
+//! ```
+//! # #[cfg(all(feature = "prometheus", feature = "ureq"))]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use watertight::server::{RequestContext, ServerConfig, serve_with};
+//! use watertight::tiny_http::{Request, Response, ResponseBox};
+//! use watertight::{Dependency, Registry, metrics};
+//!
+//! let inventory = Dependency::builder("inventory").workers(3).timeout(Duration::from_millis(300)).build()?;
+//! let pricing = Dependency::builder("pricing").workers(3).timeout(Duration::from_millis(100)).build()?;
+//! let registry = Registry::new();
+//! registry.register(inventory.clone())?;
+//! registry.register(pricing.clone())?;
+//!
+//! let handler = move |req: &mut Request, ctx: &RequestContext| -> ResponseBox {
+//!     if req.url() == "/metrics" {
+//!         return Response::from_string(metrics::encode_text(&registry)).boxed();
+//!     }
+//!     // Every call ends by the request's deadline; inventory is required.
+//!     let stock = inventory.within(ctx.deadline()).call(|_| Ok::<_, std::io::Error>(true));
+//!     if let Err(e) = stock {
+//!         return Response::from_string(format!("no quote: {}", e.outcome())).with_status_code(503).boxed();
+//!     }
+//!     // Pricing hangs here: the quote falls back to the list price and says why.
+//!     let price = pricing.within(ctx.deadline()).call(|ctx| {
+//!         std::thread::sleep(ctx.remaining() + Duration::from_millis(50));
+//!         Ok::<_, std::io::Error>(1799)
+//!     });
+//!     match price {
+//!         Ok(cents) => Response::from_string(format!("{cents} from pricing")).boxed(),
+//!         Err(e) => Response::from_string(format!("1999, list price: {}", e.outcome())).boxed(),
+//!     }
+//! };
+//!
+//! let config = ServerConfig::builder().request_budget(Duration::from_secs(1)).build()?;
+//! let server = serve_with(std::net::TcpListener::bind("127.0.0.1:0")?, 8, config, handler)?;
+//! let url = format!("http://{}", server.addr().to_ip().expect("a TCP address"));
+//! let quote = ureq::get(format!("{url}/quote/sku-1")).call()?.body_mut().read_to_string()?;
+//! assert_eq!(quote, "1999, list price: timed_out");
+//! let text = ureq::get(format!("{url}/metrics")).call()?.body_mut().read_to_string()?;
+//! assert!(text.contains(r#"watertight_calls_total{dependency="pricing",kind="timed_out"} 1"#));
+//! server.shutdown();
+//! # Ok(())
+//! # }
+//! # #[cfg(not(all(feature = "prometheus", feature = "ureq")))]
+//! # fn main() {}
+//! ```
+//!
 //! A handler that panics does not take its thread with it: the panic is
 //! caught, the client gets a `500` with a JSON body, and the thread goes back
 //! to serving.
