@@ -442,8 +442,10 @@ fn summary(_c: &mut Criterion) {
 /// two more than the pool: its own `now` before submitting, since the pool
 /// reads again, and `ended` after the answer), the breaker's acquire and
 /// record on a CLOSED count window, and one sample into its call-time
-/// histogram. `histogram_record_pair` is what a pool worker records per call
-/// (queue wait and run time), after the answer.
+/// histogram (any thread may record into it: locked adds).
+/// `histogram_record_pair` is what a pool worker records per call (queue wait
+/// and run time, through its own recorders), after the answer;
+/// `histograms_per_call` is all three samples a call records.
 fn dependency_parts(c: &mut Criterion) {
     let mut group = c.benchmark_group("dependency_parts");
     group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(1));
@@ -461,11 +463,22 @@ fn dependency_parts(c: &mut Criterion) {
     group.bench_function("histogram_record", |b| {
         b.iter(|| h.record_at(black_box(Duration::from_micros(7)), now))
     });
-    let h2 = watertight::histogram::LatencyHistogram::new(Duration::from_secs(30));
+    let (queue_wait, run) = (
+        watertight::histogram::LatencyHistogram::new(Duration::from_secs(30)),
+        watertight::histogram::LatencyHistogram::new(Duration::from_secs(30)),
+    );
+    let (mut queue_wait, mut run) = (queue_wait.recorder(), run.recorder());
     group.bench_function("histogram_record_pair", |b| {
         b.iter(|| {
-            h.record_at(black_box(Duration::from_micros(7)), now);
-            h2.record_at(black_box(Duration::from_micros(1)), now);
+            queue_wait.record_at(black_box(Duration::from_micros(7)), now);
+            run.record_at(black_box(Duration::from_micros(1)), now);
+        })
+    });
+    group.bench_function("histograms_per_call", |b| {
+        b.iter(|| {
+            queue_wait.record_at(black_box(Duration::from_micros(7)), now);
+            run.record_at(black_box(Duration::from_micros(1)), now);
+            h.record_at(black_box(Duration::from_micros(9)), now);
         })
     });
     group.finish();

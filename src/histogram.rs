@@ -17,31 +17,43 @@
 //!
 //! # Recording
 //!
-//! [`record`](LatencyHistogram::record) is a few relaxed `fetch_add`s: one
-//! bucket and the sum, in the since-creation counts and in the current
-//! generation of the recent window. No lock, no allocation.
+//! [`record`](LatencyHistogram::record), from any thread, is two relaxed
+//! `fetch_add`s (one bucket, the sum) on counts that are never cleared, a
+//! relaxed load of the next epoch boundary and one comparison: no lock, no
+//! allocation, no division. The bucket is found from the octave (a
+//! leading-zeros count) and three comparisons inside it.
+//!
+//! A thread that records many samples (a pool's worker records two per call)
+//! can take a [`Recorder`]: counts of its own that only it writes, so each
+//! count is a plain load and store rather than a locked read-modify-write.
+//! Readers add every recorder's counts to the shared ones. A recorder's counts
+//! outlive it: the next recorder taken on the histogram continues them.
 //!
 //! # The recent window
 //!
-//! Three generations rotate on time. Time is cut into epochs of `window`; epoch
-//! `e` writes generation `e % 3`. A reader merges the last complete epoch and the
-//! current one, so "recent" covers between one and two windows. When a writer
-//! sees a new epoch it moves the epoch forward (one compare-exchange; the winner
-//! does the rest) and clears generation `(e + 1) % 3`, the one the *next* epoch
-//! will write: it was last written two epochs ago and no reader merges it any
-//! more. Nothing writes and clears the same generation at the same time, except a
-//! writer that read the epoch before a rotation and adds its sample a whole
-//! window late; such a sample may be lost or land in the wrong window, never
-//! in the since-creation counts, which are never cleared.
+//! Time is cut into epochs of `window`. The first writer of a new epoch takes a
+//! *mark*: the counts as they stand when the epoch begins. A reader subtracts
+//! the mark of the last complete epoch from the counts now, so "recent" covers
+//! between one and two windows. Marks, the epoch and the list of recorders'
+//! counts live under one mutex, which the hot path never takes: a rotation
+//! (once a window) and readers do.
+//!
+//! Samples are never lost: the counts only grow. A sample recorded while
+//! another writer rotates may be counted in the epoch next to its own.
 //!
 //! # Memory ordering
 //!
-//! `Relaxed` throughout: every counter is an independent monotonic count (or a
-//! reset of one) and publishes no other memory. A snapshot taken while samples
-//! are recorded may be a few samples apart between buckets and sum.
+//! Every counter is an independent monotonic count and publishes no other
+//! memory: `Relaxed`. A snapshot taken while samples are recorded may be a few
+//! samples apart between buckets and sum.
 
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 /// How many finite bucket bounds there are (100 µs to 30 s).
 pub const BOUNDS: usize = 74;
@@ -72,25 +84,42 @@ impl Counts {
         Counts { buckets: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
     }
 
+    /// Adds one sample; any number of threads at once.
     #[inline]
-    fn add(&self, bucket: usize, ns: u64) {
+    fn add_shared(&self, bucket: usize, ns: u64) {
         self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    fn clear(&self) {
-        for b in &self.buckets {
-            b.store(0, Ordering::Relaxed);
-        }
-        self.sum_ns.store(0, Ordering::Relaxed);
+    /// Adds one sample, for the one thread that writes these counts (see
+    /// [`Recorder`]): a load and a store each, which no other writer can
+    /// interleave with.
+    #[inline]
+    fn add_owned(&self, bucket: usize, ns: u64) {
+        let b = &self.buckets[bucket];
+        b.store(b.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        self.sum_ns.store(self.sum_ns.load(Ordering::Relaxed).wrapping_add(ns), Ordering::Relaxed);
     }
 
     fn add_into(&self, snap: &mut HistogramSnapshot) {
         for (into, b) in snap.buckets.iter_mut().zip(&self.buckets) {
-            *into += b.load(Ordering::Relaxed);
+            *into = into.wrapping_add(b.load(Ordering::Relaxed));
         }
-        snap.sum_ns = snap.sum_ns.saturating_add(self.sum_ns.load(Ordering::Relaxed));
+        snap.sum_ns = snap.sum_ns.wrapping_add(self.sum_ns.load(Ordering::Relaxed));
     }
+}
+
+/// What the mutex of a [`LatencyHistogram`] guards.
+#[derive(Debug)]
+struct Rare {
+    /// The recorders' counts, and whether a live [`Recorder`] holds each.
+    /// Invariant: a held entry's counts are written by its recorder only.
+    owned: Vec<(Arc<Counts>, bool)>,
+    /// The last epoch a writer has begun.
+    epoch: u64,
+    /// `marks[e % 3]`: the counts when epoch `e` began, for `e` the epoch and
+    /// the one before it (all zero at first, as epoch 0 began empty).
+    marks: [HistogramSnapshot; 3],
 }
 
 /// A latency histogram: fixed log-spaced buckets from 100 µs to 30 s, recorded
@@ -115,10 +144,13 @@ impl Counts {
 /// ```
 #[derive(Debug)]
 pub struct LatencyHistogram {
-    total: Counts,
-    generations: [Counts; 3],
-    /// The epoch generation `epoch % 3` is being written for.
-    epoch: AtomicU64,
+    /// The counts [`record`](Self::record) adds to; never cleared.
+    shared: Counts,
+    /// The nanosecond (since `origin`) at which the next epoch begins: writers
+    /// compare against it, and the first to reach it rotates. `u64::MAX`
+    /// while a rotation is under way.
+    next_epoch_ns: AtomicU64,
+    rare: Mutex<Rare>,
     origin: Instant,
     window_ns: u64,
 }
@@ -133,11 +165,15 @@ impl LatencyHistogram {
     /// Like [`new`](Self::new), with the first epoch starting at `origin` (for
     /// tests that drive time with [`record_at`](Self::record_at)).
     pub fn starting_at(window: Duration, origin: Instant) -> LatencyHistogram {
-        let window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX).max(1_000_000);
+        let window_ns = nanos(window).max(1_000_000);
         LatencyHistogram {
-            total: Counts::new(),
-            generations: std::array::from_fn(|_| Counts::new()),
-            epoch: AtomicU64::new(0),
+            shared: Counts::new(),
+            next_epoch_ns: AtomicU64::new(window_ns),
+            rare: Mutex::new(Rare {
+                owned: Vec::new(),
+                epoch: 0,
+                marks: std::array::from_fn(|_| HistogramSnapshot::empty()),
+            }),
             origin,
             window_ns,
         }
@@ -162,44 +198,89 @@ impl LatencyHistogram {
     /// Records one duration at `now` (an instant the caller has just read).
     #[inline]
     pub fn record_at(&self, d: Duration, now: Instant) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let bucket = bucket_of(ns);
-        self.total.add(bucket, ns);
-        let epoch = self.epoch_at(now);
-        let seen = self.epoch.load(Ordering::Relaxed);
-        if epoch > seen {
-            self.rotate(seen, epoch);
-        }
-        self.generations[(epoch % 3) as usize].add(bucket, ns);
+        self.turn(now);
+        let ns = nanos(d);
+        self.shared.add_shared(bucket_of(ns), ns);
     }
 
-    /// Moves the epoch from `seen` to `epoch`. The winner clears the generation
-    /// the epoch after `epoch` will write. After a silence (a jump of two epochs
-    /// or more) every generation is stale and all three are cleared; a sample
-    /// that another writer adds to the new epoch's generation at that same
-    /// moment may be cleared with them (it stays in the since-creation counts).
+    /// Counts of this histogram's own for the calling thread to record into,
+    /// more cheaply than [`record_at`](Self::record_at) (see the [module
+    /// docs](self)). Takes the histogram's mutex; meant to be taken once by a
+    /// long-lived thread, not per sample.
+    pub fn recorder(&self) -> Recorder<'_> {
+        let mut rare = self.rare.lock();
+        let free = rare.owned.iter_mut().find(|(_, held)| !*held);
+        let counts = match free {
+            Some((counts, held)) => {
+                *held = true;
+                Arc::clone(counts)
+            }
+            None => {
+                let counts = Arc::new(Counts::new());
+                rare.owned.push((Arc::clone(&counts), true));
+                counts
+            }
+        };
+        Recorder { histogram: self, counts, not_sync: PhantomData }
+    }
+
+    /// Rotates if `now` is past the current epoch.
+    #[inline]
+    fn turn(&self, now: Instant) {
+        let since = nanos(now.saturating_duration_since(self.origin));
+        if since >= self.next_epoch_ns.load(Ordering::Relaxed) {
+            self.rotate(since);
+        }
+    }
+
+    /// Begins the epoch `since` falls in, unless another writer already is.
+    /// The winner of the compare-exchange on the boundary parks it at
+    /// `u64::MAX` (writers that come meanwhile record without rotating),
+    /// marks the new epoch (and, after a silence, the epoch before it: nothing
+    /// was recorded between them) under the mutex, and then sets the next
+    /// boundary.
     #[cold]
-    fn rotate(&self, seen: u64, epoch: u64) {
-        if self.epoch.compare_exchange(seen, epoch, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-            return; // another writer rotated (or is further ahead)
+    fn rotate(&self, since: u64) {
+        let boundary = self.next_epoch_ns.load(Ordering::Relaxed);
+        if since < boundary
+            || self
+                .next_epoch_ns
+                .compare_exchange(boundary, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return; // another writer is rotating, or has rotated
         }
-        if epoch - seen == 1 {
-            self.generations[((epoch + 1) % 3) as usize].clear();
-        } else {
-            self.generations.iter().for_each(Counts::clear);
+        let epoch = since / self.window_ns;
+        {
+            let mut rare = self.rare.lock();
+            // The boundary is the start of the epoch after `rare.epoch`, so `epoch > rare.epoch`.
+            let now = self.total(&rare);
+            if epoch - rare.epoch >= 2 {
+                rare.marks[((epoch - 1) % 3) as usize] = now.clone();
+            }
+            rare.marks[(epoch % 3) as usize] = now;
+            rare.epoch = epoch;
         }
+        let next = epoch.saturating_add(1).saturating_mul(self.window_ns);
+        self.next_epoch_ns.store(next, Ordering::Relaxed);
+    }
+
+    fn total(&self, rare: &Rare) -> HistogramSnapshot {
+        let mut snap = HistogramSnapshot::empty();
+        self.shared.add_into(&mut snap);
+        for (counts, _) in &rare.owned {
+            counts.add_into(&mut snap);
+        }
+        snap
     }
 
     fn epoch_at(&self, now: Instant) -> u64 {
-        let since = u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX);
-        since / self.window_ns
+        nanos(now.saturating_duration_since(self.origin)) / self.window_ns
     }
 
     /// Every sample since creation.
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut snap = HistogramSnapshot::empty();
-        self.total.add_into(&mut snap);
-        snap
+        self.total(&self.rare.lock())
     }
 
     /// The samples of the recent window, now: the last complete epoch and the
@@ -210,24 +291,102 @@ impl LatencyHistogram {
 
     /// [`recent`](Self::recent) at `now`.
     pub fn recent_at(&self, now: Instant) -> HistogramSnapshot {
-        let mut snap = HistogramSnapshot::empty();
         let now_epoch = self.epoch_at(now);
-        let written = self.epoch.load(Ordering::Relaxed);
-        // Generations of `written` and `written - 1`, if they are recent at `now`.
-        for e in [written, written.wrapping_sub(1)] {
-            if e != u64::MAX && e <= now_epoch && now_epoch - e <= 1 {
-                self.generations[(e % 3) as usize].add_into(&mut snap);
-            }
-        }
-        snap
+        let rare = self.rare.lock();
+        let written = rare.epoch;
+        // The samples since the mark of the epoch before `now_epoch`. A reader
+        // whose `now` is behind the last writer's reads as of that epoch.
+        let since_epoch = match now_epoch.saturating_sub(written) {
+            0 => written.saturating_sub(1),
+            1 => written,
+            _ => return HistogramSnapshot::empty(), // nothing in the last two epochs
+        };
+        self.total(&rare).minus(&rare.marks[(since_epoch % 3) as usize])
     }
+}
+
+/// A thread's own counts in a [`LatencyHistogram`], from
+/// [`LatencyHistogram::recorder`]: recording through it costs a load and a
+/// store per count instead of a locked read-modify-write. It can be sent to
+/// another thread but not shared (it is not `Sync`), so its counts have one
+/// writer. Dropped, it hands its counts back to the histogram, which keeps them
+/// (they are part of every snapshot) for the next recorder to continue.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use watertight::histogram::LatencyHistogram;
+///
+/// let h = LatencyHistogram::new(Duration::from_secs(30));
+/// std::thread::scope(|s| {
+///     for _ in 0..2 {
+///         s.spawn(|| {
+///             let mut mine = h.recorder();
+///             for _ in 0..1000 {
+///                 mine.record_at(Duration::from_millis(3), Instant::now());
+///             }
+///         });
+///     }
+/// });
+/// h.record(Duration::from_millis(3));
+/// assert_eq!(h.snapshot().count(), 2001);
+/// ```
+#[derive(Debug)]
+pub struct Recorder<'h> {
+    histogram: &'h LatencyHistogram,
+    counts: Arc<Counts>,
+    /// Not `Sync`: the single-writer invariant of `counts`.
+    not_sync: PhantomData<Cell<()>>,
+}
+
+impl Recorder<'_> {
+    /// Records one duration at `now` (an instant the caller has just read).
+    /// `&mut self`: one sample at a time, from the thread that holds it.
+    #[inline]
+    pub fn record_at(&mut self, d: Duration, now: Instant) {
+        self.histogram.turn(now);
+        let ns = nanos(d);
+        self.counts.add_owned(bucket_of(ns), ns);
+    }
+}
+
+impl Drop for Recorder<'_> {
+    fn drop(&mut self) {
+        let mut rare = self.histogram.rare.lock();
+        if let Some(entry) = rare.owned.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &self.counts)) {
+            entry.1 = false;
+        }
+    }
+}
+
+/// A duration in nanoseconds, saturating at about 584 years.
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// The bucket a duration of `ns` nanoseconds falls in: the first bound `>= ns`,
 /// or `BOUNDS` (`+Inf`).
+///
+/// Between 100 µs and 26.2 s, `ns` lies in the octave `(100 µs × 2^k, 100 µs ×
+/// 2^(k+1)]` with `k` the highest set bit of `(ns - 1) / 100 µs` (a bound
+/// `100 µs × 2^k` is a multiple of 100 µs, so the floor is exact), that is
+/// above bound `4k` and at most bound `4k + 4`; three comparisons place it
+/// among the bounds `4k + 1 ..= 4k + 4`.
 #[inline]
 fn bucket_of(ns: u64) -> usize {
-    BOUND_NS.partition_point(|&bound| bound < ns)
+    const LAST_OCTAVE: u64 = BOUND_NS[BOUNDS - 2]; // 100 µs × 2^18, 26.2 s
+    if ns <= BOUND_NS[0] {
+        return 0;
+    }
+    if ns > LAST_OCTAVE {
+        return if ns <= BOUND_NS[BOUNDS - 1] { BOUNDS - 1 } else { BOUNDS };
+    }
+    let octave = ((ns - 1) / BOUND_NS[0]).ilog2() as usize; // 0..=17
+    let first = 4 * octave + 1;
+    first
+        + usize::from(ns > BOUND_NS[first])
+        + usize::from(ns > BOUND_NS[first + 1])
+        + usize::from(ns > BOUND_NS[first + 2])
 }
 
 /// Bucket counts at one moment, from [`LatencyHistogram::snapshot`] or
@@ -242,6 +401,15 @@ pub struct HistogramSnapshot {
 impl HistogramSnapshot {
     fn empty() -> HistogramSnapshot {
         HistogramSnapshot { buckets: [0; BOUNDS + 1], sum_ns: 0 }
+    }
+
+    /// The samples of `self` that are not in `earlier`, bucket by bucket.
+    fn minus(mut self, earlier: &HistogramSnapshot) -> HistogramSnapshot {
+        for (n, e) in self.buckets.iter_mut().zip(&earlier.buckets) {
+            *n = n.saturating_sub(*e);
+        }
+        self.sum_ns = self.sum_ns.saturating_sub(earlier.sum_ns);
+        self
     }
 
     /// How many samples.
@@ -338,6 +506,22 @@ mod tests {
     }
 
     #[test]
+    fn the_octave_search_agrees_with_a_binary_search_of_the_bounds() {
+        let reference = |ns: u64| BOUND_NS.partition_point(|&bound| bound < ns);
+        for &bound in &BOUND_NS {
+            for ns in bound.saturating_sub(2)..=bound.saturating_add(2) {
+                assert_eq!(bucket_of(ns), reference(ns), "{ns} ns");
+            }
+        }
+        // And a spread of values in between, from 1 ns to past 30 s.
+        let mut ns = 1u64;
+        while ns < 40_000_000_000 {
+            assert_eq!(bucket_of(ns), reference(ns), "{ns} ns");
+            ns = ns + ns / 997 + 1;
+        }
+    }
+
+    #[test]
     fn quantiles_are_within_ten_percent() {
         let h = LatencyHistogram::new(Duration::from_secs(60));
         for ms in 1..=1000 {
@@ -417,14 +601,16 @@ mod tests {
         // Epoch 2 written: the same.
         h.record_at(Duration::from_millis(20), at(26));
         assert_eq!(h.recent_at(at(26)).count(), 2);
-        // Epoch 3: only epoch 2 is left; epoch 0's generation was cleared on the way.
+        // Epoch 3: only epoch 2 is left; epoch 0's mark was overwritten on the way.
         h.record_at(Duration::from_millis(30), at(31));
         assert_eq!(h.recent_at(at(31)).count(), 2);
+        // A reader whose clock is behind the last writer's reads as of that epoch.
+        assert_eq!(h.recent_at(at(29)).count(), 2);
         // Long silence: nothing is recent, everything is still in the total.
         assert_eq!(h.recent_at(at(100)).count(), 0);
         assert_eq!(h.snapshot().count(), 5);
-        // Writing after a silence starts clean, whichever generation comes next
-        // (epoch 3 -> 5, the generation epoch 2 wrote; then 5 -> 9, and so on).
+        // Writing after a silence starts clean, whichever slots the marks take
+        // (epoch 3 -> 5 marks 4 and 5; then 5 -> 9, and so on).
         for (s, epoch) in [(55, 5), (95, 9), (130, 13), (165, 16)] {
             h.record_at(Duration::from_millis(7), at(s));
             assert_eq!(h.recent_at(at(s)).count(), 1, "epoch {epoch}");
@@ -459,5 +645,100 @@ mod tests {
             assert_eq!(s.count(), THREADS as u64 * EACH);
             assert_eq!(s.sum(), Duration::from_nanos(expected_sum));
         }
+    }
+
+    #[test]
+    fn writers_racing_through_rotations_lose_no_sample() {
+        const THREADS: u64 = 4;
+        const EPOCHS: u64 = 500;
+        const PER_EPOCH: u64 = 100; // a thread's samples in each 1 ms epoch, 10 µs apart
+        let t0 = Instant::now();
+        let h = Arc::new(LatencyHistogram::starting_at(Duration::from_millis(1), t0));
+        // The threads walk the epochs together, as threads that read the clock
+        // just before recording do; inside an epoch they race each other and
+        // its rotation.
+        let step = Arc::new(Barrier::new(THREADS as usize));
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (h, step) = (Arc::clone(&h), Arc::clone(&step));
+                std::thread::spawn(move || {
+                    for e in 0..EPOCHS {
+                        step.wait();
+                        for i in 0..PER_EPOCH {
+                            let at = t0 + Duration::from_micros(e * 1_000 + i * 10);
+                            h.record_at(Duration::from_micros(200), at);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        let total = h.snapshot();
+        assert_eq!(total.count(), THREADS * EPOCHS * PER_EPOCH);
+        assert_eq!(total.sum(), Duration::from_micros(200 * THREADS * EPOCHS * PER_EPOCH));
+        // The last epoch and the one before: 200 samples a thread, less those
+        // recorded while the epoch before was being marked (counted before it).
+        let last = t0 + Duration::from_micros(EPOCHS * 1_000 - 1);
+        let recent = h.recent_at(last).count();
+        let window = 2 * PER_EPOCH * THREADS;
+        assert!(recent <= window && recent >= window / 2, "recent {recent} of {window}");
+        assert!(h.recent_at(last + Duration::from_millis(1)).count() <= recent, "a later reader sees less");
+    }
+
+    #[test]
+    fn recorders_count_beside_shared_writers_and_hand_their_counts_on() {
+        const THREADS: u64 = 3;
+        const EACH: u64 = 20_000;
+        let h = LatencyHistogram::new(Duration::from_secs(3600));
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let h = &h;
+                s.spawn(move || {
+                    let mut mine = h.recorder();
+                    for i in 0..EACH {
+                        mine.record_at(Duration::from_micros(150 + i % 7), Instant::now());
+                        if t == 0 {
+                            h.record(Duration::from_millis(2)); // a shared writer beside them
+                        }
+                    }
+                });
+            }
+        });
+        let s = h.snapshot();
+        assert_eq!(s.count(), (THREADS + 1) * EACH);
+        let owned_sum: u64 = (0..EACH).map(|i| (150 + i % 7) * 1_000).sum::<u64>() * THREADS;
+        assert_eq!(s.sum(), Duration::from_nanos(owned_sum + 2_000_000 * EACH));
+        assert_eq!(h.recent().count(), (THREADS + 1) * EACH);
+        // A thread that started after another had finished took over its counts.
+        let slots = h.rare.lock().owned.len();
+        assert!((1..=THREADS as usize).contains(&slots), "{slots} sets of counts");
+        // A recorder taken now continues a dropped one's counts; none is lost.
+        let mut again = h.recorder();
+        again.record_at(Duration::from_millis(1), Instant::now());
+        assert_eq!(h.rare.lock().owned.len(), slots);
+        assert_eq!(h.snapshot().count(), (THREADS + 1) * EACH + 1);
+        let more: Vec<_> = (0..slots).map(|_| h.recorder()).collect();
+        assert_eq!(h.rare.lock().owned.len(), slots + 1, "all held: a new set of counts");
+        drop((again, more));
+        assert!(h.rare.lock().owned.iter().all(|(_, held)| !*held));
+    }
+
+    #[test]
+    fn recorders_rotate_the_window_too() {
+        let t0 = Instant::now();
+        let h = LatencyHistogram::starting_at(Duration::from_secs(10), t0);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut mine = h.recorder();
+        mine.record_at(Duration::from_millis(1), at(1));
+        h.record_at(Duration::from_millis(1), at(2));
+        mine.record_at(Duration::from_millis(1), at(15));
+        assert_eq!(h.recent_at(at(15)).count(), 3);
+        mine.record_at(Duration::from_millis(1), at(25));
+        assert_eq!(h.recent_at(at(25)).count(), 2, "epoch 0 is two windows old");
+        drop(mine);
+        assert_eq!(h.recent_at(at(25)).count(), 2, "a dropped recorder's samples stay");
+        assert_eq!(h.snapshot().count(), 4);
     }
 }

@@ -186,12 +186,21 @@ where
     }
 }
 
+/// The timings of a job that ran: from submission to a worker starting it,
+/// and from then to its end.
+pub(crate) struct Ran {
+    pub(crate) queue_wait: Duration,
+    pub(crate) run: Duration,
+    pub(crate) ended: Instant,
+}
+
 /// The worker's view of a call, erased over the job's types.
 pub(crate) trait Job: Send + Sync {
     /// Runs the job if it should run, and settles its slot. The worker has
     /// counted itself `busy` before calling this; `run` uncounts it. Never
     /// panics because of the job: a panic is caught and becomes the answer.
-    fn run(&self);
+    /// Returns the job's timings if it ran, for the worker's histograms.
+    fn run(&self) -> Option<Ran>;
     /// Answers a queued job that will never run with `ShuttingDown`.
     fn discard(&self);
     /// When the call was submitted.
@@ -204,7 +213,7 @@ where
     T: Send + 'static,
     E: Send + 'static,
 {
-    fn run(&self) {
+    fn run(&self) -> Option<Ran> {
         let shared = &*self.ctx.shared;
         let stats = &shared.stats;
         // The worker counted itself `busy` when it took this call off the
@@ -214,7 +223,8 @@ where
         let idle_again = || stats.workers.busy.fetch_sub(1, Relaxed);
         if shared.grace_over.load(std::sync::atomic::Ordering::Acquire) {
             idle_again();
-            return self.discard();
+            self.discard();
+            return None;
         }
         // Never start what nobody can use: a passed deadline or a caller that
         // has gone.
@@ -225,14 +235,14 @@ where
             self.slot.expire();
             let job = self.job.lock().take();
             drop_quietly(job);
-            return;
+            return None;
         }
         if !self.slot.start() {
             stats.workers.expired.fetch_add(1, Relaxed);
             idle_again();
             let job = self.job.lock().take();
             drop_quietly(job);
-            return;
+            return None;
         }
         let Some(job) = self.job.lock().take() else {
             // Unreachable: only the one worker that dequeued this call takes
@@ -240,7 +250,7 @@ where
             stats.workers.panicked.fetch_add(1, Relaxed);
             idle_again();
             let _ = self.slot.complete(Err(Error::Panicked("job missing from its call".into())));
-            return;
+            return None;
         };
         let ran = catch_unwind(AssertUnwindSafe(|| job(&self.ctx)));
         let ended = Instant::now();
@@ -267,12 +277,10 @@ where
         }
         // The bookkeeping of timings comes after the answer, off the caller's path.
         let run = ended.saturating_duration_since(began);
-        if shared.record_latency {
-            shared.latency.record(began.saturating_duration_since(self.submitted), run, ended);
-        }
         if shared.service.should_sample() {
             shared.service.record(run);
         }
+        Some(Ran { queue_wait: began.saturating_duration_since(self.submitted), run, ended })
     }
 
     fn submitted(&self) -> Instant {

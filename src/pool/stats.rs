@@ -1,9 +1,10 @@
 //! The pool's live counters and [`PoolStats`], the snapshot read from them.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::histogram::LatencyHistogram;
+use super::call::Ran;
+use crate::histogram::{LatencyHistogram, Recorder};
 
 /// The pool's counters, all `Relaxed`: each is a tally that publishes nothing
 /// else. A caller that has its answer sees the counts its call caused, because
@@ -119,8 +120,21 @@ impl Default for PoolLatency {
 }
 
 impl PoolLatency {
-    pub(crate) fn record(&self, queue_wait: Duration, run: Duration, now: Instant) {
-        self.queue_wait.record_at(queue_wait, now);
-        self.run.record_at(run, now);
+    /// A worker's own recorders into both histograms, for its whole life.
+    pub(crate) fn recorders(&self) -> WorkerLatency<'_> {
+        WorkerLatency { queue_wait: self.queue_wait.recorder(), run: self.run.recorder() }
+    }
+}
+
+/// A worker's recorders into the pool's histograms.
+pub(crate) struct WorkerLatency<'h> {
+    queue_wait: Recorder<'h>,
+    run: Recorder<'h>,
+}
+
+impl WorkerLatency<'_> {
+    pub(crate) fn record(&mut self, ran: &Ran) {
+        self.queue_wait.record_at(ran.queue_wait, ran.ended);
+        self.run.record_at(ran.run, ran.ended);
     }
 }

@@ -12,7 +12,7 @@ use crossbeam_channel::Sender;
 
 use super::Shared;
 use super::WorkerThread;
-use super::call::QueuedJob;
+use super::call::{QueuedJob, Ran};
 use super::queue::{Letter, Mailbox};
 
 /// Joins a worker that has reported its exit. `None` for an index with no
@@ -97,6 +97,9 @@ pub(super) fn worker_main(exit: ExitGuard) {
     let busy = &shared.stats.workers.busy;
     let me = Mailbox::for_current_thread();
     let mut turnaround = Turnaround { mean: None };
+    // This worker's own counts in the pool's histograms: plain stores, no
+    // locked adds (see `LatencyHistogram::recorder`).
+    let mut latency = shared.record_latency.then(|| shared.latency.recorders());
     while let Some(next) = shared.queue.next(&me, busy) {
         let job = match next {
             // Work was already waiting: it comes faster than we come back.
@@ -128,20 +131,23 @@ pub(super) fn worker_main(exit: ExitGuard) {
                 job
             }
         };
-        run(job);
+        if let Some(ran) = run(job)
+            && let Some(latency) = &mut latency
+        {
+            latency.record(&ran);
+        }
     }
+    drop(latency);
     drop(exit);
 }
 
 /// Runs one job the queue handed over (the queue counted the worker busy;
-/// `run` uncounts it).
-fn run(queued: QueuedJob) {
-    if let Some(job) = queued.take() {
-        // `run` catches the job's own panic; this catches a panic from a
-        // `Drop` of the job's captures or result, so the worker survives
-        // even that.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
-    }
+/// `run` uncounts it), and returns its timings if it ran.
+fn run(queued: QueuedJob) -> Option<Ran> {
+    let job = queued.take()?;
+    // `run` catches the job's own panic; this catches a panic from a `Drop`
+    // of the job's captures or result, so the worker survives even that.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).ok().flatten()
 }
 
 /// Spins until a letter is posted (`true`) or `until` has passed.
