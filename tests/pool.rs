@@ -474,6 +474,11 @@ fn stats_add_up_over_every_kind_of_ending() {
     assert_eq!((s.panicked, s.expired, s.rejected, s.timed_out), (3, 2, 1, 2), "{s:?}");
     assert_eq!((s.busy, s.queued, s.abandoned), (0, 0, 0), "{s:?}");
     assert_identity(&s);
+    // The workers' histograms: one sample for each job that ran (panics
+    // included, with the time they took); expired jobs never ran.
+    for h in [pool.queue_wait_histogram(), pool.run_histogram()] {
+        assert_eq!(h.snapshot().count(), s.completed + s.panicked, "{s:?}");
+    }
 }
 
 #[test]
@@ -856,4 +861,9 @@ fn resize_while_calls_run_answers_every_call_once() {
     assert_eq!(s.submitted as usize, seen[0] + seen[1], "{s:?}");
     assert_eq!((s.busy, s.queued, s.abandoned, s.workers), (0, 0, 0, 0), "{s:?}");
     assert_identity(&s);
+    // Retired workers handed their histogram counts on to the regrown ones:
+    // one sample per job that ran, none lost and none twice.
+    for h in [pool.queue_wait_histogram(), pool.run_histogram()] {
+        assert_eq!(h.snapshot().count(), s.completed + s.panicked, "{s:?}");
+    }
 }
