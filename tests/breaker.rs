@@ -786,7 +786,7 @@ mod model {
             let clock = ManualClock::new();
             let breaker = Breaker::with_clock("model", cfg.breaker_config(), Arc::new(clock.clone())).unwrap();
             let mut model = Model::new(cfg);
-            let mut held: Vec<(watertight::Permit, (u64, State))> = Vec::new();
+            let mut held: Vec<(watertight::Permit<'_>, (u64, State))> = Vec::new();
             for (step, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Acquire => {

@@ -147,7 +147,7 @@ impl Breaker {
     /// The permit must be given the call's outcome with [`Permit::record`];
     /// dropping it counts the call as ignored.
     #[inline]
-    pub fn try_acquire(&self) -> Result<Permit, NotPermitted> {
+    pub fn try_acquire(&self) -> Result<Permit<'_>, NotPermitted> {
         let inner = &*self.inner;
         let current = inner.current.0.load(Ordering::Acquire);
         // CLOSED first, as a plain branch: it is the state a healthy breaker lives in.
@@ -171,15 +171,15 @@ impl Breaker {
     }
 
     #[inline]
-    fn permit(&self, issued: u64) -> Permit {
-        Permit { inner: Arc::clone(&self.inner), issued, reported: false }
+    fn permit(&self, issued: u64) -> Permit<'_> {
+        Permit { inner: &self.inner, issued, reported: false }
     }
 
     /// Everything that may change state: OPEN whose period has passed, and
     /// HALF_OPEN. Decided under the lock, on the locked state, whatever the
     /// lock-free read said.
     #[cold]
-    fn acquire_slow(&self, now: Option<Instant>) -> Result<Permit, NotPermitted> {
+    fn acquire_slow(&self, now: Option<Instant>) -> Result<Permit<'_>, NotPermitted> {
         let inner = &*self.inner;
         let mut now = inner.lazy_now(now);
         let mut core = inner.core.lock();
@@ -339,7 +339,7 @@ impl fmt::Debug for Breaker {
 fn _assert_send_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Breaker>();
-    send_sync::<Permit>();
+    send_sync::<Permit<'static>>();
     send_sync::<Transition>();
     send_sync::<NotPermitted>();
     send_sync::<BreakerMetrics>();

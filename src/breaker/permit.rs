@@ -1,7 +1,6 @@
 //! [`Permit`]: permission to make one call, and the report of its outcome.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::machine::Inner;
@@ -9,20 +8,22 @@ use super::state::{State, state_of};
 use crate::classify::Verdict;
 
 /// Permission to make one call, from [`Breaker::try_acquire`](crate::Breaker::try_acquire).
+/// It borrows its breaker (taking one costs no reference count), so it lives
+/// within the breaker's scope, as a lock guard does.
 ///
 /// Report the call's outcome with [`record`](Permit::record). A permit dropped
 /// without a verdict counts as [`Verdict::Ignore`]: it is neither a success
 /// nor a failure and, in HALF_OPEN, gives its probe slot back, so a lost
 /// permit can never wedge the breaker.
 #[must_use = "a dropped permit counts as an ignored call; call `record` with the outcome"]
-pub struct Permit {
-    pub(super) inner: Arc<Inner>,
+pub struct Permit<'b> {
+    pub(super) inner: &'b Inner,
     /// The packed generation and state this permit was issued in.
     pub(super) issued: u64,
     pub(super) reported: bool,
 }
 
-impl Permit {
+impl Permit<'_> {
     /// Reports the call's verdict and how long it took. A success or failure
     /// slower than `slow_call_duration` also counts as slow.
     #[inline]
@@ -37,7 +38,7 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
         if !self.reported {
@@ -46,7 +47,7 @@ impl Drop for Permit {
     }
 }
 
-impl fmt::Debug for Permit {
+impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit").field("breaker", &&*self.inner.name).field("state", &self.state()).finish()
     }
