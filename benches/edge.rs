@@ -15,15 +15,17 @@
 //!
 //! `cargo bench --features testing --bench edge`
 
+mod common;
+
 use std::io::{self, Read};
 use std::net::TcpListener;
-use std::sync::mpsc;
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use tiny_http::{Header, Request, Response, ResponseBox};
 
+use common::gang::Gang;
+use common::{ORDER_BODY, PAIRED_ROUNDS as ROUNDS, round_order};
 use watertight::http::WithDeadline;
 use watertight::server::{self, RequestContext, ServerHandle};
 use watertight::testing::{FakeProvider, Fault};
@@ -31,8 +33,6 @@ use watertight::{BreakerConfig, Dependency};
 
 const REQUEST_THREADS: usize = 16;
 const CONNECTIONS: usize = 16;
-const ORDER_BODY: &str = r#"{"customer_id":"c-1","amount":42}"#;
-const ROUNDS: usize = 8;
 const ROUND_REQUESTS: u64 = 1_000;
 
 fn handler(
@@ -85,69 +85,13 @@ fn start(guarded: bool, provider: &FakeProvider) -> Server {
     Server { handle, fraud, url }
 }
 
-/// Kept-alive clients that split batches of `/checkout` requests.
-struct Gang {
-    orders: Vec<mpsc::Sender<u64>>,
-    done: mpsc::Receiver<u64>,
-    clients: Vec<JoinHandle<()>>,
-}
-
-impl Gang {
-    fn start(url: &str) -> Gang {
-        let (done_tx, done) = mpsc::channel();
-        let (orders, clients) = (0..CONNECTIONS)
-            .map(|_| {
-                let (tx, rx) = mpsc::channel::<u64>();
-                let (done_tx, url) = (done_tx.clone(), url.to_owned());
-                let join = thread::spawn(move || {
-                    let agent: ureq::Agent = ureq::Agent::config_builder()
-                        .timeout_global(Some(Duration::from_secs(5)))
-                        .http_status_as_error(false)
-                        .build()
-                        .into();
-                    for batch in rx {
-                        let mut not_ok = 0;
-                        for _ in 0..batch {
-                            let ok =
-                                agent.post(&url).send(ORDER_BODY).is_ok_and(|r| r.status().as_u16() == 200);
-                            not_ok += u64::from(!ok);
-                        }
-                        if done_tx.send(not_ok).is_err() {
-                            return;
-                        }
-                    }
-                });
-                (tx, join)
-            })
-            .unzip();
-        Gang { orders, done, clients }
-    }
-
-    /// `total` requests split across the clients: wall time, and answers not `200`.
-    fn run(&self, total: u64) -> (Duration, u64) {
-        let size = self.orders.len() as u64;
-        let began = Instant::now();
-        for (i, tx) in self.orders.iter().enumerate() {
-            tx.send(total / size + u64::from((i as u64) < total % size)).expect("a client is gone");
-        }
-        let not_ok = (0..size).map(|_| self.done.recv().expect("a client is gone")).sum();
-        (began.elapsed(), not_ok)
-    }
-
-    fn stop(self) {
-        drop(self.orders);
-        for client in self.clients {
-            client.join().expect("a client panicked");
-        }
-    }
-}
-
 fn main() {
     let provider =
         FakeProvider::start("fraud", Fault::Healthy, |_| (200, r#"{"decision":"approve"}"#.to_owned()))
             .expect("bind the fraud provider");
     let servers = [("unguarded", start(false, &provider)), ("guarded", start(true, &provider))];
-    let gangs: Vec<Gang> = servers.iter().map(|(_, s)| Gang::start(&s.url)).collect();
+    let gangs: Vec<Gang> =
+        servers.iter().map(|(_, s)| Gang::start(&s.url, CONNECTIONS, Duration::from_secs(5))).collect();
 
     let mut c = Criterion::default().configure_from_args();
     let mut group = c.benchmark_group("edge");
@@ -172,11 +116,9 @@ fn main() {
         "== edge: /checkout, healthy fraud, {CONNECTIONS} kept-alive connections, {ROUND_REQUESTS} requests a round"
     );
     for round in 0..ROUNDS {
-        // Alternate who goes first, so that neither always follows the other.
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         let mut rps = [0.0; 2];
         let mut not_ok = [0; 2];
-        for i in order {
+        for i in round_order(round) {
             let (took, bad) = gangs[i].run(ROUND_REQUESTS);
             rps[i] = ROUND_REQUESTS as f64 / took.as_secs_f64();
             not_ok[i] = bad;

@@ -22,20 +22,21 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::mpsc;
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 
 use common::app::Mode;
+use common::gang::Gang;
 use common::report::{criterion_median, joined, median, verdict};
-use common::scenario::{Clients, Scenario, teardown_side_by_side};
-use common::{FRAUD_DEADLINE, ORDER_BODY, PAIRED_ROUNDS, client, round_order};
+use common::scenario::{Scenario, teardown_side_by_side};
+use common::{FRAUD_DEADLINE, PAIRED_ROUNDS, round_order};
 use watertight::testing::Fault;
 
 /// Concurrent connections in the `http` group.
 const HTTP_CONNECTIONS: usize = 16;
+/// How long a client waits for an answer.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Requests per id per round (about half a second at 2,000 requests/s).
 const PAIRED_REQUESTS: u64 = 1_000;
 
@@ -46,80 +47,6 @@ const HTTP_IDS: [(&str, Mode); 2] = [
     // call is turned away: this measures the hop, not rejections.
     ("watertight", Mode::Watertight { fraud_queue: HTTP_CONNECTIONS, job_deadline: true }),
 ];
-
-/// Persistent clients, each on its own kept-alive connection, that split a batch of
-/// `/checkout` requests between them.
-struct Gang {
-    orders: Vec<mpsc::Sender<u64>>,
-    done: mpsc::Receiver<(u64, u64)>,
-    clients: Vec<JoinHandle<()>>,
-}
-
-impl Gang {
-    fn start(base: &str, size: usize) -> Gang {
-        let (done_tx, done) = mpsc::channel();
-        let url = format!("{base}/checkout");
-        let (orders, clients) = (0..size)
-            .map(|i| {
-                let (tx, rx) = mpsc::channel::<u64>();
-                let (done_tx, url) = (done_tx.clone(), url.clone());
-                let join = thread::Builder::new()
-                    .name(format!("http-client-{i}"))
-                    .spawn(move || serve_batches(&url, &rx, &done_tx))
-                    .expect("spawn an http client");
-                (tx, join)
-            })
-            .unzip();
-        Gang { orders, done, clients }
-    }
-
-    /// Sends `total` requests split across the clients; returns the wall time and the
-    /// count of answers that were not `approved`.
-    fn run(&self, total: u64) -> (Duration, u64) {
-        let size = self.orders.len() as u64;
-        let began = Instant::now();
-        for (i, tx) in self.orders.iter().enumerate() {
-            let share = total / size + u64::from((i as u64) < total % size);
-            tx.send(share).expect("an http client is gone");
-        }
-        let mut other = 0;
-        for _ in 0..size {
-            let (_, o) = self.done.recv().expect("an http client is gone");
-            other += o;
-        }
-        (began.elapsed(), other)
-    }
-}
-
-/// One client of a gang: for each batch it is given, that many checkouts, then the
-/// counts of approved and other answers. Ends when the gang drops its sender.
-fn serve_batches(url: &str, batches: &mpsc::Receiver<u64>, done: &mpsc::Sender<(u64, u64)>) {
-    let agent = client(Duration::from_secs(2));
-    for batch in batches {
-        let (mut approved, mut other) = (0, 0);
-        for _ in 0..batch {
-            match agent.post(url).send(ORDER_BODY).map(|r| r.status().as_u16()) {
-                Ok(200) => approved += 1,
-                _ => other += 1,
-            }
-        }
-        if done.send((approved, other)).is_err() {
-            return;
-        }
-    }
-}
-
-impl Clients for Gang {
-    /// Nothing to tell: between batches the clients only wait for the next one.
-    fn signal_stop(&self) {}
-
-    fn join(self, _label: &str) {
-        drop(self.orders);
-        for client in self.clients {
-            client.join().expect("an http client panicked");
-        }
-    }
-}
 
 #[derive(Debug, Default)]
 struct HttpRow {
@@ -136,7 +63,7 @@ fn http(c: &mut Criterion) -> Vec<HttpRow> {
     group.warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
     for (id, mode) in HTTP_IDS {
         let scenario = Scenario::start(&format!("http/{id}"), mode, Fault::Healthy);
-        let gang = Gang::start(&scenario.base, HTTP_CONNECTIONS);
+        let gang = Gang::start(&format!("{}/checkout", scenario.base), HTTP_CONNECTIONS, CLIENT_TIMEOUT);
         let mut row = HttpRow { id, ..HttpRow::default() };
         group.bench_function(id, |b| {
             b.iter_custom(|iters| {
@@ -171,7 +98,7 @@ fn http_paired() -> Paired {
         .iter()
         .map(|(id, mode)| {
             let scenario = Scenario::start(&format!("http-paired/{id}"), *mode, Fault::Healthy);
-            let gang = Gang::start(&scenario.base, HTTP_CONNECTIONS);
+            let gang = Gang::start(&format!("{}/checkout", scenario.base), HTTP_CONNECTIONS, CLIENT_TIMEOUT);
             (scenario, gang)
         })
         .collect();

@@ -1,11 +1,13 @@
-//! What the `isolation` and `http` benches share: the checkout server under test
-//! ([`app`]), one server with its fraud provider from start to teardown
-//! ([`scenario`]), and the figures they print ([`report`]).
+//! What the `isolation`, `http` and `edge` benches share: the checkout server under
+//! test ([`app`]), one server with its fraud provider from start to teardown
+//! ([`scenario`]), kept-alive clients that split batches of requests ([`gang`]), and
+//! the figures they print ([`report`]).
 //!
 //! Each bench includes this module with `mod common;` and uses its own part of it.
 #![allow(dead_code)] // each bench uses a different part of this module
 
 pub mod app;
+pub mod gang;
 pub mod report;
 pub mod scenario;
 
