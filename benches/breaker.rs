@@ -4,6 +4,8 @@
 //! Group `breaker` (one thread):
 //! - `watertight_closed`: `try_acquire` + `record(Success)` on a CLOSED breaker
 //!   (count-based window, the system clock).
+//! - `watertight_closed_owned`: the same with `try_acquire_owned` (a permit that
+//!   holds the breaker by reference count).
 //! - `watertight_open_reject`: `try_acquire` on an OPEN breaker, rejected.
 //! - `failsafe_closed`, `failsafe_open_reject`: the same with the `failsafe`
 //!   crate (`is_call_permitted` + `on_success`; a rejected `is_call_permitted`).
@@ -17,9 +19,7 @@
 //! sees it while the others compete (on a 2-vCPU machine, 8 threads also
 //! compete for the cores).
 //!
-//! Group `breaker_parts`: the primitives those paths are made of (see `parts`),
-//! `arc_and_lock_floor` above all: the four atomic read-modify-writes of a
-//! CLOSED acquire + record with no work between them.
+//! Group `breaker_parts`: the primitives those paths are made of (see `parts`).
 //!
 //! Run: `cargo bench --bench breaker -- --warm-up-time 1 --measurement-time 3`
 
@@ -53,6 +53,13 @@ fn single_thread(c: &mut Criterion) {
     g.bench_function("watertight_closed", |b| {
         b.iter(|| {
             if let Ok(permit) = breaker.try_acquire() {
+                permit.record(Verdict::Success, black_box(ELAPSED));
+            }
+        })
+    });
+    g.bench_function("watertight_closed_owned", |b| {
+        b.iter(|| {
+            if let Ok(permit) = breaker.try_acquire_owned() {
                 permit.record(Verdict::Success, black_box(ELAPSED));
             }
         })
@@ -148,10 +155,10 @@ fn contended(c: &mut Criterion) {
 }
 
 /// The pieces the two paths above are made of, to show where their floor is:
-/// a permit that may outlive the caller's borrow (it is `Send + 'static`)
-/// holds an `Arc`, so a CLOSED call is two reference-count updates plus one
-/// lock and unlock (`arc_and_lock_floor`); an OPEN reject is a clock reading,
-/// an `Instant` comparison and one counter increment (`atomic_fetch_add`).
+/// a CLOSED call is one lock and unlock to record (`mutex_lock_unlock` in the
+/// `breaker` group) and, for an owned permit, two reference-count updates
+/// (`arc_clone_drop`); an OPEN reject is a clock reading, an `Instant`
+/// comparison and one counter increment (`atomic_fetch_add`).
 /// `duration_since` shows what the reject saves by comparing instants rather
 /// than converting the reading to an offset.
 fn parts(c: &mut Criterion) {
@@ -160,18 +167,6 @@ fn parts(c: &mut Criterion) {
     g.bench_function("arc_clone_drop", |b| b.iter(|| black_box(Arc::clone(&arc))));
     let counter = AtomicU64::new(0);
     g.bench_function("atomic_fetch_add", |b| b.iter(|| counter.fetch_add(1, Ordering::Relaxed)));
-    // The four atomic read-modify-writes every CLOSED acquire + record makes,
-    // with nothing else: the floor of `watertight_closed`.
-    let mutex = parking_lot::Mutex::new(0u64);
-    g.bench_function("arc_and_lock_floor", |b| {
-        b.iter(|| {
-            let permit = Arc::clone(&arc);
-            let guard = mutex.lock();
-            black_box(&*guard);
-            drop(guard);
-            drop(black_box(permit));
-        })
-    });
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     g.bench_function("dyn_clock_now", |b| b.iter(|| clock.now()));
     let (base, later) = (Instant::now(), Instant::now());

@@ -102,7 +102,7 @@ pub use crate::pool::queue as __loom_queue;
 #[doc(hidden)]
 pub use crate::pool::slot as __loom_slot;
 pub use crate::{
-    breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, Permit, State, Transition},
+    breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, OwnedPermit, Permit, State, Transition},
     classify::{Classify, Verdict},
     clock::{Clock, ManualClock, SystemClock},
     dependency::{

@@ -1063,3 +1063,31 @@ fn disabling_and_enabling_by_reconfiguration() {
     assert_eq!(err.field(), "failure_rate");
     assert_eq!(breaker.config(), small(), "a refused configuration changes nothing");
 }
+
+#[test]
+fn owned_permits_report_from_other_threads_once_each() {
+    let (b, clock) = manual(small().half_open_calls(1));
+    // Four failures reported on threads of their own: the window opens the breaker.
+    let permits: Vec<watertight::OwnedPermit> = (0..4).map(|_| b.try_acquire_owned().unwrap()).collect();
+    let reporters: Vec<_> = permits
+        .into_iter()
+        .map(|p| std::thread::spawn(move || p.record(Verdict::Failure, Duration::from_millis(1))))
+        .collect();
+    for r in reporters {
+        r.join().unwrap();
+    }
+    assert_eq!(b.state(), State::Open);
+    assert!(b.try_acquire_owned().is_err(), "OPEN rejects owned permits too");
+    clock.advance(Duration::from_secs(15));
+    // The one probe, dropped unreported on another thread: its slot comes back.
+    let probe = b.try_acquire_owned().unwrap();
+    assert_eq!(probe.state(), State::HalfOpen);
+    assert!(b.try_acquire().is_err(), "the only probe slot is taken");
+    std::thread::spawn(move || drop(probe)).join().unwrap();
+    let again = b.try_acquire_owned().expect("the dropped probe's slot is free again");
+    again.record(Verdict::Success, Duration::from_millis(1));
+    assert_eq!(b.state(), State::Closed);
+    let m = b.metrics();
+    // Each permit reported once: the borrowed permit an owned one is made from reports nothing.
+    assert_eq!((m.failed, m.successful, m.ignored), (4, 1, 1), "{m:?}");
+}

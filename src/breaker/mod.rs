@@ -74,7 +74,8 @@ use std::time::Instant;
 
 pub use self::config::BreakerConfig;
 use self::machine::{Inner, OPEN_UNTIL, View};
-pub use self::permit::Permit;
+use self::permit::Issued;
+pub use self::permit::{OwnedPermit, Permit};
 pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};
 use self::state::{STATE_MASK, pack, state_of};
 use crate::clock::{Clock, SystemClock};
@@ -170,9 +171,32 @@ impl Breaker {
         }
     }
 
+    /// Like [`try_acquire`](Self::try_acquire), with a permit that holds the
+    /// breaker by reference count: `'static`, for a call whose outcome is
+    /// reported on another thread, after this borrow has ended.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use watertight::{Breaker, BreakerConfig, Verdict};
+    ///
+    /// let breaker = Breaker::new("payments", BreakerConfig::count_based(10))?;
+    /// let permit = breaker.try_acquire_owned().expect("closed");
+    /// std::thread::spawn(move || permit.record(Verdict::Success, Duration::from_millis(3)))
+    ///     .join()
+    ///     .unwrap();
+    /// assert_eq!(breaker.metrics().successful, 1);
+    /// # Ok::<(), watertight::ConfigError>(())
+    /// ```
+    pub fn try_acquire_owned(&self) -> Result<OwnedPermit, NotPermitted> {
+        let mut permit = self.try_acquire()?;
+        // The borrowed permit hands its report over: it must not report too.
+        permit.0.reported = true;
+        Ok(OwnedPermit(Issued { breaker: Arc::clone(&self.inner), issued: permit.0.issued, reported: false }))
+    }
+
     #[inline]
     fn permit(&self, issued: u64) -> Permit<'_> {
-        Permit { inner: &self.inner, issued, reported: false }
+        Permit(Issued { breaker: &self.inner, issued, reported: false })
     }
 
     /// Everything that may change state: OPEN whose period has passed, and
@@ -340,6 +364,7 @@ fn _assert_send_sync() {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<Breaker>();
     send_sync::<Permit<'static>>();
+    send_sync::<OwnedPermit>();
     send_sync::<Transition>();
     send_sync::<NotPermitted>();
     send_sync::<BreakerMetrics>();

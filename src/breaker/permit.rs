@@ -1,6 +1,9 @@
-//! [`Permit`]: permission to make one call, and the report of its outcome.
+//! [`Permit`] and [`OwnedPermit`]: permission to make one call, and the report
+//! of its outcome.
 
 use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::machine::Inner;
@@ -8,19 +11,57 @@ use super::state::{State, state_of};
 use crate::classify::Verdict;
 
 /// Permission to make one call, from [`Breaker::try_acquire`](crate::Breaker::try_acquire).
-/// It borrows its breaker (taking one costs no reference count), so it lives
-/// within the breaker's scope, as a lock guard does.
+/// It borrows its breaker, so taking one costs no reference count; to hand a
+/// permit to a thread that may outlive the breaker's borrow, take an
+/// [`OwnedPermit`] instead.
 ///
 /// Report the call's outcome with [`record`](Permit::record). A permit dropped
 /// without a verdict counts as [`Verdict::Ignore`]: it is neither a success
 /// nor a failure and, in HALF_OPEN, gives its probe slot back, so a lost
 /// permit can never wedge the breaker.
 #[must_use = "a dropped permit counts as an ignored call; call `record` with the outcome"]
-pub struct Permit<'b> {
-    pub(super) inner: &'b Inner,
-    /// The packed generation and state this permit was issued in.
+pub struct Permit<'b>(pub(super) Issued<&'b Inner>);
+
+/// A [`Permit`] that holds its breaker by reference count, from
+/// [`Breaker::try_acquire_owned`](crate::Breaker::try_acquire_owned): it is
+/// `'static`, so it can move to any thread, and it keeps the breaker alive.
+/// The same rules apply: report with [`record`](OwnedPermit::record); dropped
+/// without a verdict, it counts as [`Verdict::Ignore`].
+#[must_use = "a dropped permit counts as an ignored call; call `record` with the outcome"]
+pub struct OwnedPermit(pub(super) Issued<Arc<Inner>>);
+
+/// What both permits are: the breaker, however held, and the packed
+/// generation and state the permit was issued in. Reports exactly once: by
+/// `record`, or as ignored when dropped unreported.
+pub(super) struct Issued<B: Deref<Target = Inner>> {
+    pub(super) breaker: B,
     pub(super) issued: u64,
     pub(super) reported: bool,
+}
+
+impl<B: Deref<Target = Inner>> Issued<B> {
+    #[inline]
+    fn record(&mut self, verdict: Verdict, elapsed: Duration) {
+        self.reported = true;
+        self.breaker.record(self.issued, verdict, elapsed);
+    }
+
+    fn state(&self) -> State {
+        state_of(self.issued)
+    }
+
+    fn fmt(&self, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(kind).field("breaker", &&*self.breaker.name).field("state", &self.state()).finish()
+    }
+}
+
+impl<B: Deref<Target = Inner>> Drop for Issued<B> {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.reported {
+            self.breaker.record(self.issued, Verdict::Ignore, Duration::ZERO);
+        }
+    }
 }
 
 impl Permit<'_> {
@@ -28,27 +69,36 @@ impl Permit<'_> {
     /// slower than `slow_call_duration` also counts as slow.
     #[inline]
     pub fn record(mut self, verdict: Verdict, elapsed: Duration) {
-        self.reported = true;
-        self.inner.record(self.issued, verdict, elapsed);
+        self.0.record(verdict, elapsed);
     }
 
     /// The state the permit was issued in: [`State::HalfOpen`] for a probe.
     pub fn state(&self) -> State {
-        state_of(self.issued)
+        self.0.state()
     }
 }
 
-impl Drop for Permit<'_> {
+impl OwnedPermit {
+    /// Reports the call's verdict and how long it took, as [`Permit::record`].
     #[inline]
-    fn drop(&mut self) {
-        if !self.reported {
-            self.inner.record(self.issued, Verdict::Ignore, Duration::ZERO);
-        }
+    pub fn record(mut self, verdict: Verdict, elapsed: Duration) {
+        self.0.record(verdict, elapsed);
+    }
+
+    /// The state the permit was issued in: [`State::HalfOpen`] for a probe.
+    pub fn state(&self) -> State {
+        self.0.state()
     }
 }
 
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit").field("breaker", &&*self.inner.name).field("state", &self.state()).finish()
+        self.0.fmt("Permit", f)
+    }
+}
+
+impl fmt::Debug for OwnedPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt("OwnedPermit", f)
     }
 }
