@@ -861,8 +861,8 @@ fn resize_while_calls_run_answers_every_call_once() {
     assert_eq!(s.submitted as usize, seen[0] + seen[1], "{s:?}");
     assert_eq!((s.busy, s.queued, s.abandoned, s.workers), (0, 0, 0, 0), "{s:?}");
     assert_identity(&s);
-    // Retired workers handed their histogram counts on to the regrown ones:
-    // one sample per job that ran, none lost and none twice.
+    // Through the shrink and the regrowth, the workers' histograms kept one
+    // sample per job that ran: none lost with a retired worker, none twice.
     for h in [pool.queue_wait_histogram(), pool.run_histogram()] {
         assert_eq!(h.snapshot().count(), s.completed + s.panicked, "{s:?}");
     }
