@@ -27,7 +27,9 @@
 //!
 //! A thread that records many samples (a pool's worker records two per call)
 //! can take a [`Recorder`]: counts of its own that only it writes, so each
-//! count is a plain load and store rather than a locked read-modify-write.
+//! count is a plain load and store rather than a locked read-modify-write,
+//! and a copy of the next epoch's boundary as an instant, so that the check
+//! for a new epoch is one comparison of instants.
 //! Readers add every recorder's counts to the shared ones. A recorder's counts
 //! outlive it: the next recorder taken on the histogram continues them.
 //!
@@ -261,6 +263,16 @@ impl LatencyHistogram {
         let since = nanos(now.saturating_duration_since(self.origin));
         if since >= self.next_epoch_ns.load(Ordering::Relaxed) {
             self.rotate(since);
+        }
+    }
+
+    /// The next epoch's boundary as an instant, for a [`Recorder`] to compare
+    /// against without converting its `now`; `None` while a rotation is under
+    /// way (or for a boundary past what an `Instant` can hold).
+    fn next_boundary(&self) -> Option<Instant> {
+        match self.next_epoch_ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => self.origin.checked_add(Duration::from_nanos(ns)),
         }
     }
 

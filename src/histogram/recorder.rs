@@ -54,6 +54,10 @@ use super::{Counts, LatencyHistogram, bucket_of, nanos};
 pub struct Recorder<'h> {
     histogram: &'h LatencyHistogram,
     counts: Arc<Counts>,
+    /// The histogram's next epoch boundary when last read. Boundaries only
+    /// grow, so this is never later than the real one: while `now` is before
+    /// it, no rotation is due; at or after it, the histogram decides.
+    next_boundary: Option<Instant>,
     /// Not `Sync`: with `&mut self` on `record_at`, the single-writer
     /// invariant of `counts`.
     not_sync: PhantomData<Cell<()>>,
@@ -61,7 +65,7 @@ pub struct Recorder<'h> {
 
 impl<'h> Recorder<'h> {
     pub(super) fn new(histogram: &'h LatencyHistogram, counts: Arc<Counts>) -> Recorder<'h> {
-        Recorder { histogram, counts, not_sync: PhantomData }
+        Recorder { histogram, counts, next_boundary: histogram.next_boundary(), not_sync: PhantomData }
     }
 
     /// Records one duration, now.
@@ -73,7 +77,10 @@ impl<'h> Recorder<'h> {
     /// Records one duration at `now` (an instant the caller has just read).
     #[inline]
     pub fn record_at(&mut self, d: Duration, now: Instant) {
-        self.histogram.turn(now);
+        if self.next_boundary.is_none_or(|boundary| now >= boundary) {
+            self.histogram.turn(now);
+            self.next_boundary = self.histogram.next_boundary();
+        }
         let ns = nanos(d);
         self.counts.add_owned(bucket_of(ns), ns);
     }

@@ -171,24 +171,39 @@ fn concurrent_records_are_all_counted() {
 
 #[test]
 fn writers_racing_through_rotations_lose_no_sample() {
+    racing_through_rotations(false);
+}
+
+#[test]
+fn recorders_racing_through_rotations_lose_no_sample() {
+    racing_through_rotations(true);
+}
+
+/// Four threads walk 500 epochs of 1 ms together, as threads that read the
+/// clock just before recording do; inside an epoch they race each other and
+/// its rotation. Each records through `record_at`, or through a recorder of its
+/// own (which checks for a new epoch against its copy of the boundary).
+fn racing_through_rotations(own: bool) {
     const THREADS: u64 = 4;
     const EPOCHS: u64 = 500;
     const PER_EPOCH: u64 = 100; // a thread's samples in each 1 ms epoch, 10 µs apart
     let t0 = Instant::now();
     let h = Arc::new(LatencyHistogram::starting_at(Duration::from_millis(1), t0));
-    // The threads walk the epochs together, as threads that read the clock
-    // just before recording do; inside an epoch they race each other and
-    // its rotation.
     let step = Arc::new(Barrier::new(THREADS as usize));
     let workers: Vec<_> = (0..THREADS)
         .map(|_| {
             let (h, step) = (Arc::clone(&h), Arc::clone(&step));
             std::thread::spawn(move || {
+                let mut mine = own.then(|| h.recorder());
                 for e in 0..EPOCHS {
                     step.wait();
                     for i in 0..PER_EPOCH {
-                        let at = t0 + Duration::from_micros(e * 1_000 + i * 10);
-                        h.record_at(Duration::from_micros(200), at);
+                        let (d, at) =
+                            (Duration::from_micros(200), t0 + Duration::from_micros(e * 1_000 + i * 10));
+                        match &mut mine {
+                            Some(mine) => mine.record_at(d, at),
+                            None => h.record_at(d, at),
+                        }
                     }
                 }
             })
