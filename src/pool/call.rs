@@ -467,7 +467,9 @@ impl<T, E> fmt::Debug for Ticket<T, E> {
 }
 
 /// Longest a caller spins for the answer of a job handed to a parked worker.
-const WOKEN_SPIN_MAX: Duration = Duration::from_micros(25);
+/// Above a slow wake-up (tens of µs on a VM): a caller that parks instead
+/// keeps the pool in a convoy of two wake-ups per call (see the README).
+const WOKEN_SPIN_MAX: Duration = Duration::from_micros(200);
 
 /// The caller's wait for a job handed to a parked worker: spin for up to the
 /// time that worker will likely take to wake and run the job (the pool's
