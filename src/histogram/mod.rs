@@ -148,6 +148,13 @@ struct Rare {
     marks: [HistogramSnapshot; 2],
 }
 
+impl Rare {
+    /// The recorders' counts (held or free), to read once the mutex is let go.
+    fn owned_counts(&self) -> Vec<Arc<Counts>> {
+        self.owned.iter().map(|(counts, _)| Arc::clone(counts)).collect()
+    }
+}
+
 /// A latency histogram: fixed log-spaced buckets from 100 µs to 30 s, recorded
 /// without a lock, read as a [`HistogramSnapshot`] since creation
 /// ([`snapshot`](Self::snapshot)) or over a recent window
@@ -310,7 +317,7 @@ impl LatencyHistogram {
 
     /// The recorders' counts, copied out under the mutex.
     fn owned(&self) -> Vec<Arc<Counts>> {
-        self.rare.lock().owned.iter().map(|(counts, _)| Arc::clone(counts)).collect()
+        self.rare.lock().owned_counts()
     }
 
     /// Every count, shared and recorders', read with no lock held.
@@ -351,7 +358,7 @@ impl LatencyHistogram {
                 1 => marked,
                 _ => return HistogramSnapshot::empty(), // nothing in the last two epochs
             };
-            let owned: Vec<_> = rare.owned.iter().map(|(counts, _)| Arc::clone(counts)).collect();
+            let owned = rare.owned_counts();
             (rare.marks[(since_epoch % 2) as usize].clone(), owned)
         };
         self.total(&owned).minus(&mark)

@@ -16,6 +16,14 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// `n` successes of `latency`, each issued at `in_flight` and 5 ms after the last.
+fn successes(r: &mut Rule, clock: &ManualClock, n: usize, latency: Duration, in_flight: usize) {
+    for _ in 0..n {
+        r.on_success(latency, clock.now(), in_flight);
+        clock.advance(ms(5));
+    }
+}
+
 /// How the simulated provider answers one call.
 #[derive(Debug, Clone, Copy)]
 enum Answer {
@@ -285,10 +293,7 @@ fn failures_and_timeouts_cut_multiplicatively() {
 fn growth_waits_for_a_run_of_successes_after_a_failure() {
     let clock = ManualClock::new();
     let mut r = Rule::new(&AdaptiveLimit::new(), MAX);
-    for _ in 0..20 {
-        r.on_success(ms(5), clock.now(), 4);
-        clock.advance(ms(5));
-    }
+    successes(&mut r, &clock, 20, ms(5), 4);
     r.on_failure();
     let cut = r.limit();
     assert_eq!(cut, 12);
@@ -313,14 +318,8 @@ fn a_moderate_rise_within_tolerance_does_not_cut() {
 fn a_rise_while_the_limit_is_not_half_used_does_not_cut() {
     let clock = ManualClock::new();
     let mut r = Rule::new(&AdaptiveLimit::new(), MAX);
-    for _ in 0..200 {
-        r.on_success(ms(5), clock.now(), 4);
-        clock.advance(ms(5));
-    }
-    for _ in 0..100 {
-        r.on_success(ms(40), clock.now(), MAX / 2 - 1);
-        clock.advance(ms(5));
-    }
+    successes(&mut r, &clock, 200, ms(5), 4);
+    successes(&mut r, &clock, 100, ms(40), MAX / 2 - 1);
     assert_eq!(r.limit(), MAX);
     // The same latency with the limit in use is cut.
     r.on_success(ms(40), clock.now(), MAX / 2);
@@ -332,10 +331,7 @@ fn a_rise_while_the_limit_is_not_half_used_does_not_cut() {
 fn calls_issued_before_a_cut_do_not_cut_again() {
     let clock = ManualClock::new();
     let mut r = Rule::new(&AdaptiveLimit::new(), MAX);
-    for _ in 0..50 {
-        r.on_success(ms(5), clock.now(), 4);
-        clock.advance(ms(5));
-    }
+    successes(&mut r, &clock, 50, ms(5), 4);
     // Sixteen calls issued together, all answered slowly.
     let issued = clock.now();
     clock.advance(ms(500));
