@@ -14,7 +14,10 @@
 //!   floor of anything that updates a shared window.
 //!
 //! Group `breaker_contended`: 2 and 8 threads sharing one breaker (or one
-//! mutex), each doing `iters` operations; criterion is given the wall time
+//! mutex, or one counter), each doing `iters` operations: CLOSED calls, and
+//! rejections by an OPEN breaker (every request thread at once, as in an
+//! incident), against failsafe and against one shared `fetch_add`, the
+//! counter an OPEN rejection would bump if it had no per-thread tally; criterion is given the wall time
 //! until all are done, so the figure is the time per operation as each thread
 //! sees it while the others compete (on a 2-vCPU machine, 8 threads also
 //! compete for the cores).
@@ -80,10 +83,7 @@ fn single_thread(c: &mut Criterion) {
         })
     });
 
-    let policy = failure_policy::consecutive_failures(1, backoff::constant(Duration::from_secs(3600)));
-    let fs_open = failsafe::Config::new().failure_policy(policy).build();
-    fs_open.on_error();
-    assert!(!fs_open.is_call_permitted());
+    let fs_open = failsafe_open();
     g.bench_function("failsafe_open_reject", |b| b.iter(|| black_box(fs_open.is_call_permitted())));
 
     g.bench_function("instant_now", |b| b.iter(Instant::now));
@@ -96,6 +96,15 @@ fn single_thread(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// A failsafe breaker opened by one failure, for an hour.
+fn failsafe_open() -> failsafe::StateMachine<failure_policy::ConsecutiveFailures<backoff::Constant>, ()> {
+    let policy = failure_policy::consecutive_failures(1, backoff::constant(Duration::from_secs(3600)));
+    let fs_open = failsafe::Config::new().failure_policy(policy).build();
+    fs_open.on_error();
+    assert!(!fs_open.is_call_permitted());
+    fs_open
 }
 
 /// Runs `op` `iters` times on each of `n` threads started together and
@@ -142,6 +151,30 @@ fn contended(c: &mut Criterion) {
             b.iter_custom(|iters| on_threads(n, iters, &op))
         });
 
+        // Every request thread asking an open breaker at once: the incident.
+        let breaker = open_breaker();
+        let op = || {
+            black_box(breaker.try_acquire().is_err());
+        };
+        g.bench_function(format!("watertight_open_reject_{n}threads"), |b| {
+            b.iter_custom(|iters| on_threads(n, iters, &op))
+        });
+        let fs_open = failsafe_open();
+        let op = || {
+            black_box(fs_open.is_call_permitted());
+        };
+        g.bench_function(format!("failsafe_open_reject_{n}threads"), |b| {
+            b.iter_custom(|iters| on_threads(n, iters, &op))
+        });
+        // What one shared rejection counter would cost them.
+        let counter = AtomicU64::new(0);
+        let op = || {
+            counter.fetch_add(1, Ordering::Relaxed);
+        };
+        g.bench_function(format!("atomic_fetch_add_{n}threads"), |b| {
+            b.iter_custom(|iters| on_threads(n, iters, &op))
+        });
+
         let mutex = parking_lot::Mutex::new(0u64);
         let op = || {
             let mut guard = mutex.lock();
@@ -155,10 +188,12 @@ fn contended(c: &mut Criterion) {
 }
 
 /// The pieces the two paths above are made of, to show where their floor is:
-/// a CLOSED call is one lock and unlock to record (`mutex_lock_unlock` in the
-/// `breaker` group) and, for an owned permit, two reference-count updates
-/// (`arc_clone_drop`); an OPEN reject is a clock reading, an `Instant`
-/// comparison and one counter increment (`atomic_fetch_add`).
+/// a CLOSED call into a window that is not yet full and clean is one lock and
+/// unlock to record (`mutex_lock_unlock` in the `breaker` group), into a full
+/// and clean one a single `atomic_fetch_add`, and for an owned permit two
+/// reference-count updates more (`arc_clone_drop`); an OPEN reject is a clock reading, an `Instant`
+/// comparison and a plain increment of the thread's own tally (with a shared
+/// counter it would be an `atomic_fetch_add`).
 /// `duration_since` shows what the reject saves by comparing instants rather
 /// than converting the reading to an offset.
 fn parts(c: &mut Criterion) {

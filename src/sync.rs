@@ -1,11 +1,12 @@
-//! The few synchronization primitives the pool's reply protocol is built on,
-//! behind one door.
+//! The few synchronization primitives the pool's and the breaker's
+//! protocols are built on, behind one door.
 //!
 //! Normally these are `std` atomics and threads and a `parking_lot` mutex.
 //! Under `cfg(loom)` the same names are loom's models, so the protocols in
-//! `pool/slot.rs` (the reply) and `pool/queue.rs` (the queue, the idle
-//! workers and their parking), which take everything they share from here,
-//! can be model checked without a single edit. Nothing else in the crate needs to go
+//! `pool/slot.rs` (the reply), `pool/queue.rs` (the queue, the idle workers
+//! and their parking) and `breaker/` (the lock-free paths beside the locked
+//! state machine), which take everything they share from here, can be model
+//! checked without a single edit. Nothing else in the crate needs to go
 //! through this module: counters and flags that only feed statistics stay on
 //! plain `std` atomics.
 
@@ -13,13 +14,16 @@
 mod imp {
     pub(crate) use std::hint::spin_loop;
     pub(crate) use std::sync::Arc;
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::thread::{Thread, current, park, park_timeout, yield_now};
 
+    /// The guard of [`Mutex`].
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
     /// A mutex whose `lock` cannot fail: `parking_lot`'s, which does not
-    /// poison. A panic while it is held cannot happen in the slot protocol
-    /// (no user code runs under it), and if it did, the state stays consistent
-    /// because every transition is a single store.
+    /// poison. No user code runs under it (the breaker announces its
+    /// transitions after letting go), and the slot's and the breaker's
+    /// states stay consistent at every store, so there is nothing to poison.
     pub(crate) struct Mutex<T>(parking_lot::Mutex<T>);
 
     impl<T> Mutex<T> {
@@ -36,8 +40,11 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::sync::Arc;
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::thread::{Thread, current, park, yield_now};
+
+    /// The guard of [`Mutex`].
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
     /// Under loom a spin is a yield: it lets the model schedule another thread.
     pub(crate) fn spin_loop() {
@@ -60,7 +67,7 @@ mod imp {
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             // loom's mutex poisons like std's; the protocol never panics while
             // holding it, so a poisoned lock is a bug worth a loud failure.
-            self.0.lock().expect("slot mutex poisoned")
+            self.0.lock().expect("mutex poisoned")
         }
     }
 }

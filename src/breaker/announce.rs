@@ -6,7 +6,7 @@ impl Inner {
     /// Releases the lock, then announces what the critical section queued,
     /// unless another thread is already announcing (it will pick it up).
     /// Every state change ends here: the one way a transition leaves the lock.
-    pub(super) fn release(&self, core: parking_lot::MutexGuard<'_, Core>) {
+    pub(super) fn release(&self, core: crate::sync::MutexGuard<'_, Core>) {
         let announce = core.must_announce();
         drop(core);
         if announce {

@@ -2,32 +2,27 @@
 //! and manual move goes through (see the module docs of `breaker` for the
 //! concurrency and generation rules it keeps).
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-
-use parking_lot::{Mutex, MutexGuard};
 
 use super::config::{BreakerConfig, WindowKind};
 use super::state::{NotPermitted, State, Transition, pack, state_of};
+use super::tally::Tallies;
 use super::window::{Sample, Totals, Window};
 use crate::classify::Verdict;
 use crate::clock::Clock;
 use crate::listeners::Listeners;
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
 /// Gives every breaker its `uid`; starts at 1 so that the empty cache entry
-/// matches none.
-pub(super) static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+/// (`tally::OPEN`) matches none. A plain `std` atomic even under loom: it
+/// only hands out numbers.
+pub(super) static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-thread_local! {
-    /// `(breaker uid, packed current, end of that open period)`: see the
-    /// module docs. One entry per thread: a thread rejected by several open
-    /// breakers in turn just takes the lock more often.
-    pub(super) static OPEN_UNTIL: Cell<(u64, u64, Option<Instant>)> = const { Cell::new((0, 0, None)) };
-}
+/// `Inner::clean` when no window is known to be clean.
+pub(super) const NOT_CLEAN: u64 = u64::MAX;
 
 /// Keeps what it wraps on a cache line of its own, so that the read-mostly
 /// state word is not invalidated by every lock and unlock of the mutex.
@@ -37,8 +32,17 @@ pub(super) struct Padded<T>(pub(super) T);
 pub(super) struct Inner {
     /// Lock-free mirror of `(core.generation, core.state)`, see the module docs.
     pub(super) current: Padded<AtomicU64>,
-    /// Unique among the breakers of this process: the key of `OPEN_UNTIL`.
+    /// The packed `current` word of a CLOSED state whose count window is
+    /// full and holds no failure and no slow call, or [`NOT_CLEAN`]; see the
+    /// module docs. Written only under the lock.
+    pub(super) clean: Padded<AtomicU64>,
+    /// Successes reported while `clean` matched their permit: counted here,
+    /// without the lock, instead of in `core.lifetime`.
+    pub(super) clean_successes: Padded<AtomicU64>,
+    /// Unique among the breakers of this process: the key of the per-thread
+    /// open-period cache (`tally.rs`).
     pub(super) uid: u64,
+    /// Rejections not counted in a thread's tally (`core.tallies`).
     pub(super) not_permitted: Padded<AtomicU64>,
     pub(super) core: Mutex<Core>,
     pub(super) listeners: Listeners<Transition>,
@@ -75,6 +79,8 @@ pub(super) struct Core {
     /// Valid while HALF_OPEN.
     pub(super) round: Round,
     pub(super) lifetime: Lifetime,
+    /// The per-thread counts of cached OPEN rejections (`tally.rs`).
+    pub(super) tallies: Tallies,
     /// Transitions not yet announced, in the order they happened.
     pub(super) pending: VecDeque<Transition>,
     /// A thread is announcing `pending`; others just queue. See `deliver`.
@@ -200,6 +206,7 @@ impl Inner {
             opens: 0,
             round: Round::default(),
             lifetime: Lifetime::default(),
+            tallies: Tallies::default(),
             pending: VecDeque::new(),
             delivering: false,
             min_calls: u64::from(config.effective_minimum_calls()),
@@ -207,6 +214,8 @@ impl Inner {
         };
         Inner {
             current: Padded(AtomicU64::new(pack(0, state))),
+            clean: Padded(AtomicU64::new(NOT_CLEAN)),
+            clean_successes: Padded(AtomicU64::new(0)),
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             not_permitted: Padded(AtomicU64::new(0)),
             core: Mutex::new(core),
@@ -328,11 +337,17 @@ impl Inner {
     /// everything else goes to `record_general`.
     #[inline]
     pub(super) fn record(&self, issued: u64, verdict: Verdict, elapsed: Duration) {
+        let slow = duration_ns(elapsed) > self.slow_ns.load(Ordering::Relaxed);
+        if verdict == Verdict::Success && !slow && issued == self.clean.0.load(Ordering::Acquire) {
+            // The permit's window is full and clean: one more clean success
+            // leaves it as it is, so only the lifetime count changes.
+            self.clean_successes.0.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let issued_in = state_of(issued);
         if issued_in == State::Disabled {
             return;
         }
-        let slow = duration_ns(elapsed) > self.slow_ns.load(Ordering::Relaxed);
         let outcome = Sample { failed: verdict == Verdict::Failure, slow };
         if issued_in != State::Closed || self.is_time_window() {
             return self.record_general(issued, verdict, outcome);
@@ -346,6 +361,13 @@ impl Inner {
             return;
         }
         core.window.record(outcome, 0);
+        // `issued` is the current word (same generation, CLOSED): publish
+        // whether its window is now full and clean. Only written on a
+        // change, so that readers' copies of the line stay valid.
+        let clean = if core.window.is_full_and_clean() { issued } else { NOT_CLEAN };
+        if self.clean.0.load(Ordering::Relaxed) != clean {
+            self.clean.0.store(clean, Ordering::Release);
+        }
         if let Some(cause) = Self::over_threshold(&core, core.window.totals()) {
             self.trip(core, cause);
         }

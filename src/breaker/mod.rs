@@ -25,20 +25,37 @@
 //!
 //! One `parking_lot` mutex guards everything that changes together: the
 //! state, the window, the half-open round, the lifetime counters and the
-//! queue of transitions still to announce. Three things live outside it:
+//! queue of transitions still to announce. Four things live outside it, so
+//! that a healthy call and an OPEN rejection take no lock:
 //!
 //! - `current`: the generation and state packed into one `AtomicU64`, a
 //!   read-only mirror of the locked values, written only under the lock
 //!   (`Release`, read with `Acquire`). A CLOSED (or METRICS_ONLY, DISABLED)
 //!   acquire is one load of it.
-//! - `not_permitted`: a relaxed counter, monotonic, read by `metrics()`.
-//! - `OPEN_UNTIL`, a per-thread cache of the end of the open period this
+//! - `clean`: the packed word of a CLOSED state whose count window is full
+//!   and holds only successes that were not slow (written only under the
+//!   lock, by the report that made it so or spoilt it). A success that is
+//!   not slow, reported on a permit of exactly that word, would leave the
+//!   window as it is (in a ring of equal outcomes the head does not matter),
+//!   so it only adds one to `clean_successes`, a relaxed counter added to
+//!   the lifetime successes. Such a report takes effect at its load of
+//!   `clean`: before any failure that spoils the window later, which is the
+//!   order the window would have recorded them in. A permit of an earlier
+//!   generation never matches (every state change and reconfiguration bumps
+//!   it), and time windows never publish a word (there a success outlives
+//!   the older calls as they slide out, so recording it is never a no-op).
+//! - `not_permitted`: a relaxed counter of rejections, plus per-thread
+//!   tallies for OPEN rejections (`tally.rs`), both read by `metrics()`.
+//! - A per-thread cache (`tally.rs`) of the end of the open period this
 //!   thread was last rejected by, keyed by the breaker's unique id and the
 //!   packed `current` word. An open period's end is fixed when OPEN is
 //!   entered and every entry bumps the generation, so a cached end that
 //!   matches the key is exact, never stale. With it, an OPEN reject is one
-//!   load, one clock reading, one `Instant` comparison and one increment: no
-//!   lock, and no conversion of the clock reading.
+//!   load, one clock reading, one `Instant` comparison and a plain load and
+//!   store of the thread's own tally: no lock, no atomic read-modify-write,
+//!   no conversion of the clock reading.
+//!
+//! The lock-free parts are model checked under loom (`tests/loom_breaker.rs`).
 //!
 //! A stale read of `current` is harmless: a decision taken on it is the one
 //! the breaker would have taken a moment earlier, and everything that changes
@@ -52,34 +69,35 @@
 //! current one. A call permitted in an earlier CLOSED window or an earlier
 //! half-open round still counts in the lifetime totals, but can never take
 //! or give back a slot of the current round, nor land in a fresh window.
-
 //!
 //! # Files
 //!
 //! `state.rs` (the vocabulary), `machine.rs` (the locked state machine),
-//! `announce.rs` (transitions told after the lock), `permit.rs`, `config.rs`
-//! and `window.rs` (the sliding windows).
+//! `announce.rs` (transitions told after the lock), `permit.rs`, `config.rs`,
+//! `window.rs` (the sliding windows) and `tally.rs` (the per-thread open
+//! cache and rejection tallies).
 
 mod announce;
 mod config;
 mod machine;
 mod permit;
 mod state;
+mod tally;
 mod window;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 pub use self::config::BreakerConfig;
-use self::machine::{Inner, OPEN_UNTIL, View};
+use self::machine::{Inner, View};
 use self::permit::Issued;
 pub use self::permit::{OwnedPermit, Permit};
 pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};
 use self::state::{STATE_MASK, pack, state_of};
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
+use crate::sync::Ordering;
 
 /// A circuit breaker. Cheap to clone: clones share one breaker.
 ///
@@ -155,18 +173,25 @@ impl Breaker {
         if current & STATE_MASK == State::Closed.bits() {
             return Ok(self.permit(current));
         }
+        self.acquire_not_closed(current)
+    }
+
+    /// Every state but CLOSED, OPEN first and as a plain branch: a breaker
+    /// that is open is asked again and again, and its answer should cost
+    /// little more than the clock reading it needs.
+    #[inline(never)]
+    fn acquire_not_closed(&self, current: u64) -> Result<Permit<'_>, NotPermitted> {
+        let inner = &*self.inner;
+        if current & STATE_MASK == State::Open.bits() {
+            let now = inner.clock.now();
+            if tally::reject_cached(inner.uid, current, now) {
+                return Err(NotPermitted { state: State::Open });
+            }
+            return self.acquire_slow(Some(now));
+        }
         match state_of(current) {
             State::Closed | State::MetricsOnly | State::Disabled => Ok(self.permit(current)),
-            State::Open => {
-                let now = inner.clock.now();
-                match OPEN_UNTIL.get() {
-                    (uid, key, Some(until)) if uid == inner.uid && key == current && now < until => {
-                        Err(inner.reject(State::Open))
-                    }
-                    _ => self.acquire_slow(Some(now)),
-                }
-            }
-            State::HalfOpen => self.acquire_slow(None),
+            State::Open | State::HalfOpen => self.acquire_slow(None),
             State::ForcedOpen => Err(inner.reject(State::ForcedOpen)),
         }
     }
@@ -203,6 +228,7 @@ impl Breaker {
     /// HALF_OPEN. Decided under the lock, on the locked state, whatever the
     /// lock-free read said.
     #[cold]
+    #[inline(never)]
     fn acquire_slow(&self, now: Option<Instant>) -> Result<Permit<'_>, NotPermitted> {
         let inner = &*self.inner;
         let mut now = inner.lazy_now(now);
@@ -215,13 +241,15 @@ impl Breaker {
                 State::Closed | State::MetricsOnly | State::Disabled => {
                     break Ok(pack(core.generation, core.state));
                 }
-                State::ForcedOpen => break Err(State::ForcedOpen),
+                State::ForcedOpen => break Err((State::ForcedOpen, false)),
                 State::Open => {
                     if core.open_until.is_none_or(|until| now.instant() < until) {
                         // Remember this period's end, so that this thread's next
-                        // rejects need no lock (see `OPEN_UNTIL`).
-                        OPEN_UNTIL.set((inner.uid, pack(core.generation, State::Open), core.open_until));
-                        break Err(State::Open);
+                        // rejects need no lock, and count them in its tally
+                        // (see `tally.rs`).
+                        let (key, until) = (pack(core.generation, State::Open), core.open_until);
+                        let counted = tally::remember_and_reject(inner.uid, key, until, &mut core.tallies);
+                        break Err((State::Open, counted));
                     }
                     inner.enter(&mut core, State::HalfOpen, &mut now, View::default());
                 }
@@ -235,14 +263,15 @@ impl Breaker {
                         core.round.admitted += 1;
                         break Ok(pack(core.generation, State::HalfOpen));
                     }
-                    break Err(State::HalfOpen);
+                    break Err((State::HalfOpen, false));
                 }
             }
         };
         inner.release(core);
         match answer {
             Ok(issued) => Ok(self.permit(issued)),
-            Err(state) => Err(inner.reject(state)),
+            Err((state, true)) => Err(NotPermitted { state }),
+            Err((state, false)) => Err(inner.reject(state)),
         }
     }
 
@@ -260,17 +289,18 @@ impl Breaker {
         let view = inner.view(&mut core, &mut now);
         let life = core.lifetime;
         let state = core.state;
+        let tallied = core.tallies.sum();
         drop(core);
         BreakerMetrics {
             state,
             failure_rate: view.failure_rate,
             slow_call_rate: view.slow_call_rate,
             buffered_calls: view.buffered,
-            successful: life.successful,
+            successful: life.successful.wrapping_add(inner.clean_successes.0.load(Ordering::Relaxed)),
             failed: life.failed,
             ignored: life.ignored,
             slow: life.slow,
-            not_permitted: inner.not_permitted.0.load(Ordering::Relaxed),
+            not_permitted: inner.not_permitted.0.load(Ordering::Relaxed).wrapping_add(tallied),
         }
     }
 
