@@ -15,6 +15,8 @@
 //! And for the queue:
 //! - a job handed to a worker that is going idle (or is already parked) is
 //!   run exactly once, and the worker always wakes for it;
+//! - a job goes to the worker spinning for work even when a worker that
+//!   parked after it sits on top of the idle stack (no wake-up spent);
 //! - queue 0 accepts a job for a worker that has answered but is not back yet,
 //!   and that worker takes it;
 //! - a shrink racing a worker going idle always makes the worker exit (by a
@@ -187,6 +189,37 @@ fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
         queue.close();
         assert_eq!(worker.join().unwrap(), vec![1]);
         assert_eq!(busy.load(std::sync::atomic::Ordering::Relaxed), 0);
+    });
+}
+
+#[test]
+fn a_spinning_worker_below_a_parked_one_takes_the_job_without_a_wake_up() {
+    loom::model(|| {
+        // Two workers, queue 0. This thread plays the first: it goes idle
+        // and spins for work. The second goes idle (on top of the idle
+        // stack) and parks, before or after the job comes.
+        let queue = Arc::new(Queue::new(0, 2));
+        let busy = Arc::new(Busy::new(0));
+        let me = Mailbox::for_current_thread();
+        assert!(matches!(queue.next(&me, &busy), Some(Err(_))), "nothing is queued yet");
+        assert!(queue.start_spinning(&me), "the only spinner");
+        let parker = {
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || {
+                let me = Mailbox::for_current_thread();
+                match queue.next(&me, &busy)? {
+                    Ok(job) => Some(Letter::Job(job)),
+                    Err(_idle) => Some(me.wait()),
+                }
+            })
+        };
+        // Whether the parked worker is on top or not, the spinner gets it.
+        assert_eq!(queue.push(1, &busy).expect("two idle workers"), Accepted::Handed(true));
+        assert!(me.is_posted());
+        queue.stop_spinning(&me);
+        assert!(matches!(me.wait(), Letter::Job(1)));
+        queue.close();
+        assert!(matches!(parker.join().unwrap(), None | Some(Letter::Close)));
     });
 }
 

@@ -197,8 +197,9 @@ impl<J> Queue<J> {
         self.len.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Offers `job`: to the most recently idle worker if
-    /// there is one; else into the queue if there is room (capacity, plus
+    /// Offers `job`: to the idle worker spinning for work if there is one
+    /// (it takes the job without a wake-up), else to the most recently idle
+    /// worker if there is one; else into the queue if there is room (capacity, plus
     /// one place for each worker about to come back). `busy` is the pool's
     /// busy counter: raised here for a job handed to a worker.
     pub fn push(&self, job: J, busy: &StdAtomicUsize) -> Result<Accepted, (Refused, J)> {
@@ -206,7 +207,14 @@ impl<J> Queue<J> {
         if !st.open {
             return Err((Refused::Closed, job));
         }
-        if let Some(worker) = st.idle.pop() {
+        // The worker spinning for work, if any, takes the job without a
+        // wake-up; it may sit below workers that parked after it started.
+        let spinner = if self.spinning.load(Ordering::Relaxed) != 0 {
+            st.idle.iter().rposition(|w| w.spinning.load(Ordering::Relaxed)).map(|i| st.idle.remove(i))
+        } else {
+            None
+        };
+        if let Some(worker) = spinner.or_else(|| st.idle.pop()) {
             st.away += 1;
             busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             drop(st);
