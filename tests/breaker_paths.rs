@@ -22,6 +22,33 @@ fn call(breaker: &Breaker, verdict: Verdict, took: Duration) {
     breaker.try_acquire().expect("permitted").record(verdict, took);
 }
 
+/// Runs `work` on `n` threads at once, each with its own clone of `b`, and
+/// joins them (a panic on any fails the test).
+fn on_threads(n: usize, b: &Breaker, work: impl Fn(&Breaker) + Send + Sync + Copy + 'static) {
+    let start = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (b, start) = (b.clone(), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                work(&b);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("a thread of the test");
+    }
+}
+
+/// A breaker on [`ten`] whose window is full of clean successes.
+fn clean_ten() -> (Breaker, ManualClock) {
+    let (b, clock) = manual(ten());
+    for _ in 0..10 {
+        call(&b, Verdict::Success, FAST);
+    }
+    (b, clock)
+}
+
 fn ten() -> BreakerConfig {
     BreakerConfig::count_based(10)
         .minimum_calls(10)
@@ -71,10 +98,7 @@ fn successes_into_a_full_clean_window_are_counted_and_failures_slide_out_in_orde
 
 #[test]
 fn a_slow_success_into_a_clean_window_is_windowed_not_skipped() {
-    let (b, _clock) = manual(ten());
-    for _ in 0..10 {
-        call(&b, Verdict::Success, FAST);
-    }
+    let (b, _clock) = clean_ten();
     for n in 1..=4u32 {
         call(&b, Verdict::Success, SLOW);
         assert_eq!(b.metrics().slow_call_rate, Some(f64::from(n) * 10.0));
@@ -86,10 +110,7 @@ fn a_slow_success_into_a_clean_window_is_windowed_not_skipped() {
 
 #[test]
 fn a_permit_from_an_earlier_clean_window_counts_in_the_lifetime_only() {
-    let (b, _clock) = manual(ten());
-    for _ in 0..10 {
-        call(&b, Verdict::Success, FAST);
-    }
+    let (b, _clock) = clean_ten();
     let old = b.try_acquire().expect("closed");
     b.reset();
     old.record(Verdict::Success, FAST);
@@ -104,10 +125,7 @@ fn a_permit_from_an_earlier_clean_window_counts_in_the_lifetime_only() {
 
 #[test]
 fn a_reconfigured_threshold_applies_to_a_window_that_was_clean() {
-    let (b, _clock) = manual(ten());
-    for _ in 0..10 {
-        call(&b, Verdict::Success, FAST);
-    }
+    let (b, _clock) = clean_ten();
     b.reconfigure(ten().failure_rate(10.0)).expect("valid");
     call(&b, Verdict::Success, FAST);
     call(&b, Verdict::Failure, FAST);
@@ -118,25 +136,12 @@ fn a_reconfigured_threshold_applies_to_a_window_that_was_clean() {
 fn successes_from_many_threads_into_a_clean_window_are_all_counted() {
     const THREADS: usize = 4;
     const CALLS: u64 = 5_000;
-    let (b, _clock) = manual(ten());
-    for _ in 0..10 {
-        call(&b, Verdict::Success, FAST);
-    }
-    let start = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let (b, start) = (b.clone(), Arc::clone(&start));
-            thread::spawn(move || {
-                start.wait();
-                for _ in 0..CALLS {
-                    call(&b, Verdict::Success, FAST);
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("caller thread");
-    }
+    let (b, _clock) = clean_ten();
+    on_threads(THREADS, &b, |b| {
+        for _ in 0..CALLS {
+            call(b, Verdict::Success, FAST);
+        }
+    });
     let m = b.metrics();
     assert_eq!(
         (m.successful, m.buffered_calls, m.failure_rate),
@@ -158,23 +163,13 @@ fn every_open_rejection_is_counted_whichever_thread_and_path() {
     const THREADS: usize = 4;
     const REJECTS: u64 = 2_000;
     let (b, _clock) = opened();
-    let start = Arc::new(Barrier::new(THREADS));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let (b, start) = (b.clone(), Arc::clone(&start));
-            thread::spawn(move || {
-                start.wait();
-                for _ in 0..REJECTS {
-                    assert_eq!(b.try_acquire().unwrap_err().state(), State::Open);
-                }
-                // Seen at once by the thread that counted them.
-                assert!(b.metrics().not_permitted >= REJECTS);
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("rejected thread");
-    }
+    on_threads(THREADS, &b, |b| {
+        for _ in 0..REJECTS {
+            assert_eq!(b.try_acquire().unwrap_err().state(), State::Open);
+        }
+        // Seen at once by the thread that counted them.
+        assert!(b.metrics().not_permitted >= REJECTS);
+    });
     assert_eq!(b.metrics().not_permitted, THREADS as u64 * REJECTS);
 }
 

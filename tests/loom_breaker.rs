@@ -35,6 +35,12 @@ fn clean(n: u32) -> Breaker {
     breaker
 }
 
+/// One successful call on another thread.
+fn succeed_elsewhere(breaker: &Arc<Breaker>) -> thread::JoinHandle<()> {
+    let breaker = Arc::clone(breaker);
+    thread::spawn(move || breaker.try_acquire().expect("closed").record(Verdict::Success, FAST))
+}
+
 #[test]
 fn a_clean_success_racing_a_failure_that_opens_the_breaker() {
     loom::model(|| {
@@ -61,9 +67,7 @@ fn a_clean_success_racing_a_failure_that_opens_the_breaker() {
 fn a_clean_success_racing_a_failure_that_leaves_it_closed() {
     loom::model(|| {
         let breaker = Arc::new(clean(3));
-        let other = Arc::clone(&breaker);
-        let success =
-            thread::spawn(move || other.try_acquire().expect("closed").record(Verdict::Success, FAST));
+        let success = succeed_elsewhere(&breaker);
         breaker.try_acquire().expect("closed").record(Verdict::Failure, FAST);
         success.join().unwrap();
         let m = breaker.metrics();
@@ -86,9 +90,7 @@ fn a_clean_success_racing_a_failure_that_leaves_it_closed() {
 fn a_clean_success_racing_a_reset_is_counted_once_and_never_in_the_fresh_window_early() {
     loom::model(|| {
         let breaker = Arc::new(clean(2));
-        let other = Arc::clone(&breaker);
-        let success =
-            thread::spawn(move || other.try_acquire().expect("closed").record(Verdict::Success, FAST));
+        let success = succeed_elsewhere(&breaker);
         breaker.reset();
         success.join().unwrap();
         let m = breaker.metrics();
