@@ -241,15 +241,17 @@ impl Breaker {
                 State::Closed | State::MetricsOnly | State::Disabled => {
                     break Ok(pack(core.generation, core.state));
                 }
-                State::ForcedOpen => break Err((State::ForcedOpen, false)),
+                State::ForcedOpen => break Err(State::ForcedOpen),
                 State::Open => {
                     if core.open_until.is_none_or(|until| now.instant() < until) {
                         // Remember this period's end, so that this thread's next
-                        // rejects need no lock, and count them in its tally
-                        // (see `tally.rs`).
+                        // rejects need no lock, and count this one in its tally
+                        // (see `tally.rs`); a thread that is exiting has none.
                         let (key, until) = (pack(core.generation, State::Open), core.open_until);
-                        let counted = tally::remember_and_reject(inner.uid, key, until, &mut core.tallies);
-                        break Err((State::Open, counted));
+                        if !tally::remember_and_reject(inner.uid, key, until, &mut core.tallies) {
+                            inner.not_permitted.0.fetch_add(1, Ordering::Relaxed);
+                        }
+                        break Err(State::Open);
                     }
                     inner.enter(&mut core, State::HalfOpen, &mut now, View::default());
                 }
@@ -263,15 +265,16 @@ impl Breaker {
                         core.round.admitted += 1;
                         break Ok(pack(core.generation, State::HalfOpen));
                     }
-                    break Err((State::HalfOpen, false));
+                    break Err(State::HalfOpen);
                 }
             }
         };
         inner.release(core);
         match answer {
             Ok(issued) => Ok(self.permit(issued)),
-            Err((state, true)) => Err(NotPermitted { state }),
-            Err((state, false)) => Err(inner.reject(state)),
+            // Counted above, in the thread's tally.
+            Err(State::Open) => Err(NotPermitted { state: State::Open }),
+            Err(state) => Err(inner.reject(state)),
         }
     }
 

@@ -134,7 +134,7 @@ pub(super) fn reject_cached(uid: u64, key: u64, now: Instant) -> bool {
 /// period's end for this thread, makes sure the thread holds one of the
 /// breaker's `tallies`, and counts the rejection there. Returns `false` when
 /// the thread's storage is gone (the thread is exiting), and then counts
-/// nothing: the caller counts the rejection elsewhere.
+/// nothing: the caller counts the rejection in the shared counter.
 pub(super) fn remember_and_reject(uid: u64, key: u64, until: Option<Instant>, tallies: &mut Tallies) -> bool {
     OPEN.try_with(|cache| {
         let mut cache = cache.borrow_mut();
