@@ -224,3 +224,42 @@ fn rejections_of_threads_that_exited_stay_counted() {
         assert_eq!(b.metrics().not_permitted, round * 10);
     }
 }
+
+/// On the system clock the OPEN reject path reads `Instant::now` itself
+/// rather than through the `Clock` trait: the same counts, and the period
+/// still ends. Real time, so only a lower bound is waited for.
+#[test]
+fn on_the_system_clock_rejections_are_counted_and_the_period_ends() {
+    const THREADS: usize = 40;
+    let config = ten().open_for(Duration::from_millis(300));
+    let b = Breaker::new("system", config).expect("valid config");
+    let opened = std::time::Instant::now();
+    for _ in 0..10 {
+        call(&b, Verdict::Failure, FAST);
+    }
+    assert_eq!(b.state(), State::Open);
+    // More threads at once than a breaker has tallies: the rest count in
+    // the shared counter.
+    on_threads(THREADS, &b, |b| {
+        for _ in 0..50 {
+            if let Err(e) = b.try_acquire() {
+                assert_eq!(e.state(), State::Open);
+            }
+        }
+    });
+    let rejected = b.metrics().not_permitted;
+    if opened.elapsed() < Duration::from_millis(300) {
+        assert_eq!(rejected, THREADS as u64 * 50);
+    } else {
+        // A slow machine may have reached the end of the period meanwhile.
+        assert!(rejected <= THREADS as u64 * 50);
+    }
+    while opened.elapsed() < Duration::from_millis(350) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let probe = b.try_acquire().expect("the period is over: a probe");
+    assert_eq!(probe.state(), State::HalfOpen);
+    probe.record(Verdict::Success, FAST);
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(b.metrics().not_permitted, rejected);
+}

@@ -12,8 +12,10 @@
 //! - the same success racing a reset: counted once, and never lands in the
 //!   fresh window as a call it did not make there;
 //! - OPEN rejections counted in per-thread tallies, by threads that race for
-//!   the breaker's lock and exit while another thread claims their tally:
-//!   every rejection is counted exactly once.
+//!   the breaker's lock and exit while another thread claims their tally
+//!   (the table has two slots under loom, so in some orders the third thread
+//!   finds none and counts in the shared counter): every rejection is
+//!   counted exactly once.
 #![cfg(loom)]
 
 use std::sync::Arc as StdArc;

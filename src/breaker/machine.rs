@@ -12,7 +12,7 @@ use super::state::{NotPermitted, State, Transition, pack, state_of};
 use super::tally::Tallies;
 use super::window::{Sample, Totals, Window};
 use crate::classify::Verdict;
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::listeners::Listeners;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
@@ -42,8 +42,9 @@ pub(super) struct Inner {
     /// Unique among the breakers of this process: the key of the per-thread
     /// open-period cache (`tally.rs`).
     pub(super) uid: u64,
-    /// Rejections not counted in a thread's tally (`core.tallies`).
-    pub(super) not_permitted: Padded<AtomicU64>,
+    /// Every rejection: per-thread tallies of OPEN rejections, and a
+    /// shared counter for the rest (`tally.rs`).
+    pub(super) tallies: crate::sync::Arc<Tallies>,
     pub(super) core: Mutex<Core>,
     pub(super) listeners: Listeners<Transition>,
     pub(super) name: Arc<str>,
@@ -54,6 +55,9 @@ pub(super) struct Inner {
     pub(super) time_window: AtomicBool,
     pub(super) slow_ns: AtomicU64,
     pub(super) clock: Arc<dyn Clock>,
+    /// `clock` is the system clock: the OPEN reject path reads
+    /// `Instant::now` directly, without the call through `dyn Clock`.
+    pub(super) system_clock: bool,
     /// The clock's reading when the breaker was built: the time window's
     /// seconds and the half-open deadline count from it.
     pub(super) base: Instant,
@@ -79,8 +83,6 @@ pub(super) struct Core {
     /// Valid while HALF_OPEN.
     pub(super) round: Round,
     pub(super) lifetime: Lifetime,
-    /// The per-thread counts of cached OPEN rejections (`tally.rs`).
-    pub(super) tallies: Tallies,
     /// Transitions not yet announced, in the order they happened.
     pub(super) pending: VecDeque<Transition>,
     /// A thread is announcing `pending`; others just queue. See `deliver`.
@@ -193,7 +195,15 @@ impl Core {
 }
 
 impl Inner {
-    pub(super) fn new(name: String, config: BreakerConfig, clock: Arc<dyn Clock>, state: State) -> Inner {
+    /// A breaker's state; `clock: None` is the system clock.
+    pub(super) fn new(
+        name: String,
+        config: BreakerConfig,
+        clock: Option<Arc<dyn Clock>>,
+        state: State,
+    ) -> Inner {
+        let system_clock = clock.is_none();
+        let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         let base = clock.now();
         let time_window = AtomicBool::new(matches!(config.window, WindowKind::Time(_)));
         let slow_ns = AtomicU64::new(duration_ns(config.slow_call_duration));
@@ -206,7 +216,6 @@ impl Inner {
             opens: 0,
             round: Round::default(),
             lifetime: Lifetime::default(),
-            tallies: Tallies::default(),
             pending: VecDeque::new(),
             delivering: false,
             min_calls: u64::from(config.effective_minimum_calls()),
@@ -217,13 +226,14 @@ impl Inner {
             clean: Padded(AtomicU64::new(NOT_CLEAN)),
             clean_successes: Padded(AtomicU64::new(0)),
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-            not_permitted: Padded(AtomicU64::new(0)),
+            tallies: crate::sync::Arc::new(Tallies::new()),
             core: Mutex::new(core),
             listeners: Listeners::new(),
             name: Arc::from(name),
             time_window,
             slow_ns,
             clock,
+            system_clock,
             base,
         }
     }
@@ -271,7 +281,7 @@ impl Inner {
 
     #[inline]
     pub(super) fn reject(&self, state: State) -> NotPermitted {
-        self.not_permitted.0.fetch_add(1, Ordering::Relaxed);
+        self.tallies.shared.fetch_add(1, Ordering::Relaxed);
         NotPermitted { state }
     }
 

@@ -44,8 +44,9 @@
 //!   generation never matches (every state change and reconfiguration bumps
 //!   it), and time windows never publish a word (there a success outlives
 //!   the older calls as they slide out, so recording it is never a no-op).
-//! - `not_permitted`: a relaxed counter of rejections, plus per-thread
-//!   tallies for OPEN rejections (`tally.rs`), both read by `metrics()`.
+//! - `tallies`: the count of rejections, a fixed table of per-thread
+//!   tallies for OPEN rejections plus a relaxed shared counter for the rest
+//!   (`tally.rs`), summed by `metrics()`.
 //! - A per-thread cache (`tally.rs`) of the end of the open period this
 //!   thread was last rejected by, keyed by the breaker's unique id and the
 //!   packed `current` word. An open period's end is fixed when OPEN is
@@ -53,7 +54,9 @@
 //!   matches the key is exact, never stale. With it, an OPEN reject is one
 //!   load, one clock reading, one `Instant` comparison and a plain load and
 //!   store of the thread's own tally: no lock, no atomic read-modify-write,
-//!   no conversion of the clock reading.
+//!   no conversion of the clock reading. On the system clock it is inlined
+//!   into `try_acquire` beside the CLOSED branch and reads `Instant::now`
+//!   directly, not through `dyn Clock`.
 //!
 //! The lock-free parts are model checked under loom (`tests/loom_breaker.rs`).
 //!
@@ -95,7 +98,7 @@ use self::permit::Issued;
 pub use self::permit::{OwnedPermit, Permit};
 pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};
 use self::state::{STATE_MASK, pack, state_of};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::sync::Ordering;
 
@@ -123,7 +126,7 @@ impl Breaker {
     /// A breaker on the system clock. Fails if `config` breaks a rule (see
     /// [`BreakerConfig::validate`]).
     pub fn new(name: impl Into<String>, config: BreakerConfig) -> Result<Breaker, ConfigError> {
-        Self::with_clock(name, config, Arc::new(SystemClock))
+        Self::build(name, config, None)
     }
 
     /// A breaker on the given clock, e.g. a [`ManualClock`](crate::ManualClock)
@@ -138,6 +141,15 @@ impl Breaker {
         name: impl Into<String>,
         config: BreakerConfig,
         clock: Arc<dyn Clock>,
+    ) -> Result<Breaker, ConfigError> {
+        Self::build(name, config, Some(clock))
+    }
+
+    /// A breaker on `clock`, or on the system clock when `None`.
+    pub(crate) fn build(
+        name: impl Into<String>,
+        config: BreakerConfig,
+        clock: Option<Arc<dyn Clock>>,
     ) -> Result<Breaker, ConfigError> {
         config.validate()?;
         let env = std::env::var(config::ENABLED_ENV).ok();
@@ -173,18 +185,26 @@ impl Breaker {
         if current & STATE_MASK == State::Closed.bits() {
             return Ok(self.permit(current));
         }
+        // OPEN on the system clock next, inline too: a breaker that is open
+        // is asked again and again, and its answer should cost little more
+        // than the clock reading it needs.
+        if current & STATE_MASK == State::Open.bits() && inner.system_clock {
+            let now = Instant::now();
+            if tally::reject_cached(&inner.tallies, inner.uid, current, now) {
+                return Err(NotPermitted { state: State::Open });
+            }
+            return self.acquire_slow(Some(now));
+        }
         self.acquire_not_closed(current)
     }
 
-    /// Every state but CLOSED, OPEN first and as a plain branch: a breaker
-    /// that is open is asked again and again, and its answer should cost
-    /// little more than the clock reading it needs.
+    /// Every state but CLOSED, and OPEN on an injected clock.
     #[inline(never)]
     fn acquire_not_closed(&self, current: u64) -> Result<Permit<'_>, NotPermitted> {
         let inner = &*self.inner;
         if current & STATE_MASK == State::Open.bits() {
             let now = inner.clock.now();
-            if tally::reject_cached(inner.uid, current, now) {
+            if tally::reject_cached(&inner.tallies, inner.uid, current, now) {
                 return Err(NotPermitted { state: State::Open });
             }
             return self.acquire_slow(Some(now));
@@ -213,15 +233,14 @@ impl Breaker {
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
     pub fn try_acquire_owned(&self) -> Result<OwnedPermit, NotPermitted> {
-        let mut permit = self.try_acquire()?;
         // The borrowed permit hands its report over: it must not report too.
-        permit.0.reported = true;
-        Ok(OwnedPermit(Issued { breaker: Arc::clone(&self.inner), issued: permit.0.issued, reported: false }))
+        let (_, issued) = self.try_acquire()?.disarm();
+        Ok(OwnedPermit(Issued { breaker: Arc::clone(&self.inner), issued, reported: false }))
     }
 
     #[inline]
     fn permit(&self, issued: u64) -> Permit<'_> {
-        Permit(Issued { breaker: &self.inner, issued, reported: false })
+        Permit { breaker: &self.inner, issued }
     }
 
     /// Everything that may change state: OPEN whose period has passed, and
@@ -246,11 +265,9 @@ impl Breaker {
                     if core.open_until.is_none_or(|until| now.instant() < until) {
                         // Remember this period's end, so that this thread's next
                         // rejects need no lock, and count this one in its tally
-                        // (see `tally.rs`); a thread that is exiting has none.
+                        // (see `tally.rs`).
                         let (key, until) = (pack(core.generation, State::Open), core.open_until);
-                        if !tally::remember_and_reject(inner.uid, key, until, &mut core.tallies) {
-                            inner.not_permitted.0.fetch_add(1, Ordering::Relaxed);
-                        }
+                        tally::remember_and_reject(&inner.tallies, inner.uid, key, until);
                         break Err(State::Open);
                     }
                     inner.enter(&mut core, State::HalfOpen, &mut now, View::default());
@@ -292,7 +309,6 @@ impl Breaker {
         let view = inner.view(&mut core, &mut now);
         let life = core.lifetime;
         let state = core.state;
-        let tallied = core.tallies.sum();
         drop(core);
         BreakerMetrics {
             state,
@@ -303,7 +319,7 @@ impl Breaker {
             failed: life.failed,
             ignored: life.ignored,
             slow: life.slow,
-            not_permitted: inner.not_permitted.0.load(Ordering::Relaxed).wrapping_add(tallied),
+            not_permitted: inner.tallies.sum(),
         }
     }
 
@@ -414,6 +430,12 @@ mod tests {
     fn breaker(config: BreakerConfig) -> (Breaker, ManualClock) {
         let clock = ManualClock::new();
         (Breaker::with_clock("t", config, Arc::new(clock.clone())).unwrap(), clock)
+    }
+
+    #[test]
+    fn an_answer_to_try_acquire_is_two_words() {
+        // So it comes back in registers, not through memory (`permit.rs`).
+        assert_eq!(std::mem::size_of::<Result<Permit<'_>, NotPermitted>>(), 2 * std::mem::size_of::<usize>());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! of its outcome.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,10 @@ use crate::classify::Verdict;
 /// nor a failure and, in HALF_OPEN, gives its probe slot back, so a lost
 /// permit can never wedge the breaker.
 #[must_use = "a dropped permit counts as an ignored call; call `record` with the outcome"]
-pub struct Permit<'b>(pub(super) Issued<&'b Inner>);
+pub struct Permit<'b> {
+    pub(super) breaker: &'b Inner,
+    pub(super) issued: u64,
+}
 
 /// A [`Permit`] that holds its breaker by reference count, from
 /// [`Breaker::try_acquire_owned`](crate::Breaker::try_acquire_owned): it is
@@ -30,9 +34,22 @@ pub struct Permit<'b>(pub(super) Issued<&'b Inner>);
 #[must_use = "a dropped permit counts as an ignored call; call `record` with the outcome"]
 pub struct OwnedPermit(pub(super) Issued<Arc<Inner>>);
 
-/// What both permits are: the breaker, however held, and the packed
-/// generation and state the permit was issued in. Reports exactly once: by
-/// `record`, or as ignored when dropped unreported.
+// A `Permit` is two words, with no flag for "reported": `record` consumes it
+// without running its `Drop` (`ManuallyDrop`, which leaks nothing, since a
+// reference needs no drop). So `Result<Permit, NotPermitted>` is two words
+// too (the reference's null niche tells `Err`), and `try_acquire` returns it
+// in two registers rather than through memory.
+
+impl Drop for Permit<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.breaker.record(self.issued, Verdict::Ignore, Duration::ZERO);
+    }
+}
+
+/// What an owned permit is: the breaker, held by reference count, and the
+/// packed generation and state the permit was issued in. Reports exactly
+/// once: by `record`, or as ignored when dropped unreported.
 pub(super) struct Issued<B: Deref<Target = Inner>> {
     pub(super) breaker: B,
     pub(super) issued: u64,
@@ -64,17 +81,26 @@ impl<B: Deref<Target = Inner>> Drop for Issued<B> {
     }
 }
 
-impl Permit<'_> {
+impl<'b> Permit<'b> {
     /// Reports the call's verdict and how long it took. A success or failure
     /// slower than `slow_call_duration` also counts as slow.
     #[inline]
-    pub fn record(mut self, verdict: Verdict, elapsed: Duration) {
-        self.0.record(verdict, elapsed);
+    pub fn record(self, verdict: Verdict, elapsed: Duration) {
+        let (breaker, issued) = self.disarm();
+        breaker.record(issued, verdict, elapsed);
     }
 
     /// The state the permit was issued in: [`State::HalfOpen`] for a probe.
     pub fn state(&self) -> State {
-        self.0.state()
+        state_of(self.issued)
+    }
+
+    /// The breaker and the issued word, with the permit's report left to
+    /// the caller.
+    #[inline]
+    pub(super) fn disarm(self) -> (&'b Inner, u64) {
+        let this = ManuallyDrop::new(self);
+        (this.breaker, this.issued)
     }
 }
 
@@ -93,7 +119,7 @@ impl OwnedPermit {
 
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt("Permit", f)
+        f.debug_struct("Permit").field("breaker", &&*self.breaker.name).field("state", &self.state()).finish()
     }
 }
 

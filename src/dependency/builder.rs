@@ -226,8 +226,7 @@ impl DependencyBuilder {
         for listener in self.listeners {
             listeners.add(listener);
         }
-        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
-        let breaker = Breaker::with_clock(name.clone(), self.breaker.clone(), clock)?;
+        let breaker = Breaker::build(name.clone(), self.breaker.clone(), self.clock.clone())?;
         crate::trace::watch_transitions(&breaker);
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
