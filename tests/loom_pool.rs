@@ -264,8 +264,8 @@ fn a_shrink_racing_an_idle_worker_always_lets_it_exit() {
             thread::spawn(move || work(&queue, &busy))
         };
         let shrinker = {
-            let queue = queue.clone();
-            thread::spawn(move || queue.resize(1, 1))
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || queue.resize(1, 1, &busy))
         };
         let pushed = queue.push(3, &busy).is_ok();
         assert_eq!(shrinker.join().unwrap().start, 0);
@@ -276,6 +276,54 @@ fn a_shrink_racing_an_idle_worker_always_lets_it_exit() {
         } else {
             assert_eq!(ran.len(), usize::from(pushed));
             assert_eq!(queue.queued(), 0);
+        }
+    });
+}
+
+#[test]
+fn a_job_offered_while_a_worker_returns_waits_for_it_and_a_shrink_never_strands_it() {
+    loom::model(|| {
+        // Three workers, queue 0: one busy elsewhere for the whole model,
+        // one (B) going idle and parking, and this thread (A), which has just
+        // answered a call and is coming back to the lock.
+        let queue = Arc::new(Queue::new(0, 3));
+        let busy = Arc::new(Busy::new(1));
+        let parker = {
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || {
+                let me = Mailbox::for_current_thread();
+                match queue.next(&me, &busy)? {
+                    Ok(job) => Some(Letter::Job(job)),
+                    Err(_idle) => Some(me.wait()),
+                }
+            })
+        };
+        // Whether B is idle yet or not, A is on its way back: the job waits
+        // for A rather than waking B.
+        assert_eq!(queue.push(1, &busy).expect("A takes it"), Accepted::Queued { ahead: 0 });
+        // Shrink to one, racing A's return and B's going idle. An idle B is
+        // retired before busy workers, and A may be asked to exit when it
+        // comes back: the job must not be left queued while B sleeps.
+        let shrinker = {
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || queue.resize(1, 0, &busy))
+        };
+        let me = Mailbox::for_current_thread();
+        let a = match queue.next(&me, &busy) {
+            Some(Ok(job)) => Some(Letter::Job(job)),
+            // B took the job on its way in: A idles until it is retired.
+            Some(Err(_idle)) => Some(me.wait()),
+            None => None,
+        };
+        assert_eq!(shrinker.join().unwrap().start, 0);
+        let b = parker.join().unwrap();
+        let ran = [&a, &b].iter().filter(|l| matches!(l, Some(Letter::Job(1)))).count();
+        // Run once, by A or by B; or, when both were asked to exit before B
+        // went idle, queued for the one worker left (busy elsewhere), as any
+        // job queued behind a busy worker is.
+        assert_eq!(ran + queue.queued(), 1, "A: {a:?}, B: {b:?}");
+        if queue.queued() == 1 {
+            assert!(b.is_none(), "B idled and was retired while the job waited: {b:?}");
         }
     });
 }

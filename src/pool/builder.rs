@@ -201,7 +201,7 @@ impl PoolBuilder {
         let mut spawn_error = None;
         for started in 0..self.workers {
             if let Err(e) = control.spawn(&shared) {
-                shared.queue.not_started(self.workers - started);
+                shared.queue.not_started(self.workers - started, &shared.stats.workers.busy);
                 spawn_error = Some(e);
                 break;
             }

@@ -16,10 +16,16 @@
 //!
 //! # Invariants (at every unlock)
 //!
-//! 1. `jobs` non-empty implies `idle` empty. A submitter hands its job to an
-//!    idle worker whenever there is one, and a worker goes idle only after
-//!    finding `jobs` empty. So an idle worker never waits while a job does,
-//!    and shutdown wakes idle workers only to let them exit.
+//! 1. While a worker is idle, no more jobs are queued than workers are
+//!    returning (invariant 3). A submitter queues its job rather than wake a
+//!    parked worker only when a returning worker is free to take it (it
+//!    reaches the lock within moments, with no wake-up), else hands it to an
+//!    idle worker; a worker goes idle only after finding `jobs` empty; and
+//!    whatever lowers the returning count (a shrink, a worker that could not
+//!    start) first hands the jobs it leaves uncovered to idle workers. So a
+//!    queued job never waits for a busy worker while one sleeps, and
+//!    shutdown wakes idle workers only to let them exit: the returning
+//!    workers drain what is queued.
 //! 2. `away` counts the workers that are alive, not in `idle` and not on
 //!    their way out: running a job, starting, or coming back to the lock
 //!    after answering a call. Each worker's `next` call takes itself out of
@@ -48,7 +54,8 @@ pub enum Letter<J> {
     Job(J),
     /// The pool shrank: exit.
     Retire,
-    /// The pool shut down (and no job waits, invariant 1): exit.
+    /// The pool shut down (the jobs still queued are the returning
+    /// workers', invariant 1): exit.
     Close,
 }
 
@@ -198,9 +205,11 @@ impl<J> Queue<J> {
     }
 
     /// Offers `job`: to the idle worker spinning for work if there is one
-    /// (it takes the job without a wake-up), else to the most recently idle
-    /// worker if there is one; else into the queue if there is room (capacity, plus
-    /// one place for each worker about to come back). `busy` is the pool's
+    /// (it takes the job without a wake-up); else into the queue for a
+    /// worker about to come back if one is free (no wake-up either); else
+    /// to the most recently idle worker if there is one; else into the queue
+    /// if there is room (capacity, plus one place for each worker about to
+    /// come back). `busy` is the pool's
     /// busy counter: raised here for a job handed to a worker.
     pub fn push(&self, job: J, busy: &StdAtomicUsize) -> Result<Accepted, (Refused, J)> {
         let mut st = self.state.lock();
@@ -214,7 +223,12 @@ impl<J> Queue<J> {
         } else {
             None
         };
-        if let Some(worker) = spinner.or_else(|| st.idle.pop()) {
+        // A worker about to come back takes a queued job with no wake-up
+        // (invariant 1): wake a parked one only when every returning worker
+        // has a job already.
+        let busy_now = busy.load(std::sync::atomic::Ordering::Relaxed);
+        let returning_free = spinner.is_none() && st.returning(busy_now) > st.jobs.len();
+        if let Some(worker) = spinner.or_else(|| if returning_free { None } else { st.idle.pop() }) {
             st.away += 1;
             busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             drop(st);
@@ -222,7 +236,6 @@ impl<J> Queue<J> {
             worker.post(Letter::Job(job));
             return Ok(Accepted::Handed(spinning));
         }
-        let busy_now = busy.load(std::sync::atomic::Ordering::Relaxed);
         if st.jobs.len() < st.capacity + st.returning(busy_now) {
             let ahead = st.jobs.len();
             st.jobs.push_back(job);
@@ -345,14 +358,15 @@ impl<J> Queue<J> {
     /// workers first (the longest idle first) and asks busy ones to exit when
     /// they come back. Queued jobs are never dropped: a smaller capacity only
     /// refuses new submissions.
-    pub fn resize(&self, workers: usize, capacity: usize) -> Resized {
-        let (retired, waiters, start) = {
+    pub fn resize(&self, workers: usize, capacity: usize, busy: &StdAtomicUsize) -> Resized {
+        let (handed, retired, waiters, start) = {
             let mut st = self.state.lock();
             if !st.open {
                 return Resized { start: 0 };
             }
             st.capacity = capacity;
             let mut retired = Vec::new();
+            let mut handed = Vec::new();
             let mut start = 0;
             if workers > st.workers {
                 let more = workers - st.workers;
@@ -362,6 +376,9 @@ impl<J> Queue<J> {
                 st.workers = workers;
                 st.away += start;
             } else {
+                // Jobs queued for returning workers first go to idle ones: a
+                // returning worker may be the one asked to exit (invariant 1).
+                handed = self.hand_out(&mut st, busy, 0);
                 let fewer = st.workers - workers;
                 st.workers = workers;
                 let from_idle = fewer.min(st.idle.len());
@@ -370,8 +387,11 @@ impl<J> Queue<J> {
             }
             // Room may have grown: let every waiter look again.
             let waiters: Vec<Thread> = st.room_waiters.drain(..).collect();
-            (retired, waiters, start)
+            (handed, retired, waiters, start)
         };
+        for (worker, job) in handed {
+            worker.post(Letter::Job(job));
+        }
         for worker in retired {
             worker.post(Letter::Retire);
         }
@@ -383,10 +403,35 @@ impl<J> Queue<J> {
 
     /// `n` workers asked for by [`resize`](Self::resize) (or counted by
     /// [`new`](Self::new)) could not be started.
-    pub fn not_started(&self, n: usize) {
-        let mut st = self.state.lock();
-        st.workers -= n.min(st.workers);
-        st.away -= n.min(st.away);
+    pub fn not_started(&self, n: usize, busy: &StdAtomicUsize) {
+        let handed = {
+            let mut st = self.state.lock();
+            st.workers -= n.min(st.workers);
+            st.away -= n.min(st.away);
+            // Jobs may have been queued for them (invariant 1).
+            let returning = st.returning(busy.load(std::sync::atomic::Ordering::Relaxed));
+            self.hand_out(&mut st, busy, returning)
+        };
+        for (worker, job) in handed {
+            worker.post(Letter::Job(job));
+        }
+    }
+
+    /// Under the lock: hands queued jobs to idle workers until no more than
+    /// `keep` are left queued or no worker is idle; the letters are posted
+    /// by the caller, after unlocking.
+    fn hand_out(&self, st: &mut State<J>, busy: &StdAtomicUsize, keep: usize) -> Vec<(Arc<Mailbox<J>>, J)> {
+        let mut handed = Vec::new();
+        while st.jobs.len() > keep
+            && let Some(worker) = st.idle.pop()
+            && let Some(job) = st.jobs.pop_front()
+        {
+            st.away += 1;
+            busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            handed.push((worker, job));
+        }
+        self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
+        handed
     }
 
     /// Closes the queue: refuses every submission from now on and tells idle

@@ -60,11 +60,11 @@ impl Pool {
         h.workers.store(workers, Relaxed);
         h.queue.store(queue, Relaxed);
         h.max_wait_ns.store(duration_ns(max_wait), Relaxed);
-        let resized = h.shared.queue.resize(workers, queue);
+        let resized = h.shared.queue.resize(workers, queue, &h.shared.stats.workers.busy);
         for started in 0..resized.start {
             if let Err(e) = control.spawn(&h.shared) {
                 let missing = resized.start - started;
-                h.shared.queue.not_started(missing);
+                h.shared.queue.not_started(missing, &h.shared.stats.workers.busy);
                 h.workers.store(workers - missing, Relaxed);
                 return Err(ConfigError::new(
                     "workers",
