@@ -171,6 +171,19 @@ fn work(queue: &Queue<u32>, busy: &Busy) -> Vec<u32> {
     ran
 }
 
+/// A worker that comes to the queue once: takes a queued job, or goes idle
+/// and parks for its letter; `None` if told to exit at the lock.
+fn park_for_a_letter(queue: &Arc<Queue<u32>>, busy: &Arc<Busy>) -> thread::JoinHandle<Option<Letter<u32>>> {
+    let (queue, busy) = (queue.clone(), busy.clone());
+    thread::spawn(move || {
+        let me = Mailbox::for_current_thread();
+        match queue.next(&me, &busy)? {
+            Ok(job) => Some(Letter::Job(job)),
+            Err(_idle) => Some(me.wait()),
+        }
+    })
+}
+
 #[test]
 fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
     loom::model(|| {
@@ -203,16 +216,7 @@ fn a_spinning_worker_below_a_parked_one_takes_the_job_without_a_wake_up() {
         let me = Mailbox::for_current_thread();
         assert!(matches!(queue.next(&me, &busy), Some(Err(_))), "nothing is queued yet");
         assert!(queue.start_spinning(&me), "the only spinner");
-        let parker = {
-            let (queue, busy) = (queue.clone(), busy.clone());
-            thread::spawn(move || {
-                let me = Mailbox::for_current_thread();
-                match queue.next(&me, &busy)? {
-                    Ok(job) => Some(Letter::Job(job)),
-                    Err(_idle) => Some(me.wait()),
-                }
-            })
-        };
+        let parker = park_for_a_letter(&queue, &busy);
         // Whether the parked worker is on top or not, the spinner gets it.
         assert_eq!(queue.push(1, &busy).expect("two idle workers"), Accepted::Handed(true));
         assert!(me.is_posted());
@@ -288,16 +292,7 @@ fn a_job_offered_while_a_worker_returns_waits_for_it_and_a_shrink_never_strands_
         // answered a call and is coming back to the lock.
         let queue = Arc::new(Queue::new(0, 3));
         let busy = Arc::new(Busy::new(1));
-        let parker = {
-            let (queue, busy) = (queue.clone(), busy.clone());
-            thread::spawn(move || {
-                let me = Mailbox::for_current_thread();
-                match queue.next(&me, &busy)? {
-                    Ok(job) => Some(Letter::Job(job)),
-                    Err(_idle) => Some(me.wait()),
-                }
-            })
-        };
+        let parker = park_for_a_letter(&queue, &busy);
         // Whether B is idle yet or not, A is on its way back: the job waits
         // for A rather than waking B.
         assert_eq!(queue.push(1, &busy).expect("A takes it"), Accepted::Queued { ahead: 0 });
