@@ -867,3 +867,61 @@ fn resize_while_calls_run_answers_every_call_once() {
         assert_eq!(h.snapshot().count(), s.completed + s.panicked, "{s:?}");
     }
 }
+
+/// A job queued for a worker on its way back to the queue (instead of
+/// waking a parked one) must still run promptly: a worker pinned by a hung
+/// job is never counted as coming back, and a shrink that retires the
+/// worker a job was queued for hands the job to an idle one. With one worker
+/// hung, four callers' calls are all answered in time, first with the pool
+/// left alone, then while it is shrunk and regrown.
+#[test]
+fn calls_flow_past_a_hung_worker_and_through_shrinks_and_regrowth() {
+    const CALLERS: usize = 4;
+    const CALLS: usize = 300;
+    let _timing = timing_sensitive();
+    let pool = Pool::builder("pin").workers(4).queue(8).build().unwrap();
+    let mut gate = Gate::new();
+    let started = Arc::new(Barrier::new(2));
+    let hung = {
+        let (started, wait) = (started.clone(), gate.waiter());
+        pool.submit_timeout(Duration::from_secs(60), move |_| {
+            started.wait();
+            let _ = wait.recv();
+            Res::Ok(())
+        })
+        .unwrap()
+    };
+    started.wait();
+    for resizing in [false, true] {
+        let done = AtomicUsize::new(0);
+        thread::scope(|s| {
+            for c in 0..CALLERS {
+                let (pool, done) = (&pool, &done);
+                s.spawn(move || {
+                    for i in 0..CALLS {
+                        let x = c * CALLS + i;
+                        let got = pool.call_timeout(Duration::from_secs(10), move |_| Res::Ok(x));
+                        assert_eq!(got.expect("answered in time, past the hung worker"), x);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            // Shrink to two (the hung one and one more) and grow back while
+            // the calls flow; bounded in rounds and in time.
+            let until = Instant::now() + Duration::from_secs(20);
+            let mut round = 0;
+            while resizing && done.load(Ordering::Relaxed) < CALLERS * CALLS && Instant::now() < until {
+                pool.resize(if round % 2 == 0 { 2 } else { 4 }, 8, Duration::ZERO).unwrap();
+                round += 1;
+                thread::yield_now();
+            }
+        });
+        assert_eq!(done.load(Ordering::Relaxed), CALLERS * CALLS, "resizing: {resizing}");
+    }
+    gate.open();
+    assert!(hung.wait().is_ok());
+    assert!(pool.shutdown(Duration::from_secs(10)));
+    let s = pool.stats();
+    assert_eq!(s.completed as usize, 2 * CALLERS * CALLS + 1, "{s:?}");
+    assert_identity(&s);
+}
