@@ -94,7 +94,6 @@ use std::time::Instant;
 
 pub use self::config::BreakerConfig;
 use self::machine::{Inner, View};
-use self::permit::Issued;
 pub use self::permit::{OwnedPermit, Permit};
 pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};
 use self::state::{STATE_MASK, pack, state_of};
@@ -189,11 +188,7 @@ impl Breaker {
         // is asked again and again, and its answer should cost little more
         // than the clock reading it needs.
         if current & STATE_MASK == State::Open.bits() && inner.system_clock {
-            let now = Instant::now();
-            if tally::reject_cached(&inner.tallies, inner.uid, current, now) {
-                return Err(NotPermitted { state: State::Open });
-            }
-            return self.acquire_slow(Some(now));
+            return self.acquire_open(current, Instant::now());
         }
         self.acquire_not_closed(current)
     }
@@ -203,11 +198,7 @@ impl Breaker {
     fn acquire_not_closed(&self, current: u64) -> Result<Permit<'_>, NotPermitted> {
         let inner = &*self.inner;
         if current & STATE_MASK == State::Open.bits() {
-            let now = inner.clock.now();
-            if tally::reject_cached(&inner.tallies, inner.uid, current, now) {
-                return Err(NotPermitted { state: State::Open });
-            }
-            return self.acquire_slow(Some(now));
+            return self.acquire_open(current, inner.clock.now());
         }
         match state_of(current) {
             State::Closed | State::MetricsOnly | State::Disabled => Ok(self.permit(current)),
@@ -235,7 +226,19 @@ impl Breaker {
     pub fn try_acquire_owned(&self) -> Result<OwnedPermit, NotPermitted> {
         // The borrowed permit hands its report over: it must not report too.
         let (_, issued) = self.try_acquire()?.disarm();
-        Ok(OwnedPermit(Issued { breaker: Arc::clone(&self.inner), issued, reported: false }))
+        Ok(OwnedPermit { breaker: Arc::clone(&self.inner), issued, reported: false })
+    }
+
+    /// OPEN as of `current`, at `now`: rejected from this thread's cache of
+    /// the open period, or decided under the lock. Always inlined, so that
+    /// the system clock's branch in `try_acquire` stays as short as it is.
+    #[inline(always)]
+    fn acquire_open(&self, current: u64, now: Instant) -> Result<Permit<'_>, NotPermitted> {
+        let inner = &*self.inner;
+        if tally::reject_cached(&inner.tallies, inner.uid, current, now) {
+            return Err(NotPermitted { state: State::Open });
+        }
+        self.acquire_slow(Some(now))
     }
 
     #[inline]

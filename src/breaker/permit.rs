@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::mem::ManuallyDrop;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +31,12 @@ pub struct Permit<'b> {
 /// The same rules apply: report with [`record`](OwnedPermit::record); dropped
 /// without a verdict, it counts as [`Verdict::Ignore`].
 #[must_use = "a dropped permit counts as an ignored call; call `record` with the outcome"]
-pub struct OwnedPermit(pub(super) Issued<Arc<Inner>>);
+pub struct OwnedPermit {
+    pub(super) breaker: Arc<Inner>,
+    pub(super) issued: u64,
+    /// Set by `record`, so that `Drop` does not report the call again.
+    pub(super) reported: bool,
+}
 
 // A `Permit` is two words, with no flag for "reported": `record` consumes it
 // without running its `Drop` (`ManuallyDrop`, which leaks nothing, since a
@@ -47,32 +51,7 @@ impl Drop for Permit<'_> {
     }
 }
 
-/// What an owned permit is: the breaker, held by reference count, and the
-/// packed generation and state the permit was issued in. Reports exactly
-/// once: by `record`, or as ignored when dropped unreported.
-pub(super) struct Issued<B: Deref<Target = Inner>> {
-    pub(super) breaker: B,
-    pub(super) issued: u64,
-    pub(super) reported: bool,
-}
-
-impl<B: Deref<Target = Inner>> Issued<B> {
-    #[inline]
-    fn record(&mut self, verdict: Verdict, elapsed: Duration) {
-        self.reported = true;
-        self.breaker.record(self.issued, verdict, elapsed);
-    }
-
-    fn state(&self) -> State {
-        state_of(self.issued)
-    }
-
-    fn fmt(&self, kind: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(kind).field("breaker", &&*self.breaker.name).field("state", &self.state()).finish()
-    }
-}
-
-impl<B: Deref<Target = Inner>> Drop for Issued<B> {
+impl Drop for OwnedPermit {
     #[inline]
     fn drop(&mut self) {
         if !self.reported {
@@ -108,23 +87,30 @@ impl OwnedPermit {
     /// Reports the call's verdict and how long it took, as [`Permit::record`].
     #[inline]
     pub fn record(mut self, verdict: Verdict, elapsed: Duration) {
-        self.0.record(verdict, elapsed);
+        self.reported = true;
+        self.breaker.record(self.issued, verdict, elapsed);
     }
 
     /// The state the permit was issued in: [`State::HalfOpen`] for a probe.
     pub fn state(&self) -> State {
-        self.0.state()
+        state_of(self.issued)
     }
+}
+
+/// Both permits show the same: their breaker's name and the state they were
+/// issued in.
+fn debug(kind: &str, breaker: &Inner, issued: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.debug_struct(kind).field("breaker", &&*breaker.name).field("state", &state_of(issued)).finish()
 }
 
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit").field("breaker", &&*self.breaker.name).field("state", &self.state()).finish()
+        debug("Permit", self.breaker, self.issued, f)
     }
 }
 
 impl fmt::Debug for OwnedPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt("OwnedPermit", f)
+        debug("OwnedPermit", &self.breaker, self.issued, f)
     }
 }
