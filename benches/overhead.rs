@@ -16,14 +16,26 @@
 //! - `threadpool`: the `threadpool` crate's `execute` with a crossbeam reply.
 //! - `tokio_spawn_blocking`: `spawn_blocking` + `block_on` from a plain thread.
 //!
+//! Every id is built before the first is measured and lives until the last
+//! is done, each with its own worker thread, idle while the others run.
+//!
 //! Groups:
 //! - `dispatch`: back to back.
 //! - `dispatch_paced`: one call every 20 us, 200 us and 2 ms (the caller
 //!   sleeps until the next tick, with its timer slack set to 1 us so a 20 us
-//!   sleep is possible); the figure is the call's own latency.
+//!   sleep is possible); the figure is the call's own latency. Measured in
+//!   rounds: each round, every id makes a block of paced calls in turn (the
+//!   order rotating), so that a drift of the machine over the run, which on
+//!   a VM can move a wake-up by a quarter, lands on every id alike and not
+//!   on whichever was measured last. A sample is one block.
 //! - `dispatch_scale`: 1, 4, 16 and 64 caller threads sharing one
 //!   `Dependency` (8 workers, queue 64), a `threadpool` of 8, and tokio's
-//!   blocking pool capped at 8; figures in calls per second.
+//!   blocking pool capped at 8; figures in calls per second. In rounds too:
+//!   every id at every N, about 150 ms each, per round.
+//!
+//! In the rounds, criterion's own line is the round's mean over all ids; the
+//! lines after it are each id's median over the rounds, and the summary at
+//! the end gives those.
 //!
 //! Beside each id's latency the bench prints its CPU per call: the process's
 //! user + system time over the measured samples, divided by the calls made in
@@ -115,7 +127,12 @@ fn measured_with(cpu_time: fn() -> Duration, calls: u64, run: impl FnOnce() -> D
 /// first and then exactly `sample_size` samples, so the last ones are the
 /// measurement.
 fn file(group: &str, id: &str, sample_size: usize) {
-    let samples = CURRENT.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    file_samples(group, id, CURRENT.with(|c| std::mem::take(&mut *c.borrow_mut())), sample_size);
+}
+
+/// Files `samples` of one id, of which the last `sample_size` are the
+/// measurement (the ones before, criterion's warm-up).
+fn file_samples(group: &str, id: &str, samples: Vec<Sample>, sample_size: usize) {
     if samples.is_empty() {
         // Filtered out on the command line.
         return;
@@ -157,73 +174,77 @@ fn describe(group: &str, samples: &[Sample]) -> String {
 /// A call of one id, from one caller thread.
 type Call<'a> = &'a (dyn Fn(u64) -> u64 + Sync);
 
-/// Runs `body` with each single-caller id in turn: `f(id, call)`.
-fn with_each_peer(include_extra: bool, mut f: impl FnMut(&str, Call<'_>)) {
+/// A call through a 1-worker pool, with a generous deadline so that only the
+/// mechanics are measured.
+fn pool_call(pool: &Pool) -> impl Fn(u64) -> u64 + Sync + '_ {
+    |x: u64| pool.call_timeout(Duration::from_secs(1), move |_ctx| Ok::<_, ()>(job(x))).unwrap()
+}
+
+/// Builds every single-caller id at once, each with its own worker thread
+/// (idle until called), hands them to `f` in the order of the module docs,
+/// and tears them down after it.
+fn with_peers(include_extra: bool, f: impl FnOnce(&[(&str, Call<'_>)])) {
     // The bare round trip.
-    {
-        let (tx, rx) = crossbeam_channel::bounded::<u64>(64);
-        let (reply_tx, reply_rx) = crossbeam_channel::bounded::<u64>(1);
-        let worker = thread::spawn(move || {
-            while let Ok(x) = rx.recv() {
-                if reply_tx.send(job(x)).is_err() {
-                    break;
-                }
+    let (tx, rx) = crossbeam_channel::bounded::<u64>(64);
+    let (reply_tx, reply_rx) = crossbeam_channel::bounded::<u64>(1);
+    let worker = thread::spawn(move || {
+        while let Ok(x) = rx.recv() {
+            if reply_tx.send(job(x)).is_err() {
+                break;
             }
-        });
-        let call = move |x: u64| {
-            tx.send(x).unwrap();
-            reply_rx.recv().unwrap()
-        };
-        f("crossbeam", &call);
-        drop(call);
-        worker.join().unwrap();
-    }
-    for histograms in [true, false] {
-        if !histograms && !include_extra {
-            continue;
         }
-        // Queue 64, like the channel; a generous deadline, so only the
-        // mechanics are measured.
-        let pool =
-            Pool::builder("bench").workers(1).queue(64).latency_histograms(histograms).build().unwrap();
-        let call =
-            |x: u64| pool.call_timeout(Duration::from_secs(1), move |_ctx| Ok::<_, ()>(job(x))).unwrap();
-        f(if histograms { "watertight_pool" } else { "watertight_pool_no_histograms" }, &call);
-        assert!(pool.shutdown(Duration::from_secs(5)));
+    });
+    let crossbeam = move |x: u64| {
+        tx.send(x).unwrap();
+        reply_rx.recv().unwrap()
+    };
+    // Queue 64, like the channel.
+    let pool_with = |histograms: bool| {
+        Pool::builder("bench").workers(1).queue(64).latency_histograms(histograms).build().unwrap()
+    };
+    let (pool, pool_no_histograms) = (pool_with(true), pool_with(false));
+    // The same worker and queue behind a closed count-based breaker; a
+    // queue of 64 keeps deadline-aware admission on.
+    let dep = Dependency::builder("bench")
+        .workers(1)
+        .queue(64)
+        .timeout(Duration::from_secs(1))
+        .breaker(BreakerConfig::count_based(100))
+        .build()
+        .unwrap();
+    let dep_call = |x: u64| dep.call(move |_ctx| Ok::<_, std::convert::Infallible>(job(x))).unwrap();
+    let tp = threadpool::ThreadPool::new(1);
+    let (tp_reply_tx, tp_reply_rx) = crossbeam_channel::bounded::<u64>(1);
+    let tp_reply_tx = Mutex::new(tp_reply_tx);
+    let tp_call = |x: u64| {
+        let reply_tx = tp_reply_tx.lock().unwrap().clone();
+        tp.execute(move || {
+            let _ = reply_tx.send(job(x));
+        });
+        tp_reply_rx.recv().unwrap()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
+    let tokio_call = |x: u64| rt.block_on(rt.spawn_blocking(move || job(x))).unwrap();
+
+    let (pool_call, pool_no_histograms_call) = (pool_call(&pool), pool_call(&pool_no_histograms));
+    let mut ids: Vec<(&str, Call<'_>)> = vec![("crossbeam", &crossbeam), ("watertight_pool", &pool_call)];
+    if include_extra {
+        ids.push(("watertight_pool_no_histograms", &pool_no_histograms_call));
     }
-    {
-        // The same worker and queue behind a closed count-based breaker; a
-        // queue of 64 keeps deadline-aware admission on.
-        let dep = Dependency::builder("bench")
-            .workers(1)
-            .queue(64)
-            .timeout(Duration::from_secs(1))
-            .breaker(BreakerConfig::count_based(100))
-            .build()
-            .unwrap();
-        let call = |x: u64| dep.call(move |_ctx| Ok::<_, std::convert::Infallible>(job(x))).unwrap();
-        f("watertight_dependency", &call);
-        assert!(dep.shutdown(Duration::from_secs(5)));
-    }
-    {
-        let tp = threadpool::ThreadPool::new(1);
-        let (reply_tx, reply_rx) = crossbeam_channel::bounded::<u64>(1);
-        let reply_tx = Mutex::new(reply_tx);
-        let call = |x: u64| {
-            let reply_tx = reply_tx.lock().unwrap().clone();
-            tp.execute(move || {
-                let _ = reply_tx.send(job(x));
-            });
-            reply_rx.recv().unwrap()
-        };
-        f("threadpool", &call);
-        tp.join();
-    }
-    {
-        let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
-        let call = |x: u64| rt.block_on(rt.spawn_blocking(move || job(x))).unwrap();
-        f("tokio_spawn_blocking", &call);
-    }
+    ids.extend([
+        ("watertight_dependency", &dep_call as Call<'_>),
+        ("threadpool", &tp_call),
+        ("tokio_spawn_blocking", &tokio_call),
+    ]);
+    f(&ids);
+
+    drop(ids);
+    drop(crossbeam);
+    worker.join().unwrap();
+    assert!(pool.shutdown(Duration::from_secs(5)));
+    assert!(pool_no_histograms.shutdown(Duration::from_secs(5)));
+    assert!(dep.shutdown(Duration::from_secs(5)));
+    tp.join();
 }
 
 fn dispatch(c: &mut Criterion) {
@@ -244,21 +265,23 @@ fn dispatch(c: &mut Criterion) {
         })
     });
     file("dispatch", "direct", SAMPLES);
-    with_each_peer(true, |id, call| {
-        group.bench_function(id, |b| {
-            b.iter_custom(|iters| {
-                measured(iters, || {
-                    let t = Instant::now();
-                    let mut x = 0u64;
-                    for _ in 0..iters {
-                        x = call(black_box(x));
-                    }
-                    black_box(x);
-                    t.elapsed()
+    with_peers(true, |ids| {
+        for &(id, call) in ids {
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| {
+                    measured(iters, || {
+                        let t = Instant::now();
+                        let mut x = 0u64;
+                        for _ in 0..iters {
+                            x = call(black_box(x));
+                        }
+                        black_box(x);
+                        t.elapsed()
+                    })
                 })
-            })
-        });
-        file("dispatch", id, SAMPLES);
+            });
+            file("dispatch", id, SAMPLES);
+        }
     });
     group.finish();
 }
@@ -270,54 +293,78 @@ fn tight_timer_slack() {
 }
 
 fn dispatch_paced(c: &mut Criterion) {
-    const SAMPLES: usize = 10;
+    const ROUNDS: usize = 10;
     tight_timer_slack();
     let mut group = c.benchmark_group("dispatch_paced");
-    // Criterion sizes runs by the reported time, here the calls' own latency,
-    // far less than the pacing. So each sample makes a fixed number of calls
-    // whatever `iters` asks, and reports their mean latency scaled to `iters`:
-    // 10 samples (plus a few of warm-up) of `per_sample` calls each; at
-    // every pacing a sample holds at least 400 calls, so that a few slow
-    // wake-ups (tens of µs on a VM) move its mean by little.
+    // One criterion iteration is one round: every id in turn makes a block of
+    // paced calls, the order rotating from round to round, so that whatever
+    // the machine does over the seconds of a run lands on every id alike.
+    // Criterion's own figure is the round's mean over all ids; each id's
+    // figures (the median of its 10 blocks) are printed after it.
     group
-        .sample_size(SAMPLES)
+        .sample_size(ROUNDS)
         .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_millis(1))
         .measurement_time(Duration::from_millis(1));
-    for (pace, label, per_sample) in [
+    for (pace, label, block) in [
         (Duration::from_micros(20), "20us", 1_000u64),
         (Duration::from_micros(200), "200us", 1_000),
-        (Duration::from_millis(2), "2ms", 400),
+        (Duration::from_millis(2), "2ms", 200),
     ] {
-        with_each_peer(false, |id, call| {
-            group.bench_with_input(BenchmarkId::new(id, label), &pace, |b, &pace| {
+        with_peers(false, |ids| {
+            let mut blocks: Vec<Vec<Sample>> = vec![Vec::new(); ids.len()];
+            let mut round = 0;
+            group.bench_function(BenchmarkId::new("rounds", label), |b| {
                 b.iter_custom(|iters| {
-                    let mut latency = Duration::ZERO;
-                    measured(per_sample, || {
-                        let mut next = Instant::now();
-                        let mut x = 0u64;
-                        for _ in 0..per_sample {
-                            next += pace;
-                            let now = Instant::now();
-                            if next > now {
-                                thread::sleep(next - now);
-                            } else {
-                                next = now;
-                            }
-                            let t = Instant::now();
-                            x = call(black_box(x));
-                            latency += t.elapsed();
-                        }
-                        black_box(x);
-                        latency
-                    });
-                    latency.mul_f64(iters as f64 / per_sample as f64)
+                    let (mut time, mut calls) = (Duration::ZERO, 0);
+                    for k in 0..ids.len() {
+                        let i = (round + k) % ids.len();
+                        let sample = paced_block(ids[i].1, pace, block);
+                        (time, calls) = (time + sample.time, calls + sample.calls);
+                        blocks[i].push(sample);
+                    }
+                    round += 1;
+                    time.mul_f64(iters as f64 / calls as f64)
                 })
             });
-            file("dispatch_paced", &format!("{id}/{label}"), SAMPLES);
+            for (&(id, _), samples) in ids.iter().zip(blocks) {
+                file_samples("dispatch_paced", &format!("{id}/{label}"), samples, ROUNDS);
+            }
         });
     }
     group.finish();
+}
+
+/// One id's block: `calls` calls one `pace` apart (the caller sleeps until
+/// the next tick), their summed latency and the CPU used meanwhile. Two
+/// calls go first, uncounted: they follow the other ids' blocks, after a
+/// longer pause than `pace`.
+fn paced_block(call: Call<'_>, pace: Duration, calls: u64) -> Sample {
+    let mut next = Instant::now();
+    let mut x = 0u64;
+    let mut paced_call = |latency: &mut Duration| {
+        next += pace;
+        let now = Instant::now();
+        if next > now {
+            thread::sleep(next - now);
+        } else {
+            next = now;
+        }
+        let t = Instant::now();
+        x = call(black_box(x));
+        *latency += t.elapsed();
+    };
+    let mut settling = Duration::ZERO;
+    paced_call(&mut settling);
+    paced_call(&mut settling);
+    let cpu0 = cpu_time_live_threads();
+    let mut time = Duration::ZERO;
+    for _ in 0..calls {
+        paced_call(&mut time);
+    }
+    let cpu = cpu_time_live_threads().saturating_sub(cpu0);
+    black_box(x);
+    Sample { calls, time, cpu }
 }
 
 /// Runs `per_thread` calls on each of `n` threads started together; the
@@ -350,8 +397,8 @@ fn dispatch_scale(c: &mut Criterion) {
         .sample_size(SAMPLES)
         .sampling_mode(SamplingMode::Flat)
         .throughput(Throughput::Elements(1))
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(1));
     let dep = Dependency::builder("scale")
         .workers(WORKERS)
         .queue(64)
@@ -384,20 +431,46 @@ fn dispatch_scale(c: &mut Criterion) {
         ("threadpool", &tp_call),
         ("tokio_spawn_blocking", &tokio_call),
     ];
-    for n in [1usize, 4, 16, 64] {
-        for (id, call) in ids {
-            group.bench_with_input(BenchmarkId::new(id, n), &n, |b, &n| {
-                b.iter_custom(|iters| {
-                    let per_thread = iters.div_ceil(n as u64).max(1);
-                    let calls = per_thread * n as u64;
-                    measured_with(cpu_time_process, calls, || {
-                        let wall = on_threads(n, per_thread, call);
-                        // Criterion divides by `iters`: report the time for that many.
-                        wall.mul_f64(iters as f64 / calls as f64)
-                    })
-                })
-            });
-            file("dispatch_scale", &format!("{id}/{n}"), SAMPLES);
+    // One criterion iteration is one round: every id at every N in turn,
+    // the order of the ids rotating from round to round, so that whatever
+    // the machine does over a run lands on every figure alike (the 64-caller
+    // figure is compared with the 4-caller one, and each id with the others).
+    // A sample runs about `SAMPLE_TIME`, sized from the id's rate in the
+    // warm-up round. Criterion's own figure is the round's; each id's
+    // figures (the median of its 10 samples) are printed after it.
+    const SAMPLE_TIME: Duration = Duration::from_millis(150);
+    const NS: [usize; 4] = [1, 4, 16, 64];
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); NS.len() * ids.len()];
+    let mut round = 0;
+    group.bench_function("rounds", |b| {
+        b.iter_custom(|iters| {
+            let (mut wall, mut calls) = (Duration::ZERO, 0);
+            for (j, &n) in NS.iter().enumerate() {
+                for k in 0..ids.len() {
+                    let i = (round + k) % ids.len();
+                    let done = &mut samples[j * ids.len() + i];
+                    // The warm-up round makes 2,000 calls; the others as many as
+                    // the id made in `SAMPLE_TIME` at its last rate.
+                    let target = done.last().map_or(2_000, |last: &Sample| {
+                        (SAMPLE_TIME.as_secs_f64() * last.calls as f64 / last.time.as_secs_f64()) as u64
+                    });
+                    let per_thread = target.div_ceil(n as u64).max(1);
+                    let made = per_thread * n as u64;
+                    let cpu0 = cpu_time_process();
+                    let time = on_threads(n, per_thread, ids[i].1);
+                    let cpu = cpu_time_process().saturating_sub(cpu0);
+                    done.push(Sample { calls: made, time, cpu });
+                    (wall, calls) = (wall + time, calls + made);
+                }
+            }
+            round += 1;
+            wall.mul_f64(iters as f64 / calls as f64)
+        })
+    });
+    for (j, &n) in NS.iter().enumerate() {
+        for (i, &(id, _)) in ids.iter().enumerate() {
+            let done = std::mem::take(&mut samples[j * ids.len() + i]);
+            file_samples("dispatch_scale", &format!("{id}/{n}"), done, SAMPLES);
         }
     }
     group.finish();
