@@ -24,6 +24,14 @@
 //!
 //! Group `breaker_parts`: the primitives those paths are made of (see `parts`).
 //!
+//! Group `breaker_paired`: the one-thread ids the goals compare (an OPEN
+//! rejection against `Instant::now()`; a CLOSED call against the mutex and
+//! failsafe) again, in alternation: 40 rounds, each timing a block of every
+//! id in turn (the order rotating), so that a drift of the machine during
+//! the run (on a VM the clock read alone moves by a tenth between minutes)
+//! lands on both sides of a ratio alike. Prints each id's median over the
+//! rounds, and the ratios.
+//!
 //! Run: `cargo bench --bench breaker -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
@@ -211,5 +219,90 @@ fn parts(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, single_thread, contended, parts);
+/// Times `iters` runs of `op`, as criterion's `iter` does.
+#[inline(never)]
+fn timed<R>(iters: u64, mut op: impl FnMut() -> R) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        black_box(op());
+    }
+    start.elapsed()
+}
+
+fn paired(c: &mut Criterion) {
+    const ROUNDS: usize = 40;
+    const BLOCK: u64 = 500_000;
+    let closed = closed_breaker();
+    let open = open_breaker();
+    let fs = failsafe::Config::new().build();
+    let mutex = parking_lot::Mutex::new(0u64);
+    let mut ids: [(&str, &mut dyn FnMut() -> Duration); 5] = [
+        ("watertight_closed", &mut || {
+            timed(BLOCK, || {
+                if let Ok(permit) = closed.try_acquire() {
+                    permit.record(Verdict::Success, black_box(ELAPSED));
+                }
+            })
+        }),
+        ("watertight_open_reject", &mut || timed(BLOCK, || open.try_acquire().is_err())),
+        ("failsafe_closed", &mut || {
+            timed(BLOCK, || {
+                if black_box(fs.is_call_permitted()) {
+                    fs.on_success();
+                }
+            })
+        }),
+        ("instant_now", &mut || timed(BLOCK, Instant::now)),
+        ("mutex_lock_unlock", &mut || {
+            timed(BLOCK, || {
+                let guard = mutex.lock();
+                black_box(&*guard);
+            })
+        }),
+    ];
+    let mut g = c.benchmark_group("breaker_paired");
+    g.sample_size(10).warm_up_time(Duration::from_millis(1)).measurement_time(Duration::from_millis(1));
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); ids.len()];
+    let mut round = 0;
+    // A criterion sample is four rounds: 10 samples and the warm-up make 44.
+    g.bench_function("rounds", |b| {
+        b.iter_custom(|iters| {
+            // Criterion's own figure: the mean over every id of these rounds.
+            let mut total = Duration::ZERO;
+            for _ in 0..4 {
+                for k in 0..ids.len() {
+                    let i = (round + k) % ids.len();
+                    let time = (ids[i].1)();
+                    ns[i].push(time.as_nanos() as f64 / BLOCK as f64);
+                    total += time;
+                }
+                round += 1;
+            }
+            total.mul_f64(iters as f64 / (BLOCK as f64 * (4 * ids.len()) as f64))
+        })
+    });
+    g.finish();
+    if ns[0].is_empty() {
+        // Filtered out on the command line.
+        return;
+    }
+    // The last `ROUNDS` of each id: the ones before were criterion's warm-up.
+    let median = |v: &[f64]| {
+        let mut v = v[v.len().saturating_sub(ROUNDS)..].to_vec();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    let m: Vec<f64> = ns.iter().map(|v| median(v)).collect();
+    for (&(id, _), m) in ids.iter().zip(&m) {
+        println!("breaker_paired/{id:<40} median {m:>7.2} ns");
+    }
+    println!(
+        "breaker_paired: open rejection {:.2}x instant_now; closed {:.2}x mutex_lock_unlock, {:.2}x cheaper than failsafe",
+        m[1] / m[3],
+        m[0] / m[4],
+        m[2] / m[0]
+    );
+}
+
+criterion_group!(benches, single_thread, contended, parts, paired);
 criterion_main!(benches);
