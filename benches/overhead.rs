@@ -16,8 +16,9 @@
 //! - `threadpool`: the `threadpool` crate's `execute` with a crossbeam reply.
 //! - `tokio_spawn_blocking`: `spawn_blocking` + `block_on` from a plain thread.
 //!
-//! Every id is built before the first is measured and lives until the last
-//! is done, each with its own worker thread, idle while the others run.
+//! In each group (and at each pacing) every single-caller id is built before
+//! the first is measured and lives until the last is done, each with its
+//! own worker thread, idle while the others run.
 //!
 //! Groups:
 //! - `dispatch`: back to back.
@@ -45,7 +46,7 @@
 //! for `dispatch_scale`, whose caller threads do not). At the end it prints
 //! every figure again as one table.
 //!
-//! Run: `cargo bench --bench overhead` (about 2 minutes).
+//! Run: `cargo bench --bench overhead` (about 100 s).
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -435,8 +436,9 @@ fn dispatch_scale(c: &mut Criterion) {
     // the order of the ids rotating from round to round, so that whatever
     // the machine does over a run lands on every figure alike (the 64-caller
     // figure is compared with the 4-caller one, and each id with the others).
-    // A sample runs about `SAMPLE_TIME`, sized from the id's rate in the
-    // warm-up round. Criterion's own figure is the round's; each id's
+    // A sample runs about `SAMPLE_TIME`, sized from the id's rate in its
+    // previous sample (2,000 calls in the warm-up round). Criterion's own
+    // figure is the round's; each id's
     // figures (the median of its 10 samples) are printed after it.
     const SAMPLE_TIME: Duration = Duration::from_millis(150);
     const NS: [usize; 4] = [1, 4, 16, 64];
