@@ -153,7 +153,9 @@
 //! declared body it drains into a buffer of the declared size (a request that
 //! declares `Content-Length: 1000000000000` aborts the process once
 //! answered), no cap on the head, an accept loop that ends for good on the
-//! first accept error, and one thread per connection without a limit.
+//! first accept error, and one thread per connection without a limit. The
+//! guard's private `X-Watertight-*` headers mean nothing there: a request's
+//! client and arrival come from its TCP connection and its request thread.
 
 mod config;
 mod conn;
@@ -177,6 +179,7 @@ use std::time::{Duration, Instant};
 use tiny_http::{Header, Request, Response, ResponseBox, Server};
 
 use crate::error::panic_message;
+use request::Origin;
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
 /// `threads` fixed request threads (at least one), each taking the next
@@ -224,7 +227,7 @@ where
     request::base();
     let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
     let (shared, joins) =
-        start_pool(server, threads, guard.request_budget(), Box::new(handler), spawn_named)?;
+        start_pool(server, Origin::Guard, threads, guard.request_budget(), Box::new(handler), spawn_named)?;
     let mut handle = ServerHandle { shared, joins, threads, guard: None, _hop_dir: Some(hop_dir) };
     match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
         Ok(guard) => handle.guard = Some(guard),
@@ -239,6 +242,18 @@ where
 /// [module docs](self). For comparison, or behind a proxy that buffers
 /// requests and caps their bodies. Of `config`, only the request budget
 /// applies.
+///
+/// Every request is taken as coming straight from a client. Its
+/// [`RequestContext`] has the TCP peer (`Request::remote_addr`) as its
+/// [`peer_addr`](RequestContext::peer_addr), and the moment a request thread
+/// took it as its [`received`](RequestContext::received), from which the
+/// deadline runs: a client cannot choose its address or its arrival. Any
+/// `X-Watertight-Peer`, `X-Watertight-Received` or other `X-Watertight-*`
+/// header a client sends is ignored by the crate. tiny_http 0.12 cannot
+/// remove a header from a `Request`, so `request.headers()` still shows
+/// them to the handler: they are the client's word, never a fact to act on
+/// (use the context instead). Behind a proxy, the peer is the proxy's
+/// address.
 ///
 /// # Errors
 ///
@@ -255,7 +270,7 @@ where
 {
     let threads = threads.max(1);
     let (shared, joins) =
-        start_pool(server, threads, config.request_budget(), Box::new(handler), spawn_named)?;
+        start_pool(server, Origin::Client, threads, config.request_budget(), Box::new(handler), spawn_named)?;
     Ok(ServerHandle { shared, joins, threads, guard: None, _hop_dir: None })
 }
 
@@ -269,6 +284,7 @@ fn spawn_named(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
 /// were and returns the error.
 fn start_pool(
     server: Server,
+    origin: Origin,
     threads: usize,
     budget: Duration,
     handler: Handler,
@@ -276,6 +292,7 @@ fn start_pool(
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
     let shared = Arc::new(Shared {
         server,
+        origin,
         busy: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         handler,
@@ -318,6 +335,9 @@ type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send +
 
 struct Shared {
     server: Server,
+    /// Whether `server`'s requests come over the guard's hop, whose private
+    /// headers are believed, or straight from clients, whose are not.
+    origin: Origin,
     /// Requests taken off the server and not yet answered: incremented right
     /// after `recv` returns one, decremented after `respond` returns (a
     /// [`BusyGuard`] does it, so a panic cannot leak a count). Relaxed: it is
@@ -349,7 +369,9 @@ impl Shared {
             };
             let taken = Instant::now();
             let busy = BusyGuard::enter(&self.busy);
-            let ctx = match request::context(&request, self.budget, taken, busy.count(), self.threads) {
+            let context =
+                request::context(&request, self.origin, self.budget, taken, busy.count(), self.threads);
+            let ctx = match context {
                 Ok(ctx) => ctx,
                 Err(message) => {
                     if let Err(err) = request.respond(json_error(400, "INVALID_REQUEST_TIMEOUT", &message)) {
@@ -575,7 +597,7 @@ mod tests {
         let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
         let handler: Handler =
             Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
-        let err = start_pool(server, 4, Duration::from_secs(1), handler, two_then_refuse)
+        let err = start_pool(server, Origin::Client, 4, Duration::from_secs(1), handler, two_then_refuse)
             .err()
             .expect("the spawn error");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);

@@ -6,6 +6,12 @@
 //! the hop as two private headers the guard sets after removing any a client
 //! sent (so a client cannot choose its own address or arrival): the peer as
 //! `ip:port`, and the arrival as nanoseconds since a process-wide base instant.
+//!
+//! Those headers are believed only on the guard's own hop, and the request
+//! pool says which side of it a request came from ([`Origin`]): it is never
+//! inferred from the request. A request straight from a client (without the
+//! guard) has its peer from its TCP connection and its arrival from the
+//! request thread, whatever private headers the client sent.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -42,6 +48,15 @@ fn decode_instant(value: &str) -> Option<Instant> {
 
 /// What the request pool knows of the request a handler is answering.
 ///
+/// Its client and arrival are facts of the connection, never the client's
+/// word: behind the guard ([`serve`](super::serve)) they are what the guard
+/// saw (it drops any `X-Watertight-*` header a client sends and sets its own
+/// on the hop); without it ([`serve_unguarded`](super::serve_unguarded)) they
+/// are the TCP peer and the moment a request thread took the request, and any
+/// `X-Watertight-*` header is ignored. The only header a client has a say
+/// through is `X-Request-Timeout`, which can shorten the budget, never
+/// lengthen it.
+///
 /// ```no_run
 /// use watertight::server::{RequestContext, serve};
 /// use watertight::tiny_http::{Request, Response};
@@ -67,7 +82,7 @@ pub struct RequestContext {
 
 impl RequestContext {
     /// When the request was received: read whole by the guard, or (without
-    /// the guard) taken by a request thread.
+    /// the guard) taken by a request thread. Never a client's claim.
     pub fn received(&self) -> Instant {
         self.received
     }
@@ -85,8 +100,9 @@ impl RequestContext {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    /// The client's address: the guard's peer, or tiny_http's without the
-    /// guard. `None` for a Unix-socket client.
+    /// The client's address: the peer of the guard's client connection, or
+    /// (without the guard) tiny_http's TCP peer. Never a client's claim.
+    /// `None` for a Unix-socket client.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
     }
@@ -102,11 +118,27 @@ impl RequestContext {
     }
 }
 
-/// The context of `request`, taken by a request thread at `taken` with `busy`
-/// of `threads` threads busy; or a client error (a malformed
-/// `X-Request-Timeout`) to answer instead of calling the handler.
+/// Where the request pool's requests come from, which decides whether the
+/// guard's private headers are believed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    /// Over the guard's own hop ([`serve`](super::serve)): the guard removed
+    /// every private header a client sent and set its own, so they are the
+    /// client's real address and the request's real arrival.
+    Guard,
+    /// Straight from the clients ([`serve_unguarded`](super::serve_unguarded)):
+    /// any private header is the client's own and is ignored; the peer is the
+    /// TCP peer and the arrival is when a request thread took the request.
+    Client,
+}
+
+/// The context of `request`, which came from `origin` and was taken by a
+/// request thread at `taken` with `busy` of `threads` threads busy; or a
+/// client error (a malformed `X-Request-Timeout`) to answer instead of
+/// calling the handler.
 pub(super) fn context(
     request: &Request,
+    origin: Origin,
     budget: Duration,
     taken: Instant,
     busy: usize,
@@ -114,11 +146,14 @@ pub(super) fn context(
 ) -> Result<RequestContext, String> {
     let header =
         |name: &'static str| request.headers().iter().find(|h| h.field.equiv(name)).map(|h| h.value.as_str());
-    let guarded = header(RECEIVED_HEADER).and_then(decode_instant);
-    let received = guarded.unwrap_or(taken);
-    let peer = match guarded {
-        Some(_) => header(PEER_HEADER).and_then(|p| p.parse().ok()),
-        None => request.remote_addr().copied(),
+    let (received, peer) = match origin {
+        // The guard always sets the arrival; it read the request before this
+        // thread took it, so a later one cannot be right.
+        Origin::Guard => (
+            header(RECEIVED_HEADER).and_then(decode_instant).map_or(taken, |at| at.min(taken)),
+            header(PEER_HEADER).and_then(|p| p.parse().ok()),
+        ),
+        Origin::Client => (taken, request.remote_addr().copied()),
     };
     let budget = match header(TIMEOUT_HEADER) {
         None => budget,
