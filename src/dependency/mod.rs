@@ -23,11 +23,16 @@
 //! out, not the provider failing. A job abandoned after a timeout finishes on
 //! its worker without touching the breaker: its outcome was already recorded
 //! as the timeout.
+//!
+//! A detached call ([`Dependency::spawn`], `detached.rs`) has no caller to
+//! wait: an owned permit travels with its job, and the worker records it
+//! once the job returns (or the job's `Drop`, if the pool drops it unrun).
 
 mod attempt;
 mod builder;
 mod config;
 mod counts;
+mod detached;
 mod events;
 
 use std::fmt;

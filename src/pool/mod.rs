@@ -282,6 +282,54 @@ impl Pool {
         self.submit_at(now, deadline, attempt.max(1), job)
     }
 
+    /// Queues `job` to run by `deadline` with no caller waiting for it: no
+    /// [`Ticket`], so nobody can withdraw it; its answer is dropped with the
+    /// call. Never waits for room, whatever the `max_wait`: a full pool
+    /// refuses it at once. Deadline-aware admission applies as to any call.
+    /// A job that expires in the queue or that shutdown discards is dropped
+    /// unrun: the job itself must report that (the dependency's detached
+    /// calls do, from a `Drop`).
+    pub(crate) fn submit_detached_at<T, E, F>(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        job: F,
+    ) -> Result<(), SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let h = &*self.inner;
+        let stats = &h.shared.stats;
+        let refuse = |rejection, job| {
+            stats.callers.rejected.fetch_add(1, Relaxed);
+            Err(SubmitError::new(rejection, job))
+        };
+        if deadline <= now
+            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
+        {
+            return refuse(Rejection::DeadlineUnmeetable, job);
+        }
+        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, 1, job));
+        match h.shared.queue.push(QueuedJob::new(call.clone()), &stats.workers.busy) {
+            Ok(_) => {
+                stats.callers.submitted.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err((refused, queued)) => {
+                // As in `submit_at`: defuse the wrapper, then take the job back.
+                drop(queued.take());
+                let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
+                let rejection = match refused {
+                    Refused::Full => Rejection::QueueFull,
+                    Refused::Closed => Rejection::ShuttingDown,
+                };
+                refuse(rejection, job.expect("a refused job is referenced only by its submitter"))
+            }
+        }
+    }
+
     fn submit_at<T, E, F>(
         &self,
         now: Instant,
