@@ -56,7 +56,7 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
     let config = parse(&text);
     assert_eq!(config.server.request_threads, Some(16));
     let names: Vec<&str> = config.dependencies.keys().map(String::as_str).collect();
-    assert_eq!(names, ["account-access", "account-read", "fraud"]);
+    assert_eq!(names, ["account-access", "account-read", "fraud", "notification"]);
 
     let fraud = &config.dependencies["fraud"];
     assert_eq!((fraud.workers, fraud.queue), (6, 2));
@@ -73,13 +73,39 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
         assert_eq!((b.open_for, b.half_open_calls), (Duration::from_secs(15), 3));
         assert_eq!(b.max_wait_in_half_open, Duration::from_secs(60));
     }
+    let n = &config.dependencies["notification"];
+    assert_eq!((n.workers, n.queue, n.timeout), (2, 8, Duration::from_secs(2)));
+    assert_eq!(
+        (n.breaker.window, n.breaker.window_size, n.breaker.minimum_calls),
+        (WindowKind::Count, 10, 5)
+    );
     // Written out and read back, nothing changes.
     let written = toml::to_string(&config).expect("serialize");
     assert_eq!(parse(&written), config, "{written}");
-    // It passes the capacity rule for its own request pool.
+    // It passes the capacity rule for its own request pool: the dependencies
+    // the request threads wait on, that is all but notification, which the
+    // checkout only calls detached (it holds no request thread).
     let registry = config.build().unwrap_or_else(|e| panic!("{e}"));
-    let report = registry.check_capacity(16).expect("within the capacity rule");
+    let holding = watertight::Registry::new();
+    for dep in registry.dependencies().into_iter().filter(|d| d.name() != "notification") {
+        holding.register(dep).unwrap();
+    }
+    let report = holding.check_capacity(16).expect("within the capacity rule");
     assert!(report.warnings().is_empty(), "{:?}", report.warnings());
+}
+
+#[test]
+fn a_file_without_the_notification_section_takes_the_embedded_one() {
+    let text = std::fs::read_to_string(FILE).unwrap();
+    let before = text.split("\n# Order notifications").next().unwrap();
+    assert!(!before.contains("[dependencies.notification]"));
+    let path = temp_file("no-notification", before);
+    let server = Checkout::start(&["--config", path.to_str().unwrap()]);
+    let circuits = json(&get(server.addr, "/circuits", WAIT).expect("GET /circuits"));
+    let notification = dependency(&circuits, "notification");
+    assert_eq!(notification["pool"]["workers"], 2, "{notification}");
+    assert_eq!(notification["timeout_ms"], 2000, "{notification}");
+    let _ = std::fs::remove_file(path);
 }
 
 #[test]

@@ -1,12 +1,19 @@
-//! The calls to the fraud and account providers, in both modes.
+//! The calls to the fraud, account and notification providers, in both modes.
 //!
 //! *Bulkhead* (the default): every call goes through its dependency: breaker,
 //! dedicated pool, deadline. The request thread waits at most the deadline,
 //! and never more than `workers + queue` request threads wait on one provider.
+//! The order notification is fire-and-forget (`Dependency::spawn`): admitted
+//! or refused at once, it never holds the request thread; its breaker still
+//! sees every outcome, and a failure is logged at `warn`.
 //!
 //! *Direct* (`--no-bulkhead`): the call runs on the request thread itself
 //! with one fixed client timeout (none by default of ureq; the incident had
-//! none, or a long one). This is the incident, kept for comparison.
+//! none, or a long one). This is the incident, kept for comparison. The
+//! notification, fire-and-forget there too, gets a new thread of its own with
+//! the same client timeout and no breaker: nothing bounds those threads, so
+//! while notification hangs each checkout leaves one more behind, for up to
+//! the client timeout.
 
 use std::time::{Duration, Instant};
 
@@ -38,7 +45,7 @@ pub struct Unavailable {
     pub detail: String,
 }
 
-/// The three dependencies of the bulkhead mode.
+/// The four dependencies of the bulkhead mode.
 #[derive(Clone)]
 pub struct Deps {
     /// The fraud check (the numbers of the fraud-hang incident's fix).
@@ -48,6 +55,15 @@ pub struct Deps {
     /// Account: every other lookup (a profile here). Its own breaker, so a
     /// slow read path cannot open the circuit of the authorization path.
     pub read: Dependency,
+    /// Order notifications, sent detached: nobody waits for them.
+    pub notification: Dependency,
+}
+
+impl Deps {
+    /// Every dependency, in registration order.
+    pub fn all(&self) -> [&Dependency; 4] {
+        [&self.fraud, &self.access, &self.read, &self.notification]
+    }
 }
 
 /// How provider calls are made.
@@ -64,6 +80,7 @@ pub struct Backends {
     agent: ureq::Agent,
     fraud_url: String,
     account_url: String,
+    notification_url: String,
 }
 
 #[derive(Deserialize)]
@@ -93,14 +110,20 @@ impl Backends {
     /// Calls through `mode`. `direct_timeout` is the client timeout of the
     /// direct mode (`None`: wait forever, like the incident); in bulkhead
     /// mode each request's timeouts come from its deadline instead.
-    pub fn new(mode: Mode, fraud_url: String, account_url: String, direct_timeout: Option<Duration>) -> Self {
+    pub fn new(
+        mode: Mode,
+        fraud_url: String,
+        account_url: String,
+        notification_url: String,
+        direct_timeout: Option<Duration>,
+    ) -> Self {
         let config = ureq::Agent::config_builder();
         let config = match mode {
             Mode::Direct => config.timeout_global(direct_timeout),
             Mode::Bulkhead(_) => config,
         };
         let agent = config.build().into();
-        Backends { mode, agent, fraud_url, account_url }
+        Backends { mode, agent, fraud_url, account_url, notification_url }
     }
 
     /// The dependencies, in bulkhead mode.
@@ -191,6 +214,33 @@ impl Backends {
             move |agent, ctx| bounded(agent.get(&url), ctx).call()?.body_mut().read_json(),
         )
         .map_err(unavailable)
+    }
+
+    /// Tells notification that `order_id` was placed by `user`, without
+    /// waiting: returns at once in both modes. `Err` names why it was not
+    /// sent (bulkhead mode: the rejection's label, e.g. `not_permitted` while
+    /// the breaker is open, `queue_full` while the provider is slow); once
+    /// sent, a failure is logged at `warn` where it happens.
+    pub fn notify_order(&self, order_id: &str, user: &str) -> Result<(), &'static str> {
+        let url = format!("{}/notify", self.notification_url);
+        let body = json!({ "event": "order_placed", "order_id": order_id, "user_id": user });
+        let agent = self.agent.clone();
+        match &self.mode {
+            Mode::Bulkhead(deps) => deps
+                .notification
+                .spawn(move |ctx: &CallContext| {
+                    agent.post(&url).with_deadline(ctx).send_json(&body).map(drop)
+                })
+                .map_err(|rejection| rejection.as_str()),
+            Mode::Direct => {
+                let sent = std::thread::Builder::new().name("notify".into()).spawn(move || {
+                    if let Err(e) = agent.post(&url).send_json(&body) {
+                        log::warn!("notification failed: {e}");
+                    }
+                });
+                sent.map(drop).map_err(|_| "no_thread")
+            }
+        }
     }
 }
 

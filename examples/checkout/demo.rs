@@ -151,13 +151,17 @@ fn client(timeout: Duration) -> ureq::Agent {
 /// Runs the demo; `args` gives the mode, the request threads, the phases and
 /// the CSV path.
 pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
-    if args.fraud_url.is_some() || args.account_url.is_some() {
-        return Err("--demo runs its own embedded providers: drop --fraud-url / --account-url".into());
+    if args.fraud_url.is_some() || args.account_url.is_some() || args.notification_url.is_some() {
+        return Err(
+            "--demo runs its own embedded providers: drop --fraud-url / --account-url / --notification-url"
+                .into(),
+        );
     }
     let mut cfg = args.clone();
     cfg.addr = "127.0.0.1:0".into();
     cfg.fraud = Fault::Healthy;
     cfg.account = Fault::Healthy;
+    cfg.notification = Fault::Healthy;
     let running = start(&cfg)?;
     let fraud = running.providers.iter().find(|p| p.name() == "fraud").ok_or("no fraud provider")?;
     let base = format!("http://{}", running.addr);
@@ -171,7 +175,7 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
     let threads = running.handle.threads();
     print!("{}", summary(&seconds, &args.demo_phases, mode, threads));
     match running.app.backends.deps() {
-        Some(deps) => print!("{}", histograms::report(&[&deps.fraud, &deps.access, &deps.read])),
+        Some(deps) => print!("{}", histograms::report(&deps.all())),
         None => println!("\nno dependencies (no bulkhead), so no latency histograms of their own"),
     }
     if let Some(path) = &args.demo_csv {

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use parking_lot::Mutex;
 use watertight::config::{Config, ConfigFileError, DependencyConfigFile};
-use watertight::{CapacityReport, Dependency, ReconfigureError, Registry};
+use watertight::{CapacityError, CapacityReport, Dependency, ReconfigureError, Registry};
 
 use crate::backends::Deps;
 
@@ -19,8 +19,15 @@ use crate::backends::Deps;
 pub const DEFAULT_CONFIG: &str = include_str!("watertight.toml");
 
 /// The dependencies the checkout calls; a configuration must describe
-/// exactly these.
-pub const DEPENDENCIES: [&str; 3] = ["fraud", "account-access", "account-read"];
+/// these (it may leave out the [`DETACHED`] ones, which then take the embedded
+/// file's section) and no others.
+pub const DEPENDENCIES: [&str; 4] = ["fraud", "account-access", "account-read", "notification"];
+
+/// The dependencies the checkout calls only detached (`Dependency::spawn`):
+/// no request thread ever waits for them, so they hold none, and the
+/// capacity rule (which counts `workers + queue` request threads per
+/// dependency) leaves them out.
+pub const DETACHED: [&str; 1] = ["notification"];
 
 /// Reads a configuration from TOML text; `origin` names it in errors.
 pub fn parse(text: &str, origin: &str) -> Result<Config, String> {
@@ -35,12 +42,44 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, String> {
             ));
         }
     }
+    let mut config = config;
     for name in DEPENDENCIES {
-        if !config.dependencies.contains_key(name) {
-            return Err(format!("{origin}: dependencies.{name} is missing"));
+        if config.dependencies.contains_key(name) {
+            continue;
+        }
+        // A file written before the checkout sent notifications still runs.
+        let embedded = if DETACHED.contains(&name) && text != DEFAULT_CONFIG {
+            parse(DEFAULT_CONFIG, "the embedded watertight.toml")?.dependencies.remove(name)
+        } else {
+            None
+        };
+        match embedded {
+            Some(section) => {
+                config.dependencies.insert(name.to_owned(), section);
+            }
+            None => return Err(format!("{origin}: dependencies.{name} is missing")),
         }
     }
     Ok(config)
+}
+
+/// The dependencies that can hold request threads: every one but the
+/// [`DETACHED`] ones, in a registry of their own for the capacity rule.
+pub fn holding(registry: &Registry) -> Registry {
+    let holding = Registry::new();
+    for dep in registry.dependencies() {
+        if !DETACHED.contains(&dep.name()) {
+            // Names are unique in `registry` already.
+            let _ = holding.register(dep);
+        }
+    }
+    holding
+}
+
+/// The capacity report of the dependencies that can hold request threads;
+/// a dependency over the rule is in it at the error level.
+pub fn capacity(registry: &Registry, request_threads: usize) -> Result<CapacityReport, CapacityError> {
+    holding(registry).check_capacity(request_threads)
 }
 
 /// Reads `--config PATH`, or the embedded defaults without one.
@@ -55,7 +94,7 @@ pub fn load(path: Option<&Path>) -> Result<Config, String> {
     }
 }
 
-/// Builds the three dependencies, in the order the checkout calls them.
+/// Builds the four dependencies, in the order the checkout calls them.
 /// Errors name the field's path (`dependencies.fraud.breaker.failure_rate`).
 pub fn build_deps(config: &Config) -> Result<Deps, ConfigFileError> {
     let build = |name: &str| {
@@ -65,7 +104,12 @@ pub fn build_deps(config: &Config) -> Result<Deps, ConfigFileError> {
             .ok_or_else(|| ConfigFileError::new(format!("dependencies.{name}"), "missing"))?;
         section.build(name).map_err(|e| e.within(&format!("dependencies.{name}")))
     };
-    Ok(Deps { fraud: build("fraud")?, access: build("account-access")?, read: build("account-read")? })
+    Ok(Deps {
+        fraud: build("fraud")?,
+        access: build("account-access")?,
+        read: build("account-read")?,
+        notification: build("notification")?,
+    })
 }
 
 /// Why a `PUT /_config/{name}` was refused.
@@ -110,9 +154,11 @@ impl LiveConfig {
     }
 
     /// Changes the running dependency `name` to `new`, all of it at once:
-    /// validated, checked against the capacity rule, then applied while calls
-    /// run (`Registry::reconfigure`). Returns the capacity report after the
-    /// change; on an error nothing has changed.
+    /// validated, checked against the capacity rule (but for a [`DETACHED`]
+    /// one, which holds no request thread), then applied while calls run
+    /// (`Registry::reconfigure`). Returns the capacity report of the
+    /// dependencies that hold request threads after the change; on an error
+    /// nothing has changed.
     pub fn reconfigure(
         &self,
         registry: &Registry,
@@ -121,13 +167,19 @@ impl LiveConfig {
     ) -> Result<(DependencyConfigFile, CapacityReport), LiveError> {
         let config = new.to_config().map_err(LiveError::Invalid)?;
         let _one_at_a_time = self.changing.lock();
-        let report = registry.reconfigure(name, config, self.request_threads).map_err(|e| match e {
-            ReconfigureError::UnknownDependency(_) => LiveError::Unknown,
-            ReconfigureError::Invalid(e) => LiveError::Invalid(ConfigFileError::of_dependency(&e)),
-            ReconfigureError::Capacity(e) => LiveError::Capacity(e.to_string()),
-            other => LiveError::Capacity(other.to_string()),
-        })?;
         let dep = registry.get(name).ok_or(LiveError::Unknown)?;
+        if DETACHED.contains(&name) {
+            dep.reconfigure(config).map_err(|e| LiveError::Invalid(ConfigFileError::of_dependency(&e)))?;
+        } else {
+            registry.reconfigure(name, config, self.request_threads).map_err(|e| match e {
+                ReconfigureError::UnknownDependency(_) => LiveError::Unknown,
+                ReconfigureError::Invalid(e) => LiveError::Invalid(ConfigFileError::of_dependency(&e)),
+                ReconfigureError::Capacity(e) => LiveError::Capacity(e.to_string()),
+                other => LiveError::Capacity(other.to_string()),
+            })?;
+        }
+        // Another dependency's hold may already be over the rule: this change did not cause it.
+        let report = capacity(registry, self.request_threads).unwrap_or_else(|e| e.report().clone());
         Ok((self.current(&dep), report))
     }
 }

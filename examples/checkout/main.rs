@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Every provider call goes through a watertight `Dependency`: a breaker, a
-//! dedicated bounded pool and a deadline. `--no-bulkhead` calls the providers
-//! on the request threads instead, as the incident did.
+//! dedicated bounded pool and a deadline. The order notification after a
+//! checkout is fire-and-forget (`Dependency::spawn`): the checkout never waits
+//! for it. `--no-bulkhead` calls the providers on the request threads instead,
+//! as the incident did (and sends each notification from a thread of its own).
 
 mod access;
 mod admin;
@@ -38,7 +40,8 @@ use watertight::Registry;
 use watertight::testing::{Call, FakeProvider, Fault};
 
 /// A checkout server protected by watertight bulkheads, with embedded fake
-/// fraud and account providers whose faults can be switched at run time.
+/// fraud, account and notification providers whose faults can be switched at
+/// run time.
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "checkout",
@@ -48,7 +51,8 @@ ROUTES:
   POST /checkout          header X-User-Id, body {\"customer_id\": \"c1\", \"amount\": 120.5}
                           (any route: X-Request-Timeout: 800ms shortens the request budget)
                           201 approved, 402 rejected by fraud, 202 manual_review when fraud is unavailable,
-                          403 SERVICE_ACCESS_DENIED, 503 SERVICE_ACCESS_UNAVAILABLE (fails closed)
+                          403 SERVICE_ACCESS_DENIED, 503 SERVICE_ACCESS_UNAVAILABLE (fails closed);
+                          an approved order is then notified, fire-and-forget (never waited for)
   GET  /orders/{id}       the order from memory (never calls fraud)
   GET  /me                header X-User-Id: the user's profile from account
   GET  /health            liveness: 200 whatever the breakers say
@@ -72,6 +76,7 @@ EMBEDDED PROVIDERS:
   fraud    POST /verify {customer_id, amount}: rejects amounts over 1000, approves the rest
   account  GET /users/{id}/access: denies users `mallory` and `blocked-*`, allows the rest;
            GET /users/{id}: a profile
+  notification  POST /notify {event, order_id, user_id}: 202 accepted
 
 EXAMPLE:
   curl -i -H 'X-User-Id: alice' -d '{\"customer_id\":\"c1\",\"amount\":42}' localhost:8080/checkout"
@@ -112,6 +117,10 @@ pub struct Args {
     #[arg(long, default_value = "healthy", value_name = "FAULT")]
     pub account: Fault,
 
+    /// The embedded notification provider's fault at start.
+    #[arg(long, default_value = "healthy", value_name = "FAULT")]
+    pub notification: Fault,
+
     /// Call this fraud provider instead of the embedded one.
     #[arg(long, value_name = "URL")]
     pub fraud_url: Option<String>,
@@ -120,8 +129,14 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     pub account_url: Option<String>,
 
+    /// Call this notification provider instead of the embedded one.
+    #[arg(long, value_name = "URL")]
+    pub notification_url: Option<String>,
+
     /// Call the providers directly on the request threads (no breaker, no
-    /// pool, no deadline), as in the incident, for comparison.
+    /// pool, no deadline), as in the incident, for comparison. Notifications
+    /// stay fire-and-forget: each is sent from a new thread of its own, with
+    /// the client timeout and nothing bounding those threads.
     #[arg(long)]
     pub no_bulkhead: bool,
 
@@ -183,6 +198,14 @@ fn fraud_responder(call: &Call) -> (u16, String) {
     }
 }
 
+/// The fake notification provider: accepts order events.
+fn notification_responder(call: &Call) -> (u16, String) {
+    match (call.method.as_str(), call.url.as_str()) {
+        ("POST", "/notify") => (202, json!({ "status": "accepted" }).to_string()),
+        _ => (404, json!({ "error": "not found" }).to_string()),
+    }
+}
+
 /// The fake account provider's rules: who may use checkout, and profiles.
 fn account_responder(call: &Call) -> (u16, String) {
     let path = call.url.split('?').next().unwrap_or("");
@@ -223,6 +246,8 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         };
     let fraud_url = provider("fraud", &args.fraud_url, args.fraud, fraud_responder)?;
     let account_url = provider("account", &args.account_url, args.account, account_responder)?;
+    let notification_url =
+        provider("notification", &args.notification_url, args.notification, notification_responder)?;
 
     let config = live::load(args.config.as_deref())?;
     let threads = request_threads(args, &config);
@@ -235,13 +260,13 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
             .as_ref()
             .map_or("the embedded watertight.toml".to_owned(), |p| p.display().to_string());
         let deps = live::build_deps(&config).map_err(|e| format!("{origin}: {e}"))?;
-        for dep in [&deps.fraud, &deps.access, &deps.read] {
+        for dep in deps.all() {
             registry.register(dep.clone())?;
         }
         Mode::Bulkhead(deps)
     };
     let direct_timeout = (args.direct_timeout > 0).then(|| Duration::from_secs(args.direct_timeout));
-    let backends = Arc::new(Backends::new(mode, fraud_url, account_url, direct_timeout));
+    let backends = Arc::new(Backends::new(mode, fraud_url, account_url, notification_url, direct_timeout));
     let gate = AccessGate::new(Duration::from_secs(60), Duration::from_secs(10), {
         let backends = Arc::clone(&backends);
         move |user: &str, deadline| backends.has_access(user, deadline)
@@ -312,7 +337,9 @@ fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
     for p in &running.providers {
         println!("provider {:<8} {} (embedded, fault {})", p.name(), p.url(), p.fault());
     }
-    for (name, url) in [("fraud", &args.fraud_url), ("account", &args.account_url)] {
+    for (name, url) in
+        [("fraud", &args.fraud_url), ("account", &args.account_url), ("notification", &args.notification_url)]
+    {
         if let Some(url) = url {
             println!("provider {name:<8} {url}");
         }
@@ -343,7 +370,8 @@ fn graceful_stop(running: Running) {
     handle.shutdown();
     log::info!("every request answered");
     if let Some(deps) = app.backends.deps() {
-        for dep in [&deps.fraud, &deps.access, &deps.read] {
+        // Notifications still queued are answered (and logged) by their shutdown.
+        for dep in deps.all() {
             if !dep.shutdown(STOP_GRACE) {
                 log::warn!("dependency {} did not stop within {STOP_GRACE:?}", dep.name());
             }
@@ -354,12 +382,18 @@ fn graceful_stop(running: Running) {
     log::info!("stopped");
 }
 
-/// Prints the capacity budget of the request pool (bulkhead mode).
+/// Prints the capacity budget of the request pool (bulkhead mode). The
+/// dependencies called only detached hold no request thread, and are left out.
 pub fn print_capacity(registry: &Registry, threads: usize) {
     if registry.snapshot().is_empty() {
         return;
     }
-    match registry.check_capacity(threads) {
+    let detached: Vec<&str> =
+        live::DETACHED.iter().copied().filter(|name| registry.get(name).is_some()).collect();
+    if !detached.is_empty() {
+        println!("capacity: {} called detached only, holding no request thread", detached.join(", "));
+    }
+    match live::capacity(registry, threads) {
         Ok(report) => {
             println!("capacity: {report}");
             for warning in report.warnings() {

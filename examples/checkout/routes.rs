@@ -2,7 +2,7 @@
 //!
 //! | route                   | what it does                                                  |
 //! |-------------------------|---------------------------------------------------------------|
-//! | `POST /checkout`        | access check, fraud check, order stored: 201 / 402 / 202      |
+//! | `POST /checkout`        | access check, fraud check, order stored: 201 / 402 / 202; an approved order is notified, fire-and-forget |
 //! | `GET /orders/{id}`      | the order from memory: never calls a provider                 |
 //! | `GET /me`               | the user's profile from account (the `account-read` path)     |
 //! | `GET /health`           | liveness: 200 whatever the breakers say                       |
@@ -241,12 +241,22 @@ impl App {
             user_id: user,
         };
         let answer = serde_json::to_value(&stored).unwrap_or(Value::Null);
+        let notify = (status == "approved").then(|| (stored.order_id.clone(), stored.user_id.clone()));
         {
             let mut orders = self.orders.lock();
             if orders.len() >= MAX_ORDERS {
                 orders.pop_first();
             }
             orders.insert(n, stored);
+        }
+        // Fire-and-forget: admitted or refused at once, never waited for, so
+        // a hung notification provider costs the checkout nothing. A failure
+        // is logged at `warn` once it happens; a refusal is only counted
+        // (debug here: in an outage it is every checkout).
+        if let Some((order_id, user)) = notify
+            && let Err(reason) = self.backends.notify_order(&order_id, &user)
+        {
+            log::debug!("notification for {order_id} not sent ({reason})");
         }
         json_response(status_code, &answer)
     }
