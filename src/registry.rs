@@ -119,10 +119,12 @@ impl Registry {
     /// and carries the report too.
     ///
     /// ```
-    /// use watertight::{Dependency, Registry};
+    /// use watertight::{BreakerConfig, Dependency, Registry};
     ///
     /// let registry = Registry::new();
-    /// registry.register(Dependency::builder("fraud").workers(10).queue(5).build()?)?;
+    /// let fraud = Dependency::builder("fraud").workers(10).queue(5);
+    /// // A breaker one wave of hung calls can open: 10 failures in a window of 20.
+    /// registry.register(fraud.breaker(BreakerConfig::count_based(20)).build()?)?;
     /// let report = registry.check_capacity(15).unwrap_err();
     /// assert_eq!(report.dependency(), "fraud");
     /// assert!(registry.check_capacity(40).unwrap().warnings().is_empty());
@@ -137,6 +139,7 @@ impl Registry {
                 let max_wait = d.pool().max_wait();
                 let queue = d.pool().queue_capacity();
                 let hold = workers.saturating_add(queue);
+                let waiters = if max_wait.is_zero() { 0 } else { workers };
                 let level = if hold >= request_threads {
                     CapacityLevel::Error
                 } else if hold > request_threads / 2 {
@@ -152,6 +155,8 @@ impl Registry {
                     room_left: request_threads.saturating_sub(hold),
                     timeout: d.timeout(),
                     max_wait,
+                    waiters,
+                    failures_to_open: failures_to_open(&d.breaker().config()),
                     level,
                 }
             })
@@ -272,6 +277,15 @@ pub struct CapacityEntry {
     /// How long any further caller may wait for room (a short hold), zero
     /// when a full pool refuses at once.
     pub max_wait: Duration,
+    /// How many callers may wait for room at once (one per worker, when
+    /// `max_wait` is not zero): each holds its request thread for at most
+    /// `max_wait`, on top of `hold`.
+    pub waiters: usize,
+    /// How many failed calls the breaker needs to open, at the worst: a
+    /// count window full of successes, or a time window's minimum. When it
+    /// exceeds `hold`, one wave of hung calls cannot open it by its rates
+    /// alone (the stall rule still can, see the README's "Semantics").
+    pub failures_to_open: u32,
     /// The verdict for this dependency.
     pub level: CapacityLevel,
 }
@@ -288,9 +302,22 @@ pub struct CapacityReport {
     pub entries: Vec<CapacityEntry>,
 }
 
+/// The failures a breaker needs to open at the worst (see
+/// [`CapacityEntry::failures_to_open`]).
+fn failures_to_open(config: &crate::BreakerConfig) -> u32 {
+    let minimum = config.effective_minimum_calls();
+    match config.window_shape() {
+        // A window of `n` successes: ceil(n * rate / 100) of them must be failures.
+        (false, n) => minimum.max((f64::from(n) * config.failure_rate / 100.0).ceil() as u32),
+        (true, _) => minimum,
+    }
+}
+
 impl CapacityReport {
     /// One line per finding that is not an error: dependencies above half the
-    /// request pool, and the holds adding up to all of it.
+    /// request pool, or at all of it with their waiters; breakers that need
+    /// more failures to open than their dependency can hold; and the holds
+    /// adding up to all of it.
     pub fn warnings(&self) -> Vec<String> {
         let mut out: Vec<String> = self
             .entries
@@ -303,6 +330,26 @@ impl CapacityReport {
                 )
             })
             .collect();
+        for e in &self.entries {
+            if e.level != CapacityLevel::Error && e.waiters > 0 && e.hold + e.waiters >= self.request_threads
+            {
+                out.push(format!(
+                    "dependency `{}` can hold {} of {} request threads with its {} waiters, for up to {:?} each",
+                    e.name,
+                    e.hold + e.waiters,
+                    self.request_threads,
+                    e.waiters,
+                    e.max_wait
+                ));
+            }
+            if e.failures_to_open as usize > e.hold {
+                out.push(format!(
+                    "dependency `{}`: its breaker needs {} failures to open, more than the {} calls it can hold \
+                     (workers {} + queue {}); one wave of hung calls cannot open it by its rates",
+                    e.name, e.failures_to_open, e.hold, e.workers, e.queue
+                ));
+            }
+        }
         if self.entries.len() > 1 && self.total_hold >= self.request_threads {
             out.push(format!(
                 "all dependencies together can hold {} of {} request threads if their providers hang at once",
@@ -335,7 +382,11 @@ impl fmt::Display for CapacityReport {
                 },
             )?;
         }
-        write!(f, "  total hold {}", self.total_hold)
+        write!(f, "  total hold {}", self.total_hold)?;
+        for warning in self.warnings() {
+            write!(f, "\n  warning: {warning}")?;
+        }
+        Ok(())
     }
 }
 

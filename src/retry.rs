@@ -297,6 +297,23 @@ impl RetryBudget {
         Self::bucket(&mut ring.buckets, second).calls += 1;
     }
 
+    /// Gives back a retry taken by [`try_withdraw`](Self::try_withdraw) at
+    /// about `now` that was never made.
+    pub(crate) fn refund(&self, now: Instant) {
+        let second = self.second(now);
+        let oldest = second.saturating_sub(BUCKETS as u64 - 1);
+        let mut ring = self.ring.lock();
+        // The newest bucket with a retry in it: the one the token came from.
+        if let Some(b) = ring
+            .buckets
+            .iter_mut()
+            .filter(|b| b.second >= oldest && b.second <= second && b.retries > 0)
+            .max_by_key(|b| b.second)
+        {
+            b.retries -= 1;
+        }
+    }
+
     /// Takes one retry from the budget if it allows one, and says whether it did.
     pub(crate) fn try_withdraw(&self, now: Instant) -> bool {
         let second = self.second(now);

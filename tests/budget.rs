@@ -17,15 +17,18 @@ fn breaker() -> BreakerConfig {
 }
 
 #[test]
-fn a_timeout_at_the_callers_deadline_is_not_a_provider_failure() {
+fn a_timeout_at_a_short_callers_deadline_is_not_a_provider_failure() {
     let dep =
         Dependency::builder("pricing").workers(4).queue(4).timeout(Duration::from_secs(5)).breaker(breaker());
     let dep = dep.build().unwrap();
+    // 20 ms is under the 50 ms floor of the hang threshold: that the provider
+    // has not answered yet says only that the caller is in a hurry. (A longer
+    // cut-short run counts against it: tests/hang.rs.)
     for _ in 0..5 {
         let began = Instant::now();
-        let r = dep.within(Instant::now() + Duration::from_millis(50)).call(hung_for);
+        let r = dep.within(Instant::now() + Duration::from_millis(20)).call(hung_for);
         assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
-        assert!(began.elapsed() < Duration::from_millis(50 + 500), "waited {:?}", began.elapsed());
+        assert!(began.elapsed() < Duration::from_millis(20 + 500), "waited {:?}", began.elapsed());
     }
     let m = dep.breaker().metrics();
     assert_eq!(dep.breaker().state(), State::Closed, "the caller's budget ran out, not the provider");

@@ -212,17 +212,22 @@ fn the_access_gate_fails_closed_and_recovers() {
     let (status, body) = checkout(&agent, &server, "alice", 10.0);
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["order_id"], "ord-1");
+    // Two more healthy lookups, so that the two failures below stay under the
+    // circuit's 50 % (it opens on 4 calls): this test is about the cache.
+    for user in ["dave", "erin"] {
+        assert_eq!(checkout(&agent, &server, user, 10.0).0, 201);
+    }
 
     set_fault(&agent, &server, "account", "refuse");
     let (status, body) = checkout(&agent, &server, "bob", 10.0);
     assert_eq!((status, &body["code"]), (503, &json!("SERVICE_ACCESS_UNAVAILABLE")), "{body}");
     assert!(body["message"].is_string());
     // The business code never ran: no order was stored.
-    assert_eq!(get(&agent, &server, "/orders/ord-2").0, 404, "an order was stored for a refused checkout");
+    assert_eq!(get(&agent, &server, "/orders/ord-4").0, 404, "an order was stored for a refused checkout");
     // alice was allowed within the last 60 s: the cache carries her through.
     let (status, body) = checkout(&agent, &server, "alice", 10.0);
     assert_eq!(status, 201, "{body}");
-    assert_eq!(body["order_id"], "ord-2");
+    assert_eq!(body["order_id"], "ord-4");
 
     // account 5xx: unavailable too.
     set_fault(&agent, &server, "account", "error:500");
@@ -461,4 +466,69 @@ fn a_request_answers_within_its_budget_when_every_provider_hangs() {
     assert!(took < BUDGET + SLACK, "a longer X-Request-Timeout lengthened the budget to {took:?}");
     let (status, body) = answer(agent.get(server.url("/health")).header("X-Request-Timeout", "soon").call());
     assert_eq!((status, &body["code"]), (400, &json!("INVALID_REQUEST_TIMEOUT")), "{body}");
+}
+
+fn circuit(agent: &ureq::Agent, server: &Checkout, name: &str) -> Value {
+    let (status, circuits) = get(agent, server, "/circuits");
+    assert_eq!(status, 200);
+    circuits["dependencies"]
+        .as_array()
+        .and_then(|deps| deps.iter().find(|d| d["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no {name} dependency in {circuits}"))
+}
+
+/// Seed 000's incident as shipped: account hangs while users are not yet
+/// cached. The permission checks are cut short by the 5 s request budget
+/// (account-access's own timeout is 10 s); each has run far longer than
+/// account ever takes, so each counts against it, and the first wave of 12
+/// opens the circuit. Later waves are answered 503 at once; a cached user
+/// still checks out.
+#[test]
+fn a_hung_account_provider_opens_its_circuit_after_the_first_wave() {
+    let server = Checkout::start(&[]);
+    let agent = agent();
+    assert_eq!(checkout(&agent, &server, "alice", 10.0).0, 201, "alice, cached from now on");
+    set_fault(&agent, &server, "account", "hang");
+
+    const WAVE: usize = 12;
+    let wave = |n: usize| -> Vec<(u16, Value, Duration)> {
+        let start = Arc::new(Barrier::new(WAVE));
+        let users: Vec<_> = (0..WAVE)
+            .map(|i| {
+                let (start, url) = (Arc::clone(&start), server.url("/checkout"));
+                thread::spawn(move || {
+                    let client = agent_status_ok(Duration::from_secs(10));
+                    start.wait();
+                    let began = Instant::now();
+                    let resp = client
+                        .post(&url)
+                        .header("X-User-Id", &format!("wave{n}-user{i}"))
+                        .send_json(json!({ "customer_id": "c-3", "amount": 5.0 }));
+                    let (status, body) = answer(resp);
+                    (status, body, began.elapsed())
+                })
+            })
+            .collect();
+        users.into_iter().map(|u| u.join().unwrap()).collect()
+    };
+
+    let first = wave(1);
+    for (status, body, took) in &first {
+        assert_eq!((*status, &body["code"]), (503, &json!("SERVICE_ACCESS_UNAVAILABLE")), "{body}");
+        assert!(*took < Duration::from_secs(7), "a first-wave checkout took {took:?} (budget 5 s)");
+    }
+    let access = circuit(&agent, &server, "account-access");
+    assert_eq!(access["state"], "open", "after the first wave: {access}\n{}", server.stderr());
+
+    for n in 2..=3 {
+        let answers = wave(n);
+        let slowest = answers.iter().map(|a| a.2).max().unwrap_or_default();
+        eprintln!("wave {n}: slowest of {WAVE} answers {slowest:?}");
+        for (status, body, took) in &answers {
+            assert_eq!((*status, &body["code"]), (503, &json!("SERVICE_ACCESS_UNAVAILABLE")), "{body}");
+            assert!(*took < Duration::from_millis(500), "wave {n}: a refused check took {took:?}");
+        }
+    }
+    let (status, body) = checkout(&agent, &server, "alice", 10.0);
+    assert_eq!(status, 201, "a cached user while account hangs: {body}");
 }

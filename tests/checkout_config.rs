@@ -62,14 +62,15 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
     assert_eq!((fraud.workers, fraud.queue), (6, 2));
     assert_eq!((fraud.max_wait, fraud.timeout), (Duration::from_millis(100), Duration::from_secs(3)));
     let b = &fraud.breaker;
-    assert_eq!((b.window, b.window_size, b.minimum_calls), (WindowKind::Count, 20, 8));
+    assert_eq!((b.window, b.window_size, b.minimum_calls), (WindowKind::Count, 16, 8));
     assert_eq!((b.failure_rate, b.open_for, b.half_open_calls), (50.0, Duration::from_secs(15), 5));
+    // Each breaker needs at most as many failures as its dependency can hold.
     for (name, workers) in [("account-access", 4), ("account-read", 2)] {
         let a = &config.dependencies[name];
         assert_eq!((a.workers, a.queue, a.max_wait), (workers, 0, Duration::from_millis(100)), "{name}");
         assert_eq!(a.timeout, Duration::from_secs(10));
         let b = &a.breaker;
-        assert_eq!((b.window, b.window_size, b.minimum_calls), (WindowKind::Time, 30, 10));
+        assert_eq!((b.window, b.window_size, b.minimum_calls), (WindowKind::Time, 30, workers as u32));
         assert_eq!((b.open_for, b.half_open_calls), (Duration::from_secs(15), 3));
         assert_eq!(b.max_wait_in_half_open, Duration::from_secs(60));
     }
@@ -118,7 +119,7 @@ fn the_binary_runs_with_the_file_and_shows_its_values() {
     assert_eq!(fraud["pool"]["queue_capacity"], 2);
     assert_eq!(fraud["timeout_ms"], 3000);
     assert_eq!(fraud["max_wait_ms"], 100);
-    assert_eq!(fraud["config"]["breaker"]["window_size"], 20);
+    assert_eq!(fraud["config"]["breaker"]["window_size"], 16);
     assert_eq!(fraud["config"]["breaker"]["failure_rate"], 50.0);
     assert_eq!(fraud["config"]["retry"]["max_attempts"], 3);
     assert_eq!(fraud["limit"], Value::Null, "no adaptive limit in the file");

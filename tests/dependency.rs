@@ -722,8 +722,14 @@ fn events_reach_listeners() {
 #[test]
 fn registry_refuses_duplicates_and_checks_capacity() {
     let registry = Registry::new();
-    registry.register(Dependency::builder("fraud").workers(10).queue(5).build().unwrap()).unwrap();
-    registry.register(Dependency::builder("account").workers(4).queue(0).build().unwrap()).unwrap();
+    // Breakers that one wave of hung calls can open (10 and 4 failures at most).
+    let fraud = Dependency::builder("fraud").workers(10).queue(5).breaker(BreakerConfig::count_based(20));
+    registry.register(fraud.build().unwrap()).unwrap();
+    let account = Dependency::builder("account")
+        .workers(4)
+        .queue(0)
+        .breaker(BreakerConfig::time_based(30).minimum_calls(4));
+    registry.register(account.build().unwrap()).unwrap();
     let dup = registry.register(Dependency::builder("fraud").workers(1).build().unwrap()).unwrap_err();
     assert_eq!(dup.field(), "name");
     assert!(dup.to_string().contains("fraud"), "{dup}");

@@ -133,7 +133,12 @@ fn an_invalid_change_is_refused_whole_naming_the_field() {
 #[test]
 fn the_registry_refuses_a_change_that_breaks_the_capacity_rule() {
     let registry = Registry::new();
-    registry.register(Dependency::builder("fraud").workers(4).queue(2).build().unwrap()).unwrap();
+    // A breaker one wave of hung calls (6) can open: 5 failures in a window of 10.
+    let fraud = Dependency::builder("fraud")
+        .workers(4)
+        .queue(2)
+        .breaker(BreakerConfig::count_based(10).minimum_calls(5));
+    registry.register(fraud.build().unwrap()).unwrap();
     let mut c = registry.get("fraud").unwrap().config();
     c.workers = 12;
     c.queue = 4;

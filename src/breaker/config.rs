@@ -218,7 +218,6 @@ impl BreakerConfig {
 
     /// The window as `(time-based, size)`: seconds for a time window, calls
     /// for a count window. For reading a configuration back.
-    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn window_shape(&self) -> (bool, u32) {
         match self.window {
             WindowKind::Count(n) => (false, n),

@@ -341,6 +341,38 @@ impl Breaker {
         inner.release(core);
     }
 
+    /// Opens the breaker now if it is CLOSED, whatever its window holds, and
+    /// says whether it did. The dependency calls this when its pool is
+    /// stalled: every worker stuck inside a call for longer than the
+    /// provider's answers take is evidence enough, and waiting for the
+    /// window to fill would hold request threads for nothing. The
+    /// transition carries no rates (none caused it).
+    pub(crate) fn open_if_closed(&self) -> bool {
+        let inner = &*self.inner;
+        let mut now = inner.lazy_now(None);
+        let mut core = inner.core.lock();
+        let opened = core.state == State::Closed;
+        if opened {
+            inner.enter(&mut core, State::Open, &mut now, View::default());
+        }
+        inner.release(core);
+        opened
+    }
+
+    /// Whether a call at `at` (on the breaker's clock) could be permitted,
+    /// as far as can be told now: `false` while FORCED_OPEN, or OPEN until
+    /// after `at`, or HALF_OPEN with every probe slot taken. Retry asks this
+    /// before it sleeps a backoff, so it never sleeps into a rejection.
+    pub(crate) fn may_permit_at(&self, at: Instant) -> bool {
+        let core = self.inner.core.lock();
+        match core.state {
+            State::ForcedOpen => false,
+            State::Open => core.open_until.is_some_and(|until| at >= until),
+            State::HalfOpen => core.round.admitted < core.config.half_open_calls,
+            State::Closed | State::MetricsOnly | State::Disabled => true,
+        }
+    }
+
     /// Back to CLOSED with a fresh window and the open backoff started over,
     /// from any state (CLOSED included). Permits issued before are counted
     /// in the lifetime totals only.

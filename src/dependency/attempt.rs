@@ -2,7 +2,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Dependency, Event};
 use crate::classify::Verdict;
@@ -14,8 +14,8 @@ use crate::pool::CallContext;
 struct Deadline {
     at: Instant,
     /// `true` when the caller's deadline (or a retry's overall timeout) comes
-    /// before the dependency's own timeout: a timeout then says nothing about
-    /// the provider.
+    /// before the dependency's own timeout: a timeout then counts against the
+    /// provider only if it had the call for long enough (`cut_short`).
     callers: bool,
 }
 
@@ -76,10 +76,22 @@ impl Dependency {
         inner.budget.deposit(inner.clock_now(now));
 
         let mut attempt = 1;
+        // The last answer from the provider itself: what the caller gets
+        // when a later attempt cannot be made.
+        let mut last: Option<Result<T, Error<E>>> = None;
         loop {
             let shared = Arc::clone(&job);
             let deadline = Deadline::new(now, inner.live.timeout(), end);
             let (result, verdict) = self.attempt(now, deadline, attempt, classify, move |ctx| shared(ctx));
+            if verdict.is_none()
+                && let Some(previous) = last.take()
+            {
+                // A retry refused after all (the breaker opened or the pool
+                // filled during the backoff): the provider's own error is the
+                // answer, and the retry it never made gives its token back.
+                inner.budget.refund(inner.clock_now(Instant::now()));
+                return previous;
+            }
             // A panic is a failure to the breaker, but a bug in the job, not a transient
             // fault of the provider: running it again would only panic again.
             let panicked = matches!(result, Err(Error::Panicked(_)));
@@ -95,6 +107,13 @@ impl Dependency {
                 log::debug!("dependency {}: no retry, the call's deadline is near", inner.name);
                 return result;
             }
+            // Ask before sleeping: a breaker that this very failure opened (or
+            // any that stays open past the backoff) would only refuse the
+            // next attempt, after a sleep for nothing.
+            if !self.may_admit_at(now, pause) {
+                log::debug!("dependency {}: no retry, the breaker would refuse it", inner.name);
+                return result;
+            }
             if !inner.budget.try_withdraw(inner.clock_now(now)) {
                 log::debug!("dependency {}: no retry, the retry budget is spent", inner.name);
                 return result;
@@ -105,14 +124,23 @@ impl Dependency {
             now = Instant::now();
             // A sleep may overshoot: if it ate the rest of the time, the failure
             // that caused the retry is the answer, not a rejection of an attempt
-            // that had no time left.
-            if end.is_some_and(|e| now >= e) {
+            // that had no time left. Nor is an attempt made that the breaker,
+            // opened during the sleep, would refuse.
+            if end.is_some_and(|e| now >= e) || !self.may_admit_at(now, Duration::ZERO) {
+                inner.budget.refund(inner.clock_now(now));
                 return result;
             }
-            drop(result);
+            last = Some(result);
             attempt += 1;
             inner.counters.retried();
         }
+    }
+
+    /// Whether an attempt `after` from `now` could get past the breaker, as
+    /// far as can be told now (see `Breaker::may_permit_at`).
+    fn may_admit_at(&self, now: Instant, after: Duration) -> bool {
+        let inner = &*self.inner;
+        inner.clock_now(now).checked_add(after).is_none_or(|at| inner.breaker.may_permit_at(at))
     }
 
     /// One attempt: deadline, permit, submit (with the pool's admission),
@@ -164,27 +192,42 @@ impl Dependency {
             let _span = crate::trace::enter(parent_span, ctx);
             job(ctx)
         };
-        let ticket = match inner.pool.submit_attempt_at(Instant::now(), deadline.at, attempt, traced) {
+        let stall = inner.normal.stall_threshold(inner.live.slow_call_duration(), inner.live.timeout());
+        let ticket = match inner.pool.submit_attempt_at(
+            Instant::now(),
+            deadline.at,
+            attempt,
+            Some(stall),
+            traced,
+        ) {
             Ok(ticket) => ticket,
             Err(refused) => {
-                // Neither the breaker nor the limit learns anything from a refusal.
+                // Neither the breaker nor the limit learns anything from a refusal...
                 drop((permit, limit));
+                // ...but a pool whose every worker is stuck says the provider hangs.
+                if refused.stalled() && inner.breaker.open_if_closed() {
+                    log::warn!(
+                        "dependency {}: every worker has been inside one call for over {stall:?}; breaker opened",
+                        inner.name
+                    );
+                }
                 return (Err(self.rejected(refused.rejection())), None);
             }
         };
 
-        let answer = ticket.wait();
+        let (answer, began) = ticket.wait_timed();
         let ended = Instant::now();
         inner.call_time.record_at(ended.saturating_duration_since(now), ended);
         let elapsed = inner.clock_now(ended).saturating_duration_since(start);
+        // How long the provider had the call: from a worker starting it.
+        let ran = began.map(|b| ended.saturating_duration_since(b));
         let (result, verdict, outcome) = match answer {
             Ok(value) => Self::classified(classify, Ok(value)),
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
                 crate::trace::timed_out(&inner.name, waited);
-                // The caller's budget running out is not the provider failing.
-                let verdict = if deadline.callers { Verdict::Ignore } else { Verdict::Failure };
+                let verdict = if deadline.callers { self.cut_short(ran) } else { Verdict::Failure };
                 (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
             }
             Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
@@ -194,6 +237,11 @@ impl Dependency {
                 return (Err(self.rejected(rejection)), None);
             }
         };
+        if verdict == Verdict::Success
+            && let Some(ran) = ran
+        {
+            inner.normal.record(ran);
+        }
         inner.counters.outcome(outcome);
         if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
             inner.counters.slow();
@@ -213,6 +261,23 @@ impl Dependency {
             inner.listeners.notify(&event, &inner.name);
         }
         (result, Some(verdict))
+    }
+
+    /// The verdict on an attempt that the caller's deadline cut short,
+    /// having run on a worker for `ran` (`None`: it never started). It
+    /// counts against the provider once the provider has had it for longer
+    /// than its answers normally take (the hang threshold, `hang.rs`): a
+    /// provider that answers in 20 ms and says nothing in 300 ms is hung,
+    /// whoever stopped waiting. A shorter run, or one that never started,
+    /// says only that the caller was in a hurry: ignored.
+    fn cut_short(&self, ran: Option<Duration>) -> Verdict {
+        let inner = &*self.inner;
+        match ran {
+            Some(ran) if ran > inner.normal.hang_threshold(inner.live.slow_call_duration()) => {
+                Verdict::Failure
+            }
+            _ => Verdict::Ignore,
+        }
     }
 
     /// The job's own outcome, its verdict and its outcome kind. A classifier

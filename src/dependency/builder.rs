@@ -247,6 +247,7 @@ impl DependencyBuilder {
                 limiter,
                 pool,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
+                normal: super::hang::Normal::default(),
             }),
         })
     }

@@ -141,6 +141,11 @@ impl Live {
     }
 
     #[inline]
+    pub(super) fn slow_call_duration(&self) -> Duration {
+        Duration::from_nanos(self.slow_ns.load(Ordering::Relaxed))
+    }
+
+    #[inline]
     pub(super) fn is_slow(&self, elapsed: Duration) -> bool {
         nanos(elapsed) > self.slow_ns.load(Ordering::Relaxed)
     }

@@ -34,6 +34,7 @@ mod config;
 mod counts;
 mod detached;
 mod events;
+mod hang;
 
 use std::fmt;
 use std::sync::Arc;
@@ -100,6 +101,8 @@ struct Inner {
     pool: Pool,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
+    /// The provider's normal latency, for the hang and stall thresholds.
+    normal: self::hang::Normal,
 }
 
 impl Inner {

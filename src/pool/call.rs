@@ -11,12 +11,13 @@
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use super::Shared;
 use super::queue::Accepted;
 use super::slot::{Finish, Slot};
+use super::stall::RunningMark;
+use super::{Shared, duration_ns};
 use crate::error::{Error, Rejection, panic_message};
 use crate::sync::{current, park_timeout, spin_until};
 
@@ -103,11 +104,20 @@ impl fmt::Debug for CallContext {
 pub struct SubmitError<F> {
     rejection: Rejection,
     job: F,
+    /// Refused for lack of room while every worker was stuck in its job.
+    pub(crate) stalled: bool,
 }
 
 impl<F> SubmitError<F> {
     pub(crate) fn new(rejection: Rejection, job: F) -> Self {
-        SubmitError { rejection, job }
+        SubmitError { rejection, job, stalled: false }
+    }
+
+    /// `true` when the job was refused for lack of room while every worker
+    /// had been inside its current job for longer than the stall threshold
+    /// the submission gave: the provider is stuck, and room was not coming.
+    pub(crate) fn stalled(&self) -> bool {
+        self.stalled
     }
 
     /// Why the job was not accepted: [`Rejection::QueueFull`],
@@ -157,6 +167,10 @@ pub(crate) struct Call<F, T, E> {
     job: parking_lot::Mutex<Option<F>>,
     /// When the call was submitted: the start of its queue wait.
     submitted: Instant,
+    /// When a worker started the job, as nanoseconds after `submitted` plus
+    /// one; 0 while it has not started. Written once by that worker, read by
+    /// the caller after its wait, to tell how long the provider had the call.
+    began: AtomicU64,
 }
 
 impl<F, T, E> Call<F, T, E>
@@ -177,6 +191,7 @@ where
             slot: Slot::new(),
             job: parking_lot::Mutex::new(Some(job)),
             submitted,
+            began: AtomicU64::new(0),
         }
     }
 
@@ -200,7 +215,9 @@ pub(crate) trait Job: Send + Sync {
     /// counted itself `busy` before calling this; `run` uncounts it. Never
     /// panics because of the job: a panic is caught and becomes the answer.
     /// Returns the job's timings if it ran, for the worker's histograms.
-    fn run(&self) -> Option<Ran>;
+    /// `running` is the worker's own mark (see `stall.rs`): set
+    /// while the job runs, 0 again once it has returned.
+    fn run(&self, running: &RunningMark) -> Option<Ran>;
     /// Answers a queued job that will never run with `ShuttingDown`.
     fn discard(&self);
     /// When the call was submitted.
@@ -213,7 +230,7 @@ where
     T: Send + 'static,
     E: Send + 'static,
 {
-    fn run(&self) -> Option<Ran> {
+    fn run(&self, running: &RunningMark) -> Option<Ran> {
         let shared = &*self.ctx.shared;
         let stats = &shared.stats;
         // The worker counted itself `busy` when it took this call off the
@@ -252,7 +269,11 @@ where
             let _ = self.slot.complete(Err(Error::Panicked("job missing from its call".into())));
             return None;
         };
+        self.began
+            .store(duration_ns(began.saturating_duration_since(self.submitted)).saturating_add(1), Relaxed);
+        running.set(began);
         let ran = catch_unwind(AssertUnwindSafe(|| job(&self.ctx)));
+        running.clear();
         let ended = Instant::now();
         let reply = match ran {
             Ok(Ok(v)) => Ok(v),
@@ -330,6 +351,8 @@ impl Drop for QueuedJob {
 pub(crate) trait Waitable<T, E>: Send + Sync {
     fn ctx(&self) -> &CallContext;
     fn slot(&self) -> &Slot<Reply<T, E>>;
+    /// When a worker started the job, if one did.
+    fn began(&self) -> Option<Instant>;
 }
 
 impl<F, T, E> Waitable<T, E> for Call<F, T, E>
@@ -344,6 +367,13 @@ where
 
     fn slot(&self) -> &Slot<Reply<T, E>> {
         &self.slot
+    }
+
+    fn began(&self) -> Option<Instant> {
+        match self.began.load(Relaxed) {
+            0 => None,
+            n => self.submitted.checked_add(std::time::Duration::from_nanos(n - 1)),
+        }
     }
 }
 
@@ -387,11 +417,22 @@ impl<T, E> Ticket<T, E> {
     /// sleep and wake-up on the caller's side. How long it polls depends on
     /// how the job went in (to a worker already awake, to one that had to be
     /// woken, or behind other queued jobs); `src/pool/README.md` has the rule.
-    pub fn wait(mut self) -> Result<T, Error<E>> {
+    pub fn wait(self) -> Result<T, Error<E>> {
+        self.wait_timed().0
+    }
+
+    /// [`wait`](Ticket::wait), and when a worker started the job (`None` if
+    /// none did): how long the provider had the call.
+    pub(crate) fn wait_timed(mut self) -> (Result<T, Error<E>>, Option<Instant>) {
         let Some(call) = self.call.take() else {
             // Unreachable: `wait` consumes the ticket and is the only taker.
-            return Err(Error::Rejected(Rejection::ShuttingDown));
+            return (Err(Error::Rejected(Rejection::ShuttingDown)), None);
         };
+        let answer = self.wait_on(&*call);
+        (answer, call.began())
+    }
+
+    fn wait_on(&self, call: &dyn Waitable<T, E>) -> Result<T, Error<E>> {
         let (ctx, slot) = (call.ctx(), call.slot());
 
         // 1. Spin, then yield: most short jobs answer within this.
@@ -504,7 +545,7 @@ mod tests {
     #[test]
     fn submit_error_debug_and_display_without_job_debug() {
         struct NotDebug;
-        let e = SubmitError { rejection: Rejection::QueueFull, job: NotDebug };
+        let e = SubmitError::new(Rejection::QueueFull, NotDebug);
         assert!(format!("{e:?}").contains("QueueFull"));
         assert!(e.to_string().contains("queue"));
         let _job: NotDebug = e.into_job();

@@ -19,6 +19,7 @@
 mod builder;
 mod call;
 mod estimate;
+mod stall;
 mod stats;
 mod worker;
 // Public (and re-exported, hidden) only for the loom models in tests/loom_pool.rs.
@@ -113,6 +114,8 @@ pub(crate) struct Shared {
     /// Whether workers record the latency histograms (always, but for the
     /// bench that measures what recording costs).
     pub(crate) record_latency: bool,
+    /// When each worker's current job started (`stall.rs`).
+    pub(crate) running: self::stall::Running,
 }
 
 /// The handle side: the live settings, and the threads to join. Dropping the
@@ -267,11 +270,18 @@ impl Pool {
     /// with the caller's own reading of the clock, `now`, taken just before:
     /// saves the pool reading it again (the dependency layer has always just
     /// read it).
+    ///
+    /// `stall`: when the pool is full and every worker has been inside its
+    /// job for at least this long, the provider is stuck and room will not
+    /// come: the submission does not wait for room (whatever `max_wait`
+    /// says) and its refusal says so ([`SubmitError::stalled`]). A waiter
+    /// that gives up checks the same.
     pub(crate) fn submit_attempt_at<T, E, F>(
         &self,
         now: Instant,
         deadline: Instant,
         attempt: u32,
+        stall: Option<Duration>,
         job: F,
     ) -> Result<Ticket<T, E>, SubmitError<F>>
     where
@@ -279,7 +289,14 @@ impl Pool {
         T: Send + 'static,
         E: Send + 'static,
     {
-        self.submit_at(now, deadline, attempt.max(1), job)
+        self.submit_at_with(now, deadline, attempt.max(1), stall, job)
+    }
+
+    /// Whether every worker has been inside its job for at least `stall`.
+    pub(crate) fn is_stalled(&self, now: Instant, stall: Option<Duration>) -> bool {
+        stall.is_some_and(|after| {
+            self.inner.shared.running.all_busy_for(now).is_some_and(|busy| busy >= after)
+        })
     }
 
     /// Queues `job` to run by `deadline` with no caller waiting for it: no
@@ -342,6 +359,22 @@ impl Pool {
         T: Send + 'static,
         E: Send + 'static,
     {
+        self.submit_at_with(now, deadline, attempt, None, job)
+    }
+
+    fn submit_at_with<T, E, F>(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        attempt: u32,
+        stall: Option<Duration>,
+        job: F,
+    ) -> Result<Ticket<T, E>, SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
         let h = &*self.inner;
         let stats = &h.shared.stats;
         // A deadline already past, or (with admission on) one nearer than the
@@ -358,11 +391,23 @@ impl Pool {
         let queue = &h.shared.queue;
         let busy = &stats.workers.busy;
         let max_wait = h.max_wait_ns.load(Relaxed);
-        let pushed = if max_wait == 0 {
-            queue.push(queued, busy)
-        } else {
-            let until = deadline.min(deadline_after(now, Duration::from_nanos(max_wait)));
-            queue.push_until(queued, until, busy, &stats.callers.waiting)
+        let mut stalled = false;
+        let pushed = match queue.push(queued, busy) {
+            // No room: wait for some, unless every worker is stuck.
+            Err((Refused::Full, queued)) => {
+                stalled = self.is_stalled(now, stall);
+                if max_wait == 0 || stalled {
+                    Err((Refused::Full, queued))
+                } else {
+                    let until = deadline.min(deadline_after(now, Duration::from_nanos(max_wait)));
+                    let waited = queue.push_until(queued, until, busy, &stats.callers.waiting);
+                    if matches!(waited, Err((Refused::Full, _))) {
+                        stalled = self.is_stalled(Instant::now(), stall);
+                    }
+                    waited
+                }
+            }
+            pushed => pushed,
         };
         match pushed {
             Ok(accepted) => {
@@ -379,10 +424,12 @@ impl Pool {
                     Refused::Full => Rejection::QueueFull,
                     Refused::Closed => Rejection::ShuttingDown,
                 };
-                Err(SubmitError::new(
+                let mut refused = SubmitError::new(
                     rejection,
                     job.expect("a refused job is referenced only by its submitter"),
-                ))
+                );
+                refused.stalled = stalled && rejection == Rejection::QueueFull;
+                Err(refused)
             }
         }
     }
@@ -581,7 +628,7 @@ mod tests {
     fn attempt_reaches_the_job() {
         let pool = Pool::builder("att").workers(1).queue(1).build().unwrap();
         let t = pool
-            .submit_attempt_at(Instant::now(), Instant::now() + Duration::from_secs(5), 3, |ctx| {
+            .submit_attempt_at(Instant::now(), Instant::now() + Duration::from_secs(5), 3, None, |ctx| {
                 Ok::<_, ()>(ctx.attempt())
             })
             .unwrap();

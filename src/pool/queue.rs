@@ -246,7 +246,9 @@ impl<J> Queue<J> {
     }
 
     /// [`push`](Self::push), waiting (parked) until `until` for room when
-    /// the pool is full. `waiting` is raised while it waits.
+    /// the pool is full. `waiting` is raised while it waits; when it already
+    /// counts as many waiters as there are workers, a full pool refuses at
+    /// once.
     pub fn push_until(
         &self,
         mut job: J,
@@ -270,6 +272,13 @@ impl<J> Queue<J> {
                 break Err((Refused::Full, job));
             }
             if !registered {
+                // At most one waiter per worker: each worker that comes back
+                // lets one in, and more would wait for room that cannot come
+                // within one run. Raised only under this lock, so the bound
+                // is exact.
+                if waiting.load(std::sync::atomic::Ordering::Relaxed) >= st.workers {
+                    break Err((Refused::Full, job));
+                }
                 waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 registered = true;
             }

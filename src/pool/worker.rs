@@ -14,6 +14,7 @@ use super::Shared;
 use super::WorkerThread;
 use super::call::{QueuedJob, Ran};
 use super::queue::{Letter, Mailbox};
+use super::stall::RunningMark;
 
 /// Joins a worker that has reported its exit. `None` for an index with no
 /// thread behind it.
@@ -97,6 +98,7 @@ pub(super) fn worker_main(exit: ExitGuard) {
     let busy = &shared.stats.workers.busy;
     let me = Mailbox::for_current_thread();
     let mut turnaround = Turnaround { mean: None };
+    let running = shared.running.join();
     // This worker's own counts in the pool's histograms: plain stores, no
     // locked adds (see `LatencyHistogram::recorder`).
     let mut latency = shared.record_latency.then(|| shared.latency.recorders());
@@ -131,23 +133,27 @@ pub(super) fn worker_main(exit: ExitGuard) {
                 job
             }
         };
-        if let Some(ran) = run(job)
+        if let Some(ran) = run(job, &running)
             && let Some(latency) = &mut latency
         {
             latency.record(&ran);
         }
     }
+    shared.running.leave(&running);
     drop(latency);
     drop(exit);
 }
 
 /// Runs one job the queue handed over (the queue counted the worker busy;
 /// `run` uncounts it), and returns its timings if it ran.
-fn run(queued: QueuedJob) -> Option<Ran> {
+fn run(queued: QueuedJob, running: &RunningMark) -> Option<Ran> {
     let job = queued.take()?;
     // `run` catches the job's own panic; this catches a panic from a `Drop`
     // of the job's captures or result, so the worker survives even that.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).ok().flatten()
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(running))).ok().flatten();
+    // Cleared by `run` when the job returns; again here for a panic in a `Drop`.
+    running.clear();
+    ran
 }
 
 /// Spins until a letter is posted (`true`) or `until` has passed.

@@ -1,0 +1,319 @@
+//! A hung provider is caught within one timeout, whatever the breaker's
+//! window held and whatever deadlines the callers bring; waiting for room
+//! never takes more than one request thread per worker; retry never sleeps
+//! into a rejection. Against real hung loopback providers, with real ureq
+//! calls under the deadline.
+#![cfg(all(feature = "ureq", feature = "testing"))]
+
+mod support;
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::{Fault, provider};
+use watertight::http::WithDeadline;
+use watertight::{BreakerConfig, CallContext, Dependency, Error, Outcome, Registry, Rejection, Retry, State};
+
+/// One GET of the provider through `dep`, under `deadline` if any.
+fn get(dep: &Dependency, url: &str, deadline: Option<Instant>) -> Result<(), Error<ureq::Error>> {
+    let agent = support::agent(Duration::from_secs(30));
+    let url = url.to_owned();
+    let job = move |ctx: &CallContext| agent.get(&url).with_deadline(ctx).call().map(|_| ());
+    match deadline {
+        Some(d) => dep.within(d).call(job),
+        None => dep.call(job),
+    }
+}
+
+/// The small service of the report: timeout 5 s, every caller with a 300 ms
+/// budget, a provider hung from the start (nothing learned about it).
+#[test]
+fn short_budgets_open_the_breaker_on_a_provider_hung_from_the_start() {
+    let hung = provider(Fault::Hang);
+    let dep = Dependency::builder("budgets")
+        .workers(4)
+        .timeout(Duration::from_secs(5))
+        .breaker(BreakerConfig::count_based(20).minimum_calls(10))
+        .build()
+        .unwrap();
+    let mut calls = 0;
+    while dep.breaker().state() == State::Closed && calls < 12 {
+        let began = Instant::now();
+        let err = get(&dep, &hung.url(), Some(began + Duration::from_millis(300))).unwrap_err();
+        assert_eq!(err.outcome(), Outcome::TimedOut, "call {calls}: {err}");
+        assert!(began.elapsed() < Duration::from_secs(2), "a 300 ms budget took {:?}", began.elapsed());
+        calls += 1;
+    }
+    assert_eq!(dep.breaker().state(), State::Open, "still closed after {calls} calls");
+    assert_eq!(calls, 10, "the tenth cut-short call is the tenth failure of a window of ten");
+    let m = dep.breaker().metrics();
+    assert_eq!((m.failed, m.ignored), (10, 0), "{m:?}");
+    // Open: refused at once, the provider not asked again.
+    let hits = hung.hits();
+    let began = Instant::now();
+    let err = get(&dep, &hung.url(), Some(began + Duration::from_millis(300))).unwrap_err();
+    assert_eq!(err.rejection(), Some(Rejection::NotPermitted));
+    assert!(began.elapsed() < Duration::from_millis(100), "{:?}", began.elapsed());
+    assert_eq!(hung.hits(), hits);
+}
+
+/// The same after a healthy period has filled the window with successes:
+/// the provider's learned latency (about a millisecond) is far below what
+/// each cut-short attempt ran.
+#[test]
+fn short_budgets_open_a_window_full_of_successes() {
+    let p = provider(Fault::Healthy);
+    let dep = Dependency::builder("learned")
+        .workers(4)
+        .timeout(Duration::from_secs(5))
+        .breaker(BreakerConfig::count_based(20).minimum_calls(10))
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        get(&dep, &p.url(), Some(Instant::now() + Duration::from_millis(300))).expect("healthy");
+    }
+    p.set_fault(Fault::Hang);
+    let mut calls = 0;
+    while dep.breaker().state() == State::Closed && calls < 12 {
+        let err = get(&dep, &p.url(), Some(Instant::now() + Duration::from_millis(300))).unwrap_err();
+        assert_eq!(err.outcome(), Outcome::TimedOut);
+        calls += 1;
+    }
+    assert_eq!(dep.breaker().state(), State::Open, "still closed after {calls} hung calls");
+    assert_eq!(calls, 10, "10 failures among 20 calls: 50 %");
+}
+
+/// The rule stays honest: a provider known to need 150 ms, called by
+/// callers who give it only 60 ms, is not failing; their budgets are just
+/// too short for it. Its breaker records those timeouts as ignored.
+#[test]
+fn a_budget_shorter_than_the_providers_normal_latency_is_not_held_against_it() {
+    let p = provider(Fault::Slow(Duration::from_millis(150)));
+    let dep = Dependency::builder("honest")
+        .workers(2)
+        .timeout(Duration::from_secs(2))
+        .breaker(BreakerConfig::count_based(10).minimum_calls(5))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        get(&dep, &p.url(), None).expect("a slow but healthy provider");
+    }
+    for _ in 0..10 {
+        let err = get(&dep, &p.url(), Some(Instant::now() + Duration::from_millis(60))).unwrap_err();
+        assert_eq!(err.outcome(), Outcome::TimedOut);
+    }
+    let m = dep.breaker().metrics();
+    assert_eq!(m.state, State::Closed, "{m:?}");
+    assert_eq!((m.successful, m.failed, m.ignored), (5, 0, 10), "{m:?}");
+}
+
+/// Seed 001 after a healthy period: a count window full of successes that
+/// one wave of hung calls (workers + queue) cannot tip by its rate. The pool
+/// itself is the evidence: once every worker has been stuck past the stall
+/// threshold, the next caller finding no room opens the breaker, long
+/// before the 3 s timeout.
+#[test]
+fn a_pool_whose_every_worker_is_stuck_opens_its_breaker_within_the_timeout() {
+    let p = provider(Fault::Healthy);
+    let dep = Dependency::builder("stuck")
+        .workers(4)
+        .queue(2)
+        .max_wait(Duration::from_millis(100))
+        .timeout(Duration::from_secs(3))
+        .breaker(BreakerConfig::count_based(20).minimum_calls(10))
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        get(&dep, &p.url(), None).expect("healthy");
+    }
+    p.set_fault(Fault::Hang);
+    let hang_began = Instant::now();
+    // One caller every 10 ms, as traffic would come; each on its own thread.
+    let mut callers = Vec::new();
+    let mut opened_after = None;
+    for _ in 0..200 {
+        let (d, url) = (dep.clone(), p.url());
+        callers.push(thread::spawn(move || {
+            let began = Instant::now();
+            let outcome = get(&d, &url, None).map_err(|e| e.outcome());
+            (outcome, began.elapsed())
+        }));
+        thread::sleep(Duration::from_millis(10));
+        if dep.breaker().state() == State::Open {
+            opened_after = Some(hang_began.elapsed());
+            break;
+        }
+    }
+    let opened_after = opened_after.expect("the breaker never opened");
+    assert!(opened_after < Duration::from_millis(1500), "opened {opened_after:?} into the hang");
+    let results: Vec<_> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+    // The held ones timed out at 3 s; every other answer came quickly.
+    let held = results.iter().filter(|(o, _)| *o == Err(Outcome::TimedOut)).count();
+    assert!(held <= 6, "{held} callers held for the timeout, more than workers + queue");
+    for (outcome, took) in &results {
+        if *outcome != Err(Outcome::TimedOut) {
+            assert!(*took < Duration::from_millis(600), "{outcome:?} after {took:?}");
+        }
+    }
+    // Every call has exactly one outcome, and none of the refusals was recorded.
+    let snap = dep.snapshot();
+    assert_eq!(snap.calls.total(), 20 + results.len() as u64, "{:?}", snap.calls);
+    assert_eq!(dep.breaker().metrics().failed, held as u64);
+}
+
+/// Waiting for room holds request threads too: at most one waiter per
+/// worker; the others are refused at once.
+#[test]
+fn at_most_one_caller_per_worker_waits_for_room() {
+    let hung = provider(Fault::Hang);
+    let dep = Dependency::builder("waiters")
+        .workers(2)
+        .max_wait(Duration::from_millis(700))
+        .timeout(Duration::from_secs(8))
+        .build()
+        .unwrap();
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            let (dep, url) = (dep.clone(), hung.url());
+            thread::spawn(move || get(&dep, &url, Some(Instant::now() + Duration::from_millis(1500))))
+        })
+        .collect();
+    assert!(
+        support::wait_until(Duration::from_secs(5), || hung.in_flight() == 2),
+        "the two workers never got busy"
+    );
+    let start = Arc::new(Barrier::new(6));
+    let callers: Vec<_> = (0..6)
+        .map(|_| {
+            let (dep, url, start) = (dep.clone(), hung.url(), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                let began = Instant::now();
+                let err = get(&dep, &url, None).unwrap_err();
+                (err.rejection(), began.elapsed())
+            })
+        })
+        .collect();
+    let results: Vec<_> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+    for h in holders {
+        assert_eq!(h.join().unwrap().unwrap_err().outcome(), Outcome::TimedOut);
+    }
+    assert!(results.iter().all(|(r, _)| *r == Some(Rejection::QueueFull)), "{results:?}");
+    let at_once = results.iter().filter(|(_, took)| *took < Duration::from_millis(350)).count();
+    let waited = results.iter().filter(|(_, took)| *took >= Duration::from_millis(650)).count();
+    assert_eq!((at_once, waited), (4, 2), "{results:?}");
+}
+
+/// A caller never waits for room that cannot come: once every worker has
+/// been stuck past the stall threshold, a full pool refuses at once even
+/// with a long `max_wait` (here with the breaker disabled, so that the
+/// refusal is the pool's).
+#[test]
+fn nobody_waits_for_room_while_every_worker_is_stuck() {
+    let p = provider(Fault::Healthy);
+    let dep = Dependency::builder("no-wait")
+        .workers(1)
+        .max_wait(Duration::from_millis(800))
+        .timeout(Duration::from_secs(6))
+        .breaker(BreakerConfig::default().enabled(false))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        get(&dep, &p.url(), None).expect("healthy");
+    }
+    p.set_fault(Fault::Hang);
+    let holder = {
+        let (dep, url) = (dep.clone(), p.url());
+        thread::spawn(move || get(&dep, &url, Some(Instant::now() + Duration::from_secs(3))))
+    };
+    assert!(support::wait_until(Duration::from_secs(5), || p.in_flight() == 1), "the worker never got busy");
+    // This one still waits: the worker has not been stuck for long yet.
+    let began = Instant::now();
+    assert_eq!(get(&dep, &p.url(), None).unwrap_err().rejection(), Some(Rejection::QueueFull));
+    assert!(began.elapsed() >= Duration::from_millis(700), "{:?}", began.elapsed());
+    // Now the worker has been inside one call for 800 ms: room is not coming.
+    for _ in 0..5 {
+        let began = Instant::now();
+        assert_eq!(get(&dep, &p.url(), None).unwrap_err().rejection(), Some(Rejection::QueueFull));
+        assert!(
+            began.elapsed() < Duration::from_millis(400),
+            "waited {:?} for a stuck worker",
+            began.elapsed()
+        );
+    }
+    assert_eq!(holder.join().unwrap().unwrap_err().outcome(), Outcome::TimedOut);
+}
+
+/// Retry asks before it sleeps: the attempt that opens the breaker is the
+/// last one, and its own error is the answer, within one backoff.
+#[test]
+fn a_retry_never_sleeps_into_the_breaker_its_own_attempt_opened() {
+    let dep = Dependency::builder("retry")
+        .workers(1)
+        .timeout(Duration::from_secs(2))
+        .breaker(BreakerConfig::count_based(2).minimum_calls(2))
+        .retry(
+            Retry::builder()
+                .max_attempts(3)
+                .backoff(Duration::from_millis(200), Duration::from_secs(1))
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let began = Instant::now();
+    let err = dep
+        .call_retry(|_: &CallContext| Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)))
+        .unwrap_err();
+    let took = began.elapsed();
+    match &err {
+        Error::Failed(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+        other => panic!("expected the provider's own error, got {other:?}"),
+    }
+    // One backoff (at most 200 ms) between attempts 1 and 2, none after 2.
+    assert!(took < Duration::from_millis(450), "{took:?}");
+    assert_eq!(dep.breaker().state(), State::Open);
+    let calls = dep.snapshot().calls;
+    assert_eq!((calls.failed, calls.not_permitted, calls.retried), (2, 0, 1), "{calls:?}");
+}
+
+/// `check_capacity` says when a breaker cannot open within one wave of hung
+/// calls, and counts the waiters.
+#[test]
+fn capacity_warns_of_breakers_one_wave_cannot_open_and_of_waiters() {
+    let registry = Registry::new();
+    registry
+        .register(
+            Dependency::builder("fraud")
+                .workers(6)
+                .queue(2)
+                .breaker(BreakerConfig::count_based(20).minimum_calls(8))
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    registry
+        .register(
+            Dependency::builder("account")
+                .workers(5)
+                .max_wait(Duration::from_millis(100))
+                .breaker(BreakerConfig::time_based(30).minimum_calls(4))
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let report = registry.check_capacity(10).unwrap();
+    let fraud = &report.entries[0];
+    assert_eq!((fraud.hold, fraud.waiters, fraud.failures_to_open), (8, 0, 10));
+    let account = &report.entries[1];
+    assert_eq!((account.hold, account.waiters, account.failures_to_open), (5, 5, 4));
+    let warnings = report.warnings();
+    assert!(warnings.iter().any(|w| w.contains("`fraud`: its breaker needs 10 failures")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.contains("`account` can hold 10 of 10 request threads with its 5 waiters"))
+    );
+    assert!(!warnings.iter().any(|w| w.contains("`account`: its breaker")), "{warnings:?}");
+    // The start-up table shows them too.
+    assert!(report.to_string().contains("warning: dependency `fraud`: its breaker needs 10 failures"));
+}
