@@ -124,7 +124,7 @@ impl Registry {
     /// let registry = Registry::new();
     /// let fraud = Dependency::builder("fraud").workers(10).queue(5);
     /// // A breaker one wave of hung calls can open: 10 failures in a window of 20.
-    /// registry.register(fraud.breaker(BreakerConfig::count_based(20)).build()?)?;
+    /// registry.register(fraud.breaker(BreakerConfig::count_based(20).minimum_calls(10)).build()?)?;
     /// let report = registry.check_capacity(15).unwrap_err();
     /// assert_eq!(report.dependency(), "fraud");
     /// assert!(registry.check_capacity(40).unwrap().warnings().is_empty());

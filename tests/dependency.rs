@@ -723,7 +723,10 @@ fn events_reach_listeners() {
 fn registry_refuses_duplicates_and_checks_capacity() {
     let registry = Registry::new();
     // Breakers that one wave of hung calls can open (10 and 4 failures at most).
-    let fraud = Dependency::builder("fraud").workers(10).queue(5).breaker(BreakerConfig::count_based(20));
+    let fraud = Dependency::builder("fraud")
+        .workers(10)
+        .queue(5)
+        .breaker(BreakerConfig::count_based(20).minimum_calls(10));
     registry.register(fraud.build().unwrap()).unwrap();
     let account = Dependency::builder("account")
         .workers(4)

@@ -460,11 +460,61 @@ mod tests {
 
     use super::*;
     use crate::classify::Verdict;
-    use crate::clock::ManualClock;
+    use crate::clock::{Clock, ManualClock};
 
     fn breaker(config: BreakerConfig) -> (Breaker, ManualClock) {
         let clock = ManualClock::new();
         (Breaker::with_clock("t", config, Arc::new(clock.clone())).unwrap(), clock)
+    }
+
+    #[test]
+    fn a_stalled_pool_opens_a_closed_breaker_whatever_its_window_holds() {
+        let config = BreakerConfig::count_based(20).minimum_calls(10).open_for(Duration::from_secs(15));
+        let (b, clock) = breaker(config);
+        for _ in 0..20 {
+            b.try_acquire().unwrap().record(Verdict::Success, Duration::from_millis(1));
+        }
+        // A permit taken before the stall reports late: lifetime totals only.
+        let late = b.try_acquire().unwrap();
+        assert!(b.open_if_closed());
+        assert_eq!(b.state(), State::Open);
+        assert!(!b.open_if_closed(), "only a CLOSED breaker is opened");
+        late.record(Verdict::Failure, Duration::from_secs(3));
+        assert_eq!(b.state(), State::Open);
+        assert!(b.try_acquire().is_err());
+        // An ordinary open period: HALF_OPEN once open_for has passed, on the breaker's clock.
+        clock.advance(Duration::from_secs(15));
+        assert_eq!(b.try_acquire().unwrap().state(), State::HalfOpen);
+        // Never out of the operator's states.
+        for forced in [State::ForcedOpen, State::Disabled, State::MetricsOnly] {
+            b.transition_to(forced);
+            assert!(!b.open_if_closed());
+            assert_eq!(b.state(), forced);
+        }
+    }
+
+    #[test]
+    fn may_permit_at_tells_a_retry_whether_to_sleep() {
+        let config = BreakerConfig::count_based(2)
+            .minimum_calls(2)
+            .open_for(Duration::from_secs(10))
+            .half_open_calls(1);
+        let (b, clock) = breaker(config);
+        let now = clock.now();
+        assert!(b.may_permit_at(now));
+        for _ in 0..2 {
+            b.try_acquire().unwrap().record(Verdict::Failure, Duration::ZERO);
+        }
+        assert_eq!(b.state(), State::Open);
+        assert!(!b.may_permit_at(now + Duration::from_millis(200)), "a backoff into the open period");
+        assert!(b.may_permit_at(now + Duration::from_secs(10)), "a backoff past it");
+        clock.advance(Duration::from_secs(10));
+        let probe = b.try_acquire().unwrap();
+        assert!(!b.may_permit_at(clock.now()), "the one probe slot is taken");
+        drop(probe);
+        assert!(b.may_permit_at(clock.now()), "and given back");
+        b.transition_to(State::ForcedOpen);
+        assert!(!b.may_permit_at(clock.now() + Duration::from_secs(3600)));
     }
 
     #[test]
