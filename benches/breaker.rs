@@ -41,7 +41,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use failsafe::{backoff, failure_policy};
-use watertight::{Breaker, BreakerConfig, Clock, State, SystemClock, Verdict};
+use watertight::{
+    Clock, Verdict,
+    breaker::{Breaker, BreakerConfig, State},
+    clock::SystemClock,
+};
 
 const ELAPSED: Duration = Duration::from_millis(3);
 

@@ -40,7 +40,10 @@ use plotters::prelude::*;
 
 use brownout::{Guard, Run, Scenario};
 use watertight::testing::Fault;
-use watertight::{AdaptiveLimit, Limiter, Verdict};
+use watertight::{
+    Verdict,
+    limit::{AdaptiveLimit, Limiter},
+};
 
 const CSV: &str = "examples/brownout.csv";
 const SVG: &str = "examples/brownout.svg";

@@ -29,7 +29,7 @@ use common::{ORDER_BODY, PAIRED_ROUNDS as ROUNDS, round_order};
 use watertight::http::WithDeadline;
 use watertight::server::{self, RequestContext, ServerHandle};
 use watertight::testing::{FakeProvider, Fault};
-use watertight::{BreakerConfig, Dependency};
+use watertight::{Dependency, breaker::BreakerConfig};
 
 const REQUEST_THREADS: usize = 16;
 const CONNECTIONS: usize = 16;

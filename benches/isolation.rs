@@ -61,7 +61,7 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, SamplingMode};
-use watertight::State;
+use watertight::breaker::State;
 
 use common::app::Mode;
 use common::report::{Latencies, criterion_median, joined, median, ms, verdict};

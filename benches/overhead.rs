@@ -56,7 +56,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use watertight::{BreakerConfig, Dependency, Pool};
+use watertight::{Dependency, breaker::BreakerConfig, pool::Pool};
 
 fn job(x: u64) -> u64 {
     x.wrapping_add(1)
@@ -527,7 +527,7 @@ fn dependency_parts(c: &mut Criterion) {
     let mut group = c.benchmark_group("dependency_parts");
     group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(1));
     group.bench_function("instant_now", |b| b.iter(Instant::now));
-    let breaker = watertight::Breaker::new("parts", BreakerConfig::count_based(100)).unwrap();
+    let breaker = watertight::breaker::Breaker::new("parts", BreakerConfig::count_based(100)).unwrap();
     group.bench_function("breaker_acquire_record", |b| {
         b.iter(|| {
             if let Ok(permit) = breaker.try_acquire() {

@@ -15,7 +15,7 @@ use std::convert::Infallible;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use watertight::{BreakerConfig, Dependency, Pool};
+use watertight::{Dependency, breaker::BreakerConfig, pool::Pool};
 
 const WORKERS: usize = 8;
 

@@ -16,7 +16,7 @@ use watertight::http::WithDeadline;
 use watertight::server::{RequestContext, ServerConfig, serve_with};
 use watertight::testing::{FakeProvider, Fault};
 use watertight::tiny_http::{Header, Request, Response, ResponseBox};
-use watertight::{BreakerConfig, Dependency, Registry, metrics};
+use watertight::{Dependency, Registry, breaker::BreakerConfig, metrics};
 
 const REQUEST_THREADS: usize = 8;
 const LIST_PRICE_CENTS: u64 = 1999;
@@ -56,7 +56,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Every call of this request ends by the request's own deadline.
         let get = |dep: &Dependency, url: String| {
             let agent = agent.clone();
-            dep.within(ctx.deadline())
+            dep.with()
+                .deadline(ctx.deadline())
                 .call(move |call| agent.get(&url).with_deadline(call).call()?.body_mut().read_to_string())
         };
         // Inventory is required: without it there is no quote (fail closed).

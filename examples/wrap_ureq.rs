@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use watertight::http::WithDeadline;
 use watertight::testing::FakeProvider;
-use watertight::{BreakerConfig, Dependency, Error};
+use watertight::{Dependency, Error, breaker::BreakerConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arg = std::env::args().nth(1).unwrap_or_else(|| "hang".to_owned());

@@ -232,7 +232,7 @@ impl<E> Error<E> {
     /// assert_eq!(err.outcome().as_str(), "queue_full");
     /// ```
     ///
-    /// A call made with a classifier of its own ([`call_with`](crate::Dependency::call_with))
+    /// A call made with a classifier of its own ([`classify`](crate::CallBuilder::classify))
     /// is counted by that classifier's verdict instead.
     pub fn outcome(&self) -> Outcome
     where

@@ -35,7 +35,7 @@
 //! | `Tls(_)`, `BodyStalled`, `Other(_)`             | Failure   | the transport failed |
 //! | `Http(_)`, `BadUri(_)`, `InvalidProxyUrl`, `RequireHttpsOnly(_)`, `TlsRequired` | Ignore | the request or the agent was built wrong |
 //! | `BodyExceedsLimit(_)`, `LargeResponseHeader(..)`, `RedirectFailed`, `TooManyRedirects` | Ignore | the provider answered; the caller's limits or redirect policy refused the answer |
-//! | any other variant (those behind ureq features this crate does not enable: cookies, charset, json, gzip, multipart, rustls, native-tls) | Failure | unknown is treated as unwell; use `call_with` to decide otherwise |
+//! | any other variant (those behind ureq features this crate does not enable: cookies, charset, json, gzip, multipart, rustls, native-tls) | Failure | unknown is treated as unwell; use `with().classify(..)` to decide otherwise |
 //!
 //! `Protocol(_)` also covers the few request-building mistakes ureq only finds while
 //! sending (a body on a method that allows none, conflicting body headers). They are
@@ -98,8 +98,8 @@ impl Classify for ureq::Error {
 /// 4xx ignored, else success), and an error is classified by the
 /// [outcome table](crate::http#the-outcome-table).
 ///
-/// Pass it to [`Dependency::call_with`](crate::Dependency::call_with):
-/// `dep.call_with(classify_response, move |ctx| agent.get(&url).with_deadline(ctx).call())`.
+/// Pass it to [`CallBuilder::classify`](crate::CallBuilder::classify)(crate::CallBuilder::classify):
+/// `dep.with().classify(classify_response).call(move |ctx| agent.get(&url).with_deadline(ctx).call())`.
 ///
 /// ```
 /// use watertight::Verdict;
@@ -242,7 +242,7 @@ mod tests {
     #[test]
     fn with_deadline_ends_a_hung_request_at_the_deadline() {
         let (_listener, url) = silent_port();
-        let pool = crate::Pool::builder("hung").workers(1).build().unwrap();
+        let pool = crate::pool::Pool::builder("hung").workers(1).build().unwrap();
         let agent = ureq::Agent::new_with_defaults(); // no timeout of its own
         let (tx, rx) = mpsc::channel();
         let result = pool.call_timeout(Duration::from_millis(200), move |ctx| {
@@ -264,7 +264,7 @@ mod tests {
     fn an_expired_context_gives_an_immediate_timeout() {
         let (listener, url) = silent_port();
         listener.set_nonblocking(true).unwrap();
-        let pool = crate::Pool::builder("late").workers(1).build().unwrap();
+        let pool = crate::pool::Pool::builder("late").workers(1).build().unwrap();
         let agent = ureq::Agent::new_with_defaults();
         let (tx, rx) = mpsc::channel();
         let ticket = pool

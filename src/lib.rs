@@ -5,9 +5,9 @@
 //! and with them every endpoint, even those that never call it. watertight
 //! gives each dependency its own compartment, a [`Dependency`]:
 //!
-//! - a fixed [`Pool`] of worker threads with a bounded queue, so a hung
+//! - a fixed [`Pool`](pool::Pool) of worker threads with a bounded queue, so a hung
 //!   provider floods only its own workers;
-//! - a [`Breaker`] in front of it, so a failing provider is not called at all
+//! - a [`Breaker`](breaker::Breaker) in front of it, so a failing provider is not called at all
 //!   while it recovers;
 //! - a timeout on every call, so the request thread waits at most that long,
 //!   and the job sees what is left of it ([`CallContext::remaining`]) to use
@@ -19,7 +19,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use watertight::{BreakerConfig, CallContext, Dependency, Error};
+//! use watertight::{CallContext, Dependency, Error, breaker::BreakerConfig};
 //!
 //! let fraud = Dependency::builder("fraud")
 //!     .workers(4)
@@ -47,9 +47,9 @@
 //! ```
 //!
 //! What counts as a failure is decided by [`Classify`] (or a classifier given
-//! to [`Dependency::call_with`]): transport errors, timeouts, 5xx and panics
+//! to [`CallBuilder::classify`](crate::CallBuilder::classify)): transport errors, timeouts, 5xx and panics
 //! are failures; a 4xx is ignored, because it is the caller's problem, not the
-//! provider's. Retries ([`Retry`], through [`Dependency::call_retry`]) sit
+//! provider's. Retries ([`Retry`](retry::Retry), through [`CallBuilder::retry`](crate::CallBuilder::retry)) sit
 //! outside the breaker and only retry transient failures, within a budget.
 //!
 //! Features (all on by default): `ureq` ([`http`]: outcome table for
@@ -66,7 +66,7 @@
 
 // The floor: no module here imports one above it.
 mod classify;
-mod clock;
+pub mod clock;
 mod error;
 pub mod histogram;
 mod listeners;
@@ -76,12 +76,12 @@ mod trace;
 
 // The compartment: pool and breaker (which never import each other), then the
 // dependency that puts them together, and the registry of dependencies.
-mod breaker;
-mod dependency;
-mod limit;
-mod pool;
-mod registry;
-mod retry;
+pub mod breaker;
+pub mod dependency;
+pub mod limit;
+pub mod pool;
+pub mod registry;
+pub mod retry;
 
 // The edges, behind features.
 #[cfg(feature = "serde")]
@@ -102,18 +102,14 @@ pub use crate::pool::queue as __loom_queue;
 #[doc(hidden)]
 pub use crate::pool::slot as __loom_slot;
 pub use crate::{
-    breaker::{Breaker, BreakerConfig, BreakerMetrics, NotPermitted, OwnedPermit, Permit, State, Transition},
     classify::{Classify, Verdict},
-    clock::{Clock, ManualClock, SystemClock},
+    clock::{Clock, ManualClock},
     dependency::{
-        CallCounts, Dependency, DependencyBuilder, DependencyConfig, DependencyLatency, DependencySnapshot,
-        Event, Percentiles, Within,
+        CallBuilder, CallCounts, Dependency, DependencyBuilder, DependencyConfig, DependencySnapshot,
     },
     error::{ConfigError, Error, Outcome, Rejection},
-    limit::{AdaptiveLimit, LimitPermit, Limiter},
-    pool::{CallContext, Pool, PoolBuilder, PoolStats, SubmitError, Ticket},
-    registry::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, ReconfigureError, Registry},
-    retry::{Retry, RetryBuilder},
+    pool::CallContext,
+    registry::Registry,
 };
 
 /// The tiny_http crate [`server`] is built on (feature `tiny_http`), so that a

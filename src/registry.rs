@@ -85,10 +85,10 @@ impl Registry {
     /// threads (each for at most its timeout): more callers than that are
     /// answered `QueueFull` at once. The bound is for single attempts
     /// ([`Dependency::call`](crate::Dependency::call)): a caller of
-    /// [`call_retry`](crate::Dependency::call_retry) also holds its request
+    /// [`retry`](crate::CallBuilder::retry) also holds its request
     /// thread while it sleeps between attempts, outside the pool, for up to
     /// `max_attempts` timeouts plus the backoffs in all;
-    /// [`Retry::overall_timeout`](crate::Retry::overall_timeout) bounds that.
+    /// [`Retry::overall_timeout`](crate::retry::Retry::overall_timeout) bounds that.
     /// Isolation holds only while that *hold*, for
     /// the worst dependency, leaves the request pool room for everything else.
     /// This check applies the rule to every dependency:
@@ -119,7 +119,7 @@ impl Registry {
     /// and carries the report too.
     ///
     /// ```
-    /// use watertight::{BreakerConfig, Dependency, Registry};
+    /// use watertight::{Dependency, Registry, breaker::BreakerConfig};
     ///
     /// let registry = Registry::new();
     /// let fraud = Dependency::builder("fraud").workers(10).queue(5);
@@ -304,7 +304,7 @@ pub struct CapacityReport {
 
 /// The failures a breaker needs to open at the worst (see
 /// [`CapacityEntry::failures_to_open`]).
-fn failures_to_open(config: &crate::BreakerConfig) -> u32 {
+fn failures_to_open(config: &crate::breaker::BreakerConfig) -> u32 {
     let minimum = config.effective_minimum_calls();
     match config.window_shape() {
         // A window of `n` successes: ceil(n * rate / 100) of them must be failures.

@@ -14,7 +14,7 @@ use crate::error::ConfigError;
 const BUCKETS: usize = 10;
 
 /// How a dependency retries transient failures, used by
-/// [`Dependency::call_retry`](crate::Dependency::call_retry). Built by
+/// [`CallBuilder::retry`](crate::CallBuilder::retry)(crate::CallBuilder::retry). Built by
 /// [`Retry::builder`], so a `Retry` is always valid; read back with getters
 /// named like the setters.
 ///
@@ -34,14 +34,14 @@ const BUCKETS: usize = 10;
 /// `RetryBudget` and Envoy's retry budgets) caps retries as a share of calls:
 /// over any [`BUDGET_WINDOW`](Retry::BUDGET_WINDOW) (10 s), the retries a
 /// dependency makes are at most `percent` % of the calls plus
-/// `min_per_sec x 10`, where *calls* are the calls made through `call_retry`
+/// `min_per_sec x 10`, where *calls* are the retried calls (`with().retry()`)
 /// (first attempts), counted on the dependency's clock in one-second buckets.
 /// The floor lets a caller with little traffic still retry now and then. When
 /// the budget is spent, the last outcome is returned as it is.
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::Retry;
+/// use watertight::retry::Retry;
 ///
 /// let retry = Retry::builder()
 ///     .max_attempts(3)

@@ -20,7 +20,7 @@ use support::{FakeProvider, Fault};
 use tiny_http::{Request, Response, ResponseBox};
 use watertight::http::WithDeadline;
 use watertight::server::RequestContext;
-use watertight::{BreakerConfig, Dependency, Registry};
+use watertight::{Dependency, Registry, breaker::BreakerConfig};
 
 const REQUEST_THREADS: usize = 8;
 const CLIENTS: usize = 50;
@@ -61,7 +61,9 @@ fn run(max_wait: Duration) -> (usize, usize, Vec<String>) {
     let handler = move |_req: &mut Request, ctx: &RequestContext| -> ResponseBox {
         let fetch = |dep: &Dependency, url: String| {
             let agent = agent.clone();
-            dep.within(ctx.deadline()).call(move |ctx| agent.get(&url).with_deadline(ctx).call().map(|_| ()))
+            dep.with()
+                .deadline(ctx.deadline())
+                .call(move |ctx| agent.get(&url).with_deadline(ctx).call().map(|_| ()))
         };
         match fetch(&inventory, inv_url.clone()).and_then(|()| fetch(&pricing, price_url.clone())) {
             Ok(()) => Response::from_string("quote").boxed(),

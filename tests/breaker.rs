@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use watertight::{Breaker, BreakerConfig, ManualClock, State, Transition, Verdict};
+use watertight::{
+    ManualClock, Verdict,
+    breaker::{Breaker, BreakerConfig, State, Transition},
+};
 
 const FAST: Duration = Duration::from_millis(5);
 
@@ -786,7 +789,7 @@ mod model {
             let clock = ManualClock::new();
             let breaker = Breaker::with_clock("model", cfg.breaker_config(), Arc::new(clock.clone())).unwrap();
             let mut model = Model::new(cfg);
-            let mut held: Vec<(watertight::Permit<'_>, (u64, State))> = Vec::new();
+            let mut held: Vec<(watertight::breaker::Permit<'_>, (u64, State))> = Vec::new();
             for (step, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Acquire => {
@@ -1068,7 +1071,8 @@ fn disabling_and_enabling_by_reconfiguration() {
 fn owned_permits_report_from_other_threads_once_each() {
     let (b, clock) = manual(small().half_open_calls(1));
     // Four failures reported on threads of their own: the window opens the breaker.
-    let permits: Vec<watertight::OwnedPermit> = (0..4).map(|_| b.try_acquire_owned().unwrap()).collect();
+    let permits: Vec<watertight::breaker::OwnedPermit> =
+        (0..4).map(|_| b.try_acquire_owned().unwrap()).collect();
     let reporters: Vec<_> = permits
         .into_iter()
         .map(|p| std::thread::spawn(move || p.record(Verdict::Failure, Duration::from_millis(1))))

@@ -7,7 +7,10 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use watertight::{Breaker, BreakerConfig, ManualClock, State, Verdict};
+use watertight::{
+    ManualClock, Verdict,
+    breaker::{Breaker, BreakerConfig, State},
+};
 
 const FAST: Duration = Duration::from_millis(5);
 const SLOW: Duration = Duration::from_secs(3);

@@ -5,7 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use watertight::{BreakerConfig, Dependency, Error, Outcome, Retry, State};
+use watertight::{
+    Dependency, Error, Outcome,
+    breaker::{BreakerConfig, State},
+    retry::Retry,
+};
 
 fn hung_for(ctx: &watertight::CallContext) -> Result<(), std::io::Error> {
     std::thread::sleep(ctx.remaining() + Duration::from_millis(20));
@@ -26,7 +30,7 @@ fn a_timeout_at_a_short_callers_deadline_is_not_a_provider_failure() {
     // cut-short run counts against it: tests/hang.rs.)
     for _ in 0..5 {
         let began = Instant::now();
-        let r = dep.within(Instant::now() + Duration::from_millis(20)).call(hung_for);
+        let r = dep.with().deadline(Instant::now() + Duration::from_millis(20)).call(hung_for);
         assert!(r.as_ref().is_err_and(Error::is_timeout), "{r:?}");
         assert!(began.elapsed() < Duration::from_millis(20 + 500), "waited {:?}", began.elapsed());
     }
@@ -39,7 +43,7 @@ fn a_timeout_at_a_short_callers_deadline_is_not_a_provider_failure() {
     let own = Dependency::builder("pricing-own").workers(4).queue(4).timeout(Duration::from_millis(50));
     let own = own.breaker(breaker()).build().unwrap();
     for _ in 0..3 {
-        let r = own.within(Instant::now() + Duration::from_secs(5)).call(hung_for);
+        let r = own.with().deadline(Instant::now() + Duration::from_secs(5)).call(hung_for);
         assert!(r.is_err());
     }
     assert_eq!(own.breaker().state(), State::Open, "timeouts at its own timeout open the breaker");
@@ -50,7 +54,7 @@ fn a_spent_budget_is_rejected_before_the_provider_and_the_breaker() {
     let dep = Dependency::builder("spent").workers(1).breaker(breaker()).build().unwrap();
     let ran = Arc::new(AtomicU32::new(0));
     let seen = Arc::clone(&ran);
-    let r = dep.within(Instant::now()).call(move |_| {
+    let r = dep.with().deadline(Instant::now()).call(move |_| {
         seen.fetch_add(1, Ordering::Relaxed);
         Ok::<_, std::io::Error>(())
     });
@@ -80,7 +84,7 @@ fn retries_never_start_nor_sleep_past_the_callers_deadline() {
     let started = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = Arc::clone(&started);
     let deadline = Instant::now() + Duration::from_millis(150);
-    let r = dep.within(deadline).call_retry(move |ctx| {
+    let r = dep.with().deadline(deadline).retry().call(move |ctx| {
         seen.lock().unwrap().push((Instant::now(), ctx.deadline()));
         Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
     });

@@ -40,7 +40,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{FakeProvider, Fault};
 use watertight::http::WithDeadline;
-use watertight::{BreakerConfig, Classify, Dependency, Error, Retry, State, Verdict};
+use watertight::{
+    Classify, Dependency, Error, Verdict,
+    breaker::{BreakerConfig, State},
+    retry::Retry,
+};
 
 const CALLS: usize = 20_000;
 const CALLERS: usize = 16;
@@ -285,7 +289,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
                     tally.panics_planned += usize::from(panics);
                     let (agent, url, fired) = (agent.clone(), url.clone(), Arc::clone(&panics_fired));
                     let called = Instant::now();
-                    let result = dep.call_retry(move |ctx| {
+                    let result = dep.with().retry().call(move |ctx| {
                         if panics && ctx.attempt() == 1 {
                             fired.fetch_add(1, Ordering::Relaxed);
                             std::panic::panic_any(PANIC_MESSAGE);

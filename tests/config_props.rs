@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use watertight::{
-    Breaker, BreakerConfig, ConfigError, Dependency, ManualClock, Pool, Retry, RetryBuilder, State, Verdict,
+    ConfigError, Dependency, ManualClock, Verdict,
+    breaker::{Breaker, BreakerConfig, State},
+    pool::Pool,
+    retry::{Retry, RetryBuilder},
 };
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -617,9 +620,9 @@ fn drive_dependency(input: &DependencyInput) -> Result<bool, TestCaseError> {
     let started = Instant::now();
     let _ = dep.call(|ctx| Ok::<_, std::io::Error>(ctx.attempt()));
     let _ = dep.call(|_| Err::<(), _>(std::io::Error::other("failing")));
-    let _ = dep.call_retry(|_| Ok::<_, std::io::Error>(()));
+    let _ = dep.with().retry().call(|_| Ok::<_, std::io::Error>(()));
     if input.retry.quick() {
-        let _ = dep.call_retry(|_| Err::<(), _>(std::io::Error::other("failing")));
+        let _ = dep.with().retry().call(|_| Err::<(), _>(std::io::Error::other("failing")));
     }
     let per_call = bound * input.retry.max_attempts.min(4) + Duration::from_millis(20);
     prop_assert!(started.elapsed() < per_call * 4, "calls took {:?}", started.elapsed());

@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use watertight::{
-    BreakerConfig, CallContext, CapacityLevel, Dependency, Error, Event, ManualClock, Registry, Rejection,
-    Retry, State, Verdict,
+    CallContext, Dependency, Error, ManualClock, Registry, Rejection, Verdict,
+    breaker::{BreakerConfig, State},
+    dependency::Event,
+    registry::CapacityLevel,
+    retry::Retry,
 };
 
 /// A gate jobs block on until the test drops the sender (or 10 s pass, so a
@@ -98,15 +101,15 @@ fn job_errors_are_classified() {
     assert!(matches!(dep.call(fail), Err(Error::Failed(_))));
     assert!(matches!(dep.call(bad_request), Err(Error::Failed(_))));
     // A classifier over the whole result: an Ok carrying a 503 is a failure.
-    let status = dep.call_with(
-        |r: &Result<u16, String>| match r {
+    let status = dep
+        .with()
+        .classify(|r: &Result<u16, String>| match r {
             Ok(s) if *s >= 500 => Verdict::Failure,
             Ok(s) if *s >= 400 => Verdict::Ignore,
             Ok(_) => Verdict::Success,
             Err(_) => Verdict::Failure,
-        },
-        |_| Ok(503),
-    );
+        })
+        .call(|_| Ok(503));
     assert_eq!(status.unwrap(), 503);
     let c = dep.snapshot().calls;
     assert_eq!((c.successful, c.failed, c.ignored), (0, 2, 1));
@@ -221,7 +224,7 @@ fn ignored_outcomes_never_open_the_breaker() {
         Err(_) => Verdict::Failure,
     };
     for status in [400, 401, 403, 404, 409, 429].into_iter().cycle().take(30) {
-        assert_eq!(dep.call_with(classify, move |_| Ok(status)).unwrap(), status);
+        assert_eq!(dep.with().classify(classify).call(move |_| Ok(status)).unwrap(), status);
     }
     for _ in 0..10 {
         assert!(dep.call(bad_request).is_err());
@@ -229,8 +232,8 @@ fn ignored_outcomes_never_open_the_breaker() {
     assert_eq!(dep.breaker().state(), State::Closed);
     assert_eq!(dep.breaker().metrics().failure_rate, None);
     assert_eq!(dep.snapshot().calls.ignored, 40);
-    let _ = dep.call_with(classify, |_| Ok(503));
-    let _ = dep.call_with(classify, |_| Ok(503));
+    let _ = dep.with().classify(classify).call(|_| Ok(503));
+    let _ = dep.with().classify(classify).call(|_| Ok(503));
     assert_eq!(dep.breaker().state(), State::Open);
 }
 
@@ -446,7 +449,7 @@ fn retry_succeeds_on_the_second_attempt() {
     let dep = Dependency::builder("read").workers(1).queue(4).retry(quick_retry()).build().unwrap();
     let attempts = Arc::new(AtomicU32::new(0));
     let seen = Arc::clone(&attempts);
-    let r = dep.call_retry(move |ctx| {
+    let r = dep.with().retry().call(move |ctx| {
         seen.fetch_add(1, Ordering::SeqCst);
         if ctx.attempt() == 1 { Err("503".to_owned()) } else { Ok(ctx.attempt()) }
     });
@@ -462,7 +465,7 @@ fn retry_succeeds_on_the_second_attempt() {
 #[test]
 fn retry_gives_up_after_max_attempts() {
     let dep = Dependency::builder("read").workers(1).queue(4).retry(quick_retry()).build().unwrap();
-    let r = dep.call_retry(fail);
+    let r = dep.with().retry().call(fail);
     assert!(matches!(r, Err(Error::Failed(_))));
     let c = dep.snapshot().calls;
     assert_eq!((c.failed, c.retried), (3, 2));
@@ -474,7 +477,7 @@ fn retry_never_retries_an_open_breaker() {
     dep.breaker().transition_to(State::ForcedOpen);
     let ran = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&ran);
-    let r = dep.call_retry(move |_| {
+    let r = dep.with().retry().call(move |_| {
         seen.fetch_add(1, Ordering::SeqCst);
         Ok::<_, String>(())
     });
@@ -489,7 +492,7 @@ fn retry_never_retries_an_ignored_error() {
     let dep = Dependency::builder("read").workers(1).queue(4).retry(quick_retry()).build().unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&ran);
-    let r = dep.call_retry(move |ctx| {
+    let r = dep.with().retry().call(move |ctx| {
         seen.fetch_add(1, Ordering::SeqCst);
         bad_request(ctx)
     });
@@ -508,7 +511,7 @@ fn retry_retries_timeouts() {
         .retry(quick_retry())
         .build()
         .unwrap();
-    let r = dep.call_retry(move |ctx| -> Result<u32, String> {
+    let r = dep.with().retry().call(move |ctx| -> Result<u32, String> {
         match ctx.attempt() {
             1 => {
                 block_on(&gate);
@@ -535,7 +538,7 @@ fn retry_never_reruns_a_panicking_job() {
         .unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&ran);
-    let r = dep.call_retry(move |_ctx| -> Result<u32, String> {
+    let r = dep.with().retry().call(move |_ctx| -> Result<u32, String> {
         counter.fetch_add(1, Ordering::SeqCst);
         panic!("a bug in the job");
     });
@@ -568,7 +571,7 @@ fn the_budget_bounds_attempts_under_a_permanent_failure() {
     let attempts = Arc::new(AtomicU32::new(0));
     for _ in 0..calls {
         let seen = Arc::clone(&attempts);
-        let r = dep.call_retry(move |ctx| {
+        let r = dep.with().retry().call(move |ctx| {
             seen.fetch_add(1, Ordering::SeqCst);
             fail(ctx)
         });
@@ -611,7 +614,7 @@ fn the_budget_holds_under_concurrent_callers() {
                 barrier.wait();
                 for _ in 0..CALLS {
                     let seen = Arc::clone(&attempts);
-                    let _ = dep.call_retry(move |ctx| {
+                    let _ = dep.with().retry().call(move |ctx| {
                         seen.fetch_add(1, Ordering::SeqCst);
                         fail(ctx)
                     });
@@ -644,7 +647,7 @@ fn backoff_never_sleeps_past_the_overall_timeout() {
         .unwrap();
     for _ in 0..5 {
         let t = Instant::now();
-        let r = dep.call_retry(fail);
+        let r = dep.with().retry().call(fail);
         let took = t.elapsed();
         assert!(matches!(r, Err(Error::Failed(_))));
         assert!(took < Duration::from_millis(400), "took {took:?} with a 150 ms overall timeout");
@@ -661,7 +664,7 @@ fn the_overall_timeout_also_bounds_each_attempt() {
         .build()
         .unwrap();
     let t = Instant::now();
-    let r = dep.call_retry(move |_| {
+    let r = dep.with().retry().call(move |_| {
         block_on(&gate);
         Ok::<_, String>(())
     });
@@ -778,7 +781,7 @@ fn known_mix(registry: &Registry) -> Vec<(String, u64)> {
         block_on(&gate);
         Ok::<_, String>(())
     });
-    let _ = b.call_retry(fail);
+    let _ = b.with().retry().call(fail);
     b.breaker().transition_to(State::ForcedOpen);
     let _ = b.call(ok);
     drop(release);

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use support::{FakeProvider, Fault, provider, wait_until};
 use watertight::http::WithDeadline;
-use watertight::{BreakerConfig, CallContext, Dependency, Error, Rejection, State};
+use watertight::{
+    CallContext, Dependency, Error, Rejection,
+    breaker::{BreakerConfig, State},
+};
 
 const SETTLE: Duration = Duration::from_secs(10);
 const ANSWER: Duration = Duration::from_secs(10);
@@ -69,7 +72,7 @@ fn forty_detached_calls_to_a_hung_provider_return_at_once_open_the_breaker_and_a
     let spawn = || {
         let (agent, url, answered, answers) = (agent.clone(), url.clone(), answered.clone(), answers.clone());
         let began = Instant::now();
-        let admitted = dep.spawn_with(
+        let admitted = dep.with().spawn_with(
             move |answer: Result<String, Error<ureq::Error>>| {
                 answers.lock().unwrap().push(got(answer));
                 answered.fetch_add(1, Ordering::SeqCst);
@@ -152,24 +155,26 @@ fn shutdown_answers_queued_detached_calls() {
 
     // The first call holds the only worker until released.
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<&str, Error<std::io::Error>>| answer.send((0, got(a))).unwrap(),
-        move |ctx: &CallContext| {
-            started_tx.send(()).unwrap();
-            let _ = gate.recv_timeout(ctx.remaining());
-            Ok("delivered")
-        },
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<&str, Error<std::io::Error>>| answer.send((0, got(a))).unwrap(),
+            move |ctx: &CallContext| {
+                started_tx.send(()).unwrap();
+                let _ = gate.recv_timeout(ctx.remaining());
+                Ok("delivered")
+            },
+        )
+        .unwrap();
     started.recv_timeout(ANSWER).expect("the first call started");
     // Three more wait in the queue.
     for i in 1..=3 {
         let answer = tx.clone();
-        dep.spawn_with(
-            move |a: Result<&str, Error<std::io::Error>>| answer.send((i, got(a))).unwrap(),
-            |_: &CallContext| -> Result<&str, std::io::Error> { unreachable!("never runs") },
-        )
-        .unwrap();
+        dep.with()
+            .spawn_with(
+                move |a: Result<&str, Error<std::io::Error>>| answer.send((i, got(a))).unwrap(),
+                |_: &CallContext| -> Result<&str, std::io::Error> { unreachable!("never runs") },
+            )
+            .unwrap();
     }
     assert_eq!(dep.snapshot().pool.queued, 3);
 
@@ -180,7 +185,7 @@ fn shutdown_answers_queued_detached_calls() {
     assert_eq!(queued, (1..=3).map(|i| (i, Got::Rejected(Rejection::ShuttingDown))).collect::<Vec<_>>());
     // A call after shutdown is refused at once, and its callback never runs.
     let answer = tx.clone();
-    let late = dep.spawn_with(
+    let late = dep.with().spawn_with(
         move |a: Result<&str, Error<std::io::Error>>| answer.send((9, got(a))).unwrap(),
         |_: &CallContext| Ok("never"),
     );
@@ -213,37 +218,41 @@ fn the_callback_receives_the_value_and_the_errors() {
 
     // A real provider's answer.
     let (answer, url) = (tx.clone(), format!("{}/notify", ok.url()));
-    dep.spawn_with(
-        move |a: Result<String, Error<ureq::Error>>| answer.send(got(a)).unwrap(),
-        move |ctx: &CallContext| notify(&agent, &url, ctx),
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<String, Error<ureq::Error>>| answer.send(got(a)).unwrap(),
+            move |ctx: &CallContext| notify(&agent, &url, ctx),
+        )
+        .unwrap();
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Ok("ok".into()));
 
     // The job's own error, classified by its type: a refused connection is a failure.
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
-        |_: &CallContext| Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
+            |_: &CallContext| Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+        )
+        .unwrap();
     assert!(matches!(rx.recv_timeout(ANSWER).unwrap(), Got::Failed(_)));
 
     // A panic is caught, answered and counted; the worker lives on.
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
-        |_: &CallContext| -> Result<u32, std::io::Error> { panic!("template missing") },
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
+            |_: &CallContext| -> Result<u32, std::io::Error> { panic!("template missing") },
+        )
+        .unwrap();
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Panicked("template missing".into()));
 
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
-        |_: &CallContext| Ok(7),
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
+            |_: &CallContext| Ok(7),
+        )
+        .unwrap();
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Ok("7".into()));
 
     let snap = dep.snapshot();
@@ -269,21 +278,23 @@ fn a_job_that_returns_after_its_deadline_is_a_timeout_and_a_failure() {
     let (tx, rx) = mpsc::channel();
     // It ignores its deadline and answers late (`Ok`, but nobody could use it).
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
-        |ctx: &CallContext| {
-            std::thread::sleep(ctx.remaining() + Duration::from_millis(100));
-            Ok(1)
-        },
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
+            |ctx: &CallContext| {
+                std::thread::sleep(ctx.remaining() + Duration::from_millis(100));
+                Ok(1)
+            },
+        )
+        .unwrap();
     // Queued behind it, it expires before a worker is free: answered without running.
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
-        |_: &CallContext| -> Result<u32, std::io::Error> { unreachable!("expired in the queue") },
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
+            |_: &CallContext| -> Result<u32, std::io::Error> { unreachable!("expired in the queue") },
+        )
+        .unwrap();
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Timeout);
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Timeout);
     assert!(wait_until(SETTLE, || dep.snapshot().calls.total() == 2));
@@ -337,22 +348,24 @@ fn dropping_the_last_handle_answers_the_queued_calls() {
     let (release, gate) = mpsc::channel::<()>();
     let (started_tx, started) = mpsc::channel::<()>();
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
-        move |ctx: &CallContext| {
-            started_tx.send(()).unwrap();
-            let _ = gate.recv_timeout(ctx.remaining());
-            Ok(1)
-        },
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
+            move |ctx: &CallContext| {
+                started_tx.send(()).unwrap();
+                let _ = gate.recv_timeout(ctx.remaining());
+                Ok(1)
+            },
+        )
+        .unwrap();
     started.recv_timeout(ANSWER).unwrap();
     let answer = tx.clone();
-    dep.spawn_with(
-        move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
-        |_: &CallContext| -> Result<u32, std::io::Error> { unreachable!("discarded") },
-    )
-    .unwrap();
+    dep.with()
+        .spawn_with(
+            move |a: Result<u32, Error<std::io::Error>>| answer.send(got(a)).unwrap(),
+            |_: &CallContext| -> Result<u32, std::io::Error> { unreachable!("discarded") },
+        )
+        .unwrap();
     // Queued calls do not keep the dependency alive: dropping it shuts it down.
     drop(dep);
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Rejected(Rejection::ShuttingDown));

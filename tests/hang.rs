@@ -13,7 +13,11 @@ use std::time::{Duration, Instant};
 
 use support::{Fault, provider};
 use watertight::http::WithDeadline;
-use watertight::{BreakerConfig, CallContext, Dependency, Error, Outcome, Registry, Rejection, Retry, State};
+use watertight::{
+    CallContext, Dependency, Error, Outcome, Registry, Rejection,
+    breaker::{BreakerConfig, State},
+    retry::Retry,
+};
 
 /// One GET of the provider through `dep`, under `deadline` if any.
 fn get(dep: &Dependency, url: &str, deadline: Option<Instant>) -> Result<(), Error<ureq::Error>> {
@@ -21,7 +25,7 @@ fn get(dep: &Dependency, url: &str, deadline: Option<Instant>) -> Result<(), Err
     let url = url.to_owned();
     let job = move |ctx: &CallContext| agent.get(&url).with_deadline(ctx).call().map(|_| ());
     match deadline {
-        Some(d) => dep.within(d).call(job),
+        Some(d) => dep.with().deadline(d).call(job),
         None => dep.call(job),
     }
 }
@@ -111,8 +115,8 @@ fn a_budget_shorter_than_the_providers_normal_latency_is_not_held_against_it() {
 /// Seed 001 after a healthy period: a count window full of successes that
 /// one wave of hung calls (workers + queue) cannot tip by its rate. The pool
 /// itself is the evidence: once every worker has been stuck past the stall
-/// threshold, the next caller finding no room opens the breaker, long
-/// before the 3 s timeout.
+/// threshold (a quarter of the timeout here), the next caller finding no
+/// room opens the breaker, long before the 3 s timeout.
 #[test]
 fn a_pool_whose_every_worker_is_stuck_opens_its_breaker_within_the_timeout() {
     let p = provider(Fault::Healthy);
@@ -212,10 +216,11 @@ fn at_most_one_caller_per_worker_waits_for_room() {
 #[test]
 fn nobody_waits_for_room_while_every_worker_is_stuck() {
     let p = provider(Fault::Healthy);
+    // Stall threshold: a quarter of the 2 s timeout, 500 ms.
     let dep = Dependency::builder("no-wait")
         .workers(1)
         .max_wait(Duration::from_millis(800))
-        .timeout(Duration::from_secs(6))
+        .timeout(Duration::from_secs(2))
         .breaker(BreakerConfig::default().enabled(false))
         .build()
         .unwrap();
@@ -232,7 +237,8 @@ fn nobody_waits_for_room_while_every_worker_is_stuck() {
     let began = Instant::now();
     assert_eq!(get(&dep, &p.url(), None).unwrap_err().rejection(), Some(Rejection::QueueFull));
     assert!(began.elapsed() >= Duration::from_millis(700), "{:?}", began.elapsed());
-    // Now the worker has been inside one call for 800 ms: room is not coming.
+    // Now the worker has been inside one call for 800 ms, past the 500 ms stall
+    // threshold: room is not coming.
     for _ in 0..5 {
         let began = Instant::now();
         assert_eq!(get(&dep, &p.url(), None).unwrap_err().rejection(), Some(Rejection::QueueFull));
@@ -264,7 +270,9 @@ fn a_retry_never_sleeps_into_the_breaker_its_own_attempt_opened() {
         .unwrap();
     let began = Instant::now();
     let err = dep
-        .call_retry(|_: &CallContext| Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)))
+        .with()
+        .retry()
+        .call(|_: &CallContext| Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)))
         .unwrap_err();
     let took = began.elapsed();
     match &err {

@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 
 use support::{FakeProvider, Fault, agent, agent_status_ok, median, provider, wait_until};
 use watertight::http::{WithDeadline, classify_response};
-use watertight::{BreakerConfig, CallContext, Dependency, Error, Rejection, Retry, State};
+use watertight::{
+    CallContext, Dependency, Error, Rejection,
+    breaker::{BreakerConfig, State},
+    retry::Retry,
+};
 
 const LONG: Duration = Duration::from_secs(5);
 
@@ -152,7 +156,7 @@ fn with_status_as_responses_classify_response_applies_the_same_table() {
     let dep = Dependency::builder("quota").timeout(LONG).breaker(breaker(2)).build().unwrap();
     let call = |dep: &Dependency| {
         let (agent, url) = (agent_status_ok(LONG), p.url());
-        dep.call_with(classify_response, move |ctx| agent.get(&url).with_deadline(ctx).call())
+        dep.with().classify(classify_response).call(move |ctx| agent.get(&url).with_deadline(ctx).call())
     };
     assert_eq!(call(&dep).unwrap().status(), 200);
     p.set_fault(Fault::Error(429));
@@ -195,7 +199,7 @@ fn a_503_then_a_200_succeeds_on_the_second_attempt() {
     let (agent, url) = (agent(LONG), p.url());
     let attempts = Arc::new(AtomicUsize::new(0));
     let seen = attempts.clone();
-    let result = dep.call_retry(move |ctx| {
+    let result = dep.with().retry().call(move |ctx| {
         seen.store(ctx.attempt() as usize, Ordering::SeqCst);
         fetch(&agent, &url, ctx)
     });
@@ -221,7 +225,7 @@ fn an_open_breaker_and_a_400_are_never_retried() {
         .unwrap();
     let call = |dep: &Dependency| {
         let (agent, url) = (agent(LONG), p.url());
-        dep.call_retry(move |ctx| fetch(&agent, &url, ctx))
+        dep.with().retry().call(move |ctx| fetch(&agent, &url, ctx))
     };
     assert!(matches!(call(&dep), Err(Error::Failed(ureq::Error::StatusCode(400)))));
     assert_eq!(p.hits(), 1, "a 400 was retried");
@@ -253,7 +257,7 @@ fn retries_stay_within_the_budget_under_a_permanent_failure() {
     let started = Instant::now();
     for _ in 0..calls {
         let (agent, url) = (agent(LONG), p.url());
-        let result = dep.call_retry(move |ctx| fetch(&agent, &url, ctx));
+        let result = dep.with().retry().call(move |ctx| fetch(&agent, &url, ctx));
         assert!(matches!(result, Err(Error::Failed(ureq::Error::StatusCode(503)))));
     }
     // The floor: `min_per_sec` for every second of the budget's window, counted

@@ -23,7 +23,10 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use watertight::{Breaker, BreakerConfig, ManualClock, State, Verdict};
+use watertight::{
+    ManualClock, Verdict,
+    breaker::{Breaker, BreakerConfig, State},
+};
 
 const FAST: Duration = Duration::from_millis(1);
 

@@ -13,7 +13,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use watertight::{CallContext, Error, Pool, PoolStats, Rejection};
+use watertight::{
+    CallContext, Error, Rejection,
+    pool::{Pool, PoolStats},
+};
 
 type Res<T> = Result<T, std::io::Error>;
 
@@ -55,7 +58,7 @@ impl Drop for Gate {
 
 /// Occupies every worker of `pool` with a job that blocks at `gate`, and
 /// returns once all of them are running (proved by a barrier).
-fn hang_all_workers(pool: &Pool, gate: &Gate) -> Vec<watertight::Ticket<(), std::io::Error>> {
+fn hang_all_workers(pool: &Pool, gate: &Gate) -> Vec<watertight::pool::Ticket<(), std::io::Error>> {
     let n = pool.workers();
     let started = Arc::new(Barrier::new(n + 1));
     let tickets = (0..n)
@@ -80,7 +83,7 @@ fn submit_when_taken<T, F>(
     pool: &Pool,
     timeout: Duration,
     mut job: F,
-) -> watertight::Ticket<T, std::io::Error>
+) -> watertight::pool::Ticket<T, std::io::Error>
 where
     F: FnOnce(&CallContext) -> Res<T> + Send + 'static,
     T: Send + 'static,
@@ -759,7 +762,7 @@ fn resize_while_calls_run_answers_every_call_once() {
             let (pool, ran, answered, next, start) =
                 (pool.clone(), ran.clone(), answered.clone(), next.clone(), start.clone());
             thread::spawn(move || {
-                // [ok, timed out, queue full], and the latest return past the deadline.
+                // [ok, timed out, refused], and the latest return past the deadline.
                 let mut seen = [0usize; 3];
                 let mut latest = Duration::ZERO;
                 start.wait();
@@ -789,7 +792,9 @@ fn resize_while_calls_run_answers_every_call_once() {
                             0
                         }
                         Err(Error::Timeout { .. }) => 1,
-                        Err(Error::Rejected(Rejection::QueueFull)) => {
+                        // Refused: full, or (deadline-aware admission, right after an abandoned
+                        // job has raised the mean service time) a wait longer than the deadline.
+                        Err(Error::Rejected(Rejection::QueueFull | Rejection::DeadlineUnmeetable)) => {
                             // Do not hammer a full pool.
                             thread::sleep(Duration::from_millis(1));
                             2

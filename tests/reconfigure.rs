@@ -8,7 +8,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use watertight::{
-    AdaptiveLimit, BreakerConfig, Dependency, ManualClock, ReconfigureError, Registry, Retry, State, Verdict,
+    Dependency, ManualClock, Registry, Verdict,
+    breaker::{BreakerConfig, State},
+    limit::AdaptiveLimit,
+    registry::ReconfigureError,
+    retry::Retry,
 };
 
 fn ok(_: &watertight::CallContext) -> Result<(), std::io::Error> {

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use support::{FakeProvider, Fault};
 use watertight::http::WithDeadline;
-use watertight::{BreakerConfig, Dependency, Error};
+use watertight::{Dependency, Error, breaker::BreakerConfig};
 
 const CALLS: usize = 10_000;
 const CALLERS: usize = 8;

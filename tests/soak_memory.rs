@@ -20,7 +20,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use watertight::{BreakerConfig, Dependency};
+use watertight::{Dependency, breaker::BreakerConfig};
 
 const CALLS: usize = 100_000;
 const CALLERS: usize = 8;

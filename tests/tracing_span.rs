@@ -17,7 +17,10 @@ use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::{LookupSpan, Registry};
-use watertight::{BreakerConfig, CallContext, Dependency, Error, Rejection, State};
+use watertight::{
+    CallContext, Dependency, Error, Rejection,
+    breaker::{BreakerConfig, State},
+};
 
 #[derive(Debug, Clone)]
 struct SpanRecord {

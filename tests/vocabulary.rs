@@ -4,7 +4,9 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use watertight::{CallContext, Dependency, Error, Outcome, Registry, Rejection, Retry, State};
+use watertight::{
+    CallContext, Dependency, Error, Outcome, Registry, Rejection, breaker::State, retry::Retry,
+};
 
 fn ok(_: &CallContext) -> Result<(), std::io::Error> {
     Ok(())
@@ -36,7 +38,7 @@ fn every_rejection_is_counted_and_exported_under_its_own_label() {
     holder.join().unwrap().unwrap();
 
     // DeadlineUnmeetable: the caller's deadline has already passed.
-    seen.push(dep.within(Instant::now()).call(ok).unwrap_err());
+    seen.push(dep.with().deadline(Instant::now()).call(ok).unwrap_err());
     // NotPermitted: the breaker is forced open.
     dep.breaker().transition_to(State::ForcedOpen);
     seen.push(dep.call(ok).unwrap_err());
@@ -102,7 +104,7 @@ fn the_retry_budget_is_a_percentage() {
     let dep = Dependency::builder("budget")
         .workers(2)
         .queue(2)
-        .breaker(watertight::BreakerConfig::default().enabled(false))
+        .breaker(watertight::breaker::BreakerConfig::default().enabled(false))
         .retry(
             Retry::builder()
                 .max_attempts(3)
@@ -114,7 +116,10 @@ fn the_retry_budget_is_a_percentage() {
         .build()
         .unwrap();
     for _ in 0..100 {
-        let r = dep.call_retry(|_| Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
+        let r = dep
+            .with()
+            .retry()
+            .call(|_| Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
         assert!(r.is_err());
     }
     let counts = dep.snapshot().calls;

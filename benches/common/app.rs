@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use tiny_http::{Header, Method, Request, Response, ResponseBox};
 
 use watertight::http::WithDeadline;
-use watertight::{Breaker, BreakerConfig, Classify, Dependency, State, Verdict};
+use watertight::{
+    Classify, Dependency, Verdict,
+    breaker::{Breaker, BreakerConfig, State},
+};
 
 use super::{FRAUD_DEADLINE, FRAUD_WORKERS, ORDER_BODY, ORDERS, ORDERS_DEADLINE, SHARED_BLOCKING_THREADS};
 

@@ -150,7 +150,7 @@ impl Backends {
         let agent = self.agent.clone();
         match &self.mode {
             Mode::Bulkhead(deps) => {
-                pick(deps).within(deadline).call(move |ctx: &CallContext| job(&agent, Some(ctx)))
+                pick(deps).with().deadline(deadline).call(move |ctx: &CallContext| job(&agent, Some(ctx)))
             }
             Mode::Direct => job(&agent, None).map_err(Error::Failed),
         }

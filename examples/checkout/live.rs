@@ -11,7 +11,10 @@ use std::path::Path;
 
 use parking_lot::Mutex;
 use watertight::config::{Config, ConfigFileError, DependencyConfigFile};
-use watertight::{CapacityError, CapacityReport, Dependency, ReconfigureError, Registry};
+use watertight::{
+    Dependency, Registry,
+    registry::{CapacityError, CapacityReport, ReconfigureError},
+};
 
 use crate::backends::Deps;
 

@@ -35,7 +35,7 @@ pub(crate) struct OpenBackoff {
     pub(crate) max: Duration,
 }
 
-/// The configuration of a [`Breaker`](crate::Breaker).
+/// The configuration of a [`Breaker`](crate::breaker::Breaker).
 ///
 /// `Default` is Resilience4j's: a count-based window of 100 calls, at least
 /// 100 calls before a rate counts, opens at 50 % failures or 100 % slow calls
@@ -54,7 +54,7 @@ pub(crate) struct OpenBackoff {
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::BreakerConfig;
+/// use watertight::breaker::BreakerConfig;
 ///
 /// let small = BreakerConfig::count_based(20)
 ///     .minimum_calls(10)
@@ -68,7 +68,7 @@ pub(crate) struct OpenBackoff {
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::BreakerConfig;
+/// use watertight::breaker::BreakerConfig;
 ///
 /// let config = BreakerConfig::time_based(30)
 ///     .minimum_calls(10)
@@ -189,7 +189,7 @@ impl BreakerConfig {
     /// Default zero, which means wait forever.
     ///
     /// Like every time-driven move of this breaker, it is lazy: the move
-    /// happens on the next [`try_acquire`](crate::Breaker::try_acquire) or
+    /// happens on the next [`try_acquire`](crate::breaker::Breaker::try_acquire) or
     /// the next report after the wait has passed, never on a timer, so a
     /// breaker nobody calls stays half-open.
     pub fn max_wait_in_half_open(mut self, duration: Duration) -> Self {

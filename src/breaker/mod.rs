@@ -1,5 +1,5 @@
 //! The circuit breaker: a [`Breaker`] hands out [`Permit`]s, each permit
-//! reports one call's [`Verdict`] and duration, and the rates over a sliding
+//! reports one call's [`Verdict`](crate::Verdict) and duration, and the rates over a sliding
 //! window decide when the provider is considered down.
 //!
 //! # States
@@ -105,7 +105,7 @@ use crate::sync::Ordering;
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::{Breaker, BreakerConfig, State, Verdict};
+/// use watertight::{Verdict, breaker::{Breaker, BreakerConfig, State}};
 ///
 /// let breaker = Breaker::new("account", BreakerConfig::count_based(10).minimum_calls(2)).unwrap();
 /// for _ in 0..2 {
@@ -213,7 +213,7 @@ impl Breaker {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use watertight::{Breaker, BreakerConfig, Verdict};
+    /// use watertight::{Verdict, breaker::{Breaker, BreakerConfig}};
     ///
     /// let breaker = Breaker::new("payments", BreakerConfig::count_based(10))?;
     /// let permit = breaker.try_acquire_owned().expect("closed");

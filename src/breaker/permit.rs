@@ -10,7 +10,7 @@ use super::machine::Inner;
 use super::state::{State, state_of};
 use crate::classify::Verdict;
 
-/// Permission to make one call, from [`Breaker::try_acquire`](crate::Breaker::try_acquire).
+/// Permission to make one call, from [`Breaker::try_acquire`](crate::breaker::Breaker::try_acquire).
 /// It borrows its breaker, so taking one costs no reference count; to hand a
 /// permit to a thread that may outlive the breaker's borrow, take an
 /// [`OwnedPermit`] instead.
@@ -26,7 +26,7 @@ pub struct Permit<'b> {
 }
 
 /// A [`Permit`] that holds its breaker by reference count, from
-/// [`Breaker::try_acquire_owned`](crate::Breaker::try_acquire_owned): it is
+/// [`Breaker::try_acquire_owned`](crate::breaker::Breaker::try_acquire_owned): it is
 /// `'static`, so it can move to any thread, and it keeps the breaker alive.
 /// The same rules apply: report with [`record`](OwnedPermit::record); dropped
 /// without a verdict, it counts as [`Verdict::Ignore`].

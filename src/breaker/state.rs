@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Rejection};
 
-/// The state of a [`Breaker`](crate::Breaker).
+/// The state of a [`Breaker`](crate::breaker::Breaker).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum State {
     /// Calls flow; outcomes are measured and may open the breaker.
@@ -78,7 +78,7 @@ pub(super) const fn state_of(packed: u64) -> State {
     State::from_bits(packed & STATE_MASK)
 }
 
-/// One change of state, as announced to [`Breaker::on_transition`](crate::Breaker::on_transition) listeners
+/// One change of state, as announced to [`Breaker::on_transition`](crate::breaker::Breaker::on_transition) listeners
 /// and logged at `info`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
@@ -129,7 +129,7 @@ impl fmt::Display for Transition {
     }
 }
 
-/// The answer of [`Breaker::try_acquire`](crate::Breaker::try_acquire) when the call may not go ahead.
+/// The answer of [`Breaker::try_acquire`](crate::breaker::Breaker::try_acquire) when the call may not go ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotPermitted {
     pub(super) state: State,

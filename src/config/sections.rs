@@ -334,7 +334,7 @@ fn window_of(c: &BreakerConfig) -> (WindowKind, u32) {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryConfigFile {
-    /// Attempts per call, the first included ([`RetryBuilder::max_attempts`](crate::RetryBuilder::max_attempts)).
+    /// Attempts per call, the first included ([`RetryBuilder::max_attempts`](crate::retry::RetryBuilder::max_attempts)).
     pub max_attempts: u32,
     /// The backoff before the first retry.
     #[serde(with = "duration")]
@@ -360,7 +360,7 @@ impl Default for RetryConfigFile {
 }
 
 impl RetryConfigFile {
-    /// The retry configuration, validated by [`RetryBuilder::build`](crate::RetryBuilder::build);
+    /// The retry configuration, validated by [`RetryBuilder::build`](crate::retry::RetryBuilder::build);
     /// the error's path is the field's name in this section.
     pub fn to_retry(&self) -> Result<Retry, ConfigFileError> {
         let mut builder = Retry::builder()

@@ -1,7 +1,12 @@
 use std::time::Duration;
 
 use super::*;
-use crate::{AdaptiveLimit, BreakerConfig, Dependency, Retry, State};
+use crate::{
+    Dependency,
+    breaker::{BreakerConfig, State},
+    limit::AdaptiveLimit,
+    retry::Retry,
+};
 
 fn from_toml(text: &str) -> Result<Config, ConfigFileError> {
     let de = toml::Deserializer::parse(text).map_err(|e| ConfigFileError::new("", e.to_string()))?;

@@ -49,7 +49,7 @@ impl Dependency {
         self.attempt(now, Deadline::new(now, self.inner.live.timeout(), caller), 1, classify, job).0
     }
 
-    /// The retry loop: see [`Dependency::call_retry`]. `caller` bounds every
+    /// The retry loop: see [`CallBuilder::retry`](crate::CallBuilder::retry). `caller` bounds every
     /// attempt and every sleep, like the retry's overall timeout does.
     pub(super) fn retrying<T, E, F, C>(
         &self,

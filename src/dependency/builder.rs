@@ -115,7 +115,7 @@ impl DependencyBuilder {
     /// How long a caller waits for one attempt, measured from the call, time
     /// in the queue included. The job sees what is left of it in
     /// [`CallContext::remaining`](crate::CallContext::remaining). A caller's
-    /// own deadline ([`Dependency::within`]) can only shorten it. Default
+    /// own deadline ([`CallBuilder::deadline`](crate::CallBuilder::deadline)) can only shorten it. Default
     /// 1 s; must be greater than zero and at most one day.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -131,7 +131,7 @@ impl DependencyBuilder {
         self
     }
 
-    /// How [`Dependency::call_retry`] retries. Default [`Retry::new`] (3
+    /// How [`CallBuilder::retry`](crate::CallBuilder::retry) retries. Default [`Retry::new`] (3
     /// attempts, 50 ms to 1 s backoff, a budget of 20 % of calls). Plain
     /// [`call`](Dependency::call) never retries.
     pub fn retry(mut self, retry: Retry) -> Self {

@@ -48,7 +48,7 @@ pub struct DependencyConfig {
     pub deadline_aware_admission: bool,
     /// The breaker's configuration.
     pub breaker: BreakerConfig,
-    /// How `call_retry` retries.
+    /// How [`retry`](crate::CallBuilder::retry) retries.
     pub retry: Retry,
     /// The adaptive concurrency limit, if any.
     pub adaptive_limit: Option<AdaptiveLimit>,
@@ -109,7 +109,7 @@ impl DependencyConfig {
 /// The settings a running dependency reads on its call path, each changeable
 /// on its own: timeouts and thresholds as relaxed atomics (a call reads the
 /// value in force when it starts; none publishes other memory), the retry
-/// policy under a mutex taken once per `call_retry`.
+/// policy under a mutex taken once per retried call.
 pub(super) struct Live {
     timeout_ns: AtomicU64,
     slow_ns: AtomicU64,
@@ -181,11 +181,11 @@ impl Dependency {
     /// and then nothing has changed.
     ///
     /// - `workers`, `queue`, `max_wait`: the pool grows or shrinks; see
-    ///   [`Pool::resize`](crate::Pool::resize) for how running and queued
+    ///   [`Pool::resize`](crate::pool::Pool::resize) for how running and queued
     ///   calls are kept.
     /// - `timeout`: calls made from now on; a call already made keeps the
     ///   deadline it started with.
-    /// - `breaker`: see [`Breaker::reconfigure`](crate::Breaker::reconfigure)
+    /// - `breaker`: see [`Breaker::reconfigure`](crate::breaker::Breaker::reconfigure)
     ///   for what is kept and what starts afresh.
     /// - `retry`: calls made from now on; the budget keeps the calls and
     ///   retries it has counted.

@@ -37,7 +37,7 @@ pub struct DependencySnapshot {
     /// admission estimates queue waits from it.
     pub mean_service_time: Option<Duration>,
     /// What a call made now would wait for a worker
-    /// ([`Pool::estimated_wait`](crate::Pool::estimated_wait)).
+    /// ([`Pool::estimated_wait`](crate::pool::Pool::estimated_wait)).
     pub estimated_wait: Option<Duration>,
     /// The adaptive concurrency limit now, if the dependency has one.
     pub limit: Option<usize>,
@@ -90,7 +90,7 @@ pub struct DependencyLatency {
 ///          + limit_exceeded
 /// ```
 ///
-/// ([`CallCounts::total`]). A call through `call_retry` makes one attempt per
+/// ([`CallCounts::total`]). A retried call (`with().retry()`) makes one attempt per
 /// try, and each is counted. The other three counters overlap the outcomes
 /// instead of adding to them:
 ///

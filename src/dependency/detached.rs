@@ -1,10 +1,10 @@
-//! Detached calls: [`Dependency::spawn`] and [`Dependency::spawn_with`].
+//! Detached calls: [`Dependency::spawn`] and [`CallBuilder::spawn_with`](super::CallBuilder::spawn_with).
 //!
 //! A detached call goes through the same breaker, limit and pool as a blocking
 //! one, and is admitted or refused on the calling thread at once. From then
 //! on nothing waits for it: the job runs on a worker, and the worker itself
 //! judges the outcome, counts it, records it on the breaker (an
-//! [`OwnedPermit`](crate::OwnedPermit) travels with the job) and hands the
+//! [`OwnedPermit`](crate::breaker::OwnedPermit) travels with the job) and hands the
 //! answer to the callback.
 //!
 //! A job the pool drops unrun (its deadline passed in the queue, or shutdown
@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
+use super::call::Classifier;
 use super::{Dependency, Event, Inner};
 use crate::breaker::OwnedPermit;
 use crate::classify::{Classify, Verdict};
@@ -29,7 +30,7 @@ use crate::pool::CallContext;
 impl Dependency {
     /// Runs `job` once on a worker, through the breaker and under the
     /// timeout, without waiting for it: fire-and-forget. A failure is logged
-    /// at `warn`; use [`spawn_with`](Self::spawn_with) to handle the answer
+    /// at `warn`; use [`with`](Self::with)`().`[`spawn_with`](super::CallBuilder::spawn_with) to handle the answer
     /// instead.
     ///
     /// This is seed 000's notification call site: the failure is swallowed,
@@ -67,7 +68,7 @@ impl Dependency {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use watertight::{BreakerConfig, CallContext, Dependency, Rejection, State};
+    /// use watertight::{CallContext, Dependency, Rejection, breaker::{BreakerConfig, State}};
     ///
     /// let notification = Dependency::builder("notification")
     ///     .workers(2)
@@ -94,71 +95,34 @@ impl Dependency {
         E: Classify + fmt::Display + Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     {
-        let name = Arc::clone(&self.inner.name);
-        self.detach(
-            move |answer: Result<T, Error<E>>| {
-                if let Err(err) = answer {
-                    log::warn!("dependency {name}: detached call failed: {}", describe(&err));
-                }
-            },
-            job,
-        )
-    }
-
-    /// [`spawn`](Self::spawn), with `on_done` receiving the answer instead of
-    /// the log: the job's value, or the [`Error`] a blocking
-    /// [`call`](Self::call) would have returned
-    /// ([`Timeout`](Error::Timeout) for a job that returned, or was still
-    /// queued, after its deadline; [`Panicked`](Error::Panicked);
-    /// [`Rejected`](Error::Rejected)`(`[`ShuttingDown`](Rejection::ShuttingDown)`)`
-    /// for a queued job that shutdown discarded).
-    ///
-    /// `on_done` is called exactly once for every call admitted (`Ok(())`),
-    /// and never for a call refused at once (the `Err` is its answer). It
-    /// runs after the outcome is counted and recorded, on the worker that ran
-    /// the job; for a job that never started, on the thread that dropped it
-    /// (the worker that found it expired, or the thread calling
-    /// [`shutdown`](Self::shutdown)). Keep it short, and do not shut the
-    /// dependency down from it. A panic in it is caught and logged.
-    ///
-    /// ```
-    /// use std::sync::mpsc;
-    /// use std::time::Duration;
-    /// use watertight::{CallContext, Dependency, Error};
-    ///
-    /// let notification = Dependency::builder("notification").workers(1).build()?;
-    /// let (tx, rx) = mpsc::channel();
-    /// notification.spawn_with(
-    ///     move |answer: Result<u16, Error<std::io::Error>>| {
-    ///         let _ = tx.send(answer.map_err(|e| e.to_string()));
-    ///     },
-    ///     |_ctx: &CallContext| Ok(202),
-    /// )?;
-    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5))?, Ok(202));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn spawn_with<T, E, F, D>(&self, on_done: D, job: F) -> Result<(), Rejection>
-    where
-        T: Send + 'static,
-        E: Classify + Send + 'static,
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        D: FnOnce(Result<T, Error<E>>) + Send + 'static,
-    {
-        self.detach(on_done, job)
+        self.with().spawn(job)
     }
 
     /// Admits a detached call (breaker, limit, pool), or refuses it at once.
-    fn detach<T, E, F, D>(&self, on_done: D, job: F) -> Result<(), Rejection>
+    /// `caller` is the caller's own deadline, if it gave one; `classify`
+    /// judges the outcome on the worker.
+    pub(super) fn detach<T, E, F, C, D>(
+        &self,
+        caller: Option<Instant>,
+        classify: C,
+        on_done: D,
+        job: F,
+    ) -> Result<(), Rejection>
     where
         T: Send + 'static,
-        E: Classify + Send + 'static,
+        E: Send + 'static,
+        C: Classifier<T, E> + Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
         D: FnOnce(Result<T, Error<E>>) + Send + 'static,
     {
         let inner = &*self.inner;
         let spawned = Instant::now();
         // The builder caps the timeout at one day, so this fits.
-        let deadline = spawned.checked_add(inner.live.timeout()).unwrap_or(spawned);
+        let own = spawned.checked_add(inner.live.timeout()).unwrap_or(spawned);
+        let deadline = caller.map_or(own, |c| c.min(own));
+        if deadline <= spawned {
+            return Err(reject(inner, Rejection::DeadlineUnmeetable));
+        }
         let start = inner.clock_now(spawned);
         let Ok(permit) = inner.breaker.try_acquire_owned() else {
             return Err(reject(inner, Rejection::NotPermitted));
@@ -178,6 +142,7 @@ impl Dependency {
                 dependency: Arc::downgrade(&self.inner),
                 permit,
                 limit,
+                classify,
                 on_done,
                 spawned,
                 start,
@@ -233,7 +198,7 @@ fn reject(inner: &Inner, rejection: Rejection) -> Rejection {
 
 /// The error for the log, with the job's own error when there is one
 /// (`Error`'s `Display` leaves that to `source()`).
-fn describe<E: fmt::Display>(err: &Error<E>) -> String {
+pub(super) fn describe<E: fmt::Display>(err: &Error<E>) -> String {
     match err {
         Error::Failed(e) => format!("{err}: {e}"),
         other => other.to_string(),
@@ -251,13 +216,15 @@ enum End<T, E> {
 }
 
 /// Everything needed to answer one admitted detached call.
-struct Answer<T, E, D> {
+struct Answer<T, E, C, D> {
     /// Weak, so that queued detached calls do not keep the dependency (and its
     /// pool) alive: dropping its last handle still shuts it down, and the
     /// calls still queued are answered `ShuttingDown`.
     dependency: Weak<Inner>,
     permit: OwnedPermit,
     limit: Option<LimitPermit>,
+    /// Judges the outcome, on the worker.
+    classify: C,
     on_done: D,
     /// Real time, for the deadline and `waited`.
     spawned: Instant,
@@ -270,19 +237,19 @@ struct Answer<T, E, D> {
 /// The answer of an admitted call, owned by its job until the job runs.
 /// Dropped without running (the pool drops jobs that expired in the queue or
 /// that shutdown discarded), it answers the call as never run.
-struct Pending<T, E, D>
+struct Pending<T, E, C, D>
 where
-    E: Classify,
+    C: Classifier<T, E>,
     D: FnOnce(Result<T, Error<E>>),
 {
-    answer: Option<Answer<T, E, D>>,
+    answer: Option<Answer<T, E, C, D>>,
     /// Cleared when the pool refused the job: the spawner answers it.
     armed: Arc<AtomicBool>,
 }
 
-impl<T, E, D> Drop for Pending<T, E, D>
+impl<T, E, C, D> Drop for Pending<T, E, C, D>
 where
-    E: Classify,
+    C: Classifier<T, E>,
     D: FnOnce(Result<T, Error<E>>),
 {
     fn drop(&mut self) {
@@ -294,14 +261,14 @@ where
     }
 }
 
-impl<T, E, D> Answer<T, E, D>
+impl<T, E, C, D> Answer<T, E, C, D>
 where
-    E: Classify,
+    C: Classifier<T, E>,
     D: FnOnce(Result<T, Error<E>>),
 {
     /// Judges, counts and records the outcome, then calls `on_done`.
     fn settle(self, end: End<T, E>, ended: Instant) {
-        let Answer { dependency, permit, limit, on_done, spawned, start, deadline, .. } = self;
+        let Answer { dependency, permit, limit, classify, on_done, spawned, start, deadline, .. } = self;
         let inner = dependency.upgrade();
         let waited = ended.saturating_duration_since(spawned);
         let late = ended >= deadline;
@@ -310,15 +277,16 @@ where
                 drop_quietly(result);
                 Some((Err(Error::Timeout { waited }), Verdict::Failure, Outcome::TimedOut))
             }
-            End::Returned(Ok(value)) => Some((Ok(value), Verdict::Success, Outcome::Successful)),
-            End::Returned(Err(e)) => Some(match catch_unwind(AssertUnwindSafe(|| e.classify())) {
-                Ok(verdict) => (Err(Error::Failed(e)), verdict, Outcome::of_verdict(verdict)),
-                Err(payload) => {
-                    drop_quietly(e);
-                    let msg = format!("the classifier panicked: {}", panic_message(payload.as_ref()));
-                    (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
-                }
-            }),
+            End::Returned(result) => {
+                Some(match catch_unwind(AssertUnwindSafe(|| classify.verdict(&result))) {
+                    Ok(verdict) => (result.map_err(Error::Failed), verdict, Outcome::of_verdict(verdict)),
+                    Err(payload) => {
+                        drop_quietly(result);
+                        let msg = format!("the classifier panicked: {}", panic_message(payload.as_ref()));
+                        (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
+                    }
+                })
+            }
             End::Panicked(msg) => Some((Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)),
             // Still queued at its deadline: a timeout, as its blocking caller would have had.
             End::NeverRan if late => {

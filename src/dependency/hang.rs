@@ -7,7 +7,8 @@
 //!   this; a shorter one says only that the caller was in a hurry.
 //! - **Stall threshold**: a pool whose every worker has been inside its
 //!   current job for this long is stuck; the breaker opens at once (see
-//!   `Dependency::attempt`).
+//!   `Dependency::attempt`). A quarter of the timeout, or twice the hang
+//!   threshold if longer.
 //!
 //! The normal latency is the retransmission-timeout estimate of RFC 6298
 //! (`srtt + 4 * rttvar`, gains 1/8 and 1/4) over the run times of calls
@@ -70,15 +71,14 @@ impl Normal {
     }
 
     /// How long every worker must have been inside its job for the pool to
-    /// count as stuck: twice the hang threshold (a single slow call on a
-    /// one-worker pool is not a stall), or, before the provider has answered
-    /// once, a quarter of the timeout, since a burst that fills a cold pool
-    /// has started every job at once.
+    /// count as stuck: a quarter of the timeout, or twice the hang threshold
+    /// if that is longer. Not less: the breaker opens on this alone, so it
+    /// must not mistake for a hang a provider whose answers still come, only
+    /// slower (a brownout, where some worker finishes every so often), a
+    /// single slow call on a one-worker pool, or a burst into a cold pool,
+    /// which starts every job at once.
     pub(super) fn stall_threshold(&self, slow: Duration, timeout: Duration) -> Duration {
-        match self.latency() {
-            Some(_) => self.hang_threshold(slow) * 2,
-            None => (timeout / 4).min(slow).max(FLOOR),
-        }
+        (timeout / 4).max(self.hang_threshold(slow) * 2)
     }
 }
 
@@ -95,7 +95,7 @@ mod tests {
         assert_eq!(n.latency(), None);
         assert_eq!(n.hang_threshold(SLOW), FLOOR);
         assert_eq!(n.stall_threshold(SLOW, Duration::from_secs(10)), Duration::from_millis(2500));
-        assert_eq!(n.stall_threshold(SLOW, Duration::from_millis(100)), FLOOR);
+        assert_eq!(n.stall_threshold(SLOW, Duration::from_millis(100)), FLOOR * 2);
     }
 
     #[test]
@@ -107,7 +107,8 @@ mod tests {
         let l = n.latency().unwrap();
         assert!(l >= 80 * MS && l < 81 * MS, "{l:?}");
         assert_eq!(n.hang_threshold(SLOW), l);
-        assert_eq!(n.stall_threshold(SLOW, Duration::from_secs(3)), l * 2);
+        assert_eq!(n.stall_threshold(SLOW, Duration::from_millis(400)), l * 2);
+        assert_eq!(n.stall_threshold(SLOW, Duration::from_secs(3)), Duration::from_millis(750));
     }
 
     #[test]

@@ -11,11 +11,11 @@
 //! ```
 //!
 //! An attempt's deadline is the earlier of `now + timeout` and the caller's
-//! own deadline, if it gave one ([`Dependency::within`]).
+//! own deadline, if it gave one ([`CallBuilder::deadline`]).
 //!
 //! The breaker permit is held by the calling thread from `try_acquire` to the
 //! end of the call, and only that thread ever records it, exactly once: with
-//! the job's verdict, or [`Failure`](Verdict::Failure) for a timeout at the
+//! the job's verdict, or [`Failure`](crate::Verdict::Failure) for a timeout at the
 //! dependency's own timeout or a panic. A rejection drops the permit
 //! unrecorded (ignored; in half-open that hands the probe slot back), because
 //! a full queue or an open breaker says nothing about the provider; so does a
@@ -30,6 +30,7 @@
 
 mod attempt;
 mod builder;
+mod call;
 mod config;
 mod counts;
 mod detached;
@@ -41,13 +42,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
+pub use self::call::{ByError, CallBuilder, Classifier, Once, Retrying};
 pub use self::config::DependencyConfig;
 use self::config::Live;
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
 use crate::breaker::Breaker;
-use crate::classify::{Classify, Verdict};
+use crate::classify::Classify;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::histogram::LatencyHistogram;
@@ -65,7 +67,7 @@ use crate::retry::{Jitter, Retry, RetryBudget};
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::{BreakerConfig, CallContext, Dependency};
+/// use watertight::{CallContext, Dependency, breaker::BreakerConfig};
 ///
 /// let fraud = Dependency::builder("fraud")
 ///     .workers(4)
@@ -118,13 +120,6 @@ impl Inner {
     }
 }
 
-fn classify_by_error<T, E: Classify>(result: &Result<T, E>) -> Verdict {
-    match result {
-        Ok(_) => Verdict::Success,
-        Err(e) => e.classify(),
-    }
-}
-
 impl Dependency {
     /// A builder with every default (see each setter).
     pub fn builder(name: impl Into<String>) -> DependencyBuilder {
@@ -138,97 +133,36 @@ impl Dependency {
     /// Returns at once when rejected, and never later than the timeout
     /// (plus scheduling noise) otherwise. The job receives a [`CallContext`]
     /// whose [`remaining`](CallContext::remaining) time it should hand to its
-    /// own I/O timeouts.
+    /// own I/O timeouts. For a caller's deadline, a classifier of your own or
+    /// retries, see [`with`](Self::with).
     pub fn call<T, E, F>(&self, job: F) -> Result<T, Error<E>>
     where
         E: Classify + Send + 'static,
         T: Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     {
-        self.call_with(classify_by_error::<T, E>, job)
+        self.with().call(job)
     }
 
-    /// Like [`call`](Self::call), with `classify` deciding what the job's
-    /// outcome means to the breaker (for example a response whose 5xx status
-    /// is not an `Err`). Timeouts and panics are always failures; rejections
-    /// are never recorded. The classifier runs on the calling thread; if it
-    /// panics, the attempt is counted as `panicked`, recorded as a failure,
-    /// and answered [`Error::Panicked`].
-    pub fn call_with<T, E, F, C>(&self, classify: C, job: F) -> Result<T, Error<E>>
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        self.once(None, &classify, job)
-    }
-
-    /// Calls `job` with the builder's [`Retry`]: up to `max_attempts`
-    /// attempts, each through the breaker (so each is counted by it), retried
-    /// only after a transient outcome (a failure verdict or a timeout; never a panic)
-    /// and only while the retry budget allows, with exponential backoff and
-    /// full jitter between them. Never retries a rejection or an ignored
-    /// outcome, and never sleeps past [`Retry::overall_timeout`].
-    ///
-    /// The job is shared by every attempt; [`CallContext::attempt`] tells them
-    /// apart. The last attempt's outcome is returned.
-    pub fn call_retry<T, E, F>(&self, job: F) -> Result<T, Error<E>>
-    where
-        E: Classify + Send + 'static,
-        T: Send + 'static,
-        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
-    {
-        self.call_retry_with(classify_by_error::<T, E>, job)
-    }
-
-    /// [`call_retry`](Self::call_retry) with a classifier, as in
-    /// [`call_with`](Self::call_with). An `Ok` the classifier calls a failure
-    /// is retried too, and returned as it is once attempts or budget run out.
-    pub fn call_retry_with<T, E, F, C>(&self, classify: C, job: F) -> Result<T, Error<E>>
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        self.retrying(None, &classify, job)
-    }
-
-    /// The same four call forms, under the caller's own `deadline` (a
-    /// request's budget, say): each attempt's deadline is the earlier of it
-    /// and the dependency's [`timeout`](DependencyBuilder::timeout).
-    ///
-    /// - A call whose deadline has already passed, or that the queue cannot
-    ///   meet (deadline-aware admission), is rejected at once with
-    ///   [`DeadlineUnmeetable`](crate::Rejection::DeadlineUnmeetable),
-    ///   without touching the provider.
-    /// - A timeout at the caller's deadline, when it came before the
-    ///   dependency's own timeout, is the caller's budget running out: it is
-    ///   answered [`Error::Timeout`] and counted `timed_out`, but the breaker
-    ///   records it as ignored, not as a provider failure.
-    /// - Retries never start an attempt, nor sleep, past it.
+    /// A call with options: the caller's own deadline, a classifier, retries,
+    /// or a detached call with a callback; see [`CallBuilder`].
     ///
     /// ```
-    /// use std::time::{Duration, Instant};
-    /// use watertight::{CallContext, Dependency, Error, Outcome};
+    /// use std::time::Duration;
+    /// use watertight::{CallContext, Dependency};
     ///
-    /// let pricing = Dependency::builder("pricing").workers(2).timeout(Duration::from_secs(2)).build()?;
-    /// // The request has 50 ms left: so has the call, queue wait included.
-    /// let deadline = Instant::now() + Duration::from_millis(50);
-    /// let quick = pricing.within(deadline).call(|ctx: &CallContext| {
-    ///     assert!(ctx.remaining() <= Duration::from_millis(50));
-    ///     Ok::<_, std::io::Error>(1999)
-    /// });
-    /// assert_eq!(quick.unwrap(), 1999);
-    ///
-    /// // A deadline already past: rejected at once, the provider never asked.
-    /// let late = pricing.within(Instant::now()).call(|_: &CallContext| Ok::<_, std::io::Error>(0));
-    /// assert_eq!(late.unwrap_err().outcome(), Outcome::DeadlineUnmeetable);
+    /// let account = Dependency::builder("account").workers(2).build()?;
+    /// // Under the request's budget, retried while the retry budget allows.
+    /// let answer = account
+    ///     .with()
+    ///     .timeout(Duration::from_millis(800))
+    ///     .retry()
+    ///     .call(|ctx: &CallContext| Ok::<_, std::io::Error>(ctx.attempt()));
+    /// assert_eq!(answer.unwrap(), 1);
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
-    pub fn within(&self, deadline: Instant) -> Within<'_> {
-        Within { dependency: self, deadline }
+    pub fn with(&self) -> CallBuilder<'_> {
+        CallBuilder::new(self)
     }
 
     /// The dependency's name (also its breaker's and its pool's).
@@ -303,121 +237,6 @@ impl Dependency {
     /// is returned (see [`Pool::shutdown`]).
     pub fn shutdown(&self, grace: Duration) -> bool {
         self.inner.pool.shutdown(grace)
-    }
-}
-
-/// A [`Dependency`]'s call forms under a caller's deadline; from
-/// [`Dependency::within`]. Each method is its namesake on `Dependency`, with
-/// the deadline applied as `within` describes.
-#[derive(Clone, Copy)]
-pub struct Within<'a> {
-    dependency: &'a Dependency,
-    deadline: Instant,
-}
-
-impl Within<'_> {
-    /// The caller's deadline.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// [`Dependency::call`] under the caller's deadline.
-    pub fn call<T, E, F>(&self, job: F) -> Result<T, Error<E>>
-    where
-        E: Classify + Send + 'static,
-        T: Send + 'static,
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-    {
-        self.call_with(classify_by_error::<T, E>, job)
-    }
-
-    /// [`Dependency::call_with`] under the caller's deadline.
-    ///
-    /// ```
-    /// # use std::time::{Duration, Instant};
-    /// # use watertight::{CallContext, Dependency, Verdict};
-    /// # let dep = Dependency::builder("d").workers(1).build()?;
-    /// let deadline = Instant::now() + Duration::from_millis(200);
-    /// let status = dep.within(deadline).call_with(
-    ///     |r: &Result<u16, std::io::Error>| match r {
-    ///         Ok(s) if *s >= 500 => Verdict::Failure,
-    ///         Ok(_) => Verdict::Success,
-    ///         Err(_) => Verdict::Failure,
-    ///     },
-    ///     |_ctx: &CallContext| Ok(200),
-    /// );
-    /// assert_eq!(status.unwrap(), 200);
-    /// # Ok::<(), watertight::ConfigError>(())
-    /// ```
-    pub fn call_with<T, E, F, C>(&self, classify: C, job: F) -> Result<T, Error<E>>
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        self.dependency.once(Some(self.deadline), &classify, job)
-    }
-
-    /// [`Dependency::call_retry`] under the caller's deadline: no attempt
-    /// starts, and no backoff sleeps, past it.
-    ///
-    /// ```
-    /// # use std::time::{Duration, Instant};
-    /// # use watertight::{CallContext, Dependency};
-    /// # let dep = Dependency::builder("d").workers(1).build()?;
-    /// let deadline = Instant::now() + Duration::from_millis(300);
-    /// let answer = dep.within(deadline).call_retry(|ctx: &CallContext| {
-    ///     if ctx.attempt() == 1 {
-    ///         Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
-    ///     } else {
-    ///         Ok(ctx.attempt())
-    ///     }
-    /// });
-    /// assert_eq!(answer.unwrap(), 2);
-    /// # Ok::<(), watertight::ConfigError>(())
-    /// ```
-    pub fn call_retry<T, E, F>(&self, job: F) -> Result<T, Error<E>>
-    where
-        E: Classify + Send + 'static,
-        T: Send + 'static,
-        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
-    {
-        self.call_retry_with(classify_by_error::<T, E>, job)
-    }
-
-    /// [`Dependency::call_retry_with`] under the caller's deadline.
-    ///
-    /// ```
-    /// # use std::time::{Duration, Instant};
-    /// # use watertight::{CallContext, Dependency, Error, Verdict};
-    /// # let dep = Dependency::builder("d").workers(1).build()?;
-    /// // A budget that is already spent: not a single attempt starts.
-    /// let spent = Instant::now();
-    /// let answer = dep.within(spent).call_retry_with(
-    ///     |_: &Result<(), std::io::Error>| Verdict::Success,
-    ///     |_ctx: &CallContext| unreachable!("never runs"),
-    /// );
-    /// assert!(answer.unwrap_err().is_rejected());
-    /// # Ok::<(), watertight::ConfigError>(())
-    /// ```
-    pub fn call_retry_with<T, E, F, C>(&self, classify: C, job: F) -> Result<T, Error<E>>
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        self.dependency.retrying(Some(self.deadline), &classify, job)
-    }
-}
-
-impl fmt::Debug for Within<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Within")
-            .field("dependency", &self.dependency.name())
-            .field("remaining", &self.deadline.saturating_duration_since(Instant::now()))
-            .finish()
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 
-/// The largest limit a [`Limiter`](crate::Limiter) accepts, the same bound as
+/// The largest limit a [`Limiter`](crate::limit::Limiter) accepts, the same bound as
 /// a pool's worker count.
 pub(crate) const MAX_LIMIT: usize = 4096;
 /// The longest `relearn_after`: one day, like a dependency's deadline.
@@ -16,16 +16,16 @@ const MAX_WINDOW: u32 = 1_000_000;
 const MAX_TOLERANCE: f64 = 1000.0;
 
 /// The configuration of an adaptive concurrency limit (see
-/// [`Limiter`](crate::Limiter) for the rule it drives).
+/// [`Limiter`](crate::limit::Limiter) for the rule it drives).
 ///
 /// Every setter documents its default; [`validate`](Self::validate) (run by
-/// [`Limiter::new`](crate::Limiter::new)) refuses a value outside its rule
+/// [`Limiter::new`](crate::limit::Limiter::new)) refuses a value outside its rule
 /// with a [`ConfigError`] naming the field. Rates and tolerances are in
 /// percent, as everywhere in this crate.
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::AdaptiveLimit;
+/// use watertight::limit::AdaptiveLimit;
 ///
 /// let config = AdaptiveLimit::new()
 ///     .min_limit(2)
@@ -120,7 +120,7 @@ impl AdaptiveLimit {
     /// `short_window`. It falls at the short-term pace when the provider gets
     /// twice as fast (it recovered), is re-measured at the minimum (see
     /// [`relearn_after`](Self::relearn_after)), and never rises from a
-    /// congested sample (see [`Limiter`](crate::Limiter)).
+    /// congested sample (see [`Limiter`](crate::limit::Limiter)).
     pub fn long_window(mut self, samples: u32) -> Self {
         self.long_window = samples;
         self
@@ -140,7 +140,7 @@ impl AdaptiveLimit {
 
     /// Checks every value against its rule; the first one broken is named in
     /// the error. The minimum is checked against the maximum by
-    /// [`Limiter::new`](crate::Limiter::new), which knows the maximum.
+    /// [`Limiter::new`](crate::limit::Limiter::new), which knows the maximum.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=MAX_LIMIT).contains(&self.min_limit) {
             return Err(ConfigError::new("min_limit", "in [1, 4096]", self.min_limit));

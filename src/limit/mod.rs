@@ -133,7 +133,7 @@ use crate::error::ConfigError;
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::{AdaptiveLimit, Clock, Limiter, ManualClock, Verdict};
+/// use watertight::{Clock, ManualClock, Verdict, limit::{AdaptiveLimit, Limiter}};
 ///
 /// let clock = ManualClock::new();
 /// let limiter = Limiter::new(AdaptiveLimit::new().min_limit(2), 16)?;

@@ -33,7 +33,7 @@ pub(crate) type Reply<T, E> = Result<T, Error<E>>;
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::{CallContext, Pool};
+/// use watertight::{CallContext, pool::Pool};
 ///
 /// let pool = Pool::builder("inventory").workers(2).build()?;
 /// let answer = pool.call_timeout(Duration::from_secs(1), |ctx: &CallContext| {

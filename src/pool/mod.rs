@@ -63,7 +63,7 @@ use crate::histogram::LatencyHistogram;
 ///
 /// ```
 /// use std::time::Duration;
-/// use watertight::{Error, Pool, Rejection};
+/// use watertight::{Error, Rejection, pool::Pool};
 ///
 /// let pool = Pool::builder("fraud").workers(4).queue(2).build()?;
 ///
@@ -87,7 +87,7 @@ use crate::histogram::LatencyHistogram;
 ///
 /// ```compile_fail
 /// # use std::time::Duration;
-/// let pool = watertight::Pool::builder("x").build().unwrap();
+/// let pool = watertight::pool::Pool::builder("x").build().unwrap();
 /// let not_send = std::rc::Rc::new(1);
 /// let _ = pool.call_timeout(Duration::from_secs(1), move |_| Ok::<_, ()>(*not_send));
 /// ```

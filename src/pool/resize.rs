@@ -37,7 +37,7 @@ impl Pool {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let pool = watertight::Pool::builder("resized").workers(2).queue(4).build()?;
+    /// let pool = watertight::pool::Pool::builder("resized").workers(2).queue(4).build()?;
     /// pool.resize(6, 0, Duration::from_millis(5))?;
     /// assert_eq!((pool.workers(), pool.queue_capacity()), (6, 0));
     /// assert_eq!(pool.resize(0, 0, Duration::ZERO).unwrap_err().field(), "workers");

@@ -57,7 +57,7 @@ pub(crate) struct WorkerCounters {
 /// `completed`, `panicked` or `expired`; until then it is `queued` or
 /// `busy`. So, whenever no submission or job is in flight between two of its
 /// steps (for instance after the callers have their answers and
-/// [`Pool::shutdown`](crate::Pool::shutdown) has returned):
+/// [`Pool::shutdown`](crate::pool::Pool::shutdown) has returned):
 ///
 /// ```text
 /// submitted == completed + panicked + expired + queued + busy
@@ -81,7 +81,7 @@ pub struct PoolStats {
     /// Running jobs whose caller has timed out or gone: they hold a worker
     /// and nobody will read their answer.
     pub abandoned: usize,
-    /// Submissions waiting, at most [`max_wait`](crate::PoolBuilder::max_wait),
+    /// Submissions waiting, at most [`max_wait`](crate::pool::PoolBuilder::max_wait),
     /// for room in a full pool. Each holds its caller's thread while it waits.
     pub waiting: usize,
     /// Jobs accepted into the queue.

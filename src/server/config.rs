@@ -160,7 +160,7 @@ impl ServerConfigBuilder {
     /// Each request's time budget, from the moment the request was read whole
     /// (or, without the guard, taken by a request thread): the handler's
     /// [`RequestContext::deadline`](super::RequestContext::deadline), to pass
-    /// to [`Dependency::within`](crate::Dependency::within) so every
+    /// to [`CallBuilder::deadline`](crate::CallBuilder::deadline)(crate::CallBuilder::deadline) so every
     /// dependency call ends by then. A client's `X-Request-Timeout` header
     /// (`250ms`, `2s`, or milliseconds) may shorten it, never lengthen it.
     /// Default 30 s; at most one day.

@@ -45,12 +45,12 @@
 //!         return Response::from_string(metrics::encode_text(&registry)).boxed();
 //!     }
 //!     // Every call ends by the request's deadline; inventory is required.
-//!     let stock = inventory.within(ctx.deadline()).call(|_| Ok::<_, std::io::Error>(true));
+//!     let stock = inventory.with().deadline(ctx.deadline()).call(|_| Ok::<_, std::io::Error>(true));
 //!     if let Err(e) = stock {
 //!         return Response::from_string(format!("no quote: {}", e.outcome())).with_status_code(503).boxed();
 //!     }
 //!     // Pricing hangs here: the quote falls back to the list price and says why.
-//!     let price = pricing.within(ctx.deadline()).call(|ctx| {
+//!     let price = pricing.with().deadline(ctx.deadline()).call(|ctx| {
 //!         std::thread::sleep(ctx.remaining() + Duration::from_millis(50));
 //!         Ok::<_, std::io::Error>(1799)
 //!     });

@@ -64,7 +64,7 @@ fn decode_instant(value: &str) -> Option<Instant> {
 /// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
 /// let handle = serve(listener, 8, |_req: &mut Request, ctx: &RequestContext| {
 ///     // Every dependency call of this request ends by its deadline:
-///     // `dependency.within(ctx.deadline()).call(job)`.
+///     // `dependency.with().deadline(ctx.deadline()).call(job)`.
 ///     let left = ctx.remaining().as_millis();
 ///     Response::from_string(format!("{left} ms left, {} of {} threads busy", ctx.busy(), ctx.threads())).boxed()
 /// })?;
@@ -90,7 +90,7 @@ impl RequestContext {
     /// The request's deadline: its arrival plus the server's
     /// [`request_budget`](super::ServerConfig::request_budget), or sooner if
     /// the client's `X-Request-Timeout` asked for less. Hand it to
-    /// [`Dependency::within`](crate::Dependency::within).
+    /// [`CallBuilder::deadline`](crate::CallBuilder::deadline)(crate::CallBuilder::deadline).
     pub fn deadline(&self) -> Instant {
         self.deadline
     }

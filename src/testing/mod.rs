@@ -65,7 +65,7 @@
 //! use std::time::{Duration, Instant};
 //! use watertight::http::WithDeadline;
 //! use watertight::testing::{FakeProvider, Fault};
-//! use watertight::{BreakerConfig, Dependency, Error, ManualClock, State};
+//! use watertight::{Dependency, Error, ManualClock, breaker::{BreakerConfig, State}};
 //!
 //! let provider = FakeProvider::start("fraud", Fault::Hang, |_| (200, "ok".to_owned()))?;
 //! let clock = ManualClock::new();

@@ -30,7 +30,11 @@ use std::time::{Duration, Instant};
 
 use watertight::http::WithDeadline;
 use watertight::testing::{FakeProvider, Fault};
-use watertight::{AdaptiveLimit, BreakerConfig, Dependency, Error, Limiter};
+use watertight::{
+    Dependency, Error,
+    breaker::BreakerConfig,
+    limit::{AdaptiveLimit, Limiter},
+};
 
 /// The shape of one run. Every duration is a parameter, so that a test can run a
 /// scaled-down version of the bench.

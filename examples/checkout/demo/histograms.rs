@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use watertight::histogram::HistogramSnapshot;
-use watertight::{Dependency, Percentiles};
+use watertight::{Dependency, dependency::Percentiles};
 
 /// One table: for each dependency and each of its three histograms, the p50
 /// and p99 over the recent window (`Dependency::snapshot().latency`) and since

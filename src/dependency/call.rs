@@ -1,0 +1,309 @@
+//! [`CallBuilder`]: how one call is made, said once. Every way of calling a
+//! [`Dependency`] beyond the plain [`call`](Dependency::call) and
+//! [`spawn`](Dependency::spawn) is a [`with`](Dependency::with) away:
+//!
+//! | option | default |
+//! |---|---|
+//! | [`deadline`](CallBuilder::deadline) / [`timeout`](CallBuilder::timeout): the caller's own | none: the dependency's timeout alone |
+//! | [`classify`](CallBuilder::classify): what an outcome means to the breaker | [`ByError`]: `Ok` succeeds, an `Err` says through [`Classify`] |
+//! | [`retry`](CallBuilder::retry): the dependency's [`Retry`](crate::retry::Retry) | one attempt |
+//!
+//! and it ends in [`call`](CallBuilder::call) (blocking),
+//! [`spawn`](CallBuilder::spawn) or [`spawn_with`](CallBuilder::spawn_with)
+//! (detached).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use super::Dependency;
+use crate::classify::{Classify, Verdict};
+use crate::error::{Error, Rejection};
+use crate::pool::CallContext;
+
+/// What an outcome means to the breaker: a [`Verdict`] for a job's
+/// `Result<T, E>`.
+///
+/// Implemented for [`ByError`] (the default) and for every
+/// `Fn(&Result<T, E>) -> Verdict`, so a closure is a classifier:
+///
+/// ```
+/// use watertight::{CallContext, Dependency, Verdict};
+///
+/// let dep = Dependency::builder("status").workers(1).build()?;
+/// // A status code that is not an `Err`: 5xx is the provider failing.
+/// let by_status = |r: &Result<u16, std::io::Error>| match r {
+///     Ok(s) if *s >= 500 => Verdict::Failure,
+///     Ok(s) if *s >= 400 => Verdict::Ignore,
+///     Ok(_) => Verdict::Success,
+///     Err(_) => Verdict::Failure,
+/// };
+/// let status = dep.with().classify(by_status).call(|_ctx: &CallContext| Ok(503));
+/// assert_eq!(status.unwrap(), 503);
+/// assert_eq!(dep.breaker().metrics().failed, 1);
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+pub trait Classifier<T, E> {
+    /// The verdict on one outcome of the job.
+    fn verdict(&self, outcome: &Result<T, E>) -> Verdict;
+}
+
+/// The default classifier: `Ok` is a success, an `Err` is judged by its
+/// [`Classify`] implementation (for `ureq::Error` and `std::io::Error`:
+/// transport errors, timeouts and 5xx fail, 4xx is ignored; any other error
+/// type fails).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByError;
+
+impl<T, E: Classify> Classifier<T, E> for ByError {
+    fn verdict(&self, outcome: &Result<T, E>) -> Verdict {
+        match outcome {
+            Ok(_) => Verdict::Success,
+            Err(e) => e.classify(),
+        }
+    }
+}
+
+impl<T, E, F> Classifier<T, E> for F
+where
+    F: Fn(&Result<T, E>) -> Verdict,
+{
+    fn verdict(&self, outcome: &Result<T, E>) -> Verdict {
+        self(outcome)
+    }
+}
+
+/// A [`CallBuilder`] making one attempt (the default).
+#[derive(Debug, Clone, Copy)]
+pub struct Once;
+
+/// A [`CallBuilder`] retrying with the dependency's
+/// [`Retry`](crate::retry::Retry) (from [`CallBuilder::retry`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Retrying;
+
+/// How one call to a [`Dependency`] is made; from [`Dependency::with`].
+///
+/// A builder of options (see the module's table), ended by
+/// [`call`](Self::call), [`spawn`](Self::spawn) or
+/// [`spawn_with`](Self::spawn_with). It borrows the dependency and is made
+/// afresh for every call: building one costs nothing.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use watertight::{CallContext, Dependency, Outcome};
+///
+/// let pricing = Dependency::builder("pricing").workers(2).timeout(Duration::from_secs(2)).build()?;
+/// // The request has 50 ms left: so has the call, queue wait included.
+/// let deadline = Instant::now() + Duration::from_millis(50);
+/// let quick = pricing.with().deadline(deadline).call(|ctx: &CallContext| {
+///     assert!(ctx.remaining() <= Duration::from_millis(50));
+///     Ok::<_, std::io::Error>(1999)
+/// });
+/// assert_eq!(quick.unwrap(), 1999);
+///
+/// // A deadline already past: rejected at once, the provider never asked.
+/// let late = pricing.with().deadline(Instant::now()).call(|_: &CallContext| Ok::<_, std::io::Error>(0));
+/// assert_eq!(late.unwrap_err().outcome(), Outcome::DeadlineUnmeetable);
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+#[must_use = "a CallBuilder makes no call until `.call(job)`, `.spawn(job)` or `.spawn_with(on_done, job)`"]
+pub struct CallBuilder<'a, C = ByError, R = Once> {
+    dependency: &'a Dependency,
+    deadline: Option<Instant>,
+    classify: C,
+    mode: PhantomData<R>,
+}
+
+impl<'a> CallBuilder<'a> {
+    pub(super) fn new(dependency: &'a Dependency) -> Self {
+        CallBuilder { dependency, deadline: None, classify: ByError, mode: PhantomData }
+    }
+}
+
+impl<'a, C, R> CallBuilder<'a, C, R> {
+    /// The caller's own deadline (a request's budget, say): each attempt's
+    /// deadline is the earlier of it and the dependency's
+    /// [`timeout`](crate::DependencyBuilder::timeout).
+    ///
+    /// - A call whose deadline has already passed, or that the queue cannot
+    ///   meet (deadline-aware admission), is rejected at once with
+    ///   [`DeadlineUnmeetable`](Rejection::DeadlineUnmeetable), without
+    ///   touching the provider.
+    /// - A timeout at this deadline, when it came before the dependency's own,
+    ///   is answered [`Error::Timeout`] and counted `timed_out`; the breaker
+    ///   records it as a failure only once a worker had run the attempt for
+    ///   longer than the provider's normal latency (see the README's
+    ///   "Semantics"), else as ignored.
+    /// - Retries never start an attempt, nor sleep, past it.
+    ///
+    /// Defaults to none.
+    pub fn deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// [`deadline`](Self::deadline) at `timeout` from now (a timeout too long
+    /// to add to now means no deadline of the caller's).
+    pub fn timeout(self, timeout: Duration) -> Self {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.deadline(deadline),
+            None => self,
+        }
+    }
+
+    /// What the job's outcome means to the breaker (for example a response
+    /// whose 5xx status is not an `Err`); see [`Classifier`]. Timeouts and
+    /// panics are always failures; rejections are never recorded. The
+    /// classifier runs on the calling thread (for a detached call, on the
+    /// worker); if it panics, the attempt is counted `panicked`, recorded as a
+    /// failure, and answered [`Error::Panicked`].
+    ///
+    /// Defaults to [`ByError`].
+    pub fn classify<C2>(self, classify: C2) -> CallBuilder<'a, C2, R> {
+        CallBuilder { dependency: self.dependency, deadline: self.deadline, classify, mode: PhantomData }
+    }
+}
+
+impl<'a, C> CallBuilder<'a, C, Once> {
+    /// Retries with the dependency's [`Retry`](crate::retry::Retry): up to
+    /// `max_attempts` attempts, each through the breaker (so each is counted
+    /// by it), retried only after a transient outcome (a failure verdict or a
+    /// timeout; never a panic, a rejection or an ignored outcome) and only
+    /// while the retry budget allows, with exponential backoff and jitter
+    /// between them. Never sleeps past the caller's deadline or
+    /// [`Retry::overall_timeout`](crate::retry::Retry::overall_timeout), nor
+    /// when the breaker would refuse the next attempt. The job is shared by
+    /// every attempt, so it must be `Fn` ([`CallContext::attempt`] tells them
+    /// apart); the last real outcome is returned.
+    ///
+    /// Defaults to one attempt.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use watertight::{CallContext, Dependency};
+    /// # let dep = Dependency::builder("d").workers(1).build()?;
+    /// let answer = dep.with().timeout(Duration::from_millis(300)).retry().call(|ctx: &CallContext| {
+    ///     if ctx.attempt() == 1 {
+    ///         Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+    ///     } else {
+    ///         Ok(ctx.attempt())
+    ///     }
+    /// });
+    /// assert_eq!(answer.unwrap(), 2);
+    /// # Ok::<(), watertight::ConfigError>(())
+    /// ```
+    pub fn retry(self) -> CallBuilder<'a, C, Retrying> {
+        CallBuilder {
+            dependency: self.dependency,
+            deadline: self.deadline,
+            classify: self.classify,
+            mode: PhantomData,
+        }
+    }
+
+    /// Runs `job` once on a worker, through the breaker and under the
+    /// deadline, and waits for its answer: at once when rejected, and never
+    /// later than the deadline (plus scheduling noise) otherwise.
+    pub fn call<T, E, F>(self, job: F) -> Result<T, Error<E>>
+    where
+        C: Classifier<T, E>,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    {
+        let classify = self.classify;
+        self.dependency.once(self.deadline, &|r: &Result<T, E>| classify.verdict(r), job)
+    }
+
+    /// [`Dependency::spawn`] with these options: the caller's deadline bounds
+    /// the detached call too, and the classifier judges its outcome on the
+    /// worker.
+    pub fn spawn<T, E, F>(self, job: F) -> Result<(), Rejection>
+    where
+        C: Classifier<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: fmt::Display + Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    {
+        let name = self.dependency.name().to_owned();
+        self.spawn_with(
+            move |answer: Result<T, Error<E>>| {
+                if let Err(err) = answer {
+                    log::warn!(
+                        "dependency {name}: detached call failed: {}",
+                        super::detached::describe(&err)
+                    );
+                }
+            },
+            job,
+        )
+    }
+
+    /// A detached call whose answer goes to `on_done` instead of the log: the
+    /// job's value, or the [`Error`] a blocking call would have returned
+    /// ([`Timeout`](Error::Timeout) for a job that returned, or was still
+    /// queued, after its deadline; [`Panicked`](Error::Panicked);
+    /// [`Rejected`](Error::Rejected)`(`[`ShuttingDown`](Rejection::ShuttingDown)`)`
+    /// for a queued job that shutdown discarded).
+    ///
+    /// `on_done` is called exactly once for every call admitted (`Ok(())`),
+    /// and never for a call refused at once (the `Err` is its answer). It
+    /// runs after the outcome is counted and recorded, on the worker that ran
+    /// the job; for a job that never started, on the thread that dropped it
+    /// (the worker that found it expired, or the thread calling
+    /// [`shutdown`](Dependency::shutdown)). Keep it short, and do not shut the
+    /// dependency down from it. A panic in it is caught and logged.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    /// use watertight::{CallContext, Dependency, Error};
+    ///
+    /// let notification = Dependency::builder("notification").workers(1).build()?;
+    /// let (tx, rx) = mpsc::channel();
+    /// notification.with().spawn_with(
+    ///     move |answer: Result<u16, Error<std::io::Error>>| {
+    ///         let _ = tx.send(answer.map_err(|e| e.to_string()));
+    ///     },
+    ///     |_ctx: &CallContext| Ok(202),
+    /// )?;
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5))?, Ok(202));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn_with<T, E, F, D>(self, on_done: D, job: F) -> Result<(), Rejection>
+    where
+        C: Classifier<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        D: FnOnce(Result<T, Error<E>>) + Send + 'static,
+    {
+        self.dependency.detach(self.deadline, self.classify, on_done, job)
+    }
+}
+
+impl<C> CallBuilder<'_, C, Retrying> {
+    /// Runs `job` with retries (see [`retry`](CallBuilder::retry)) and waits
+    /// for the last answer.
+    pub fn call<T, E, F>(self, job: F) -> Result<T, Error<E>>
+    where
+        C: Classifier<T, E>,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
+    {
+        let classify = self.classify;
+        self.dependency.retrying(self.deadline, &|r: &Result<T, E>| classify.verdict(r), job)
+    }
+}
+
+impl<C, R> fmt::Debug for CallBuilder<'_, C, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallBuilder")
+            .field("dependency", &self.dependency.name())
+            .field("remaining", &self.deadline.map(|d| d.saturating_duration_since(Instant::now())))
+            .field("retry", &(std::any::type_name::<R>() == std::any::type_name::<Retrying>()))
+            .finish_non_exhaustive()
+    }
+}
