@@ -1,5 +1,7 @@
 //! [`Limiter`]: an adaptive concurrency limit that follows the provider's
-//! latency, and its [`LimitPermit`].
+//! latency, and its [`LimitPermit`]; and [`RateLimiter`], a rate and a burst
+//! whose callers wait for a permit only as long as their deadline allows
+//! (`rate.rs`).
 //!
 //! A fixed pool holds as many request threads as it admits for as long as the
 //! provider takes. When a provider browns out (5 ms becomes 500 ms, errors
@@ -108,6 +110,7 @@
 //! permit is granted until enough of them have finished.
 
 mod config;
+mod rate;
 mod rule;
 
 use std::fmt;
@@ -118,6 +121,7 @@ use parking_lot::Mutex;
 
 pub use self::config::AdaptiveLimit;
 use self::config::MAX_LIMIT;
+pub use self::rate::{RateLimit, RateLimited, RateLimiter};
 use self::rule::{BaselineChange, Rule};
 use crate::classify::Verdict;
 use crate::error::ConfigError;
