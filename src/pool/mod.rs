@@ -28,6 +28,7 @@ pub mod queue;
 #[cfg(not(loom))]
 mod queue;
 mod resize;
+mod semaphore;
 #[cfg(loom)]
 pub mod slot;
 #[cfg(not(loom))]
@@ -47,6 +48,7 @@ use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
 use self::estimate::{ServiceTime, WakeTime};
 use self::queue::{Queue, Refused};
+pub use self::semaphore::{Semaphore, SemaphorePermit};
 pub use self::stats::PoolStats;
 use self::stats::{PoolCounters, PoolLatency};
 use self::worker::join_worker;
