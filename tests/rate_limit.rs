@@ -1,0 +1,114 @@
+//! The rate limiter in real time: 16 threads against 1,000 permits a second
+//! for 10 s, callers never waiting past their deadline, and a live
+//! reconfiguration under load. (Its rules on a `ManualClock` are its unit
+//! tests, in src/limit/rate.rs.)
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use watertight::limit::{RateLimit, RateLimiter};
+
+const THREADS: usize = 16;
+
+#[test]
+fn sixteen_threads_get_the_rate_and_the_burst_and_never_wait_past_their_deadline() {
+    const RUN: Duration = Duration::from_secs(10);
+    const BURST: u32 = 50;
+    let limiter =
+        RateLimiter::new(RateLimit::per_second(1000.0).burst(BURST).max_wait(Duration::from_millis(20)))
+            .unwrap();
+    let admitted = Arc::new(AtomicU64::new(0));
+    let late = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let (limiter, admitted, late, start) =
+                (limiter.clone(), admitted.clone(), late.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let began = Instant::now();
+                let mut refused = 0u64;
+                while began.elapsed() < RUN {
+                    // Budgets of 1-16 ms: some fit the wait, some do not.
+                    let deadline = Instant::now() + Duration::from_millis(1 + i as u64);
+                    match limiter.acquire(deadline) {
+                        Ok(()) => {
+                            // The wait was granted only if it fit the deadline; this
+                            // leaves room for the sleep's own overshoot on a loaded machine.
+                            if Instant::now() > deadline + Duration::from_millis(250) {
+                                late.fetch_add(1, Ordering::Relaxed);
+                            }
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            refused += 1;
+                            // A refused caller is told when to come back; do not spin on it.
+                            thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    start.wait();
+    let refused: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let admitted = admitted.load(Ordering::Relaxed);
+    let expected = 10_000.0 + f64::from(BURST);
+    println!("admitted {admitted} in 10 s (expected {expected}), refused {refused}");
+    assert!(
+        (admitted as f64 - expected).abs() <= expected * 0.01,
+        "admitted {admitted}, expected {expected} +- 1 %"
+    );
+    assert_eq!(late.load(Ordering::Relaxed), 0, "a caller got its permit past its deadline (+250 ms)");
+    assert!(refused > 0, "the load was over the rate");
+}
+
+#[test]
+fn reconfiguring_under_load_answers_every_call_once() {
+    let limiter =
+        RateLimiter::new(RateLimit::per_second(1000.0).burst(10).max_wait(Duration::from_millis(5))).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let start = Arc::new(Barrier::new(THREADS + 1));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (limiter, stop, answered, start) =
+                (limiter.clone(), stop.clone(), answered.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let mut calls = 0u64;
+                let mut slowest = Duration::ZERO;
+                let bound = Instant::now() + Duration::from_secs(30);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < bound {
+                    let asked = Instant::now();
+                    let _ = limiter.acquire(asked + Duration::from_millis(10));
+                    slowest = slowest.max(asked.elapsed());
+                    calls += 1;
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+                (calls, slowest)
+            })
+        })
+        .collect();
+    start.wait();
+    for per_second in [100.0, 1000.0, 100.0, 1000.0] {
+        thread::sleep(Duration::from_millis(300));
+        limiter
+            .reconfigure(RateLimit::per_second(per_second).burst(10).max_wait(Duration::from_millis(5)))
+            .unwrap();
+    }
+    thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let mut calls = 0;
+    for t in threads {
+        let (c, slowest) = t.join().unwrap();
+        calls += c;
+        // A caller waits at most max_wait (5 ms), plus scheduling noise.
+        assert!(slowest < Duration::from_millis(500), "a call took {slowest:?}");
+    }
+    assert_eq!(calls, answered.load(Ordering::Relaxed), "every call answered exactly once");
+    assert_eq!(limiter.config().rate(), 1000.0);
+}
