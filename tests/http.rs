@@ -285,6 +285,9 @@ fn an_expired_context_times_out_at_once_without_connecting() {
         let began = Instant::now();
         let outcome = agent.get(&url).with_deadline(ctx).call().map(|_| ());
         tx.send((outcome, began.elapsed())).unwrap();
+        // Outlive the caller's wait by far, so that even a caller woken late on a
+        // loaded machine finds no answer at its deadline.
+        thread::sleep(Duration::from_millis(500));
         Ok(())
     });
     assert!(matches!(result, Err(Error::Timeout { .. })), "{result:?}");
