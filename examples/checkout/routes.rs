@@ -37,8 +37,7 @@ use crate::admin::{self, TOKEN_HEADER};
 use crate::backends::{Backends, FraudVerdict};
 use crate::dashboard::{self, StateClock};
 use crate::live::{LiveConfig, LiveError};
-use watertight::Registry;
-use watertight::config::DependencyConfigFile;
+use watertight::{DependencyConfig, Registry};
 use watertight::server::RequestContext;
 use watertight::testing::{FakeProvider, Fault};
 
@@ -388,7 +387,7 @@ impl App {
             Err(resp) => return resp,
         };
         let new =
-            match DependencyConfigFile::from_deserializer(&mut serde_json::Deserializer::from_slice(&body)) {
+            match DependencyConfig::from_deserializer(&mut serde_json::Deserializer::from_slice(&body)) {
                 Ok(new) => new,
                 Err(e) => return invalid_config(&e),
             };
