@@ -174,8 +174,9 @@ fn the_config_travels_as_json_and_back() {
     let text = serde_json::to_string(&dep.config()).unwrap();
     assert!(text.contains(r#""window":{"time":20}"#), "{text}");
     assert!(text.contains(r#""timeout":"1s""#), "{text}");
-    let mut read = watertight::DependencyConfig::from_deserializer(&mut serde_json::Deserializer::from_str(&text))
-        .unwrap();
+    let mut read =
+        watertight::DependencyConfig::from_deserializer(&mut serde_json::Deserializer::from_str(&text))
+            .unwrap();
     assert_eq!(read, dep.config());
     read.retry = Retry::builder().jitter(Jitter::None).build().unwrap();
     dep.reconfigure(read.clone()).unwrap();

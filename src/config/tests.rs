@@ -19,42 +19,43 @@ fn from_json(text: &str) -> Result<Config, ConfigFileError> {
 
 /// A configuration with every field away from its default.
 fn everything() -> Config {
-    let mut dep = DependencyConfig::default();
-    dep.workers = 7;
-    dep.queue = 3;
-    dep.max_wait = Duration::from_millis(150);
-    dep.timeout = Duration::from_millis(2500);
-    dep.deadline_aware_admission = false;
-    dep.breaker = BreakerConfig::time_based(30)
-        .minimum_calls(12)
-        .failure_rate(40.5)
-        .slow_call_rate(80.0)
-        .slow_call_duration(Duration::from_millis(900))
-        .open_for(Duration::from_secs(12))
-        .open_backoff(1.5, Duration::from_secs(120))
-        .half_open_calls(4)
-        .max_wait_in_half_open(Duration::from_secs(45))
-        .after_max_wait(State::Closed)
-        .enabled(false);
-    dep.retry = Retry::builder()
-        .max_attempts(5)
-        .backoff(Duration::from_millis(20), Duration::from_millis(700))
-        .backoff_multiplier(3.0)
-        .jitter(Jitter::Equal)
-        .budget(12.5, 4)
-        .overall_timeout(Duration::from_secs(9))
-        .build()
-        .unwrap();
-    dep.adaptive_limit = Some(
-        AdaptiveLimit::new()
-            .min_limit(3)
-            .tolerance(75.0)
-            .smoothing(35.0)
-            .failure_cut(25.0)
-            .short_window(8)
-            .long_window(300)
-            .relearn_after(Duration::from_secs(120)),
-    );
+    let dep = DependencyConfig {
+        workers: 7,
+        queue: 3,
+        max_wait: Duration::from_millis(150),
+        timeout: Duration::from_millis(2500),
+        deadline_aware_admission: false,
+        breaker: BreakerConfig::time_based(30)
+            .minimum_calls(12)
+            .failure_rate(40.5)
+            .slow_call_rate(80.0)
+            .slow_call_duration(Duration::from_millis(900))
+            .open_for(Duration::from_secs(12))
+            .open_backoff(1.5, Duration::from_secs(120))
+            .half_open_calls(4)
+            .max_wait_in_half_open(Duration::from_secs(45))
+            .after_max_wait(State::Closed)
+            .enabled(false),
+        retry: Retry::builder()
+            .max_attempts(5)
+            .backoff(Duration::from_millis(20), Duration::from_millis(700))
+            .backoff_multiplier(3.0)
+            .jitter(Jitter::Equal)
+            .budget(12.5, 4)
+            .overall_timeout(Duration::from_secs(9))
+            .build()
+            .unwrap(),
+        adaptive_limit: Some(
+            AdaptiveLimit::new()
+                .min_limit(3)
+                .tolerance(75.0)
+                .smoothing(35.0)
+                .failure_cut(25.0)
+                .short_window(8)
+                .long_window(300)
+                .relearn_after(Duration::from_secs(120)),
+        ),
+    };
     let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);
     config.dependencies.insert("account-read".into(), DependencyConfig::default());
@@ -170,7 +171,7 @@ const READ_ERRORS: &[(&str, &str, &str)] = &[
         "unknown variant `sliding`",
     ),
     (
-        // The shape before 0.2: the kind alone, its size beside it.
+        // The earlier shape: the kind alone, its size beside it.
         "[dependencies.fraud.breaker]\nwindow = \"count\"",
         "dependencies.fraud.breaker.window.count",
         "expected newtype variant",

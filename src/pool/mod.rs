@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-pub(crate) use self::builder::check_settings;
 pub use self::builder::PoolBuilder;
+pub(crate) use self::builder::check_settings;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
 use self::estimate::{ServiceTime, WakeTime};
