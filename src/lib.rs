@@ -67,6 +67,9 @@
 // The floor: no module here imports one above it.
 mod classify;
 pub mod clock;
+// Durations as human strings in files (feature `serde`).
+#[cfg(feature = "serde")]
+mod duration;
 mod error;
 pub mod histogram;
 mod listeners;

@@ -1,5 +1,5 @@
-//! Retries outside the breaker: [`Retry`] (attempts, backoff with full jitter,
-//! overall timeout), the retry budget that keeps retries from multiplying an
+//! Retries outside the breaker: [`Retry`] (attempts, backoff with full, equal
+//! or no jitter, overall timeout), the retry budget that keeps retries from multiplying an
 //! outage, and the small PRNG behind the jitter.
 
 use std::hash::{BuildHasher, Hasher};
@@ -14,8 +14,8 @@ use crate::error::ConfigError;
 const BUCKETS: usize = 10;
 
 /// How a dependency retries transient failures, used by
-/// [`CallBuilder::retry`](crate::CallBuilder::retry)(crate::CallBuilder::retry). Built by
-/// [`Retry::builder`], so a `Retry` is always valid; read back with getters
+/// [`CallBuilder::retry`](crate::CallBuilder::retry). Built by
+/// [`Retry::builder`], whose setters set its fields; read back with getters
 /// named like the setters.
 ///
 /// The rules: a retry sits *outside* the breaker, so
@@ -53,31 +53,81 @@ const BUCKETS: usize = 10;
 /// assert_eq!(retry.budget(), (20.0, 10));
 /// # Ok::<(), watertight::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Retry {
-    settings: RetryBuilder,
-}
-
-/// The settings of a [`Retry`]; from [`Retry::builder`].
+///
+/// # Files
+///
+/// With the `serde` feature a `Retry` is also a file section (every field
+/// may be left out and takes its default, an unknown one is refused;
+/// durations are strings, the budget a percentage), checked by
+/// [`validate`](Retry::validate) once read:
+///
+/// ```toml
+/// max_attempts = 3
+/// initial_backoff = "50ms"
+/// max_backoff = "1s"
+/// backoff_multiplier = 2.0
+/// jitter = "equal"
+/// budget_percent = 20.0
+/// budget_min_per_sec = 10
+/// overall_timeout = "5s"
+/// ```
 #[derive(Debug, Clone, PartialEq)]
-#[must_use = "a builder does nothing until `build()` is called"]
-pub struct RetryBuilder {
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
+pub struct Retry {
     max_attempts: u32,
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
     initial_backoff: Duration,
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
     max_backoff: Duration,
-    multiplier: f64,
+    backoff_multiplier: f64,
+    jitter: Jitter,
     budget_percent: f64,
     budget_min_per_sec: u32,
+    #[cfg_attr(
+        feature = "serde",
+        serde(with = "crate::duration::option", skip_serializing_if = "Option::is_none")
+    )]
     overall_timeout: Option<Duration>,
 }
 
-impl Default for RetryBuilder {
+/// How much of each backoff is drawn at random ([`RetryBuilder::jitter`]).
+///
+/// Retries of callers that failed together should not arrive together; the
+/// cap before retry `n` is `initial x multiplier^(n - 1)`, at most `max`.
+/// In a file: `jitter = "full"`, `"equal"` or `"none"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Jitter {
+    /// The sleep is drawn uniformly from zero to the cap: the widest spread,
+    /// and on average half the cap.
+    #[default]
+    Full,
+    /// Half the cap, plus a draw from zero to the other half: never less than
+    /// half the cap, so a retry always waits, and still spread.
+    Equal,
+    /// The sleep is the cap itself: `200ms` doubling sleeps exactly 200 ms,
+    /// 400 ms, 800 ms...
+    None,
+}
+
+/// Sets the fields of a [`Retry`], one setter each; from [`Retry::builder`].
+/// [`build`](Self::build) checks them.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[must_use = "a builder does nothing until `build()` is called"]
+pub struct RetryBuilder {
+    retry: Retry,
+}
+
+impl Default for Retry {
     fn default() -> Self {
-        RetryBuilder {
+        Retry {
             max_attempts: 3,
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),
-            multiplier: 2.0,
+            backoff_multiplier: 2.0,
+            jitter: Jitter::Full,
             budget_percent: 20.0,
             budget_min_per_sec: 10,
             overall_timeout: None,
@@ -98,7 +148,7 @@ impl Retry {
 
     /// No retries at all: one attempt per call.
     pub fn disabled() -> Self {
-        Retry { settings: RetryBuilder { max_attempts: 1, ..RetryBuilder::default() } }
+        Retry { max_attempts: 1, ..Retry::default() }
     }
 
     /// A builder starting from the defaults of [`Retry::new`].
@@ -108,94 +158,39 @@ impl Retry {
 
     /// Attempts per call, the first one included.
     pub fn max_attempts(&self) -> u32 {
-        self.settings.max_attempts
+        self.max_attempts
     }
 
     /// The `(initial, max)` backoff.
     pub fn backoff(&self) -> (Duration, Duration) {
-        (self.settings.initial_backoff, self.settings.max_backoff)
+        (self.initial_backoff, self.max_backoff)
     }
 
     /// The backoff multiplier.
     pub fn backoff_multiplier(&self) -> f64 {
-        self.settings.multiplier
+        self.backoff_multiplier
+    }
+
+    /// How much of each backoff is drawn at random.
+    pub fn jitter(&self) -> Jitter {
+        self.jitter
     }
 
     /// The budget: `(percent of calls, minimum retries per second)`.
     pub fn budget(&self) -> (f64, u32) {
-        (self.settings.budget_percent, self.settings.budget_min_per_sec)
+        (self.budget_percent, self.budget_min_per_sec)
     }
 
     /// The overall timeout, if any.
     pub fn overall_timeout(&self) -> Option<Duration> {
-        self.settings.overall_timeout
-    }
-
-    /// The cap on the backoff before retry number `retry` (1 for the first
-    /// retry): `initial x multiplier^(retry - 1)`, at most `max`.
-    pub(crate) fn backoff_cap(&self, retry: u32) -> Duration {
-        let s = &self.settings;
-        if s.initial_backoff.is_zero() || retry == 0 {
-            return Duration::ZERO;
-        }
-        let exp = i32::try_from(retry - 1).unwrap_or(i32::MAX);
-        let secs = s.initial_backoff.as_secs_f64() * s.multiplier.powi(exp);
-        // `secs` may be +inf after many retries; `min` brings it back to the cap.
-        let capped = secs.min(s.max_backoff.as_secs_f64());
-        Duration::try_from_secs_f64(capped).unwrap_or(s.max_backoff).min(s.max_backoff)
-    }
-}
-
-impl RetryBuilder {
-    /// Attempts per call, the first one included. Default 3; 1 turns retries
-    /// off. Must be at least 1.
-    pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = n;
-        self
-    }
-
-    /// The backoff before the first retry (`initial`) and the cap it grows to
-    /// (`max`). Default 50 ms and 1 s. The actual sleep is drawn uniformly from
-    /// zero to the current cap ("full jitter"), so callers that failed together
-    /// do not retry together. `initial` must not exceed `max`; a zero
-    /// `initial` retries at once.
-    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.initial_backoff = initial;
-        self.max_backoff = max;
-        self
-    }
-
-    /// How the backoff cap grows from one retry to the next. Default 2.0;
-    /// must be finite and at least 1.
-    pub fn backoff_multiplier(mut self, multiplier: f64) -> Self {
-        self.multiplier = multiplier;
-        self
-    }
-
-    /// The retry budget: retries may be at most `percent` % of the calls
-    /// made, plus `min_per_sec` retries a second, over a 10-second window
-    /// (see [the budget](Retry#the-budget)). Default 20.0 (%) and 10.
-    /// `percent` is a percentage like every rate in this crate: 20.0 means
-    /// 20 %, and it must be within `[0, 100]`. `budget(0.0, 0)` forbids
-    /// retries outright.
-    pub fn budget(mut self, percent: f64, min_per_sec: u32) -> Self {
-        self.budget_percent = percent;
-        self.budget_min_per_sec = min_per_sec;
-        self
-    }
-
-    /// The most one call may take, all attempts and backoffs included. Default
-    /// none (each attempt still has the dependency's timeout). With it set, no
-    /// attempt's deadline lies past it, and a backoff that would end past it
-    /// is not slept: the last outcome is returned instead. Must be non-zero.
-    pub fn overall_timeout(mut self, timeout: Duration) -> Self {
-        self.overall_timeout = Some(timeout);
-        self
+        self.overall_timeout
     }
 
     /// Checks every field; the error names the first bad one, as its setter
-    /// spells it (`retry.max_attempts`, `retry.backoff`, ...).
-    pub fn build(self) -> Result<Retry, ConfigError> {
+    /// spells it (`retry.max_attempts`, `retry.backoff`, ...). A `Retry` from
+    /// [`RetryBuilder::build`] has passed it; one read from a file has not
+    /// until [`Config`](crate::config::Config) runs it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_attempts == 0 {
             return Err(ConfigError::new("retry.max_attempts", "at least 1", self.max_attempts));
         }
@@ -206,8 +201,12 @@ impl RetryBuilder {
                 format_args!("initial {:?} > max {:?}", self.initial_backoff, self.max_backoff),
             ));
         }
-        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
-            return Err(ConfigError::new("retry.backoff_multiplier", "finite and >= 1", self.multiplier));
+        if !(self.backoff_multiplier.is_finite() && self.backoff_multiplier >= 1.0) {
+            return Err(ConfigError::new(
+                "retry.backoff_multiplier",
+                "finite and >= 1",
+                self.backoff_multiplier,
+            ));
         }
         if !(self.budget_percent.is_finite() && (0.0..=100.0).contains(&self.budget_percent)) {
             return Err(ConfigError::new("retry.budget", "a percentage in [0, 100]", self.budget_percent));
@@ -215,7 +214,100 @@ impl RetryBuilder {
         if self.overall_timeout == Some(Duration::ZERO) {
             return Err(ConfigError::new("retry.overall_timeout", "greater than zero", "0ns"));
         }
-        Ok(Retry { settings: self })
+        Ok(())
+    }
+
+    /// The cap on the backoff before retry number `retry` (1 for the first
+    /// retry): `initial x multiplier^(retry - 1)`, at most `max`.
+    pub(crate) fn backoff_cap(&self, retry: u32) -> Duration {
+        if self.initial_backoff.is_zero() || retry == 0 {
+            return Duration::ZERO;
+        }
+        let exp = i32::try_from(retry - 1).unwrap_or(i32::MAX);
+        let secs = self.initial_backoff.as_secs_f64() * self.backoff_multiplier.powi(exp);
+        // `secs` may be +inf after many retries; `min` brings it back to the cap.
+        let capped = secs.min(self.max_backoff.as_secs_f64());
+        Duration::try_from_secs_f64(capped).unwrap_or(self.max_backoff).min(self.max_backoff)
+    }
+
+    /// The sleep before retry number `retry`: its cap, jittered as
+    /// [`jitter`](Self::jitter) says, with draws from `source`.
+    pub(crate) fn pause(&self, retry: u32, source: &JitterSource) -> Duration {
+        let cap = self.backoff_cap(retry);
+        match self.jitter {
+            Jitter::Full => source.upto(cap),
+            Jitter::Equal => {
+                let half = cap / 2;
+                half + source.upto(cap - half)
+            }
+            Jitter::None => cap,
+        }
+    }
+}
+
+impl RetryBuilder {
+    /// Attempts per call, the first one included; 1 turns retries off. Must
+    /// be at least 1. Defaults to 3.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.retry.max_attempts = n;
+        self
+    }
+
+    /// The backoff before the first retry (`initial`) and the cap it grows to
+    /// (`max`). The actual sleep is jittered as [`jitter`](Self::jitter)
+    /// says, so callers that failed together do not retry together.
+    /// `initial` must not exceed `max`; a zero `initial` retries at once.
+    /// Defaults to 50 ms and 1 s.
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.retry.initial_backoff = initial;
+        self.retry.max_backoff = max;
+        self
+    }
+
+    /// How the backoff cap grows from one retry to the next; must be finite
+    /// and at least 1. Defaults to 2.0.
+    pub fn backoff_multiplier(mut self, multiplier: f64) -> Self {
+        self.retry.backoff_multiplier = multiplier;
+        self
+    }
+
+    /// How much of each backoff is drawn at random: [`Jitter::Full`] (from
+    /// zero to the cap), [`Jitter::Equal`] (half the cap plus a draw up to
+    /// the other half) or [`Jitter::None`] (the cap itself). Defaults to
+    /// [`Jitter::Full`].
+    pub fn jitter(mut self, jitter: Jitter) -> Self {
+        self.retry.jitter = jitter;
+        self
+    }
+
+    /// The retry budget: retries may be at most `percent` % of the calls
+    /// made, plus `min_per_sec` retries a second, over a 10-second window
+    /// (see [the budget](Retry#the-budget)).
+    /// `percent` is a percentage like every rate in this crate: 20.0 means
+    /// 20 %, and it must be within `[0, 100]`. `budget(0.0, 0)` forbids
+    /// retries outright. Defaults to 20.0 (%) and 10.
+    pub fn budget(mut self, percent: f64, min_per_sec: u32) -> Self {
+        self.retry.budget_percent = percent;
+        self.retry.budget_min_per_sec = min_per_sec;
+        self
+    }
+
+    /// The most one call may take, all attempts and backoffs included. With
+    /// it set, no attempt's deadline lies past it, and a backoff that would
+    /// end past it is not slept: the last outcome is returned instead. Must
+    /// be non-zero. Defaults to none (each attempt still has the
+    /// dependency's timeout).
+    pub fn overall_timeout(mut self, timeout: Duration) -> Self {
+        self.retry.overall_timeout = Some(timeout);
+        self
+    }
+
+    /// Checks every field ([`Retry::validate`]); the error names the first
+    /// bad one, as its setter spells it (`retry.max_attempts`,
+    /// `retry.backoff`, ...).
+    pub fn build(self) -> Result<Retry, ConfigError> {
+        self.retry.validate()?;
+        Ok(self.retry)
     }
 }
 
@@ -341,11 +433,11 @@ impl RetryBudget {
 /// step (so concurrent callers never draw the same state) and mixes it;
 /// `Relaxed` is enough because the state publishes no other memory.
 #[derive(Debug)]
-pub(crate) struct Jitter {
+pub(crate) struct JitterSource {
     state: AtomicU64,
 }
 
-impl Jitter {
+impl JitterSource {
     const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 
     /// Seeded from the standard library's per-process random hasher keys.
@@ -355,7 +447,7 @@ impl Jitter {
     }
 
     pub(crate) fn with_seed(seed: u64) -> Self {
-        Jitter { state: AtomicU64::new(seed) }
+        JitterSource { state: AtomicU64::new(seed) }
     }
 
     pub(crate) fn next_u64(&self) -> u64 {
@@ -420,13 +512,61 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_the_cap_and_spreads() {
-        let j = Jitter::with_seed(7);
+        let j = JitterSource::with_seed(7);
         let cap = Duration::from_millis(100);
         let draws: Vec<Duration> = (0..1000).map(|_| j.upto(cap)).collect();
         assert!(draws.iter().all(|d| *d <= cap));
         let low = draws.iter().filter(|d| **d < cap / 2).count();
         assert!((350..650).contains(&low), "{low} of 1000 draws below half the cap");
         assert_eq!(j.upto(Duration::ZERO), Duration::ZERO);
+    }
+
+    fn exponential(jitter: Jitter) -> Retry {
+        Retry::builder()
+            .max_attempts(6)
+            .backoff(Duration::from_millis(200), Duration::from_secs(2))
+            .jitter(jitter)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn no_jitter_sleeps_the_cap_exactly() {
+        let r = exponential(Jitter::None);
+        let j = JitterSource::with_seed(7);
+        let pauses: Vec<u64> = (1..=5).map(|n| r.pause(n, &j).as_millis() as u64).collect();
+        assert_eq!(pauses, [200, 400, 800, 1600, 2000]);
+    }
+
+    #[test]
+    fn full_jitter_draws_from_zero_to_the_cap() {
+        let r = exponential(Jitter::Full);
+        assert_eq!(Retry::new().jitter(), Jitter::Full, "the default");
+        // The same seeded source gives the same draws as `upto` itself.
+        let (a, b) = (JitterSource::with_seed(7), JitterSource::with_seed(7));
+        for n in 1..=5 {
+            assert_eq!(r.pause(n, &a), b.upto(r.backoff_cap(n)));
+        }
+        let j = JitterSource::with_seed(11);
+        let cap = r.backoff_cap(1);
+        let draws: Vec<Duration> = (0..1000).map(|_| r.pause(1, &j)).collect();
+        assert!(draws.iter().all(|d| *d <= cap));
+        let low = draws.iter().filter(|d| **d < cap / 2).count();
+        assert!((350..650).contains(&low), "{low} of 1000 draws below half the cap");
+    }
+
+    #[test]
+    fn equal_jitter_keeps_half_the_cap() {
+        let r = exponential(Jitter::Equal);
+        let j = JitterSource::with_seed(7);
+        for n in 1..=5 {
+            let cap = r.backoff_cap(n);
+            let draws: Vec<Duration> = (0..400).map(|_| r.pause(n, &j)).collect();
+            assert!(draws.iter().all(|d| *d >= cap / 2 && *d <= cap), "retry {n}: cap {cap:?}");
+            let low = draws.iter().filter(|d| **d < cap * 3 / 4).count();
+            assert!((120..280).contains(&low), "retry {n}: {low} of 400 below three quarters of the cap");
+        }
+        assert_eq!(exponential(Jitter::Equal).pause(0, &j), Duration::ZERO);
     }
 
     #[test]

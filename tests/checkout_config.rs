@@ -10,7 +10,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use watertight::config::{Config, DependencyConfigFile, WindowKind};
+use watertight::DependencyConfig;
+use watertight::breaker::WindowKind;
+use watertight::config::Config;
+use watertight::retry::Retry;
 
 use checkout_bin::{Answer, Checkout, binary, exchange, get};
 
@@ -62,7 +65,7 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
     assert_eq!((fraud.workers, fraud.queue), (6, 2));
     assert_eq!((fraud.max_wait, fraud.timeout), (Duration::from_millis(100), Duration::from_secs(3)));
     let b = &fraud.breaker;
-    assert_eq!((b.window, b.window_size, b.minimum_calls), (WindowKind::Count, 16, 8));
+    assert_eq!((b.window, b.minimum_calls), (WindowKind::Count(16), 8));
     assert_eq!((b.failure_rate, b.open_for, b.half_open_calls), (50.0, Duration::from_secs(15), 5));
     // Each breaker needs at most as many failures as its dependency can hold.
     for (name, workers) in [("account-access", 4), ("account-read", 2)] {
@@ -70,16 +73,13 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
         assert_eq!((a.workers, a.queue, a.max_wait), (workers, 0, Duration::from_millis(100)), "{name}");
         assert_eq!(a.timeout, Duration::from_secs(10));
         let b = &a.breaker;
-        assert_eq!((b.window, b.window_size, b.minimum_calls), (WindowKind::Time, 30, workers as u32));
+        assert_eq!((b.window, b.minimum_calls), (WindowKind::Time(30), workers as u32));
         assert_eq!((b.open_for, b.half_open_calls), (Duration::from_secs(15), 3));
         assert_eq!(b.max_wait_in_half_open, Duration::from_secs(60));
     }
     let n = &config.dependencies["notification"];
     assert_eq!((n.workers, n.queue, n.timeout), (2, 8, Duration::from_secs(2)));
-    assert_eq!(
-        (n.breaker.window, n.breaker.window_size, n.breaker.minimum_calls),
-        (WindowKind::Count, 10, 5)
-    );
+    assert_eq!((n.breaker.window, n.breaker.minimum_calls), (WindowKind::Count(10), 5));
     // Written out and read back, nothing changes.
     let written = toml::to_string(&config).expect("serialize");
     assert_eq!(parse(&written), config, "{written}");
@@ -119,7 +119,7 @@ fn the_binary_runs_with_the_file_and_shows_its_values() {
     assert_eq!(fraud["pool"]["queue_capacity"], 2);
     assert_eq!(fraud["timeout_ms"], 3000);
     assert_eq!(fraud["max_wait_ms"], 100);
-    assert_eq!(fraud["config"]["breaker"]["window_size"], 16);
+    assert_eq!(fraud["config"]["breaker"]["window"]["count"], 16);
     assert_eq!(fraud["config"]["breaker"]["failure_rate"], 50.0);
     assert_eq!(fraud["config"]["retry"]["max_attempts"], 3);
     assert_eq!(fraud["limit"], Value::Null, "no adaptive limit in the file");
@@ -255,6 +255,8 @@ fn put_config_refuses_what_it_cannot_apply() {
         (r#"{"colour": "red"}"#, "colour"),
         (r#"{"breaker": {"failure_rate": 101}}"#, "breaker.failure_rate"),
         (r#"{"breaker": {"window": "sliding"}}"#, "breaker.window"),
+        (r#"{"breaker": {"window": {"count": 0}}}"#, "breaker.window.count"),
+        (r#"{"retry": {"jitter": "half"}}"#, "retry.jitter"),
         (r#"{"retry": {"initial_backoff": "2s", "max_backoff": "1s"}}"#, "retry.initial_backoff"),
         (r#"{"adaptive_limit": {"failure_cut": 0}}"#, "adaptive_limit.failure_cut"),
     ];
@@ -270,7 +272,7 @@ fn put_config_refuses_what_it_cannot_apply() {
     assert_eq!(wrong_method.status, 405);
     // Nothing was changed by any of it.
     let fraud = json(&request(server.addr, "GET", "/_config/fraud", "", ""));
-    let fraud: DependencyConfigFile = serde_json::from_value(fraud).expect("a dependency section");
+    let fraud: DependencyConfig = serde_json::from_value(fraud).expect("a dependency section");
     assert_eq!(fraud, parse(&std::fs::read_to_string(FILE).unwrap()).dependencies["fraud"]);
 }
 
@@ -282,17 +284,18 @@ fn put_config_changes_a_dependency_live() {
     let get_fraud = || {
         let answer = request(server.addr, "GET", "/_config/fraud", "", "");
         assert_eq!(answer.status, 200, "{}", answer.body);
-        serde_json::from_value::<DependencyConfigFile>(json(&answer)).expect("a dependency section")
+        serde_json::from_value::<DependencyConfig>(json(&answer)).expect("a dependency section")
     };
     let mut fraud = get_fraud();
     fraud.timeout = Duration::from_millis(1500);
     fraud.breaker.failure_rate = 40.0;
-    fraud.breaker.window_size = 30;
-    fraud.retry.max_attempts = 2;
+    fraud.breaker.window = WindowKind::Count(30);
+    assert_eq!(fraud.retry, Retry::new(), "the example retries with the defaults");
+    fraud.retry = Retry::builder().max_attempts(2).build().unwrap();
     fraud.adaptive_limit = Some(Default::default());
     let answer = request(server.addr, "PUT", "/_config/fraud", "", &serde_json::to_string(&fraud).unwrap());
     assert_eq!(answer.status, 200, "{}", answer.body);
-    let back: DependencyConfigFile = serde_json::from_value(json(&answer)["config"].clone()).unwrap();
+    let back: DependencyConfig = serde_json::from_value(json(&answer)["config"].clone()).unwrap();
     assert_eq!(back, fraud);
     assert_eq!(get_fraud(), fraud);
 
@@ -301,7 +304,7 @@ fn put_config_changes_a_dependency_live() {
     assert_eq!(live["timeout_ms"], 1500);
     assert_eq!(live["max_wait_ms"], 100);
     assert_eq!(live["config"]["breaker"]["failure_rate"], 40.0);
-    assert_eq!(live["config"]["breaker"]["window_size"], 30);
+    assert_eq!(live["config"]["breaker"]["window"]["count"], 30);
     assert_eq!(live["config"]["retry"]["max_attempts"], 2);
     assert_eq!(live["adaptive_limit"]["max"], 6, "{live}");
     // The others are untouched.

@@ -21,7 +21,7 @@ use watertight::{
     ConfigError, Dependency, ManualClock, Verdict,
     breaker::{Breaker, BreakerConfig, State},
     pool::Pool,
-    retry::{Retry, RetryBuilder},
+    retry::{Jitter, Retry, RetryBuilder},
 };
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -206,6 +206,11 @@ struct RetryInput {
     multiplier: f64,
     budget: (f64, u32),
     overall: Option<Duration>,
+    jitter: Jitter,
+}
+
+fn any_jitter() -> impl Strategy<Value = Jitter> {
+    prop::sample::select(vec![Jitter::Full, Jitter::Equal, Jitter::None])
 }
 
 fn retry_input() -> impl Strategy<Value = RetryInput> {
@@ -215,6 +220,7 @@ fn retry_input() -> impl Strategy<Value = RetryInput> {
         any_f64(),
         (any_f64(), any_u32()),
         proptest::option::of(any_duration()),
+        any_jitter(),
     )
         .prop_map(|t| RetryInput {
             max_attempts: t.0,
@@ -222,6 +228,7 @@ fn retry_input() -> impl Strategy<Value = RetryInput> {
             multiplier: t.2,
             budget: t.3,
             overall: t.4,
+            jitter: t.5,
         })
 }
 
@@ -231,7 +238,8 @@ impl RetryInput {
             .max_attempts(self.max_attempts)
             .backoff(self.backoff.0, self.backoff.1)
             .backoff_multiplier(self.multiplier)
-            .budget(self.budget.0, self.budget.1);
+            .budget(self.budget.0, self.budget.1)
+            .jitter(self.jitter);
         if let Some(t) = self.overall {
             r = r.overall_timeout(t);
         }
@@ -373,6 +381,7 @@ fn valid_retry_input() -> impl Strategy<Value = RetryInput> {
         prop_oneof![prop::sample::select(vec![1.0, f64::MAX]), 1.0..10.0f64],
         (prop_oneof![prop::sample::select(vec![0.0, 100.0]), 0.0..=100.0f64], any_u32()),
         proptest::option::of(valid_duration()),
+        any_jitter(),
     )
         .prop_map(|t| RetryInput {
             max_attempts: t.0,
@@ -380,6 +389,7 @@ fn valid_retry_input() -> impl Strategy<Value = RetryInput> {
             multiplier: t.2,
             budget: t.3,
             overall: t.4,
+            jitter: t.5,
         })
 }
 
@@ -645,5 +655,58 @@ proptest! {
     fn extreme_valid_dependency_configs_build_and_run(input in valid_dependency_input()) {
         prop_assert!(input.retry.bad_fields().is_empty() && input.breaker.bad_fields().is_empty());
         prop_assert!(drive_dependency(&input)?, "a valid config builds");
+    }
+}
+
+// ------------------------------------------------------- files (feature serde)
+
+/// The configuration `input` describes, as a file section holds it.
+#[cfg(feature = "serde")]
+fn section(input: &DependencyInput) -> watertight::DependencyConfig {
+    let mut c = watertight::DependencyConfig::default();
+    c.workers = input.workers;
+    c.queue = input.queue;
+    c.timeout = input.deadline;
+    c.deadline_aware_admission = input.admission;
+    c.breaker = input.breaker.config();
+    c.retry = input.retry.retry().build().expect("a valid retry");
+    c
+}
+
+#[cfg(feature = "serde")]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Any breaker configuration, valid or not, written to TOML reads back
+    /// as the same value, and validation then names the same field.
+    #[test]
+    fn any_breaker_config_round_trips_through_toml(input in breaker_input()) {
+        let config = input.config();
+        let text = toml::to_string(&config).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let back: BreakerConfig = toml::from_str(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        // Debug, so that a NaN rate compares equal to itself.
+        prop_assert_eq!(format!("{back:?}"), format!("{config:?}"), "{}", text);
+        prop_assert_eq!(back.validate().map_err(|e| e.field()), config.validate().map_err(|e| e.field()));
+    }
+
+    /// A valid dependency configuration, written to TOML and JSON, reads back
+    /// as the same value through the path-naming reader, and builds the
+    /// dependency whose `config()` it is.
+    #[test]
+    fn valid_dependency_configs_round_trip_through_files(input in valid_dependency_input()) {
+        let config = section(&input);
+        let text = toml::to_string(&config).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let de = toml::Deserializer::parse(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let back = watertight::DependencyConfig::from_deserializer(de)
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        prop_assert_eq!(&back, &config, "{}", text);
+        let json = serde_json::to_value(&config).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let from_json: watertight::DependencyConfig =
+            serde_json::from_value(json).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        // JSON's float parsing may differ in the last bit; the rest is exact.
+        prop_assert_eq!(from_json.workers, config.workers);
+        prop_assert_eq!(from_json.timeout, config.timeout);
+        prop_assert_eq!(from_json.breaker.window, config.breaker.window);
+        prop_assert_eq!(from_json.retry.jitter(), config.retry.jitter());
     }
 }

@@ -160,3 +160,28 @@ fn the_registry_refuses_a_change_that_breaks_the_capacity_rule() {
     assert!(report.warnings().is_empty(), "{:?}", report.warnings());
     assert_eq!(registry.get("fraud").unwrap().timeout(), Duration::from_millis(250));
 }
+
+/// A running dependency's configuration, written as JSON and read back, is
+/// the same value, and reconfigures the dependency to what it says.
+#[cfg(feature = "serde")]
+#[test]
+fn the_config_travels_as_json_and_back() {
+    use watertight::retry::{Jitter, Retry};
+    let dep = Dependency::builder("json")
+        .workers(3)
+        .queue(1)
+        .breaker(BreakerConfig::time_based(20).minimum_calls(4))
+        .build()
+        .unwrap();
+    let text = serde_json::to_string(&dep.config()).unwrap();
+    assert!(text.contains(r#""window":{"time":20}"#), "{text}");
+    assert!(text.contains(r#""timeout":"1s""#), "{text}");
+    let mut read =
+        watertight::DependencyConfig::from_deserializer(&mut serde_json::Deserializer::from_str(&text))
+            .unwrap();
+    assert_eq!(read, dep.config());
+    read.retry = Retry::builder().jitter(Jitter::None).build().unwrap();
+    dep.reconfigure(read.clone()).unwrap();
+    assert_eq!(dep.config(), read);
+    assert_eq!(dep.retry().jitter(), Jitter::None);
+}

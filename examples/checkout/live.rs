@@ -10,9 +10,9 @@
 use std::path::Path;
 
 use parking_lot::Mutex;
-use watertight::config::{Config, ConfigFileError, DependencyConfigFile};
+use watertight::config::{Config, ConfigFileError};
 use watertight::{
-    Dependency, Registry,
+    Dependency, DependencyConfig, Registry,
     registry::{CapacityError, CapacityReport, ReconfigureError},
 };
 
@@ -105,7 +105,10 @@ pub fn build_deps(config: &Config) -> Result<Deps, ConfigFileError> {
             .dependencies
             .get(name)
             .ok_or_else(|| ConfigFileError::new(format!("dependencies.{name}"), "missing"))?;
-        section.build(name).map_err(|e| e.within(&format!("dependencies.{name}")))
+        Dependency::builder(name)
+            .config(section.clone())
+            .build()
+            .map_err(|e| ConfigFileError::of_dependency(&e).within(&format!("dependencies.{name}")))
     };
     Ok(Deps {
         fraud: build("fraud")?,
@@ -141,9 +144,9 @@ impl LiveConfig {
         LiveConfig { request_threads, changing: Mutex::new(()) }
     }
 
-    /// The running dependency's configuration, as a file would say it.
-    pub fn current(&self, dep: &Dependency) -> DependencyConfigFile {
-        DependencyConfigFile::from(&dep.config())
+    /// The running dependency's configuration: the type a file's section is.
+    pub fn current(&self, dep: &Dependency) -> DependencyConfig {
+        dep.config()
     }
 
     /// The whole running configuration, as a file would say it.
@@ -166,9 +169,9 @@ impl LiveConfig {
         &self,
         registry: &Registry,
         name: &str,
-        new: &DependencyConfigFile,
-    ) -> Result<(DependencyConfigFile, CapacityReport), LiveError> {
-        let config = new.to_config().map_err(LiveError::Invalid)?;
+        new: &DependencyConfig,
+    ) -> Result<(DependencyConfig, CapacityReport), LiveError> {
+        let config = new.clone();
         let _one_at_a_time = self.changing.lock();
         let dep = registry.get(name).ok_or(LiveError::Unknown)?;
         if DETACHED.contains(&name) {

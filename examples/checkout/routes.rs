@@ -37,10 +37,9 @@ use crate::admin::{self, TOKEN_HEADER};
 use crate::backends::{Backends, FraudVerdict};
 use crate::dashboard::{self, StateClock};
 use crate::live::{LiveConfig, LiveError};
-use watertight::Registry;
-use watertight::config::DependencyConfigFile;
 use watertight::server::RequestContext;
 use watertight::testing::{FakeProvider, Fault};
+use watertight::{DependencyConfig, Registry};
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -387,11 +386,11 @@ impl App {
             Ok(body) => body,
             Err(resp) => return resp,
         };
-        let new =
-            match DependencyConfigFile::from_deserializer(&mut serde_json::Deserializer::from_slice(&body)) {
-                Ok(new) => new,
-                Err(e) => return invalid_config(&e),
-            };
+        let new = match DependencyConfig::from_deserializer(&mut serde_json::Deserializer::from_slice(&body))
+        {
+            Ok(new) => new,
+            Err(e) => return invalid_config(&e),
+        };
         match self.live.reconfigure(&self.registry, name, &new) {
             Ok((current, report)) => {
                 log::info!("dependency {name}: reconfigured through PUT /_config");

@@ -19,20 +19,34 @@ const MAX_COUNT_WINDOW: u32 = 1_000_000;
 /// The largest time-based window, one day of one-second buckets.
 const MAX_TIME_WINDOW_SECS: u32 = 86_400;
 
-/// Which sliding window a breaker computes its rates over.
+/// Which sliding window a breaker computes its rates over, and its size
+/// ([`BreakerConfig::count_based`], [`BreakerConfig::time_based`]).
+///
+/// In a file: `window = { count = 20 }` or `window = { time = 30 }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WindowKind {
-    /// The last `n` recorded (non-ignored) calls.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum WindowKind {
+    /// The last `n` recorded (non-ignored) calls; in [1, 1000000].
     Count(u32),
-    /// The calls recorded in the last `n` seconds, in one-second buckets.
+    /// The calls recorded in the last `n` seconds, in one-second buckets; in
+    /// [1, 86400].
     Time(u32),
 }
 
-/// How the open period grows with each consecutive opening.
+/// How the open period grows with each consecutive opening
+/// ([`BreakerConfig::open_backoff`]). In a file both fields are required:
+/// `open_backoff = { multiplier = 2.0, max = "5m" }`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct OpenBackoff {
-    pub(crate) multiplier: f64,
-    pub(crate) max: Duration,
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+pub struct OpenBackoff {
+    /// Each consecutive opening lasts this many times the previous one;
+    /// finite and at least 1.
+    pub multiplier: f64,
+    /// The longest an opening lasts; at least `open_for`.
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
+    pub max: Duration,
 }
 
 /// The configuration of a [`Breaker`](crate::breaker::Breaker).
@@ -81,19 +95,56 @@ pub(crate) struct OpenBackoff {
 /// let err = BreakerConfig::default().failure_rate(101.0).validate().unwrap_err();
 /// assert_eq!(err.to_string(), "failure_rate must be in (0, 100], got 101");
 /// ```
+///
+/// # Reading it back, and files
+///
+/// Every setting is a public field named like its setter (`config.minimum_calls`).
+/// With the `serde` feature the same type is a file section: every field may
+/// be left out and takes its default, a field it does not know is refused,
+/// durations are strings (`"15s"`), rates percentages:
+///
+/// ```toml
+/// window = { count = 20 }
+/// minimum_calls = 10
+/// failure_rate = 50.0
+/// open_for = "15s"
+/// open_backoff = { multiplier = 2.0, max = "5m" }
+/// after_max_wait = "closed"
+/// ```
+///
+/// A value read from a file is checked by [`validate`](Self::validate)
+/// (which [`Config`](crate::config::Config) runs, naming the field's path).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct BreakerConfig {
-    pub(crate) window: WindowKind,
-    pub(crate) minimum_calls: u32,
-    pub(crate) failure_rate: f64,
-    pub(crate) slow_call_rate: f64,
-    pub(crate) slow_call_duration: Duration,
-    pub(crate) open_for: Duration,
-    pub(crate) backoff: Option<OpenBackoff>,
-    pub(crate) half_open_calls: u32,
-    pub(crate) max_wait_in_half_open: Duration,
-    pub(crate) after_max_wait: State,
-    pub(crate) enabled: bool,
+    /// [`count_based`](Self::count_based) or [`time_based`](Self::time_based).
+    pub window: WindowKind,
+    /// [`minimum_calls`](Self::minimum_calls).
+    pub minimum_calls: u32,
+    /// [`failure_rate`](Self::failure_rate), in percent.
+    pub failure_rate: f64,
+    /// [`slow_call_rate`](Self::slow_call_rate), in percent.
+    pub slow_call_rate: f64,
+    /// [`slow_call_duration`](Self::slow_call_duration).
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
+    pub slow_call_duration: Duration,
+    /// [`open_for`](Self::open_for).
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
+    pub open_for: Duration,
+    /// [`open_backoff`](Self::open_backoff); `None`: no growth.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub open_backoff: Option<OpenBackoff>,
+    /// [`half_open_calls`](Self::half_open_calls).
+    pub half_open_calls: u32,
+    /// [`max_wait_in_half_open`](Self::max_wait_in_half_open); zero waits forever.
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
+    pub max_wait_in_half_open: Duration,
+    /// [`after_max_wait`](Self::after_max_wait): `open` or `closed`.
+    pub after_max_wait: State,
+    /// [`enabled`](Self::enabled).
+    pub enabled: bool,
 }
 
 impl Default for BreakerConfig {
@@ -105,7 +156,7 @@ impl Default for BreakerConfig {
             slow_call_rate: 100.0,
             slow_call_duration: Duration::from_secs(60),
             open_for: Duration::from_secs(60),
-            backoff: None,
+            open_backoff: None,
             half_open_calls: 10,
             max_wait_in_half_open: Duration::ZERO,
             after_max_wait: State::Open,
@@ -116,7 +167,8 @@ impl Default for BreakerConfig {
 
 impl BreakerConfig {
     /// The defaults, with a count-based window over the last `calls` recorded
-    /// calls (default 100). Ignored calls never enter the window.
+    /// calls (in [1, 1000000]). Ignored calls never enter the window.
+    /// [`BreakerConfig::default`]'s window is `count_based(100)`.
     ///
     /// As in Resilience4j, a count-based window never waits for more calls
     /// than it can hold: the effective minimum is
@@ -127,41 +179,41 @@ impl BreakerConfig {
 
     /// The defaults, with a time-based window over the calls recorded in the
     /// last `seconds` seconds, kept in one-second buckets (the current,
-    /// partial second included).
+    /// partial second included); in [1, 86400].
     pub fn time_based(seconds: u32) -> Self {
         BreakerConfig { window: WindowKind::Time(seconds), ..Self::default() }
     }
 
     /// How many calls the window must hold before its rates count (and can
-    /// open the breaker). Default 100; at least 1.
+    /// open the breaker); at least 1. Defaults to 100.
     pub fn minimum_calls(mut self, calls: u32) -> Self {
         self.minimum_calls = calls;
         self
     }
 
-    /// The failure rate, in percent, at or above which the breaker opens.
-    /// Default 50; in (0, 100].
+    /// The failure rate, in percent, at or above which the breaker opens;
+    /// in (0, 100]. Defaults to 50.
     pub fn failure_rate(mut self, percent: f64) -> Self {
         self.failure_rate = percent;
         self
     }
 
-    /// The slow-call rate, in percent, at or above which the breaker opens.
-    /// Default 100; in (0, 100].
+    /// The slow-call rate, in percent, at or above which the breaker opens;
+    /// in (0, 100]. Defaults to 100.
     pub fn slow_call_rate(mut self, percent: f64) -> Self {
         self.slow_call_rate = percent;
         self
     }
 
     /// A call that took longer than this is slow, whether it succeeded or
-    /// failed. Default 60 s; greater than zero.
+    /// failed; greater than zero. Defaults to 60 s.
     pub fn slow_call_duration(mut self, duration: Duration) -> Self {
         self.slow_call_duration = duration;
         self
     }
 
-    /// How long the breaker stays open before it lets probes through.
-    /// Default 60 s; greater than zero.
+    /// How long the breaker stays open before it lets probes through;
+    /// greater than zero. Defaults to 60 s.
     pub fn open_for(mut self, duration: Duration) -> Self {
         self.open_for = duration;
         self
@@ -170,28 +222,28 @@ impl BreakerConfig {
     /// Makes the open period grow with each consecutive opening (a failed
     /// half-open round opens it again): the `n`-th consecutive opening lasts
     /// `open_for * multiplier^n`, capped at `max`. The count starts over once
-    /// the breaker closes. Default: no growth. `multiplier` must be finite
-    /// and at least 1, and `max` at least `open_for`.
+    /// the breaker closes. `multiplier` must be finite and at least 1, and
+    /// `max` at least `open_for`. Defaults to no growth.
     pub fn open_backoff(mut self, multiplier: f64, max: Duration) -> Self {
-        self.backoff = Some(OpenBackoff { multiplier, max });
+        self.open_backoff = Some(OpenBackoff { multiplier, max });
         self
     }
 
     /// How many probe calls half-open admits; once all of them have reported,
-    /// their rates decide between open and closed. Default 10; at least 1.
+    /// their rates decide between open and closed; at least 1. Defaults to 10.
     pub fn half_open_calls(mut self, calls: u32) -> Self {
         self.half_open_calls = calls;
         self
     }
 
     /// The longest the breaker waits in half-open for its probes to report
-    /// before it moves to [`after_max_wait`](Self::after_max_wait).
-    /// Default zero, which means wait forever.
+    /// before it moves to [`after_max_wait`](Self::after_max_wait); zero
+    /// means wait forever.
     ///
     /// Like every time-driven move of this breaker, it is lazy: the move
     /// happens on the next [`try_acquire`](crate::breaker::Breaker::try_acquire) or
     /// the next report after the wait has passed, never on a timer, so a
-    /// breaker nobody calls stays half-open.
+    /// breaker nobody calls stays half-open. Defaults to zero.
     pub fn max_wait_in_half_open(mut self, duration: Duration) -> Self {
         self.max_wait_in_half_open = duration;
         self
@@ -199,18 +251,18 @@ impl BreakerConfig {
 
     /// The state forced when half-open waited
     /// [`max_wait_in_half_open`](Self::max_wait_in_half_open) in vain.
-    /// Default [`State::Open`]; [`State::Open`] or [`State::Closed`].
+    /// [`State::Open`] or [`State::Closed`]. Defaults to [`State::Open`].
     pub fn after_max_wait(mut self, state: State) -> Self {
         self.after_max_wait = state;
         self
     }
 
     /// `false` builds the breaker in [`State::Disabled`]: every call is
-    /// permitted and nothing is recorded. Default `true`.
+    /// permitted and nothing is recorded.
     ///
     /// The environment variable `WATERTIGHT_BREAKER_ENABLED=false` (also `0`,
     /// `no`, `off`), read when a breaker is built, has the same effect; it can
-    /// switch a breaker off, never back on.
+    /// switch a breaker off, never back on. Defaults to `true`.
     pub fn enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
         self
@@ -244,7 +296,7 @@ impl BreakerConfig {
         check_rate("slow_call_rate", self.slow_call_rate)?;
         check_positive("slow_call_duration", self.slow_call_duration)?;
         check_positive("open_for", self.open_for)?;
-        if let Some(b) = self.backoff {
+        if let Some(b) = self.open_backoff {
             // `!(x >= 1.0)` so that NaN is refused as well.
             if !(b.multiplier >= 1.0 && b.multiplier.is_finite()) {
                 return Err(ConfigError::new("open_backoff", "a finite multiplier >= 1", b.multiplier));
@@ -276,7 +328,7 @@ impl BreakerConfig {
 
     /// How long the `opens`-th consecutive opening (0-based) lasts.
     pub(crate) fn open_duration(&self, opens: u32) -> Duration {
-        let Some(b) = self.backoff else { return self.open_for };
+        let Some(b) = self.open_backoff else { return self.open_for };
         if opens == 0 || b.multiplier == 1.0 {
             return self.open_for;
         }
@@ -351,7 +403,7 @@ mod tests {
         assert_eq!(c.half_open_calls, 10);
         assert_eq!(c.max_wait_in_half_open, Duration::ZERO);
         assert_eq!(c.after_max_wait, State::Open);
-        assert!(c.enabled && c.backoff.is_none());
+        assert!(c.enabled && c.open_backoff.is_none());
         assert!(c.validate().is_ok());
     }
 

@@ -92,7 +92,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use self::config::BreakerConfig;
+pub use self::config::{BreakerConfig, OpenBackoff, WindowKind};
 use self::machine::{Inner, View};
 pub use self::permit::{OwnedPermit, Permit};
 pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};

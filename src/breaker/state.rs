@@ -7,7 +7,12 @@ use std::sync::Arc;
 use crate::error::{Error, Rejection};
 
 /// The state of a [`Breaker`](crate::breaker::Breaker).
+///
+/// With the `serde` feature it reads and writes as [`as_str`](Self::as_str)
+/// spells it (`"half_open"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum State {
     /// Calls flow; outcomes are measured and may open the breaker.
     Closed,

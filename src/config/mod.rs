@@ -1,26 +1,31 @@
-//! Configuration from files (feature `serde`): every configuration type as a
-//! serde section, durations as human strings, errors that name the path.
+//! Configuration from files (feature `serde`): the crate's own configuration
+//! types, read with serde, durations as human strings, errors that name the
+//! path.
 //!
 //! A [`Config`] is a file's worth of dependencies, by name, and the server
-//! they share. Each [`DependencyConfigFile`] mirrors a
-//! [`DependencyBuilder`](crate::DependencyBuilder)
-//! field by field, with a section each for the breaker
-//! ([`BreakerConfigFile`]), the retry ([`RetryConfigFile`]) and the adaptive
-//! limit ([`AdaptiveLimitConfigFile`]). Every field may be left out and takes
-//! the builder's default; a field no section knows is refused.
+//! they share. Each dependency is a [`DependencyConfig`], the very type a
+//! [`DependencyBuilder`](crate::DependencyBuilder) sets and
+//! [`Dependency::reconfigure`](crate::Dependency::reconfigure) applies, with
+//! a section each for the breaker ([`BreakerConfig`](crate::breaker::BreakerConfig)),
+//! the retry ([`Retry`](crate::retry::Retry)) and the adaptive limit
+//! ([`AdaptiveLimit`](crate::limit::AdaptiveLimit)). Every field may be left
+//! out and takes the builder's default; a field no section knows is refused.
 //!
 //! - Durations are strings: `"3s"`, `"250ms"`, `"1m 30s"` (`humantime`'s
 //!   forms). A bare number is refused: `3` could be seconds or milliseconds.
 //! - Rates are percentages, as everywhere in this crate: `failure_rate = 50.0`.
+//! - A breaker's window is its kind and size: `window = { count = 20 }` or
+//!   `window = { time = 30 }`.
 //! - Errors name the path of the offending field,
 //!   `dependencies.fraud.breaker.failure_rate`, for a value the format cannot
-//!   read (a string for a number, an unknown field) as well as for one a
-//!   builder refuses (a rate of 101 %).
+//!   read (a string for a number, an unknown field) as well as for one the
+//!   validation refuses (a rate of 101 %).
 //!
 //! The crate reads no file format itself: hand [`Config::from_deserializer`]
 //! any serde deserializer (TOML, JSON, YAML...), so that the path can be
 //! tracked through it. `toml::from_str::<Config>` works too, with the format's
-//! own error messages instead of paths.
+//! own error messages instead of paths, and no validation until
+//! [`Config::validate`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -31,7 +36,8 @@
 //!     "dependencies": {
 //!         "fraud": {
 //!             "workers": 6, "queue": 2, "max_wait": "100ms", "timeout": "3s",
-//!             "breaker": { "window": "count", "window_size": 20, "minimum_calls": 8, "open_for": "15s" }
+//!             "breaker": { "window": { "count": 20 }, "minimum_calls": 8, "open_for": "15s" },
+//!             "retry": { "jitter": "none" }
 //!         }
 //!     }
 //! }"#;
@@ -40,6 +46,7 @@
 //! let fraud = registry.get("fraud").unwrap();
 //! assert_eq!(fraud.timeout(), Duration::from_secs(3));
 //! assert_eq!(fraud.pool().workers(), 6);
+//! assert_eq!(fraud.config(), config.dependencies["fraud"]);
 //!
 //! let bad = r#"{ "dependencies": { "fraud": { "breaker": { "failure_rate": 101 } } } }"#;
 //! let err = Config::from_deserializer(&mut serde_json::Deserializer::from_str(bad)).unwrap_err();
@@ -48,18 +55,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod duration;
-mod sections;
-
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-pub use self::sections::{
-    AdaptiveLimitConfigFile, AfterMaxWait, BreakerConfigFile, DependencyConfigFile, OpenBackoffConfigFile,
-    RetryConfigFile, WindowKind,
-};
+use crate::dependency::{Dependency, DependencyConfig};
 use crate::error::ConfigError;
 use crate::registry::Registry;
 
@@ -82,7 +83,7 @@ pub struct Config {
     /// The server the dependencies are called from.
     pub server: ServerConfigFile,
     /// Every dependency, by name (its threads are `watertight-<name>-<i>`).
-    pub dependencies: BTreeMap<String, DependencyConfigFile>,
+    pub dependencies: BTreeMap<String, DependencyConfig>,
 }
 
 /// The server section.
@@ -98,21 +99,21 @@ pub struct ServerConfigFile {
 }
 
 impl Config {
-    /// Reads a configuration from `deserializer`, then checks every section
-    /// a builder can check without starting threads (breaker, retry,
-    /// adaptive limit). Errors name the path of the field.
+    /// Reads a configuration from `deserializer`, then checks every
+    /// dependency as [`validate`](Self::validate) does. Errors name the path
+    /// of the field.
     pub fn from_deserializer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Config, ConfigFileError> {
         let config: Config = from_deserializer(deserializer)?;
         config.validate()?;
         Ok(config)
     }
 
-    /// Checks the breaker, retry and adaptive-limit sections of every
-    /// dependency. The pool and timeout fields are checked when the
-    /// dependencies are built ([`build`](Self::build)), with their paths too.
+    /// Checks every field of every dependency that can be checked without
+    /// starting threads ([`DependencyConfig::validate`]), naming its path.
+    /// The capacity rule is checked by [`build`](Self::build).
     pub fn validate(&self) -> Result<(), ConfigFileError> {
         for (name, dep) in &self.dependencies {
-            dep.validate().map_err(|e| e.within(&dependency_path(name)))?;
+            dep.validate().map_err(|e| ConfigFileError::of_dependency(&e).within(&dependency_path(name)))?;
         }
         Ok(())
     }
@@ -125,7 +126,10 @@ impl Config {
         let registry = Registry::new();
         for (name, dep) in &self.dependencies {
             let prefix = dependency_path(name);
-            let built = dep.build(name).map_err(|e| e.within(&prefix))?;
+            let built = Dependency::builder(name)
+                .config(dep.clone())
+                .build()
+                .map_err(|e| ConfigFileError::of_dependency(&e).within(&prefix))?;
             registry.register(built).map_err(|e| ConfigFileError::invalid(&prefix, &e))?;
         }
         if let Some(threads) = self.server.request_threads
@@ -137,15 +141,15 @@ impl Config {
     }
 }
 
-impl DependencyConfigFile {
+impl DependencyConfig {
     /// Reads one dependency's section from `deserializer` (a request body,
-    /// say), then checks its breaker, retry and adaptive-limit sections.
-    /// Paths are relative to the section: `breaker.failure_rate`.
+    /// say), then checks it ([`validate`](Self::validate)). Paths are
+    /// relative to the section: `breaker.failure_rate`.
     pub fn from_deserializer<'de, D: Deserializer<'de>>(
         deserializer: D,
-    ) -> Result<DependencyConfigFile, ConfigFileError> {
-        let dep: DependencyConfigFile = from_deserializer(deserializer)?;
-        dep.validate()?;
+    ) -> Result<DependencyConfig, ConfigFileError> {
+        let dep: DependencyConfig = from_deserializer(deserializer)?;
+        dep.validate().map_err(|e| ConfigFileError::of_dependency(&e))?;
         Ok(dep)
     }
 }
@@ -204,12 +208,13 @@ impl ConfigFileError {
         }
     }
 
-    /// A dependency builder's (or a running dependency's) refusal, at the
-    /// path of the field within the dependency's section: a breaker's
-    /// `failure_rate` at `breaker.failure_rate`, `retry.budget` at
-    /// `retry.budget_percent`, `min_limit` at `adaptive_limit.min_limit`.
+    /// A dependency's refusal ([`DependencyConfig::validate`], a builder's
+    /// or a running dependency's), at the path of the field within the
+    /// dependency's section: a breaker's `failure_rate` at
+    /// `breaker.failure_rate`, `retry.budget` at `retry.budget_percent`,
+    /// `min_limit` at `adaptive_limit.min_limit`.
     pub fn of_dependency(e: &ConfigError) -> Self {
-        Self::invalid(&sections::dependency_path(e), e)
+        Self::invalid(&field_path(e), e)
     }
 
     /// The same error, one level down: its path prefixed with `prefix` and a
@@ -256,6 +261,49 @@ impl std::error::Error for ConfigFileError {
         // `Display` already says what the builder's error says; it is offered
         // as the source for callers that match on it, not repeated.
         None
+    }
+}
+
+/// Where the field a [`ConfigError`] names lies in a dependency's section.
+///
+/// A dependency's validation (and its builder's, and its live
+/// reconfiguration's) names the field as its setter spells it: `workers`,
+/// `timeout`, a breaker's `failure_rate`, a retry's `retry.backoff`, a
+/// limit's `min_limit`.
+fn field_path(e: &ConfigError) -> String {
+    let field = e.field();
+    let breaker = [
+        "minimum_calls",
+        "failure_rate",
+        "slow_call_rate",
+        "slow_call_duration",
+        "open_for",
+        "open_backoff",
+        "half_open_calls",
+        "after_max_wait",
+    ];
+    let limit = [
+        "min_limit",
+        "tolerance",
+        "smoothing",
+        "failure_cut",
+        "short_window",
+        "long_window",
+        "relearn_after",
+    ];
+    match field {
+        "count_based" => "breaker.window.count".to_owned(),
+        "time_based" => "breaker.window.time".to_owned(),
+        f if breaker.contains(&f) => format!("breaker.{f}"),
+        f if limit.contains(&f) => format!("adaptive_limit.{f}"),
+        // Refused when the initial backoff exceeds the max.
+        "retry.backoff" => "retry.initial_backoff".to_owned(),
+        "retry.budget" => "retry.budget_percent".to_owned(),
+        f if f.starts_with("retry.") => f.to_owned(),
+        // The limit's maximum is the worker count.
+        "max_limit" => "workers".to_owned(),
+        "name" => String::new(),
+        f => f.to_owned(),
     }
 }
 

@@ -3,9 +3,9 @@ use std::time::Duration;
 use super::*;
 use crate::{
     Dependency,
-    breaker::{BreakerConfig, State},
+    breaker::{BreakerConfig, State, WindowKind},
     limit::AdaptiveLimit,
-    retry::Retry,
+    retry::{Jitter, Retry},
 };
 
 fn from_toml(text: &str) -> Result<Config, ConfigFileError> {
@@ -19,54 +19,56 @@ fn from_json(text: &str) -> Result<Config, ConfigFileError> {
 
 /// A configuration with every field away from its default.
 fn everything() -> Config {
-    let dep = DependencyConfigFile {
+    let dep = DependencyConfig {
         workers: 7,
         queue: 3,
         max_wait: Duration::from_millis(150),
         timeout: Duration::from_millis(2500),
         deadline_aware_admission: false,
-        breaker: BreakerConfigFile {
-            window: WindowKind::Time,
-            window_size: 30,
-            minimum_calls: 12,
-            failure_rate: 40.5,
-            slow_call_rate: 80.0,
-            slow_call_duration: Duration::from_millis(900),
-            open_for: Duration::from_secs(12),
-            open_backoff: Some(OpenBackoffConfigFile { multiplier: 1.5, max: Duration::from_secs(120) }),
-            half_open_calls: 4,
-            max_wait_in_half_open: Duration::from_secs(45),
-            after_max_wait: AfterMaxWait::Closed,
-            enabled: false,
-        },
-        retry: RetryConfigFile {
-            max_attempts: 5,
-            initial_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_millis(700),
-            backoff_multiplier: 3.0,
-            budget_percent: 12.5,
-            budget_min_per_sec: 4,
-            overall_timeout: Some(Duration::from_secs(9)),
-        },
-        adaptive_limit: Some(AdaptiveLimitConfigFile {
-            min_limit: 3,
-            tolerance: 75.0,
-            smoothing: 35.0,
-            failure_cut: 25.0,
-            short_window: 8,
-            long_window: 300,
-            relearn_after: Duration::from_secs(120),
-        }),
+        breaker: BreakerConfig::time_based(30)
+            .minimum_calls(12)
+            .failure_rate(40.5)
+            .slow_call_rate(80.0)
+            .slow_call_duration(Duration::from_millis(900))
+            .open_for(Duration::from_secs(12))
+            .open_backoff(1.5, Duration::from_secs(120))
+            .half_open_calls(4)
+            .max_wait_in_half_open(Duration::from_secs(45))
+            .after_max_wait(State::Closed)
+            .enabled(false),
+        retry: Retry::builder()
+            .max_attempts(5)
+            .backoff(Duration::from_millis(20), Duration::from_millis(700))
+            .backoff_multiplier(3.0)
+            .jitter(Jitter::Equal)
+            .budget(12.5, 4)
+            .overall_timeout(Duration::from_secs(9))
+            .build()
+            .unwrap(),
+        adaptive_limit: Some(
+            AdaptiveLimit::new()
+                .min_limit(3)
+                .tolerance(75.0)
+                .smoothing(35.0)
+                .failure_cut(25.0)
+                .short_window(8)
+                .long_window(300)
+                .relearn_after(Duration::from_secs(120)),
+        ),
     };
     let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);
-    config.dependencies.insert("account-read".into(), DependencyConfigFile::default());
+    config.dependencies.insert("account-read".into(), DependencyConfig::default());
     config
+}
+
+fn build(name: &str, config: &DependencyConfig) -> Result<Dependency, ConfigError> {
+    Dependency::builder(name).config(config.clone()).build()
 }
 
 #[test]
 fn defaults_are_the_builders_defaults() {
-    let file = DependencyConfigFile::default().build("from-file").unwrap();
+    let file = build("from-file", &DependencyConfig::default()).unwrap();
     let plain = Dependency::builder("plain").build().unwrap();
     assert_eq!(file.pool().workers(), plain.pool().workers());
     assert_eq!(file.pool().queue_capacity(), plain.pool().queue_capacity());
@@ -75,13 +77,15 @@ fn defaults_are_the_builders_defaults() {
     assert_eq!(file.timeout(), plain.timeout());
     assert_eq!(file.retry(), plain.retry());
     assert!(file.limiter().is_none());
-    assert_eq!(BreakerConfigFile::default().to_config().unwrap(), BreakerConfig::default());
-    assert_eq!(RetryConfigFile::default().to_retry().unwrap(), Retry::new());
-    assert_eq!(AdaptiveLimitConfigFile::default().to_limit().unwrap(), AdaptiveLimit::new());
+    assert_eq!(file.config(), plain.config());
     // An empty file, and an empty section, are every default.
     assert_eq!(from_toml("").unwrap(), Config::default());
     let one = from_toml("[dependencies.fraud]").unwrap();
-    assert_eq!(one.dependencies["fraud"], DependencyConfigFile::default());
+    assert_eq!(one.dependencies["fraud"], DependencyConfig::default());
+    let empty = |t: &str| toml::from_str::<toml::Value>(t).unwrap();
+    assert_eq!(empty("").try_into::<BreakerConfig>().unwrap(), BreakerConfig::default());
+    assert_eq!(empty("").try_into::<Retry>().unwrap(), Retry::new());
+    assert_eq!(empty("").try_into::<AdaptiveLimit>().unwrap(), AdaptiveLimit::new());
 }
 
 #[test]
@@ -90,23 +94,17 @@ fn toml_and_json_round_trip_every_field() {
     let toml_text = toml::to_string(&config).unwrap();
     assert_eq!(from_toml(&toml_text).unwrap(), config, "{toml_text}");
     assert!(toml_text.contains("timeout = \"2s 500ms\""), "{toml_text}");
+    assert!(toml_text.contains("jitter = \"equal\""), "{toml_text}");
     let json_text = serde_json::to_string(&config).unwrap();
     assert_eq!(from_json(&json_text).unwrap(), config, "{json_text}");
+    assert!(json_text.contains(r#""window":{"time":30}"#), "{json_text}");
     // Absent options stay absent.
     let dflt = toml::to_string(&Config::default()).unwrap();
     assert!(!dflt.contains("request_threads") && !dflt.contains("adaptive_limit"), "{dflt}");
 }
 
 #[test]
-fn sections_round_trip_through_the_real_types() {
-    let config = everything();
-    let fraud = &config.dependencies["fraud"];
-    let breaker = fraud.breaker.to_config().unwrap();
-    assert_eq!(BreakerConfigFile::from(&breaker), fraud.breaker);
-    let retry = fraud.retry.to_retry().unwrap();
-    assert_eq!(RetryConfigFile::from(&retry), fraud.retry);
-    let limit = fraud.adaptive_limit.as_ref().unwrap().to_limit().unwrap();
-    assert_eq!(AdaptiveLimitConfigFile::from(&limit).to_limit().unwrap(), limit);
+fn every_window_and_jitter_reads_back_as_written() {
     // Every window kind and the edge sizes read back as they were written.
     for c in [
         BreakerConfig::count_based(1),
@@ -116,9 +114,19 @@ fn sections_round_trip_through_the_real_types() {
         BreakerConfig::time_based(86_400).minimum_calls(u32::MAX),
         BreakerConfig::default().after_max_wait(State::Closed).open_backoff(2.0, Duration::from_secs(600)),
     ] {
-        let file = BreakerConfigFile::from(&c);
-        assert_eq!(file.to_config().unwrap(), c, "{file:?}");
+        let text = toml::to_string(&c).unwrap();
+        let back: BreakerConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, c, "{text}");
     }
+    for jitter in [Jitter::Full, Jitter::Equal, Jitter::None] {
+        let r = Retry::builder().jitter(jitter).build().unwrap();
+        let back: Retry = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.jitter(), jitter);
+    }
+    let none = from_toml("[dependencies.fraud.retry]\njitter = \"none\"").unwrap();
+    assert_eq!(none.dependencies["fraud"].retry.jitter(), Jitter::None);
+    let count = from_toml("[dependencies.fraud.breaker]\nwindow = { count = 16 }").unwrap();
+    assert_eq!(count.dependencies["fraud"].breaker.window, WindowKind::Count(16));
 }
 
 #[test]
@@ -131,6 +139,7 @@ fn a_built_registry_carries_every_value() {
     assert!(!fraud.pool().deadline_aware_admission());
     assert_eq!(fraud.timeout(), Duration::from_millis(2500));
     assert_eq!(fraud.retry().max_attempts(), 5);
+    assert_eq!(fraud.retry().jitter(), Jitter::Equal);
     assert_eq!(fraud.retry().overall_timeout(), Some(Duration::from_secs(9)));
     let limiter = fraud.limiter().expect("an adaptive limit");
     assert_eq!((limiter.min_limit(), limiter.max_limit()), (3, 7));
@@ -157,19 +166,35 @@ const READ_ERRORS: &[(&str, &str, &str)] = &[
         "unknown field `failure_ratio`",
     ),
     (
-        "[dependencies.fraud.breaker]\nwindow = \"sliding\"",
+        "[dependencies.fraud.breaker]\nwindow = { sliding = 10 }",
         "dependencies.fraud.breaker.window",
         "unknown variant `sliding`",
     ),
     (
-        "[dependencies.fraud.breaker]\nwindow_size = 0",
+        // The earlier shape: the kind alone, its size beside it.
+        "[dependencies.fraud.breaker]\nwindow = \"count\"",
+        "dependencies.fraud.breaker.window.count",
+        "expected newtype variant",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nwindow_size = 16",
         "dependencies.fraud.breaker.window_size",
+        "unknown field `window_size`",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nwindow = { count = 0 }",
+        "dependencies.fraud.breaker.window.count",
         "must be in [1, 1000000], got 0",
     ),
     (
-        "[dependencies.fraud.breaker]\nwindow = \"time\"\nwindow_size = 90000",
-        "dependencies.fraud.breaker.window_size",
+        "[dependencies.fraud.breaker]\nwindow = { time = 90000 }",
+        "dependencies.fraud.breaker.window.time",
         "86400",
+    ),
+    (
+        "[dependencies.fraud.retry]\njitter = \"half\"",
+        "dependencies.fraud.retry.jitter",
+        "unknown variant `half`",
     ),
     (
         "[dependencies.fraud.breaker]\nopen_backoff = { multiplier = 0.5, max = \"1m\" }",
@@ -183,6 +208,11 @@ const READ_ERRORS: &[(&str, &str, &str)] = &[
     ),
     (
         "[dependencies.fraud.breaker]\nafter_max_wait = \"half_open\"",
+        "dependencies.fraud.breaker.after_max_wait",
+        "must be open or closed, got half_open",
+    ),
+    (
+        "[dependencies.fraud.breaker]\nafter_max_wait = \"ajar\"",
         "dependencies.fraud.breaker.after_max_wait",
         "unknown variant",
     ),
@@ -246,7 +276,7 @@ fn json_errors_name_the_same_paths() {
     let err = from_json(r#"{"dependencies":{"fraud":{"timeout":"3s",}}}"#).unwrap_err();
     assert!(err.message().contains("trailing comma"), "{err}");
     // One dependency alone (a request body): paths relative to it.
-    let one = |t: &str| DependencyConfigFile::from_deserializer(&mut serde_json::Deserializer::from_str(t));
+    let one = |t: &str| DependencyConfig::from_deserializer(&mut serde_json::Deserializer::from_str(t));
     assert_eq!(one(r#"{"breaker":{"half_open_calls":0}}"#).unwrap_err().path(), "breaker.half_open_calls");
     assert_eq!(one(r#"{"workers":4,"colour":"red"}"#).unwrap_err().path(), "colour");
     assert_eq!(one(r#"{"workers":4}"#).unwrap().workers, 4);
@@ -277,8 +307,8 @@ fn build_errors_name_the_path() {
         ),
     ];
     for &(text, path, words) in cases {
-        let config = from_toml(text).expect(text);
-        let err = config.build().expect_err(text);
+        // Found on reading where validation can, else on building.
+        let err = from_toml(text).and_then(|c| c.build().map(drop)).expect_err(text);
         assert_eq!(err.path(), path, "{text}\n{err}");
         assert!(err.message().contains(words), "{text}\n{err}");
     }
@@ -301,7 +331,8 @@ fn a_dependency_error_lands_on_its_section() {
     let cases = [
         (ConfigError::new("workers", "in [1, 4096]", 0), "workers"),
         (ConfigError::new("failure_rate", "in (0, 100]", 101), "breaker.failure_rate"),
-        (ConfigError::new("time_based", "in [1, 86400] seconds", 0), "breaker.window_size"),
+        (ConfigError::new("time_based", "in [1, 86400] seconds", 0), "breaker.window.time"),
+        (ConfigError::new("count_based", "in [1, 1000000]", 0), "breaker.window.count"),
         (ConfigError::new("retry.backoff", "initial <= max", "x"), "retry.initial_backoff"),
         (ConfigError::new("retry.budget", "a percentage in [0, 100]", 150), "retry.budget_percent"),
         (ConfigError::new("retry.max_attempts", "at least 1", 0), "retry.max_attempts"),
@@ -329,8 +360,7 @@ fn a_syntax_error_names_no_field() {
 fn a_running_dependency_reads_back_as_its_section() {
     let config = everything();
     for (name, section) in &config.dependencies {
-        assert_eq!(DependencyConfigFile::from(&section.to_config().unwrap()), *section, "{name}");
-        let dep = section.build(name).unwrap();
-        assert_eq!(DependencyConfigFile::from(&dep.config()), *section, "{name}");
+        let dep = build(name, section).unwrap();
+        assert_eq!(dep.config(), *section, "{name}");
     }
 }

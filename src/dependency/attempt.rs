@@ -99,7 +99,7 @@ impl Dependency {
             if verdict != Some(Verdict::Failure) || panicked || attempt >= retry.max_attempts() {
                 return result;
             }
-            let pause = inner.jitter.upto(retry.backoff_cap(attempt));
+            let pause = retry.pause(attempt, &inner.jitter);
             now = Instant::now();
             // The end bounds the sleep *and* leaves the next attempt some time:
             // a backoff that ends at or past it would only buy an attempt with no time at all.

@@ -16,11 +16,34 @@ use crate::retry::Retry;
 /// longer than this is not protected by anything.
 pub(super) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Every setting of a [`Dependency`], as one value: what
-/// [`Dependency::config`] reads and [`Dependency::reconfigure`] applies
-/// (and [`DependencyBuilder::config`](crate::DependencyBuilder::config) sets
-/// at once). Its fields mean what the builder's setters of the same names
-/// say.
+/// Every setting of a [`Dependency`], as one value: what a
+/// [`DependencyBuilder`](crate::DependencyBuilder)'s setters set, one field
+/// each, what [`Dependency::config`] reads and [`Dependency::reconfigure`]
+/// applies. Its fields mean what the builder's setters of the same names say.
+///
+/// With the `serde` feature it is also the file section of one dependency
+/// (`[dependencies.fraud]`, see [`config`](crate::config)) and the JSON a
+/// service can read and write live: every field may be left out and takes
+/// the builder's default, a field it does not know is refused, durations are
+/// strings (`"3s"`), rates percentages.
+///
+/// ```toml
+/// workers = 6
+/// queue = 2
+/// max_wait = "100ms"
+/// timeout = "3s"
+///
+/// [breaker]
+/// window = { count = 20 }
+/// minimum_calls = 8
+/// open_for = "15s"
+///
+/// [retry]
+/// jitter = "equal"
+///
+/// [adaptive_limit]
+/// min_limit = 2
+/// ```
 ///
 /// ```
 /// use std::time::Duration;
@@ -35,22 +58,29 @@ pub(super) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct DependencyConfig {
-    /// Worker threads.
+    /// Worker threads ([`DependencyBuilder::workers`](crate::DependencyBuilder::workers)).
     pub workers: usize,
-    /// Jobs that may wait for a worker.
+    /// Jobs that may wait for a worker ([`DependencyBuilder::queue`](crate::DependencyBuilder::queue)).
     pub queue: usize,
-    /// How long a call may wait for room in a full pool.
+    /// How long a call may wait for room in a full pool
+    /// ([`DependencyBuilder::max_wait`](crate::DependencyBuilder::max_wait)).
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
     pub max_wait: Duration,
-    /// The per-attempt timeout.
+    /// The per-attempt timeout ([`DependencyBuilder::timeout`](crate::DependencyBuilder::timeout)).
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
     pub timeout: Duration,
-    /// Whether deadline-aware admission is on.
+    /// Whether deadline-aware admission is on
+    /// ([`DependencyBuilder::deadline_aware_admission`](crate::DependencyBuilder::deadline_aware_admission)).
     pub deadline_aware_admission: bool,
     /// The breaker's configuration.
     pub breaker: BreakerConfig,
     /// How [`retry`](crate::CallBuilder::retry) retries.
     pub retry: Retry,
-    /// The adaptive concurrency limit, if any.
+    /// The adaptive concurrency limit, if any; absent in a file: none.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub adaptive_limit: Option<AdaptiveLimit>,
 }
 
@@ -71,10 +101,13 @@ impl Default for DependencyConfig {
 }
 
 impl DependencyConfig {
-    /// Checks the settings that are the dependency's own (the pool checks
-    /// `workers`, `queue` and `max_wait` against its bounds); the error names
-    /// the field.
-    pub(super) fn check(&self) -> Result<(), ConfigError> {
+    /// Checks every setting without starting a thread; the error names the
+    /// field as its setter spells it (`workers`, `timeout`, a breaker's
+    /// `failure_rate`, `retry.backoff`, a limit's `min_limit`).
+    /// [`DependencyBuilder::build`](crate::DependencyBuilder::build) and
+    /// [`Dependency::reconfigure`] run it first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::pool::check_settings(self.workers, self.queue, self.max_wait)?;
         if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
             return Err(ConfigError::new(
                 "timeout",
@@ -90,6 +123,7 @@ impl DependencyConfig {
             ));
         }
         self.breaker.validate()?;
+        self.retry.validate()?;
         if let Some(limit) = &self.adaptive_limit {
             limit.validate()?;
             // The limit lives between its minimum and the worker count (which
@@ -198,7 +232,7 @@ impl Dependency {
     /// [`Registry::reconfigure`](crate::Registry::reconfigure) also checks the
     /// change against the request pool's capacity rule.
     pub fn reconfigure(&self, new: DependencyConfig) -> Result<(), ConfigError> {
-        new.check()?;
+        new.validate()?;
         let inner = &*self.inner;
         // The pool checks its own fields and changes nothing when it refuses,
         // so it goes first; nothing below can fail.

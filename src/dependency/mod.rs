@@ -56,7 +56,7 @@ use crate::histogram::LatencyHistogram;
 use crate::limit::Limiter;
 use crate::listeners::Listeners;
 use crate::pool::{CallContext, Pool};
-use crate::retry::{Jitter, Retry, RetryBudget};
+use crate::retry::{JitterSource, Retry, RetryBudget};
 
 /// One downstream dependency: its own circuit breaker, its own bounded worker
 /// pool, and a timeout on every call.
@@ -93,7 +93,7 @@ struct Inner {
     /// The settings that `reconfigure` changes in place.
     live: Live,
     budget: RetryBudget,
-    jitter: Jitter,
+    jitter: JitterSource,
     counters: Counters,
     clock: Option<Arc<dyn Clock>>,
     listeners: Arc<Listeners<Event>>,

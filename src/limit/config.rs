@@ -37,15 +37,31 @@ const MAX_TOLERANCE: f64 = 1000.0;
 /// let err = AdaptiveLimit::new().failure_cut(100.0).validate().unwrap_err();
 /// assert_eq!(err.field(), "failure_cut");
 /// ```
+///
+/// Every setting is a public field named like its setter. With the `serde`
+/// feature the same type is a file section (`[dependencies.fraud.adaptive_limit]`):
+/// every field may be left out and takes its default, an unknown one is
+/// refused, `relearn_after` is a string (`"500ms"`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
 pub struct AdaptiveLimit {
-    pub(crate) min_limit: usize,
-    pub(crate) tolerance: f64,
-    pub(crate) smoothing: f64,
-    pub(crate) failure_cut: f64,
-    pub(crate) short_window: u32,
-    pub(crate) long_window: u32,
-    pub(crate) relearn_after: Duration,
+    /// [`min_limit`](Self::min_limit).
+    pub min_limit: usize,
+    /// [`tolerance`](Self::tolerance), in percent.
+    pub tolerance: f64,
+    /// [`smoothing`](Self::smoothing), in percent.
+    pub smoothing: f64,
+    /// [`failure_cut`](Self::failure_cut), in percent.
+    pub failure_cut: f64,
+    /// [`short_window`](Self::short_window), in samples.
+    pub short_window: u32,
+    /// [`long_window`](Self::long_window), in samples.
+    pub long_window: u32,
+    /// [`relearn_after`](Self::relearn_after); zero never relearns.
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
+    pub relearn_after: Duration,
 }
 
 impl Default for AdaptiveLimit {
@@ -69,19 +85,19 @@ impl AdaptiveLimit {
     }
 
     /// The lowest the limit goes: this many calls are always admitted at
-    /// once, however slow the provider. Default 2; at least 1 and at most the
-    /// maximum (the worker count).
+    /// once, however slow the provider; at least 1 and at most the maximum
+    /// (the worker count). Defaults to 2.
     pub fn min_limit(mut self, calls: usize) -> Self {
         self.min_limit = calls;
         self
     }
 
     /// How far, in percent above the no-load latency, a call's latency may be
-    /// before it counts as queueing. Default 15 (a call may take 1.15 times the
-    /// no-load latency); in [0, 1000]. Small enough to tell one call queued
-    /// behind a provider's capacity from none (at a capacity of 4, a fifth
-    /// call at once makes every call take 1.25 times as long), large enough
-    /// that the short-term average's noise does not look like a queue.
+    /// before it counts as queueing; in [0, 1000]. Small enough to tell one
+    /// call queued behind a provider's capacity from none (at a capacity of
+    /// 4, a fifth call at once makes every call take 1.25 times as long),
+    /// large enough that the short-term average's noise does not look like a
+    /// queue. Defaults to 15 (a call may take 1.15 times the no-load latency).
     pub fn tolerance(mut self, percent: f64) -> Self {
         self.tolerance = percent;
         self
@@ -90,15 +106,15 @@ impl AdaptiveLimit {
     /// How fast the limit climbs: below the knee (the limit at which the
     /// provider last queued) or when none is known, by `smoothing` percent of
     /// `sqrt(L)` per success; above it, by `smoothing` percent of one call per
-    /// round trip (one call per five round trips at the default). Default 20;
-    /// in (0, 100].
+    /// round trip (one call per five round trips at the default); in (0, 100].
+    /// Defaults to 20.
     pub fn smoothing(mut self, percent: f64) -> Self {
         self.smoothing = percent;
         self
     }
 
     /// How much of the limit, in percent, a failure or a timeout takes away
-    /// at once. Default 20 (the limit is multiplied by 0.8); in (0, 100).
+    /// at once; in (0, 100). Defaults to 20 (the limit is multiplied by 0.8).
     pub fn failure_cut(mut self, percent: f64) -> Self {
         self.failure_cut = percent;
         self
@@ -107,8 +123,8 @@ impl AdaptiveLimit {
     /// The span, in samples, of the short-term latency (an exponentially
     /// weighted moving average with weight `2 / (span + 1)`); also the
     /// successes in a row that growth waits for after a failure, and the
-    /// samples a re-measure of the no-load latency takes. Default 10; at
-    /// least 1 (1: the latest sample alone).
+    /// samples a re-measure of the no-load latency takes; at least 1 (1: the
+    /// latest sample alone). Defaults to 10.
     pub fn short_window(mut self, samples: u32) -> Self {
         self.short_window = samples;
         self
@@ -116,11 +132,12 @@ impl AdaptiveLimit {
 
     /// The span, in samples, over which the no-load latency follows the
     /// short-term latency within tolerance, from calls issued with at most
-    /// half the limit (or the minimum) in flight. Default 500; at least
-    /// `short_window`. It falls at the short-term pace when the provider gets
-    /// twice as fast (it recovered), is re-measured at the minimum (see
+    /// half the limit (or the minimum) in flight; at least `short_window`. It
+    /// falls at the short-term pace when the provider gets twice as fast (it
+    /// recovered), is re-measured at the minimum (see
     /// [`relearn_after`](Self::relearn_after)), and never rises from a
-    /// congested sample (see [`Limiter`](crate::limit::Limiter)).
+    /// congested sample (see [`Limiter`](crate::limit::Limiter)). Defaults
+    /// to 500.
     pub fn long_window(mut self, samples: u32) -> Self {
         self.long_window = samples;
         self
@@ -130,9 +147,9 @@ impl AdaptiveLimit {
     /// minimum (and for at least `short_window` calls issued there) before the
     /// latency measured there is taken as the new no-load latency: the latency
     /// did not fall with the concurrency, so it is not a queue but a provider
-    /// that is slower now. Default 500 ms; [`Duration::ZERO`] means never (the
-    /// limit then stays at the minimum until the latency comes back down); at
-    /// most one day.
+    /// that is slower now. [`Duration::ZERO`] means never (the limit then
+    /// stays at the minimum until the latency comes back down); at most one
+    /// day. Defaults to 500 ms.
     pub fn relearn_after(mut self, duration: Duration) -> Self {
         self.relearn_after = duration;
         self

@@ -261,3 +261,12 @@ pub(super) fn check_max_wait(max_wait: Duration) -> Result<(), ConfigError> {
     }
     Ok(())
 }
+
+/// `workers`, `queue` and `max_wait` against their bounds, in that order:
+/// what a dependency's configuration is checked against before any thread
+/// starts.
+pub(crate) fn check_settings(workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
+    check_workers(workers)?;
+    check_queue(queue)?;
+    check_max_wait(max_wait)
+}

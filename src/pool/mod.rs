@@ -44,6 +44,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 pub use self::builder::PoolBuilder;
+pub(crate) use self::builder::check_settings;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
 use self::estimate::{ServiceTime, WakeTime};

@@ -1,5 +1,6 @@
 //! Durations as human strings (`"3s"`, `"250ms"`, `"1m 30s"`), read and
-//! written with `humantime`, for `#[serde(with = ...)]`.
+//! written with `humantime`, for `#[serde(with = "crate::duration")]` on every
+//! configuration type.
 
 use std::fmt;
 use std::time::Duration;
