@@ -71,6 +71,7 @@ mod error;
 pub mod histogram;
 mod listeners;
 mod sync;
+mod time;
 // The `tracing` feature's hooks on the call path (empty without it).
 mod trace;
 
