@@ -95,6 +95,9 @@ pub mod metrics;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
+// The HTTP/1.1 both of them speak, sans IO.
+#[cfg(any(feature = "tiny_http", feature = "testing"))]
+mod wire;
 
 #[cfg(loom)]
 #[doc(hidden)]

@@ -157,12 +157,12 @@
 //! guard's private `X-Watertight-*` headers mean nothing there: a request's
 //! client and arrival come from its TCP connection and its request thread.
 
+mod client;
 mod config;
 mod conn;
 mod guard;
 mod hop;
 mod request;
-mod wire;
 
 pub use config::{ServerConfig, ServerConfigBuilder};
 pub use request::RequestContext;
