@@ -65,7 +65,7 @@ impl ManualClock {
 
     /// Moves time forward by `d`, for every clone.
     pub fn advance(&self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let ns = crate::time::saturating_nanos(d);
         let _ = self
             .inner
             .offset_ns

@@ -74,6 +74,7 @@ mod error;
 pub mod histogram;
 mod listeners;
 mod sync;
+mod time;
 // The `tracing` feature's hooks on the call path (empty without it).
 mod trace;
 
@@ -97,6 +98,9 @@ pub mod metrics;
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
+// The HTTP/1.1 both of them speak, sans IO.
+#[cfg(any(feature = "tiny_http", feature = "testing"))]
+mod wire;
 
 #[cfg(loom)]
 #[doc(hidden)]

@@ -459,7 +459,7 @@ impl JitterSource {
 
     /// A duration drawn uniformly from `[0, cap]`.
     pub(crate) fn upto(&self, cap: Duration) -> Duration {
-        let nanos = u64::try_from(cap.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = crate::time::saturating_nanos(cap);
         // Multiply-shift maps a 64-bit draw onto [0, nanos] without modulo bias worth
         // mentioning at these sizes.
         let scaled = (u128::from(self.next_u64()) * (u128::from(nanos) + 1)) >> 64;

@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The floor: modules every layer may use, which use no layer themselves.
-const FLOOR: &[&str] = &["classify", "clock", "error", "histogram", "listeners", "sync"];
+const FLOOR: &[&str] = &["classify", "clock", "error", "histogram", "listeners", "sync", "time"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("read src/") {

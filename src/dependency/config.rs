@@ -11,6 +11,7 @@ use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::limit::AdaptiveLimit;
 use crate::retry::Retry;
+use crate::time::saturating_nanos;
 
 /// The longest timeout a dependency accepts. A request thread that waits
 /// longer than this is not protected by anything.
@@ -154,15 +155,11 @@ pub(super) struct Live {
     retry: Mutex<Retry>,
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl Live {
     pub(super) fn new(config: &DependencyConfig) -> Live {
         Live {
-            timeout_ns: AtomicU64::new(nanos(config.timeout)),
-            slow_ns: AtomicU64::new(nanos(config.breaker.slow_call_duration)),
+            timeout_ns: AtomicU64::new(saturating_nanos(config.timeout)),
+            slow_ns: AtomicU64::new(saturating_nanos(config.breaker.slow_call_duration)),
             limit_on: AtomicBool::new(config.adaptive_limit.is_some()),
             admission: AtomicBool::new(config.deadline_aware_admission),
             retry: Mutex::new(config.retry.clone()),
@@ -181,7 +178,7 @@ impl Live {
 
     #[inline]
     pub(super) fn is_slow(&self, elapsed: Duration) -> bool {
-        nanos(elapsed) > self.slow_ns.load(Ordering::Relaxed)
+        saturating_nanos(elapsed) > self.slow_ns.load(Ordering::Relaxed)
     }
 
     #[inline]
@@ -250,8 +247,8 @@ impl Dependency {
         }
         inner.budget.retune(&new.retry);
         *inner.live.retry.lock() = new.retry;
-        inner.live.slow_ns.store(nanos(slow), Ordering::Relaxed);
-        inner.live.timeout_ns.store(nanos(new.timeout), Ordering::Relaxed);
+        inner.live.slow_ns.store(saturating_nanos(slow), Ordering::Relaxed);
+        inner.live.timeout_ns.store(saturating_nanos(new.timeout), Ordering::Relaxed);
         log::info!("dependency {}: reconfigured", inner.name);
         Ok(())
     }

@@ -20,6 +20,8 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::time::saturating_nanos;
+
 /// The least either threshold can be: below this, a scheduling hiccup or a
 /// garbage-collecting provider looks like a hang.
 pub(super) const FLOOR: Duration = Duration::from_millis(50);
@@ -34,14 +36,10 @@ pub(super) struct Normal {
     rttvar: AtomicU64,
 }
 
-fn ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl Normal {
     /// One successful call that ran for `run` on its worker.
     pub(super) fn record(&self, run: Duration) {
-        let r = ns(run).max(1);
+        let r = saturating_nanos(run).max(1);
         let srtt = self.srtt.load(Relaxed);
         if srtt == 0 {
             self.srtt.store(r, Relaxed);

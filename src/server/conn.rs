@@ -5,9 +5,10 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::client::Client;
 use super::guard::{Conn, GuardShared};
 use super::hop;
-use super::wire::{Refusal, Wire};
+use crate::wire::Refusal;
 
 /// Serves `conn` until the client closes, a timeout or a refusal ends it, or
 /// the guard stops.
@@ -17,39 +18,46 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
     if stream.set_write_timeout(Some(cfg.write_timeout())).is_err() {
         return;
     }
-    let mut wire = Wire::new(stream);
+    let mut client = Client::new(stream);
     loop {
         // Between requests: the stop may close an idle connection; a
         // pipelined request already read in part is finished first.
-        if !wire.has_buffered() && shared.go_idle(conn) {
+        if !client.has_buffered() && shared.go_idle(conn) {
             return;
         }
         // No byte by the idle timeout, or the client left: close, no answer.
-        if wire.await_request(Instant::now() + cfg.idle_timeout()).is_err() {
+        if client.await_request(Instant::now() + cfg.idle_timeout()).is_err() {
             return;
         }
         conn.idle.store(false, Ordering::SeqCst);
-        let head = match wire.read_head(cfg) {
+        let head = match client.read_head(cfg) {
             Ok(head) => head,
-            Err(refusal) => return refuse(&mut wire, refusal),
+            Err(refusal) => return refuse(&mut client, refusal),
         };
-        let body = match wire.read_body(&head, cfg) {
+        let body = match client.read_body(&head, cfg) {
             Ok(body) => body,
-            Err(refusal) => return refuse(&mut wire, refusal),
+            Err(refusal) => return refuse(&mut client, refusal),
         };
         let received = Instant::now();
         let close_after = !head.keep_alive || shared.stopping.load(Ordering::SeqCst);
-        let request = head.forwarded(&body, stream.peer_addr().ok(), received);
+        let request = hop::forwarded(&head, &body, stream.peer_addr().ok(), received);
         drop(body);
         let (mut hop_stream, fresh) = match shared.hop.take() {
             Ok(taken) => taken,
             Err(e) => {
                 log::error!("guard: cannot reach the request pool: {e}");
-                return refuse(&mut wire, Refusal::UPSTREAM);
+                return refuse(&mut client, Refusal::UPSTREAM);
             }
         };
-        match hop::exchange(&shared.hop, &mut hop_stream, fresh, &request, &head, wire.stream(), close_after)
-        {
+        match hop::exchange(
+            &shared.hop,
+            &mut hop_stream,
+            fresh,
+            &request,
+            &head,
+            client.stream(),
+            close_after,
+        ) {
             Ok(relayed) => {
                 if relayed.hop_reusable {
                     shared.hop.give(hop_stream);
@@ -60,7 +68,7 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
             }
             Err(e) => {
                 log::warn!("guard: {} {}: no valid answer from the handler: {e}", head.method, head.target);
-                return refuse(&mut wire, Refusal::UPSTREAM);
+                return refuse(&mut client, Refusal::UPSTREAM);
             }
         }
     }
@@ -68,13 +76,13 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
 
 /// Answers `refusal` (unless the client is gone) and closes the connection
 /// after a short linger.
-fn refuse(wire: &mut Wire<'_>, refusal: Refusal) {
+fn refuse(client: &mut Client<'_>, refusal: Refusal) {
     if refusal.status == 0 {
         return;
     }
     log::debug!("guard: answering {} ({})", refusal.status, refusal.message);
-    let mut stream = wire.stream();
+    let mut stream = client.stream();
     if stream.write_all(&refusal.bytes()).is_ok() {
-        wire.linger();
+        client.linger();
     }
 }

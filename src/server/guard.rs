@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::ServerConfig;
 use super::hop::Hop;
-use super::wire::Refusal;
+use crate::wire::Refusal;
 
 /// Stack of a connection thread: it parses with fixed arrays of at most a
 /// hundred headers and keeps its buffers on the heap.

@@ -6,13 +6,14 @@
 //! user can enter (mode 0700), so no other user can reach tiny_http around the
 //! guard; elsewhere on a loopback TCP port.
 
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::wire::Head;
+use super::request;
+use crate::wire::{self, BodyDecoder, Framing, Limits, RequestHead, ResponseHead};
 
 #[cfg(unix)]
 pub(super) type HopStream = std::os::unix::net::UnixStream;
@@ -141,6 +142,35 @@ impl Drop for HopDir {
     }
 }
 
+/// The request as the guard passes it on: HTTP/1.1, kept alive, the body
+/// framed by its length, with the client's address and the request's
+/// arrival in the guard's private headers (see [`request`]). A client's own
+/// private headers are dropped, so it cannot choose its address or arrival.
+pub(super) fn forwarded(
+    head: &RequestHead,
+    body: &[u8],
+    peer: Option<SocketAddr>,
+    received: Instant,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + body.len());
+    out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, head.target).as_bytes());
+    if let Some(peer) = peer {
+        wire::put_header(&mut out, request::PEER_HEADER, peer.to_string().as_bytes());
+    }
+    wire::put_header(&mut out, request::RECEIVED_HEADER, request::encode_instant(received).as_bytes());
+    for (name, value) in &head.headers {
+        if !name.to_ascii_lowercase().starts_with(request::PRIVATE_PREFIX) {
+            wire::put_header(&mut out, name, value.as_bytes());
+        }
+    }
+    if head.framing != Framing::None {
+        wire::put_header(&mut out, "Content-Length", body.len().to_string().as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
 /// What became of one exchange.
 pub(super) struct Relayed {
     /// The hop connection can carry the next request.
@@ -149,7 +179,7 @@ pub(super) struct Relayed {
     pub(super) client_ok: bool,
 }
 
-/// Sends `request` (a head and its body, from [`Head::forwarded`]) over `hop`,
+/// Sends `request` (a head and its body, from [`forwarded`]) over `hop`,
 /// and relays the answer to `client`, framed for the client's HTTP version.
 /// `Err` when no valid answer head came back (nothing was sent to the client).
 pub(super) fn exchange(
@@ -157,7 +187,7 @@ pub(super) fn exchange(
     hop: &mut HopStream,
     fresh: bool,
     request: &[u8],
-    head: &Head,
+    head: &RequestHead,
     client: &TcpStream,
     close_after: bool,
 ) -> io::Result<Relayed> {
@@ -176,62 +206,20 @@ pub(super) fn exchange(
             sent.map(|()| parsed)
         })?
     };
-    let AnswerHead { status, reason, headers, used, framing, hop_close } = parsed;
-    answer.buf.drain(..used);
-
-    let no_body = head.method.eq_ignore_ascii_case("HEAD") || status < 200 || status == 204 || status == 304;
-    let framing = if no_body { AnswerFraming::Length(0) } else { framing };
-    // An HTTP/1.0 client cannot read chunks: it gets the data, ended by the close.
-    let dechunk = framing == AnswerFraming::Chunked && head.minor == 0;
-    let close = close_after || dechunk || framing == AnswerFraming::UntilClose;
-
-    let mut out = Vec::with_capacity(1024);
-    out.extend_from_slice(format!("HTTP/1.{} {status} {reason}\r\n", head.minor).as_bytes());
-    for (name, value) in &headers {
-        let lower = name.to_ascii_lowercase();
-        if lower == "connection" || lower == "keep-alive" || (dechunk && lower == "transfer-encoding") {
-            continue;
-        }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    if close {
-        out.extend_from_slice(b"Connection: close\r\n");
-    } else if head.minor == 0 {
-        out.extend_from_slice(b"Connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-
-    let mut sink = ClientSink { client, out, ok: true };
-    let complete = match framing {
-        AnswerFraming::Length(n) => answer.copy_exact(n, &mut sink),
-        AnswerFraming::Chunked => answer.copy_chunked(!dechunk, &mut sink),
-        AnswerFraming::UntilClose => answer.copy_to_end(&mut sink).map(|()| false),
-    };
+    let relay = parsed.relay(head, close_after);
+    let mut sink = ClientSink { client, out: relay.head, ok: true };
+    // Verbatim, but for an HTTP/1.0 client a chunked body's data only.
+    let verbatim = !relay.dechunk;
+    let fill = |buf: &mut Vec<u8>| wire::read_some(answer.hop, buf);
+    let push = |used: &[u8], data: &[u8]| sink.push(if verbatim { used } else { data });
+    let complete = BodyDecoder::new(relay.framing, Limits::NONE).drive(&mut answer.buf, fill, push);
     sink.flush();
+    // An answer until the close is never complete: the hop is spent.
     let complete = complete.unwrap_or(false);
     Ok(Relayed {
-        hop_reusable: complete && !hop_close && answer.buf.is_empty(),
-        client_ok: complete && sink.ok && !close,
+        hop_reusable: complete && !parsed.close && answer.buf.is_empty(),
+        client_ok: complete && sink.ok && !relay.close,
     })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AnswerFraming {
-    Length(u64),
-    Chunked,
-    UntilClose,
-}
-
-struct AnswerHead {
-    status: u16,
-    reason: String,
-    headers: Vec<(String, Vec<u8>)>,
-    used: usize,
-    framing: AnswerFraming,
-    hop_close: bool,
 }
 
 /// Collects the answer for the client, writing it out once it passes
@@ -261,6 +249,7 @@ impl ClientSink<'_> {
     }
 }
 
+/// The hop's side of one answer: the bytes read off it and not yet used.
 struct AnswerReader<'a> {
     hop: &'a HopStream,
     buf: Vec<u8>,
@@ -270,17 +259,7 @@ struct AnswerReader<'a> {
 
 impl AnswerReader<'_> {
     fn fill(&mut self) -> io::Result<usize> {
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            match (&mut &*self.hop).read(&mut chunk) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    return Ok(n);
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        wire::read_some(self.hop, &mut self.buf)
     }
 
     /// Waits for the first bytes of the answer, kicking tiny_http after each
@@ -300,35 +279,16 @@ impl AnswerReader<'_> {
         self.hop.set_read_timeout(None)
     }
 
-    fn read_head(&mut self) -> io::Result<AnswerHead> {
+    /// Reads the answer head, and takes it off the buffer.
+    fn read_head(&mut self) -> io::Result<ResponseHead> {
         self.first_bytes()?;
         loop {
-            let mut slots = [httparse::EMPTY_HEADER; 64];
-            let mut resp = httparse::Response::new(&mut slots);
-            match resp.parse(&self.buf) {
-                Ok(httparse::Status::Complete(used)) => {
-                    let mut framing = AnswerFraming::UntilClose;
-                    let mut hop_close = false;
-                    let mut headers = Vec::with_capacity(resp.headers.len());
-                    for h in resp.headers.iter() {
-                        let value = String::from_utf8_lossy(h.value);
-                        if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                            framing = AnswerFraming::Chunked;
-                        } else if h.name.eq_ignore_ascii_case("content-length")
-                            && framing != AnswerFraming::Chunked
-                        {
-                            let n = value.trim().parse().map_err(|_| bad_answer("Content-Length"))?;
-                            framing = AnswerFraming::Length(n);
-                        } else if h.name.eq_ignore_ascii_case("connection") {
-                            hop_close = value.to_ascii_lowercase().contains("close");
-                        }
-                        headers.push((h.name.to_owned(), h.value.to_vec()));
-                    }
-                    let status = resp.code.ok_or_else(|| bad_answer("status"))?;
-                    let reason = resp.reason.unwrap_or("").to_owned();
-                    return Ok(AnswerHead { status, reason, headers, used, framing, hop_close });
+            match wire::parse_response(&self.buf, MAX_ANSWER_HEAD) {
+                Ok(Some((head, used))) => {
+                    self.buf.drain(..used);
+                    return Ok(head);
                 }
-                Ok(httparse::Status::Partial) if self.buf.len() <= MAX_ANSWER_HEAD => {
+                Ok(None) => {
                     if self.fill()? == 0 {
                         return Err(io::Error::new(
                             io::ErrorKind::UnexpectedEof,
@@ -336,90 +296,13 @@ impl AnswerReader<'_> {
                         ));
                     }
                 }
-                _ => return Err(bad_answer("head")),
-            }
-        }
-    }
-
-    fn copy_exact(&mut self, n: u64, sink: &mut ClientSink<'_>) -> io::Result<bool> {
-        let mut left = n;
-        loop {
-            let take = (self.buf.len() as u64).min(left) as usize;
-            sink.push(&self.buf[..take]);
-            self.buf.drain(..take);
-            left -= take as u64;
-            if left == 0 {
-                return Ok(true);
-            }
-            if self.fill()? == 0 {
-                return Ok(false);
-            }
-        }
-    }
-
-    /// Relays a chunked body: verbatim when `keep_chunks`, else the data only.
-    fn copy_chunked(&mut self, keep_chunks: bool, sink: &mut ClientSink<'_>) -> io::Result<bool> {
-        loop {
-            let (used, size) = loop {
-                match httparse::parse_chunk_size(&self.buf) {
-                    Ok(httparse::Status::Complete(found)) => break found,
-                    Ok(httparse::Status::Partial) => {
-                        if self.fill()? == 0 {
-                            return Ok(false);
-                        }
-                    }
-                    Err(_) => return Err(bad_answer("chunk size")),
-                }
-            };
-            if keep_chunks {
-                sink.push(&self.buf[..used]);
-            }
-            self.buf.drain(..used);
-            if size == 0 {
-                // Trailers, then the empty line.
-                loop {
-                    let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") else {
-                        if self.fill()? == 0 {
-                            return Ok(false);
-                        }
-                        continue;
-                    };
-                    if keep_chunks {
-                        sink.push(&self.buf[..end + 2]);
-                    }
-                    self.buf.drain(..end + 2);
-                    if end == 0 {
-                        return Ok(true);
-                    }
+                Err(what) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the handler's answer has an invalid {what}"),
+                    ));
                 }
             }
-            let data_end = size.saturating_add(2);
-            let mut left = data_end;
-            while left > 0 {
-                if self.buf.is_empty() && self.fill()? == 0 {
-                    return Ok(false);
-                }
-                let take = (self.buf.len() as u64).min(left) as usize;
-                // The chunk's data, then its CRLF (kept only with the chunks).
-                let data = take.min(left.saturating_sub(2) as usize);
-                sink.push(&self.buf[..if keep_chunks { take } else { data }]);
-                self.buf.drain(..take);
-                left -= take as u64;
-            }
         }
     }
-
-    fn copy_to_end(&mut self, sink: &mut ClientSink<'_>) -> io::Result<()> {
-        loop {
-            sink.push(&self.buf);
-            self.buf.clear();
-            if self.fill()? == 0 {
-                return Ok(());
-            }
-        }
-    }
-}
-
-fn bad_answer(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("the handler's answer has an invalid {what}"))
 }

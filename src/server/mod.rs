@@ -141,11 +141,9 @@
 //! accept thread, and one tiny_http thread per hop connection. Hop
 //! connections are opened as requests need them (one per request being
 //! handed over at once, so at most `max_connections`) and kept open.
-//! tiny_http 0.12's task pool can lose a wake-up when two connections arrive
-//! together, leaving one queued until another connection ends; keeping hop
-//! connections open makes that rare, and a fresh hop connection that gets no
-//! answer within 50 ms opens and closes one more, which frees a tiny_http
-//! thread to take the queued one (again at 200 ms and 800 ms).
+//! Keeping them open works around a lost wake-up in tiny_http 0.12's task
+//! pool, and a fresh one that gets no answer soon opens and closes one more
+//! to free a tiny_http thread.
 //!
 //! [`serve_unguarded`] serves a `tiny_http::Server` of your own without the
 //! guard, for comparison or behind a proxy. tiny_http 0.12 alone then shows
@@ -157,12 +155,12 @@
 //! guard's private `X-Watertight-*` headers mean nothing there: a request's
 //! client and arrival come from its TCP connection and its request thread.
 
+mod client;
 mod config;
 mod conn;
 mod guard;
 mod hop;
 mod request;
-mod wire;
 
 pub use config::{ServerConfig, ServerConfigBuilder};
 pub use request::RequestContext;

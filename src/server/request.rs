@@ -38,7 +38,7 @@ pub(super) fn base() -> Instant {
 
 /// `at` as the arrival header's value.
 pub(super) fn encode_instant(at: Instant) -> String {
-    at.saturating_duration_since(base()).as_nanos().to_string()
+    crate::time::saturating_nanos(at.saturating_duration_since(base())).to_string()
 }
 
 fn decode_instant(value: &str) -> Option<Instant> {

@@ -9,8 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::provider::{Shared, State};
-use super::wire::{http_response, read_call};
-use super::{Call, Fault, HANG_CAP, IO_TIMEOUT, WATCH_EVERY};
+use super::{Call, Fault, HANG_CAP, IO_TIMEOUT, MAX_REQUEST, WATCH_EVERY};
+use crate::wire::{self, BodyDecoder, Limits};
 
 impl Shared {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
@@ -308,4 +308,32 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// What a request may carry: a head and a body of 1 MiB each.
+const LIMITS: Limits = Limits { max_head_bytes: MAX_REQUEST as usize, max_body_bytes: MAX_REQUEST };
+
+/// Reads one request: its head, and a `Content-Length` or chunked body.
+fn read_call(stream: &TcpStream) -> io::Result<Call> {
+    let cut_short = || io::Error::new(io::ErrorKind::UnexpectedEof, "the request was cut short");
+    let mut buf = Vec::new();
+    let fill = |buf: &mut Vec<u8>| wire::read_some(stream, buf);
+    let head = wire::read_head(&mut buf, LIMITS, fill)?.ok_or_else(cut_short)?;
+    let mut body = Vec::new();
+    let fill = |buf: &mut Vec<u8>| wire::read_some(stream, buf);
+    let sink = |_: &[u8], data: &[u8]| body.extend_from_slice(data);
+    if !BodyDecoder::new(head.framing, LIMITS).drive(&mut buf, fill, sink)? {
+        return Err(cut_short());
+    }
+    Ok(Call { method: head.method, url: head.target, body: String::from_utf8_lossy(&body).into_owned() })
+}
+
+/// A whole answer, JSON when the body looks like it, then the close.
+fn http_response(status: u16, body: &str) -> Vec<u8> {
+    let kind = if body.starts_with('{') || body.starts_with('[') {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    wire::closing_answer(status, kind, body.as_bytes())
 }

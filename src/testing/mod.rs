@@ -117,21 +117,22 @@
 //!
 //! # How it speaks HTTP
 //!
-//! Just enough HTTP/1.1 over `std::net` (request line, headers, a
-//! `Content-Length` or chunked body; every answer says `Connection: close`, so each
-//! request gets its own connection and the fault in force when it arrives). A
-//! server library is not used because a fault must act on the raw socket and on
-//! the very next request: tiny_http 0.12 can neither reset nor close a connection
-//! without answering, it drops a `Connection` response header, and a kept-alive
-//! connection outlives its server, so a pooled client would hang instead of being
-//! refused. It binds `127.0.0.1` only.
+//! HTTP/1.1 over `std::net`, read with the parser of the server's guard
+//! (`watertight::server`): a head and a `Content-Length` or chunked body, of
+//! 1 MiB each at most, or the connection is dropped. Every answer says
+//! `Connection: close`, so each request gets its own connection and the fault
+//! in force when it arrives. A server library is not used because a fault must
+//! act on the raw socket and on the very next request: tiny_http 0.12 can
+//! neither reset nor close a connection without answering, it drops a
+//! `Connection` response header, and a kept-alive connection outlives its
+//! server, so a pooled client would hang instead of being refused. It binds
+//! `127.0.0.1` only.
 
 use std::time::Duration;
 
 mod fault;
 mod handler;
 mod provider;
-mod wire;
 
 pub use self::fault::{Fault, ParseFaultError};
 pub use self::provider::FakeProvider;

@@ -1,0 +1,153 @@
+//! The crate's one HTTP/1.1 wire, sans IO: request and answer heads parsed
+//! from bytes with `httparse`, bodies framed by `Content-Length` or chunked,
+//! within limits, and heads and answers written into buffers. It owns no
+//! socket; its callers do: the guard's connection threads
+//! (`server/client.rs`), the hop to the request pool (`server/hop.rs`) and
+//! the fake provider (`testing/handler.rs`).
+//!
+//! # Reading
+//!
+//! A caller keeps one `Vec<u8>` per connection: the bytes read off it and
+//! not yet used. It asks the wire what those bytes hold; the answer is
+//! either a result and how many bytes it took from the front (the caller
+//! drains them: what stays is the start of a pipelined next request), or
+//! `None`, "not yet", after which the caller reads more (with
+//! [`read_some`], under whatever deadline is its own) and asks again. So
+//! every timeout and every socket error is the caller's, and the wire's
+//! answers depend on the bytes alone.
+//!
+//! ```text
+//! request:  parse_request ──head──► BodyDecoder::new(head.framing) ──step…──► done
+//! answer:   parse_response ─head──► ResponseHead::relay ──► BodyDecoder ──step…──► done
+//! ```
+//!
+//! [`read_head`] and [`BodyDecoder::drive`] are those loops, with the read
+//! passed in as a closure.
+
+// The server uses every part; the fake provider reads requests only.
+#![cfg_attr(not(feature = "tiny_http"), allow(dead_code, unused_imports))]
+
+mod body;
+mod request;
+mod response;
+
+use std::io::{self, Read};
+
+pub(crate) use self::body::{BodyDecoder, Framing};
+pub(crate) use self::request::{Refusal, RequestHead, read_head};
+pub(crate) use self::response::{ResponseHead, parse_response};
+
+/// What a connection may send: the caps of the guard, or of the fake
+/// provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// The most bytes of a request head; also of a chunk-size line, and of
+    /// a chunked body's trailers together.
+    pub(crate) max_head_bytes: usize,
+    /// The most bytes of a body: a declared `Content-Length` over it is
+    /// refused at the head, chunks as soon as they pass it.
+    pub(crate) max_body_bytes: u64,
+}
+
+impl Limits {
+    /// No caps: for the hop, which reads the request pool's own answers.
+    pub(crate) const NONE: Limits = Limits { max_head_bytes: usize::MAX, max_body_bytes: u64::MAX };
+}
+
+/// How much one read asks for.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Reads once from `src` onto the end of `buf`, retrying an interrupted
+/// read: `Ok(0)` is the end of the stream.
+pub(crate) fn read_some(mut src: impl Read, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let mut chunk = [0u8; READ_CHUNK];
+    loop {
+        match src.read(&mut chunk) {
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The interim answer to `Expect: 100-continue`.
+pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// A whole answer with a body, after which the connection closes.
+pub(crate) fn closing_answer(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + body.len());
+    put_status_line(&mut out, 1, status, reason(status));
+    put_header(&mut out, "Content-Type", content_type.as_bytes());
+    put_header(&mut out, "Content-Length", body.len().to_string().as_bytes());
+    put_header(&mut out, "Connection", b"close");
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+/// `HTTP/1.<minor> <status> <reason>` and its CRLF.
+pub(crate) fn put_status_line(out: &mut Vec<u8>, minor: u8, status: u16, reason: &str) {
+    out.extend_from_slice(format!("HTTP/1.{minor} {status} {reason}\r\n").as_bytes());
+}
+
+/// `<name>: <value>` and its CRLF.
+pub(crate) fn put_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The reason phrase of the statuses this crate answers with (the guard's
+/// refusals and the fake provider's usual answers).
+pub(crate) fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        413 => "Content Too Large",
+        417 => "Expectation Failed",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closing_answer_is_framed_by_its_length() {
+        let out = closing_answer(503, "application/json", b"{}");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
+              Connection: close\r\n\r\n{}"
+        );
+    }
+
+    #[test]
+    fn read_some_appends_and_reports_the_end() {
+        let mut buf = b"ab".to_vec();
+        assert_eq!(read_some(&b"cd"[..], &mut buf).unwrap(), 2);
+        assert_eq!(buf, b"abcd");
+        assert_eq!(read_some(&b""[..], &mut buf).unwrap(), 0);
+    }
+}

@@ -1,0 +1,284 @@
+//! Request heads: parsed and checked against [`Limits`], and what is wrong
+//! with one said as the answer a server gives ([`Refusal`]).
+
+use super::{Framing, Limits, closing_answer};
+
+/// Headers a request head may have; more is answered as a head too large.
+const MAX_HEADERS: usize = 100;
+
+/// Headers that describe one connection, not the request: whoever reads the
+/// request answers them, and does not pass them on.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "content-length",
+    "expect",
+];
+
+/// A parsed, checked request head.
+#[derive(Debug)]
+pub(crate) struct RequestHead {
+    pub(crate) method: String,
+    /// The request target, ASCII: path and query.
+    pub(crate) target: String,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub(crate) minor: u8,
+    /// The end-to-end headers, each value trimmed: every header but the
+    /// [hop-by-hop](HOP_BY_HOP) ones, which the fields below answer.
+    pub(crate) headers: Vec<(String, String)>,
+    /// A `Content-Length` here is within `max_body_bytes`.
+    pub(crate) framing: Framing,
+    pub(crate) expect_continue: bool,
+    /// The client keeps the connection open after the answer.
+    pub(crate) keep_alive: bool,
+}
+
+/// Parses the request head at the front of `buf`: `Ok(None)` while it is
+/// incomplete (and within `max_head_bytes`), else the head and its length.
+pub(crate) fn parse_request(buf: &[u8], limits: Limits) -> Result<Option<(RequestHead, usize)>, Refusal> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) if n > limits.max_head_bytes => Err(Refusal::HEAD_TOO_LARGE),
+        Ok(httparse::Status::Complete(n)) => Ok(Some((RequestHead::from_parsed(&req, limits)?, n))),
+        Ok(httparse::Status::Partial) if buf.len() > limits.max_head_bytes => Err(Refusal::HEAD_TOO_LARGE),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(Refusal::HEAD_TOO_LARGE),
+        Err(httparse::Error::Version) => Err(Refusal::VERSION),
+        Err(e) => Err(Refusal::bad(parse_error(e))),
+    }
+}
+
+/// Takes a request head off the front of `buf`, calling `fill` to append
+/// more bytes while it is incomplete; `Ok(None)` when `fill` found the end
+/// of the stream first.
+pub(crate) fn read_head<E: From<Refusal>>(
+    buf: &mut Vec<u8>,
+    limits: Limits,
+    mut fill: impl FnMut(&mut Vec<u8>) -> Result<usize, E>,
+) -> Result<Option<RequestHead>, E> {
+    loop {
+        if let Some((head, used)) = parse_request(buf, limits)? {
+            buf.drain(..used);
+            return Ok(Some(head));
+        }
+        if fill(buf)? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+impl RequestHead {
+    fn from_parsed(req: &httparse::Request<'_, '_>, limits: Limits) -> Result<RequestHead, Refusal> {
+        let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
+            return Err(Refusal::bad("incomplete request line"));
+        };
+        if !target.is_ascii() {
+            return Err(Refusal::bad("the request target is not ASCII"));
+        }
+        let (mut length, mut chunked, mut expect_continue) = (None::<u64>, false, false);
+        let (mut close, mut keep) = (false, false);
+        let mut headers = Vec::with_capacity(req.headers.len());
+        for h in req.headers.iter() {
+            let value = std::str::from_utf8(h.value)
+                .ok()
+                .filter(|v| v.is_ascii())
+                .ok_or_else(|| Refusal::bad("a header value is not ASCII"))?
+                .trim();
+            let name = h.name.to_ascii_lowercase();
+            match name.as_str() {
+                "content-length" => {
+                    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                        return Err(Refusal::bad("Content-Length is not a number"));
+                    }
+                    // All digits: too many of them for a u64 is simply too large.
+                    let n = value.parse::<u64>().unwrap_or(u64::MAX);
+                    if length.is_some_and(|l| l != n) {
+                        return Err(Refusal::bad("conflicting Content-Length headers"));
+                    }
+                    length = Some(n);
+                }
+                "transfer-encoding" => {
+                    if !value.eq_ignore_ascii_case("chunked") || chunked {
+                        return Err(Refusal::UNSUPPORTED_CODING);
+                    }
+                    chunked = true;
+                }
+                "expect" => {
+                    if !value.eq_ignore_ascii_case("100-continue") {
+                        return Err(Refusal::EXPECTATION);
+                    }
+                    expect_continue = true;
+                }
+                "connection" => {
+                    for token in value.split(',').map(str::trim) {
+                        close |= token.eq_ignore_ascii_case("close");
+                        keep |= token.eq_ignore_ascii_case("keep-alive");
+                    }
+                }
+                _ => {}
+            }
+            if !HOP_BY_HOP.contains(&name.as_str()) {
+                headers.push((h.name.to_owned(), value.to_owned()));
+            }
+        }
+        let framing = match (chunked, length) {
+            (true, Some(_)) => return Err(Refusal::bad("both Content-Length and Transfer-Encoding")),
+            (true, None) => Framing::Chunked,
+            (false, Some(n)) if n > limits.max_body_bytes => return Err(Refusal::BODY_TOO_LARGE),
+            (false, Some(n)) => Framing::Length(n),
+            (false, None) => Framing::None,
+        };
+        let keep_alive = !close && (minor == 1 || keep);
+        Ok(RequestHead {
+            method: method.to_owned(),
+            target: target.to_owned(),
+            minor,
+            headers,
+            framing,
+            expect_continue,
+            keep_alive,
+        })
+    }
+}
+
+/// An answer a server gives itself instead of passing a request on, after
+/// which it closes the connection. What is wrong with a request's bytes is
+/// one of these; the guard adds its own (`server/client.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// 0: not an answer (there is no one left to answer).
+    pub(crate) status: u16,
+    pub(crate) code: &'static str,
+    pub(crate) message: &'static str,
+}
+
+impl Refusal {
+    /// The head (or a chunk-size line, or the trailers) passed
+    /// `max_head_bytes`, or it has more than [`MAX_HEADERS`] headers.
+    pub(crate) const HEAD_TOO_LARGE: Refusal = Refusal {
+        status: 431,
+        code: "REQUEST_HEADER_FIELDS_TOO_LARGE",
+        message: "the request head is too large",
+    };
+    /// A declared `Content-Length`, or the chunks so far, passed `max_body_bytes`.
+    pub(crate) const BODY_TOO_LARGE: Refusal =
+        Refusal { status: 413, code: "PAYLOAD_TOO_LARGE", message: "the request body is too large" };
+    pub(crate) const UNSUPPORTED_CODING: Refusal = Refusal {
+        status: 501,
+        code: "NOT_IMPLEMENTED",
+        message: "only the chunked transfer coding is supported",
+    };
+    pub(crate) const EXPECTATION: Refusal = Refusal {
+        status: 417,
+        code: "EXPECTATION_FAILED",
+        message: "only Expect: 100-continue is supported",
+    };
+    pub(crate) const VERSION: Refusal = Refusal {
+        status: 505,
+        code: "HTTP_VERSION_NOT_SUPPORTED",
+        message: "only HTTP/1.0 and HTTP/1.1 are supported",
+    };
+
+    /// A malformed request: `400`, saying what is wrong.
+    pub(crate) fn bad(message: &'static str) -> Refusal {
+        Refusal { status: 400, code: "BAD_REQUEST", message }
+    }
+
+    /// The whole answer, `Connection: close`, with a JSON body
+    /// `{"code", "message"}` like the request pool's own `500`.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        let body = format!(r#"{{"code":"{}","message":"{}"}}"#, self.code, self.message);
+        closing_answer(self.status, "application/json", body.as_bytes())
+    }
+}
+
+impl From<Refusal> for std::io::Error {
+    fn from(refusal: Refusal) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, refusal.message)
+    }
+}
+
+fn parse_error(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header name",
+        httparse::Error::HeaderValue => "invalid header value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token in the request line",
+        httparse::Error::TooManyHeaders => "too many headers",
+        httparse::Error::Version => "invalid HTTP version",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { max_head_bytes: 256, max_body_bytes: 100 };
+
+    fn parsed(head: &str) -> Result<Option<(RequestHead, usize)>, Refusal> {
+        parse_request(head.as_bytes(), LIMITS)
+    }
+
+    #[test]
+    fn a_head_keeps_its_end_to_end_headers_and_answers_the_rest() {
+        let text = "POST /a?b=1 HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Length: 5\r\n\
+                    Expect: 100-continue\r\nX-Id:  7 \r\n\r\nhello";
+        let (head, used) = parsed(text).unwrap().unwrap();
+        assert_eq!(used, text.len() - 5);
+        assert_eq!((head.method.as_str(), head.target.as_str(), head.minor), ("POST", "/a?b=1", 0));
+        assert_eq!(head.headers, [("Host".to_owned(), "x".to_owned()), ("X-Id".to_owned(), "7".to_owned())]);
+        assert_eq!(head.framing, Framing::Length(5));
+        assert!(head.expect_continue && head.keep_alive);
+        let (head, _) = parsed("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").unwrap().unwrap();
+        assert_eq!((head.framing, head.keep_alive), (Framing::None, false));
+    }
+
+    #[test]
+    fn an_incomplete_head_waits_within_its_cap() {
+        assert!(parsed("GET / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
+        let long = format!("GET / HTTP/1.1\r\nX: {}", "y".repeat(300));
+        assert_eq!(parsed(&long).unwrap_err(), Refusal::HEAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn each_bad_head_gets_its_answer() {
+        let status = |head: &str| parsed(head).unwrap_err().status;
+        assert_eq!(status("GET / HTTP/1.1\r\nContent-Length: 101\r\n\r\n"), 413);
+        assert_eq!(status("GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501);
+        assert_eq!(status("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nExpect: magic\r\n\r\n"), 417);
+        assert_eq!(status("GET / HTTP/2.0\r\n\r\n"), 505);
+        assert_eq!(status("GET / HTTP/1.1\r\nX: caf\u{e9}\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn read_head_fills_until_complete_and_keeps_the_rest() {
+        let mut chunks = ["GET / HT", "TP/1.1\r\n\r\nGET /next"].into_iter();
+        let mut buf = Vec::new();
+        let fill = |buf: &mut Vec<u8>| {
+            Ok::<_, Refusal>(chunks.next().map_or(0, |c| {
+                buf.extend_from_slice(c.as_bytes());
+                c.len()
+            }))
+        };
+        let head = read_head(&mut buf, LIMITS, fill).unwrap().unwrap();
+        assert_eq!(head.target, "/");
+        assert_eq!(buf, b"GET /next");
+    }
+
+    #[test]
+    fn a_refusal_is_a_closing_json_answer() {
+        let text = String::from_utf8(Refusal::BODY_TOO_LARGE.bytes()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 413 Content Too Large\r\n"), "{text}");
+        assert!(text.contains("Connection: close\r\n"), "{text}");
+        assert!(text.ends_with(r#"{"code":"PAYLOAD_TOO_LARGE","message":"the request body is too large"}"#));
+    }
+}
