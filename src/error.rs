@@ -32,22 +32,29 @@ pub enum Rejection {
     /// is reached: the provider is slower than its baseline, and more calls
     /// would only hold more request threads. Never recorded by the breaker.
     LimitExceeded,
+    /// The dependency's rate limit
+    /// ([`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit))
+    /// has no permit free within the caller's deadline and its `max_wait`.
+    /// A blocking call's error, [`Error::RateLimited`], says when one would
+    /// be. Never recorded by the breaker.
+    RateLimited,
 }
 
 impl Rejection {
     /// Every rejection, in the order of [`Outcome::ALL`].
-    pub const ALL: [Rejection; 5] = [
+    pub const ALL: [Rejection; 6] = [
         Rejection::NotPermitted,
         Rejection::QueueFull,
         Rejection::DeadlineUnmeetable,
         Rejection::ShuttingDown,
         Rejection::LimitExceeded,
+        Rejection::RateLimited,
     ];
 
     /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
     /// `kind` label of `watertight_calls_total`, and in JSON
     /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
-    /// `"shutting_down"`, `"limit_exceeded"`).
+    /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`).
     pub fn as_str(&self) -> &'static str {
         self.outcome().as_str()
     }
@@ -60,6 +67,7 @@ impl Rejection {
             Rejection::DeadlineUnmeetable => Outcome::DeadlineUnmeetable,
             Rejection::ShuttingDown => Outcome::ShuttingDown,
             Rejection::LimitExceeded => Outcome::LimitExceeded,
+            Rejection::RateLimited => Outcome::RateLimited,
         }
     }
 }
@@ -69,7 +77,7 @@ impl Rejection {
 /// fields of `CallCounts`, and the JSON of the checkout example).
 ///
 /// The first five are what the provider did (as the classifier judged it);
-/// the last five are the rejections, where the provider was never asked.
+/// the last six are the rejections, where the provider was never asked.
 /// Resilience4j's words where it has them (`successful`, `failed`,
 /// `ignored`, `not_permitted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,11 +103,13 @@ pub enum Outcome {
     ShuttingDown,
     /// [`Rejection::LimitExceeded`].
     LimitExceeded,
+    /// [`Rejection::RateLimited`].
+    RateLimited,
 }
 
 impl Outcome {
     /// Every outcome, in a fixed order (the order of the `kind` samples).
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Successful,
         Outcome::Failed,
         Outcome::Ignored,
@@ -110,6 +120,7 @@ impl Outcome {
         Outcome::DeadlineUnmeetable,
         Outcome::ShuttingDown,
         Outcome::LimitExceeded,
+        Outcome::RateLimited,
     ];
 
     /// Its stable, lower-case label.
@@ -125,6 +136,7 @@ impl Outcome {
             Outcome::DeadlineUnmeetable => "deadline_unmeetable",
             Outcome::ShuttingDown => "shutting_down",
             Outcome::LimitExceeded => "limit_exceeded",
+            Outcome::RateLimited => "rate_limited",
         }
     }
 
@@ -157,6 +169,7 @@ impl fmt::Display for Rejection {
             Rejection::DeadlineUnmeetable => "the queued work would outlast the deadline",
             Rejection::ShuttingDown => "the worker pool is shutting down",
             Rejection::LimitExceeded => "the adaptive concurrency limit is reached",
+            Rejection::RateLimited => "the rate limit has no permit free in time",
         })
     }
 }
@@ -172,6 +185,14 @@ impl std::error::Error for Rejection {}
 pub enum Error<E> {
     /// The call was turned away at once; the job never ran.
     Rejected(Rejection),
+    /// The call was turned away at once by the dependency's rate limit
+    /// ([`Rejection::RateLimited`]): no permit was free in time. The job never
+    /// ran. A rejection like the others ([`is_rejected`](Self::is_rejected),
+    /// [`rejection`](Self::rejection)), with the wait it would have needed.
+    RateLimited {
+        /// How long after the refusal a permit would be free.
+        retry_after: Duration,
+    },
     /// No answer came before the deadline. The caller stopped waiting after
     /// `waited`; the job, if it had started, is abandoned and finishes on its
     /// worker without anyone waiting for it.
@@ -186,9 +207,10 @@ pub enum Error<E> {
 }
 
 impl<E> Error<E> {
-    /// `true` for [`Error::Rejected`]: the job never ran.
+    /// `true` for [`Error::Rejected`] and [`Error::RateLimited`]: the job
+    /// never ran.
     pub fn is_rejected(&self) -> bool {
-        matches!(self, Error::Rejected(_))
+        matches!(self, Error::Rejected(_) | Error::RateLimited { .. })
     }
 
     /// `true` for [`Error::Timeout`].
@@ -200,6 +222,7 @@ impl<E> Error<E> {
     pub fn rejection(&self) -> Option<Rejection> {
         match self {
             Error::Rejected(r) => Some(*r),
+            Error::RateLimited { .. } => Some(Rejection::RateLimited),
             _ => None,
         }
     }
@@ -215,7 +238,7 @@ impl<E> Error<E> {
         E: crate::Classify,
     {
         match self {
-            Error::Rejected(_) | Error::Panicked(_) => false,
+            Error::Rejected(_) | Error::RateLimited { .. } | Error::Panicked(_) => false,
             Error::Timeout { .. } => true,
             Error::Failed(e) => e.classify() == crate::Verdict::Failure,
         }
@@ -240,6 +263,7 @@ impl<E> Error<E> {
     {
         match self {
             Error::Rejected(r) => r.outcome(),
+            Error::RateLimited { .. } => Outcome::RateLimited,
             Error::Timeout { .. } => Outcome::TimedOut,
             Error::Failed(e) => Outcome::of_verdict(e.classify()),
             Error::Panicked(_) => Outcome::Panicked,
@@ -250,6 +274,7 @@ impl<E> Error<E> {
     pub fn map_err<F, O: FnOnce(E) -> F>(self, op: O) -> Error<F> {
         match self {
             Error::Rejected(r) => Error::Rejected(r),
+            Error::RateLimited { retry_after } => Error::RateLimited { retry_after },
             Error::Timeout { waited } => Error::Timeout { waited },
             Error::Failed(e) => Error::Failed(op(e)),
             Error::Panicked(m) => Error::Panicked(m),
@@ -275,6 +300,9 @@ impl<E> fmt::Display for Error<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Rejected(r) => write!(f, "call rejected: {r}"),
+            Error::RateLimited { retry_after } => {
+                write!(f, "call rejected: {}; a permit is free in {retry_after:?}", Rejection::RateLimited)
+            }
             Error::Timeout { waited } => write!(f, "no answer within the deadline (waited {waited:?})"),
             // The job's error is the `source()`; repeating it here would print it twice
             // in every error chain.

@@ -168,6 +168,22 @@ impl Dependency {
         if deadline.at <= now {
             return (Err(self.rejected(Rejection::DeadlineUnmeetable)), None);
         }
+        // The rate limit, before the breaker: a caller waiting for its permit
+        // holds no probe slot. It waits only when the wait fits its deadline.
+        let mut now = now;
+        if inner.live.rate_on() {
+            match inner.rate.reserve(deadline.at.saturating_duration_since(now)) {
+                Ok(wait) if wait.is_zero() => {}
+                Ok(wait) => {
+                    std::thread::sleep(wait);
+                    now = Instant::now();
+                    if deadline.at <= now {
+                        return (Err(self.rejected(Rejection::DeadlineUnmeetable)), None);
+                    }
+                }
+                Err(refused) => return (Err(self.rate_limited(refused.retry_after)), None),
+            }
+        }
         let start = inner.clock_now(now);
         let permit = match inner.breaker.try_acquire() {
             Ok(permit) => permit,
@@ -236,6 +252,11 @@ impl Dependency {
                 drop((permit, limit));
                 return (Err(self.rejected(rejection)), None);
             }
+            // The pool never answers this; only the rate limit above does.
+            Err(Error::RateLimited { retry_after }) => {
+                drop((permit, limit));
+                return (Err(self.rate_limited(retry_after)), None);
+            }
         };
         if verdict == Verdict::Success
             && let Some(ran) = ran
@@ -293,6 +314,15 @@ impl Dependency {
                 let msg = format!("the classifier panicked: {}", panic_message(payload.as_ref()));
                 (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
             }
+        }
+    }
+
+    /// [`rejected`](Self::rejected) for the rate limit: the error says when a
+    /// permit would be free.
+    fn rate_limited<E>(&self, retry_after: Duration) -> Error<E> {
+        match self.rejected::<E>(Rejection::RateLimited) {
+            Error::Rejected(_) => Error::RateLimited { retry_after },
+            other => other,
         }
     }
 

@@ -12,7 +12,7 @@ use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
 use crate::histogram::LatencyHistogram;
-use crate::limit::{AdaptiveLimit, Limiter};
+use crate::limit::{AdaptiveLimit, Limiter, RateLimit, RateLimiter};
 use crate::listeners::{Listener, Listeners};
 use crate::pool::{Pool, PoolBuilder};
 use crate::retry::{JitterSource, Retry, RetryBudget};
@@ -180,6 +180,18 @@ impl DependencyBuilder {
         self
     }
 
+    /// A rate limit on the calls made: `per_second` permits a second, a burst,
+    /// and the longest a caller waits for a permit (on its own thread, before
+    /// the breaker). A caller whose wait would pass its deadline or the
+    /// limit's `max_wait` is refused at once with
+    /// [`Error::RateLimited`](crate::Error::RateLimited), which says when a
+    /// permit would be free, and which the breaker never records. Detached
+    /// calls never wait for one. Defaults to none.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.config.rate_limit = Some(limit);
+        self
+    }
+
     /// Adds a listener for the dependency's [`Event`]s. May be called more
     /// than once; listeners run in the order they were added. Defaults to
     /// none.
@@ -219,6 +231,12 @@ impl DependencyBuilder {
             config.adaptive_limit.clone().unwrap_or_else(|| AdaptiveLimit::new().min_limit(1)),
             config.workers,
         )?;
+        let clock: Arc<dyn Clock> = match &self.clock {
+            Some(clock) => Arc::clone(clock),
+            None => Arc::new(SystemClock),
+        };
+        // Always built, like the limiter; in force while `live.rate_on()`.
+        let rate = RateLimiter::with_clock(config.rate_limit.unwrap_or(RateLimit::per_second(1.0)), clock)?;
         let listeners = Arc::new(Listeners::new());
         for listener in self.listeners {
             listeners.add(listener);
@@ -242,6 +260,7 @@ impl DependencyBuilder {
                 listeners,
                 breaker,
                 limiter,
+                rate,
                 pool,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
                 normal: super::hang::Normal::default(),

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use super::Dependency;
 use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
-use crate::limit::AdaptiveLimit;
+use crate::limit::{AdaptiveLimit, RateLimit};
 use crate::retry::Retry;
 use crate::time::saturating_nanos;
 
@@ -83,6 +83,11 @@ pub struct DependencyConfig {
     /// The adaptive concurrency limit, if any; absent in a file: none.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub adaptive_limit: Option<AdaptiveLimit>,
+    /// The rate limit, if any
+    /// ([`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit));
+    /// absent in a file: none.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Default for DependencyConfig {
@@ -97,6 +102,7 @@ impl Default for DependencyConfig {
             breaker: BreakerConfig::default(),
             retry: Retry::default(),
             adaptive_limit: None,
+            rate_limit: None,
         }
     }
 }
@@ -125,6 +131,9 @@ impl DependencyConfig {
         }
         self.breaker.validate()?;
         self.retry.validate()?;
+        if let Some(rate) = &self.rate_limit {
+            rate.validate()?;
+        }
         if let Some(limit) = &self.adaptive_limit {
             limit.validate()?;
             // The limit lives between its minimum and the worker count (which
@@ -149,6 +158,7 @@ pub(super) struct Live {
     timeout_ns: AtomicU64,
     slow_ns: AtomicU64,
     limit_on: AtomicBool,
+    rate_on: AtomicBool,
     /// The configured deadline-aware admission (the pool's own reads as off
     /// with a queue of 0, whatever was asked).
     admission: AtomicBool,
@@ -161,6 +171,7 @@ impl Live {
             timeout_ns: AtomicU64::new(saturating_nanos(config.timeout)),
             slow_ns: AtomicU64::new(saturating_nanos(config.breaker.slow_call_duration)),
             limit_on: AtomicBool::new(config.adaptive_limit.is_some()),
+            rate_on: AtomicBool::new(config.rate_limit.is_some()),
             admission: AtomicBool::new(config.deadline_aware_admission),
             retry: Mutex::new(config.retry.clone()),
         }
@@ -186,6 +197,11 @@ impl Live {
         self.limit_on.load(Ordering::Relaxed)
     }
 
+    #[inline]
+    pub(super) fn rate_on(&self) -> bool {
+        self.rate_on.load(Ordering::Relaxed)
+    }
+
     pub(super) fn retry(&self) -> Retry {
         self.retry.lock().clone()
     }
@@ -204,6 +220,7 @@ impl Dependency {
             breaker: inner.breaker.config(),
             retry: inner.live.retry(),
             adaptive_limit: inner.live.limit_on().then(|| inner.limiter.config()),
+            rate_limit: inner.live.rate_on().then(|| inner.rate.config()),
         }
     }
 
@@ -223,6 +240,9 @@ impl Dependency {
     /// - `adaptive_limit`: a new configuration keeps what the limit has
     ///   learned; `None` turns the limit off (calls in flight under it finish
     ///   normally), and `Some` turns it on again.
+    /// - `rate_limit`: the permits already promised stand and the next follow
+    ///   the new rate ([`RateLimiter::reconfigure`](crate::limit::RateLimiter::reconfigure));
+    ///   no thread is involved and nobody is blocked; `None` turns it off.
     ///
     /// Every call made at any moment of a reconfiguration gets exactly one
     /// answer, under the old settings or the new.
@@ -244,6 +264,13 @@ impl Dependency {
                 inner.live.limit_on.store(true, Ordering::Relaxed);
             }
             None => inner.live.limit_on.store(false, Ordering::Relaxed),
+        }
+        match new.rate_limit {
+            Some(rate) => {
+                inner.rate.reconfigure(rate).expect("checked above");
+                inner.live.rate_on.store(true, Ordering::Relaxed);
+            }
+            None => inner.live.rate_on.store(false, Ordering::Relaxed),
         }
         inner.budget.retune(&new.retry);
         *inner.live.retry.lock() = new.retry;

@@ -87,7 +87,7 @@ pub struct DependencyLatency {
 /// ```text
 /// attempts = successful + failed + ignored + timed_out + panicked
 ///          + not_permitted + queue_full + deadline_unmeetable + shutting_down
-///          + limit_exceeded
+///          + limit_exceeded + rate_limited
 /// ```
 ///
 /// ([`CallCounts::total`]). A retried call (`with().retry()`) makes one attempt per
@@ -129,6 +129,8 @@ pub struct CallCounts {
     pub shutting_down: u64,
     /// [`Outcome::LimitExceeded`].
     pub limit_exceeded: u64,
+    /// [`Outcome::RateLimited`].
+    pub rate_limited: u64,
     /// Recorded attempts slower than the breaker's `slow_call_duration`
     /// (overlaps the recorded outcomes).
     pub slow: u64,
@@ -160,12 +162,13 @@ impl CallCounts {
             Outcome::DeadlineUnmeetable => self.deadline_unmeetable,
             Outcome::ShuttingDown => self.shutting_down,
             Outcome::LimitExceeded => self.limit_exceeded,
+            Outcome::RateLimited => self.rate_limited,
         }
     }
 
     /// Every outcome with its count, in [`Outcome::ALL`]'s order: the `kind`
     /// samples of `watertight_calls_total`. Their sum is [`total`](Self::total).
-    pub fn by_outcome(&self) -> [(Outcome, u64); 10] {
+    pub fn by_outcome(&self) -> [(Outcome, u64); 11] {
         Outcome::ALL.map(|o| (o, self.get(o)))
     }
 }
@@ -175,7 +178,7 @@ impl CallCounts {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     /// Indexed by the outcome's position in [`Outcome::ALL`].
-    outcomes: [AtomicU64; 10],
+    outcomes: [AtomicU64; 11],
     slow: AtomicU64,
     retried: AtomicU64,
 }
@@ -199,6 +202,7 @@ impl Counters {
             Outcome::DeadlineUnmeetable => 7,
             Outcome::ShuttingDown => 8,
             Outcome::LimitExceeded => 9,
+            Outcome::RateLimited => 10,
         }
     }
 
@@ -223,6 +227,7 @@ impl Counters {
             deadline_unmeetable: o(Outcome::DeadlineUnmeetable),
             shutting_down: o(Outcome::ShuttingDown),
             limit_exceeded: o(Outcome::LimitExceeded),
+            rate_limited: o(Outcome::RateLimited),
             slow: self.slow.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             expired,

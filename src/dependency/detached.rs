@@ -17,7 +17,7 @@ use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::call::Classifier;
 use super::{Dependency, Event, Inner};
@@ -122,6 +122,10 @@ impl Dependency {
         let deadline = caller.map_or(own, |c| c.min(own));
         if deadline <= spawned {
             return Err(reject(inner, Rejection::DeadlineUnmeetable));
+        }
+        // A detached call never waits: a rate limit with no permit free now refuses it.
+        if inner.live.rate_on() && inner.rate.reserve(Duration::ZERO).is_err() {
+            return Err(reject(inner, Rejection::RateLimited));
         }
         let start = inner.clock_now(spawned);
         let Ok(permit) = inner.breaker.try_acquire_owned() else {

@@ -100,6 +100,8 @@ struct Inner {
     breaker: Breaker,
     /// Always built; in force while `live.limit_on()`.
     limiter: Limiter,
+    /// Always built; in force while `live.rate_on()`.
+    rate: crate::limit::RateLimiter,
     pool: Pool,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,

@@ -31,7 +31,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
 
 /// A rate limit's settings: `per_second` permits a second, `burst` of them
-/// at once, and the longest a caller may wait for one.
+/// at once, and the longest a caller may wait for one. In a file (feature
+/// `serde`): `rate_limit = { per_second = 1000.0, burst = 50, max_wait = "20ms" }`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -43,10 +44,19 @@ use crate::error::ConfigError;
 /// assert_eq!(RateLimit::per_second(0.0).validate().unwrap_err().field(), "rate_limit.per_second");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct RateLimit {
     per_second: f64,
+    #[cfg_attr(feature = "serde", serde(default = "one"))]
     burst: u32,
+    #[cfg_attr(feature = "serde", serde(default, with = "crate::duration"))]
     max_wait: Duration,
+}
+
+#[cfg(feature = "serde")]
+fn one() -> u32 {
+    1
 }
 
 impl RateLimit {
@@ -189,27 +199,26 @@ impl RateLimiter {
     /// thread. Refused at once, taking nothing, when the wait would be
     /// longer (or `deadline` has passed).
     pub fn acquire(&self, deadline: Instant) -> Result<(), RateLimited> {
-        let wait = self.reserve(deadline)?;
+        let wait = self.reserve(deadline.saturating_duration_since(Instant::now()))?;
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }
         Ok(())
     }
 
-    /// The decision of [`acquire`](Self::acquire) without the sleep: the
-    /// permit is taken, to be used after the returned wait (zero: now).
-    pub fn reserve(&self, deadline: Instant) -> Result<Duration, RateLimited> {
+    /// The decision of [`acquire`](Self::acquire) without the sleep, for a
+    /// caller that may wait at most `within` (what is left of its deadline):
+    /// the permit is taken, to be used after the returned wait (zero: now).
+    /// The limiter's own clock measures the rate; `within` is a plain
+    /// duration, so it means the same on any clock.
+    pub fn reserve(&self, within: Duration) -> Result<Duration, RateLimited> {
         let inner = &*self.inner;
-        let now = inner.clock.now();
-        let now_ns = ns(now.saturating_duration_since(inner.base));
-        // What the caller may wait: its deadline, on the same clock as `now`.
-        let left = deadline.saturating_duration_since(now);
+        let now_ns = ns(inner.clock.now().saturating_duration_since(inner.base));
         let mut st = inner.state.lock();
         let tat = st.tat_ns.max(now_ns);
         let free_at = tat.saturating_sub(st.tolerance_ns);
         let wait = Duration::from_nanos(free_at.saturating_sub(now_ns));
-        let may_wait = st.config.max_wait.min(left);
-        if wait > may_wait || (deadline <= now && !wait.is_zero()) {
+        if wait > st.config.max_wait.min(within) {
             return Err(RateLimited { retry_after: wait });
         }
         st.tat_ns = tat.saturating_add(st.interval_ns);
@@ -250,6 +259,7 @@ mod tests {
     use crate::clock::ManualClock;
 
     const MS: Duration = Duration::from_millis(1);
+    const FAR: Duration = Duration::from_secs(10);
 
     fn limiter(config: RateLimit) -> (RateLimiter, ManualClock) {
         let clock = ManualClock::new();
@@ -259,70 +269,62 @@ mod tests {
     #[test]
     fn a_burst_then_one_permit_per_interval() {
         let (l, clock) = limiter(RateLimit::per_second(100.0).burst(3));
-        let far = clock.now() + Duration::from_secs(10);
         for _ in 0..3 {
-            assert_eq!(l.reserve(far), Ok(Duration::ZERO));
+            assert_eq!(l.reserve(FAR), Ok(Duration::ZERO));
         }
-        assert_eq!(l.reserve(far), Err(RateLimited { retry_after: 10 * MS }));
+        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 10 * MS }));
         clock.advance(10 * MS);
-        assert_eq!(l.reserve(far), Ok(Duration::ZERO));
-        assert!(l.reserve(far).is_err());
+        assert_eq!(l.reserve(FAR), Ok(Duration::ZERO));
+        assert!(l.reserve(FAR).is_err());
         // A quiet second refills the burst, and no more.
         clock.advance(Duration::from_secs(1));
         for _ in 0..3 {
-            assert_eq!(l.reserve(clock.now() + Duration::from_secs(10)), Ok(Duration::ZERO));
+            assert_eq!(l.reserve(FAR), Ok(Duration::ZERO));
         }
-        assert!(l.reserve(clock.now() + Duration::from_secs(10)).is_err());
+        assert!(l.reserve(FAR).is_err());
     }
 
     #[test]
     fn a_caller_waits_only_as_long_as_its_deadline_and_max_wait_allow() {
-        let (l, clock) = limiter(RateLimit::per_second(100.0).max_wait(25 * MS));
-        let now = clock.now();
-        assert_eq!(l.reserve(now + Duration::from_secs(1)), Ok(Duration::ZERO));
+        let (l, _clock) = limiter(RateLimit::per_second(100.0).max_wait(25 * MS));
+        assert_eq!(l.reserve(FAR), Ok(Duration::ZERO));
         // The next permit is 10 ms away: taken with a 10 ms wait.
-        assert_eq!(l.reserve(now + Duration::from_secs(1)), Ok(10 * MS));
-        // 20 ms away: within max_wait, but not within a 15 ms deadline: refused, nothing taken.
-        assert_eq!(l.reserve(now + 15 * MS), Err(RateLimited { retry_after: 20 * MS }));
-        assert_eq!(l.reserve(now + Duration::from_secs(1)), Ok(20 * MS));
+        assert_eq!(l.reserve(FAR), Ok(10 * MS));
+        // 20 ms away: within max_wait, but not within 15 ms of deadline: refused, nothing taken.
+        assert_eq!(l.reserve(15 * MS), Err(RateLimited { retry_after: 20 * MS }));
+        assert_eq!(l.reserve(FAR), Ok(20 * MS));
         // 30 ms away: past max_wait whatever the deadline.
-        assert_eq!(l.reserve(now + Duration::from_secs(1)), Err(RateLimited { retry_after: 30 * MS }));
+        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 30 * MS }));
         // A deadline already past never waits.
-        assert_eq!(l.reserve(now), Err(RateLimited { retry_after: 30 * MS }));
+        assert_eq!(l.reserve(Duration::ZERO), Err(RateLimited { retry_after: 30 * MS }));
     }
 
     #[test]
     fn a_refusal_takes_nothing() {
         let (l, clock) = limiter(RateLimit::per_second(10.0));
-        let soon = clock.now() + MS;
-        assert!(l.reserve(soon).is_ok());
+        assert!(l.reserve(MS).is_ok());
         for _ in 0..1000 {
-            assert!(l.reserve(soon).is_err());
+            assert!(l.reserve(MS).is_err());
         }
         clock.advance(100 * MS);
-        assert_eq!(
-            l.reserve(clock.now() + MS),
-            Ok(Duration::ZERO),
-            "refusals did not push the next permit back"
-        );
+        assert_eq!(l.reserve(MS), Ok(Duration::ZERO), "refusals did not push the next permit back");
     }
 
     #[test]
     fn reconfiguring_changes_the_rate_without_blocking_or_forgetting() {
         let (l, clock) = limiter(RateLimit::per_second(1000.0));
-        let far = |c: &ManualClock| c.now() + Duration::from_secs(10);
-        assert!(l.reserve(far(&clock)).is_ok());
+        assert!(l.reserve(FAR).is_ok());
         l.reconfigure(RateLimit::per_second(10.0)).unwrap();
         // The permit promised at the old rate stands (1 ms); the next follow 100 ms.
-        assert_eq!(l.reserve(far(&clock)), Err(RateLimited { retry_after: MS }));
+        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: MS }));
         clock.advance(MS);
-        assert!(l.reserve(far(&clock)).is_ok());
-        assert_eq!(l.reserve(far(&clock)), Err(RateLimited { retry_after: 100 * MS }));
+        assert!(l.reserve(FAR).is_ok());
+        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 100 * MS }));
         l.reconfigure(RateLimit::per_second(1000.0)).unwrap();
-        assert_eq!(l.reserve(far(&clock)), Err(RateLimited { retry_after: 100 * MS }), "promised at 10/s");
+        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 100 * MS }), "promised at 10/s");
         clock.advance(100 * MS);
-        assert!(l.reserve(far(&clock)).is_ok());
-        assert_eq!(l.reserve(far(&clock)), Err(RateLimited { retry_after: MS }));
+        assert!(l.reserve(FAR).is_ok());
+        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: MS }));
         assert_eq!(
             l.reconfigure(RateLimit::per_second(f64::NAN)).unwrap_err().field(),
             "rate_limit.per_second"
@@ -337,7 +339,7 @@ mod tests {
         // 16 callers taking turns, 10 s of manual time in 100 us steps.
         for _ in 0..100_000 {
             for _ in 0..16 {
-                if l.reserve(clock.now() + MS).is_ok_and(|w| w.is_zero()) {
+                if l.reserve(MS).is_ok_and(|w| w.is_zero()) {
                     admitted += 1;
                 }
             }
