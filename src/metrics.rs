@@ -367,7 +367,8 @@ mod tests {
 
     #[test]
     fn every_bucket_bound_is_the_nearest_f64_to_its_exact_decimal() {
-        let bounds = crate::histogram::LatencyHistogram::new(Duration::from_secs(30)).snapshot().cumulative(1);
+        let bounds =
+            crate::histogram::LatencyHistogram::new(Duration::from_secs(30)).snapshot().cumulative(1);
         assert_eq!(bounds.len(), crate::histogram::BOUNDS + 1);
         for (bound, _) in bounds.into_iter().filter_map(|(b, n)| b.map(|b| (b, n))) {
             let exact = exact_decimal(bound);

@@ -323,7 +323,10 @@ impl RequestPoolGauges {
 
 impl fmt::Debug for RequestPoolGauges {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RequestPoolGauges").field("threads", &self.threads).field("busy", &self.busy()).finish()
+        f.debug_struct("RequestPoolGauges")
+            .field("threads", &self.threads)
+            .field("busy", &self.busy())
+            .finish()
     }
 }
 

@@ -111,7 +111,8 @@ fn text_of<'a>(dom: &'a str, id: &str) -> Option<&'a str> {
 fn circuits(server: &Checkout) -> Value {
     let answer = get(server.addr, "/circuits", Duration::from_secs(5)).expect("GET /circuits");
     assert_eq!(answer.status, 200, "{}", answer.body);
-    serde_json::from_str(&answer.body).unwrap_or_else(|e| panic!("/circuits is not JSON ({e}): {}", answer.body))
+    serde_json::from_str(&answer.body)
+        .unwrap_or_else(|e| panic!("/circuits is not JSON ({e}): {}", answer.body))
 }
 
 fn dependency<'a>(circuits: &'a Value, name: &str) -> &'a Value {
@@ -125,7 +126,7 @@ fn fraud_state(server: &Checkout) -> Option<String> {
 
 /// A configured duration as the page writes it, and as watertight.toml does.
 fn setting(ms: u64) -> String {
-    if ms % 1000 == 0 { format!("{}s", ms / 1000) } else { format!("{ms}ms") }
+    if ms.is_multiple_of(1000) { format!("{}s", ms / 1000) } else { format!("{ms}ms") }
 }
 
 fn send(addr: SocketAddr, method: &str, path: &str, user: &str, body: &str) -> Result<u16, String> {
@@ -237,7 +238,11 @@ fn screenshot(browser: &Path, server: &Checkout, png: &Path, order_id: &str) {
         "the fraud breaker left OPEN during the {took:?} of the screenshot: {fraud}"
     );
     let bytes = std::fs::read(&tmp).expect("the screenshot's file");
-    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000, "not a PNG: {} bytes", bytes.len());
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 10_000,
+        "not a PNG: {} bytes",
+        bytes.len()
+    );
     std::fs::write(png, &bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", png.display()));
     let _ = std::fs::remove_file(&tmp);
     eprintln!("dashboard screenshot: {} ({} polls in {took:.1?})", png.display(), SCREENSHOT_POLLS);
@@ -280,7 +285,8 @@ fn dashboard_shows_the_incident_with_every_field_filled() {
     let addr = server.addr;
     let give_up = Instant::now() + Duration::from_secs(60);
     for round in 1.. {
-        let clients: Vec<_> = (0..CHECKOUTS_PER_ROUND).map(|_| thread::spawn(move || checkout(addr))).collect();
+        let clients: Vec<_> =
+            (0..CHECKOUTS_PER_ROUND).map(|_| thread::spawn(move || checkout(addr))).collect();
         for client in clients {
             let status = client.join().expect("a client thread").expect("a checkout answer");
             assert_eq!(status, 202, "a hung fraud provider means manual review");
@@ -342,7 +348,10 @@ fn dashboard_shows_the_incident_with_every_field_filled() {
         let p99 = text_of(&dom, &format!("p99-{name}")).expect("a p99");
         assert!(p99.ends_with(" ms") || p99.ends_with(" s"), "{name}'s call time p99: {p99:?}");
         assert!(text_of(&dom, &format!("mean-run-{name}")).is_some(), "{name}");
-        assert!(text_of(&dom, &format!("abandoned-{name}")).is_some_and(|a| a.parse::<u64>().is_ok()), "{name}");
+        assert!(
+            text_of(&dom, &format!("abandoned-{name}")).is_some_and(|a| a.parse::<u64>().is_ok()),
+            "{name}"
+        );
     }
     let mean_run = text_of(&dom, "mean-run-fraud").expect("fraud's mean run time");
     assert!(mean_run.ends_with(" ms") || mean_run.ends_with(" s"), "fraud's runs ended: {mean_run:?}");

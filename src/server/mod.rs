@@ -24,7 +24,8 @@
 //!
 //! The core of `examples/quote.rs`: a guarded request pool whose handler
 //! calls two dependencies within the request's budget, falls back on the
-//! second and says why, and serves `/metrics`.
+//! second and says why, and serves `/metrics`, where the registry given to
+//! [`ServerConfigBuilder::registry`] adds the request pool's own gauges.
 //!
 //! ```
 //! # #[cfg(all(feature = "prometheus", feature = "ureq"))]
@@ -39,6 +40,7 @@
 //! let registry = Registry::new();
 //! registry.register(inventory.clone())?;
 //! registry.register(pricing.clone())?;
+//! let config = ServerConfig::builder().request_budget(Duration::from_secs(1)).registry(&registry).build()?;
 //!
 //! let handler = move |req: &mut Request, ctx: &RequestContext| -> ResponseBox {
 //!     if req.url() == "/metrics" {
@@ -60,13 +62,13 @@
 //!     }
 //! };
 //!
-//! let config = ServerConfig::builder().request_budget(Duration::from_secs(1)).build()?;
 //! let server = serve_with(std::net::TcpListener::bind("127.0.0.1:0")?, 8, config, handler)?;
 //! let url = format!("http://{}", server.addr().to_ip().expect("a TCP address"));
 //! let quote = ureq::get(format!("{url}/quote/sku-1")).call()?.body_mut().read_to_string()?;
 //! assert_eq!(quote, "1999, list price: timed_out");
 //! let text = ureq::get(format!("{url}/metrics")).call()?.body_mut().read_to_string()?;
 //! assert!(text.contains(r#"watertight_calls_total{dependency="pricing",kind="timed_out"} 1"#));
+//! assert!(text.contains("\nwatertight_request_pool_threads 8\n"));
 //! server.shutdown();
 //! # Ok(())
 //! # }
@@ -350,15 +352,8 @@ fn start_pool(
     handler: Handler,
     spawn: Spawn,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
-    let shared = Arc::new(Shared {
-        server,
-        origin,
-        busy,
-        stopping: AtomicBool::new(false),
-        handler,
-        budget,
-        threads,
-    });
+    let shared =
+        Arc::new(Shared { server, origin, busy, stopping: AtomicBool::new(false), handler, budget, threads });
     let mut joins = Vec::with_capacity(threads);
     for i in 0..threads {
         match spawn(i, Arc::clone(&shared)) {
@@ -655,9 +650,10 @@ mod tests {
         let handler: Handler =
             Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
         let busy = Arc::new(AtomicUsize::new(0));
-        let err = start_pool(server, Origin::Client, 4, Duration::from_secs(1), busy, handler, two_then_refuse)
-            .err()
-            .expect("the spawn error");
+        let err =
+            start_pool(server, Origin::Client, 4, Duration::from_secs(1), busy, handler, two_then_refuse)
+                .err()
+                .expect("the spawn error");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         // Both started threads were joined before the error came back.
         assert_eq!(EXITED.load(Ordering::SeqCst), 2);
