@@ -128,12 +128,11 @@ fn seconds(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1e9
 }
 
-/// The request pool's two gauges: what [`Collector`] exports for a registry
-/// that carries them, and what a
-/// [`RequestPool`](crate::server::RequestPool) exports as a collector of its
-/// own (feature `tiny_http`).
-#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))]
-pub(crate) fn encode_request_pool(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy: usize) -> Res {
+/// The request pool's two gauges, as [`Collector`] exports them for a
+/// registry that carries them (a
+/// [`RequestPool`](crate::server::RequestPool), a collector of its own,
+/// exports the same two).
+fn encode_request_pool(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy: usize) -> Res {
     for (name, help, value) in [
         ("watertight_request_pool_threads", "Threads of the shared request pool.", threads),
         ("watertight_request_pool_busy", "Request threads handling a request now.", busy),

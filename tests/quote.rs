@@ -120,6 +120,21 @@ fn a_registry_given_to_the_server_carries_its_request_pool_gauges_to_metrics() {
     assert!(text.contains("# TYPE watertight_request_pool_threads gauge\n"), "{text}");
     assert!(text.contains("\nwatertight_request_pool_threads 4\n"), "{text}");
     assert!(text.contains("\nwatertight_request_pool_busy 3\n"), "{text}");
+    // The same two gauges as the request pool's own collector, for a
+    // prometheus registry built by hand.
+    let mut prom = metrics::PrometheusRegistry::default();
+    prom.register_collector(Box::new(server.request_pool()));
+    let mut own = String::new();
+    metrics::prometheus_client::encoding::text::encode(&mut own, &prom).unwrap();
+    let descriptors = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("# ") && l.contains("watertight_request_pool"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(descriptors(&text), descriptors(&own), "{own}");
+    assert_eq!(descriptors(&own).len(), 4, "HELP and TYPE of both: {own}");
+
     let pool = registry.request_pool().expect("attached while the server runs");
     assert_eq!(pool.threads(), 4);
     // The two held; the scrape's thread may not have returned yet.

@@ -599,7 +599,17 @@ impl RequestPool {
 #[cfg(feature = "prometheus")]
 impl prometheus_client::collector::Collector for RequestPool {
     fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> fmt::Result {
-        crate::metrics::encode_request_pool(&mut encoder, self.threads(), self.busy())
+        use prometheus_client::metrics::MetricType;
+        // The names and help of the metrics exporter's (`metrics::Collector`);
+        // the edges do not import each other, so they are spelled twice.
+        for (name, help, value) in [
+            ("watertight_request_pool_threads", "Threads of the shared request pool.", self.threads()),
+            ("watertight_request_pool_busy", "Request threads handling a request now.", self.busy()),
+        ] {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            metric.encode_gauge(&value)?;
+        }
+        Ok(())
     }
 }
 
