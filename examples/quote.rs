@@ -10,13 +10,20 @@
 //! `cargo run --features testing --example quote -- [INVENTORY_FAULT] [PRICING_FAULT]`
 //! starts both providers on loopback (`watertight::testing`; faults such as
 //! `healthy`, `slow:200`, `hang`, `error:503`) and prints `listening on ...`.
+//!
+//! It needs nothing but std and watertight, so it builds as the `main.rs` of
+//! a crate of your own with one dependency:
+//! `watertight = { version = "0.1", features = ["testing"] }` (the default
+//! features `ureq`, `tiny_http` and `prometheus`, plus the fake providers).
+//! The HTTP client and server are the versions watertight re-exports,
+//! `watertight::ureq` and `watertight::tiny_http`.
 use std::time::Duration;
 
 use watertight::http::WithDeadline;
 use watertight::server::{RequestContext, ServerConfig, serve_with};
 use watertight::testing::{FakeProvider, Fault};
 use watertight::tiny_http::{Header, Request, Response, ResponseBox};
-use watertight::{Dependency, Registry, breaker::BreakerConfig, metrics};
+use watertight::{Dependency, Registry, breaker::BreakerConfig, metrics, ureq};
 
 const REQUEST_THREADS: usize = 8;
 const LIST_PRICE_CENTS: u64 = 1999;
@@ -42,6 +49,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     registry.register(inventory.clone())?;
     registry.register(pricing.clone())?;
     eprintln!("capacity: {}", registry.check_capacity(REQUEST_THREADS)?);
+    // The server attaches its request pool's gauges to the registry, so the
+    // `/metrics` below shows watertight_request_pool_busy and _threads too.
+    let config =
+        ServerConfig::builder().request_budget(Duration::from_secs(1)).registry(&registry).build()?;
 
     let agent = ureq::Agent::new_with_defaults();
     let (stock_url, prices_url) = (stock.url(), prices.url());
@@ -81,7 +92,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         text(200, body, "application/json")
     };
 
-    let config = ServerConfig::builder().request_budget(Duration::from_secs(1)).build()?;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let server = serve_with(listener, REQUEST_THREADS, config, handler)?;
     println!("listening on http://{}", server.addr().to_ip().ok_or("not a TCP address")?);

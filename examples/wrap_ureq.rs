@@ -4,11 +4,14 @@
 //! `cargo run --features testing --example wrap_ureq [URL | FAULT]`: a URL is called as it is; otherwise a
 //! fake provider starts on loopback with FAULT (default `hang`; also `healthy`,
 //! `error:503`, `refuse`, ...; see `watertight::testing`).
+//!
+//! std and watertight only (`features = ["testing"]` for the fake provider):
+//! the client is the ureq watertight re-exports, `watertight::ureq`.
 use std::time::{Duration, Instant};
 
 use watertight::http::WithDeadline;
 use watertight::testing::FakeProvider;
-use watertight::{Dependency, Error, breaker::BreakerConfig};
+use watertight::{Dependency, Error, breaker::BreakerConfig, ureq};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let arg = std::env::args().nth(1).unwrap_or_else(|| "hang".to_owned());

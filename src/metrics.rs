@@ -4,7 +4,9 @@
 //!
 //! What is counted, and how the counts add up, is the dependency's own
 //! bookkeeping ([`CallCounts`](crate::CallCounts)); this module only exports
-//! it.
+//! it. A registry given to the server
+//! ([`ServerConfig::registry`](crate::server::ServerConfig::registry)) also
+//! carries the request pool's gauges, and they are exported with the rest.
 //!
 //! ```
 //! use watertight::{Dependency, Registry, metrics};
@@ -28,6 +30,8 @@ pub use prometheus_client::registry::Registry as PrometheusRegistry;
 /// The `Content-Type` of what [`encode_text`] produces (OpenMetrics text
 /// 1.0.0). Prometheus also accepts it as the classic text format's successor.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+use std::time::Duration;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -61,6 +65,17 @@ use crate::registry::Registry;
 /// | `watertight_pool_queued` | gauge | | jobs waiting in the queue |
 /// | `watertight_pool_queue_capacity` | gauge | | the queue's bound |
 /// | `watertight_pool_abandoned` | gauge | | running jobs whose caller gave up |
+///
+/// And, while a server given the registry runs
+/// ([`Registry::request_pool`]), two gauges without labels:
+///
+/// | name | type | meaning |
+/// |---|---|---|
+/// | `watertight_request_pool_threads` | gauge | threads of the shared request pool |
+/// | `watertight_request_pool_busy` | gauge | request threads handling a request now |
+///
+/// Durations are in seconds, each the decimal of its exact nanoseconds
+/// (a bucket bound of 1.6384 s reads `le="1.6384"`).
 ///
 /// Labels carry only dependency names and fixed words, never request data.
 #[derive(Debug, Clone)]
@@ -103,6 +118,30 @@ pub fn encode_text(registry: &Registry) -> String {
 }
 
 type Res = Result<(), std::fmt::Error>;
+
+/// `d` in seconds: the `f64` nearest to its exact decimal (`nanos / 10^9`,
+/// one correctly rounded division), so that the shortest decimal that
+/// round-trips, which the encoder prints, is that decimal itself (`1.6384`).
+/// `Duration::as_secs_f64` adds the fraction to the whole seconds, a second
+/// rounding that can land on a neighbour (`1.6383999999999999`).
+fn seconds(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e9
+}
+
+/// The request pool's two gauges, as [`Collector`] exports them for a
+/// registry that carries them (a
+/// [`RequestPool`](crate::server::RequestPool), a collector of its own,
+/// exports the same two).
+fn encode_request_pool(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy: usize) -> Res {
+    for (name, help, value) in [
+        ("watertight_request_pool_threads", "Threads of the shared request pool.", threads),
+        ("watertight_request_pool_busy", "Request threads handling a request now.", busy),
+    ] {
+        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        metric.encode_gauge(&value)?;
+    }
+    Ok(())
+}
 
 /// A gauge family with one sample per dependency; `value` returning `None`
 /// leaves that dependency's sample out (a rate not yet computed).
@@ -160,12 +199,12 @@ fn histograms(
             .map(|(bound, cumulative)| {
                 let in_bucket = cumulative.saturating_sub(below);
                 below = cumulative;
-                (bound.map_or(f64::MAX, |b| b.as_secs_f64()), in_bucket)
+                (bound.map_or(f64::MAX, seconds), in_bucket)
             })
             .collect();
         let labels: &[(&str, &str)] = &[("dependency", dep.name())];
         metric.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
-            snap.sum().as_secs_f64(),
+            seconds(snap.sum()),
             snap.count(),
             &buckets,
             None,
@@ -190,6 +229,10 @@ impl prometheus_client::collector::Collector for Collector {
         let snaps: Vec<DependencySnapshot> = deps.iter().map(Dependency::snapshot).collect();
         let enc = &mut encoder;
 
+        if let Some(pool) = self.registry.request_pool() {
+            encode_request_pool(enc, pool.threads(), pool.busy())?;
+        }
+
         histograms(
             enc,
             "watertight_queue_wait_seconds",
@@ -212,14 +255,14 @@ impl prometheus_client::collector::Collector for Collector {
             "watertight_mean_service_seconds",
             "Recent mean run time of a job (the admission estimate's).",
             &snaps,
-            |s| s.mean_service_time.map(|d| d.as_secs_f64()),
+            |s| s.mean_service_time.map(seconds),
         )?;
         gauges(
             enc,
             "watertight_estimated_wait_seconds",
             "What a call made now would wait for a worker; absent while nothing is queued.",
             &snaps,
-            |s| s.estimated_wait.map(|d| d.as_secs_f64()),
+            |s| s.estimated_wait.map(seconds),
         )?;
         gauges(
             enc,
@@ -302,5 +345,84 @@ impl prometheus_client::collector::Collector for Collector {
             |s| Some(s.pool.abandoned),
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::registry::RequestPoolGauges;
+
+    /// The exact decimal of `d` in seconds, without trailing zeros.
+    fn exact_decimal(d: Duration) -> String {
+        let nanos = d.as_nanos();
+        let text = format!("{}.{:09}", nanos / 1_000_000_000, nanos % 1_000_000_000);
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+
+    #[test]
+    fn every_bucket_bound_is_the_nearest_f64_to_its_exact_decimal() {
+        let bounds =
+            crate::histogram::LatencyHistogram::new(Duration::from_secs(30)).snapshot().cumulative(1);
+        assert_eq!(bounds.len(), crate::histogram::BOUNDS + 1);
+        for (bound, _) in bounds.into_iter().filter_map(|(b, n)| b.map(|b| (b, n))) {
+            let exact = exact_decimal(bound);
+            let secs = seconds(bound);
+            assert_eq!(secs, exact.parse::<f64>().unwrap(), "{bound:?}");
+            // The shortest decimal that round-trips is then the exact one.
+            assert_eq!(secs.to_string(), exact, "{bound:?}");
+        }
+        // What the old conversion printed for 1.6384 s, and why it was replaced.
+        assert_eq!(Duration::from_nanos(1_638_400_000).as_secs_f64().to_string(), "1.6383999999999999");
+    }
+
+    #[test]
+    fn bucket_labels_are_short_decimals() {
+        let deps = Registry::new();
+        let dep = Dependency::builder("fraud").workers(1).build().unwrap();
+        deps.register(dep.clone()).unwrap();
+        dep.call(|_| Ok::<_, std::io::Error>(())).unwrap();
+        let text = encode_text(&deps);
+        let labels: Vec<&str> = text
+            .lines()
+            .filter(|line| line.contains(r#"dependency="fraud""#))
+            .filter_map(|line| line.strip_prefix(r#"watertight_call_seconds_bucket{le=""#))
+            .map(|rest| &rest[..rest.find('"').expect("a closing quote")])
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "0.0001", "0.0002", "0.0004", "0.0008", "0.0016", "0.0032", "0.0064", "0.0128", "0.0256",
+                "0.0512", "0.1024", "0.2048", "0.4096", "0.8192", "1.6384", "3.2768", "6.5536", "13.1072",
+                "26.2144", "30.0", "+Inf"
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_registry_carrying_request_pool_gauges_exports_them() {
+        let deps = Registry::new();
+        assert!(!encode_text(&deps).contains("watertight_request_pool"), "none before a pool is attached");
+        let busy = Arc::new(AtomicUsize::new(3));
+        let gauges = RequestPoolGauges::new(8, Arc::clone(&busy));
+        deps.attach_request_pool(gauges.clone()).unwrap();
+        let text = encode_text(&deps);
+        assert!(text.contains("# TYPE watertight_request_pool_threads gauge\n"), "{text}");
+        assert!(text.contains("\nwatertight_request_pool_threads 8\n"), "{text}");
+        assert!(text.contains("\nwatertight_request_pool_busy 3\n"), "{text}");
+        // A second pool is refused while the first is attached, and detaching
+        // someone else's gauges leaves them.
+        let other = RequestPoolGauges::new(4, Arc::new(AtomicUsize::new(0)));
+        assert_eq!(deps.attach_request_pool(other.clone()).unwrap_err().threads(), 8);
+        deps.detach_request_pool(&other);
+        assert_eq!(deps.request_pool().map(|g| g.busy()), Some(3));
+        deps.detach_request_pool(&gauges);
+        assert!(deps.request_pool().is_none());
+        assert!(!encode_text(&deps).contains("watertight_request_pool"), "gone once detached");
     }
 }

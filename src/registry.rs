@@ -1,11 +1,13 @@
-//! Named dependencies: [`Registry`], their snapshots, and the capacity check
-//! ([`Registry::check_capacity`]).
+//! Named dependencies: [`Registry`], their snapshots, the capacity check
+//! ([`Registry::check_capacity`]), and the gauges of the request pool that
+//! serves them ([`RequestPoolGauges`]).
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::dependency::Dependency;
 use crate::dependency::{DependencyConfig, DependencySnapshot};
@@ -29,6 +31,10 @@ pub struct Registry {
     /// Registration order is kept (snapshots and metrics list dependencies in
     /// it). A registry holds a handful of entries, so lookups scan.
     deps: Arc<RwLock<Vec<Dependency>>>,
+    /// The gauges of the request pool serving with this registry, while one
+    /// does (see [`Registry::request_pool`]). Locked only to attach, detach
+    /// and clone the handle; the gauges are read after it is released.
+    request_pool: Arc<Mutex<Option<RequestPoolGauges>>>,
 }
 
 impl Registry {
@@ -75,6 +81,46 @@ impl Registry {
     /// `register`.
     pub fn snapshot(&self) -> Vec<DependencySnapshot> {
         self.dependencies().iter().map(Dependency::snapshot).collect()
+    }
+
+    /// The gauges of the request pool serving with this registry, while it
+    /// runs: `None` until a server is started with the registry in its
+    /// config (`ServerConfig::registry`, feature `tiny_http`), and again once
+    /// that server has stopped. The Prometheus exporter reads them on every
+    /// scrape, so a `/metrics` route needs no more wiring for them.
+    pub fn request_pool(&self) -> Option<RequestPoolGauges> {
+        self.request_pool.lock().clone()
+    }
+
+    /// Attaches a request pool's gauges. At most one pool at a time: its two
+    /// gauges carry no label to tell two apart, so a second is refused (with
+    /// the gauges already there) while the first runs.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn attach_request_pool(&self, gauges: RequestPoolGauges) -> Result<(), RequestPoolGauges> {
+        let mut slot = self.request_pool.lock();
+        match &*slot {
+            Some(running) => Err(running.clone()),
+            None => {
+                *slot = Some(gauges);
+                Ok(())
+            }
+        }
+    }
+
+    /// Detaches `gauges` if they are the ones attached (a pool stopping
+    /// leaves another pool's gauges alone).
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn detach_request_pool(&self, gauges: &RequestPoolGauges) {
+        let mut slot = self.request_pool.lock();
+        if slot.as_ref().is_some_and(|g| Arc::ptr_eq(&g.busy, &gauges.busy)) {
+            *slot = None;
+        }
+    }
+
+    /// Whether `self` and `other` are handles on the same registry.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn same_as(&self, other: &Registry) -> bool {
+        Arc::ptr_eq(&self.deps, &other.deps)
     }
 
     /// Checks every dependency's worst-case hold on a request pool of
@@ -243,6 +289,44 @@ impl fmt::Debug for Registry {
             Some(deps) => f.debug_list().entries(deps.iter().map(|d| d.name().to_owned())).finish(),
             None => f.write_str("Registry(<locked>)"),
         }
+    }
+}
+
+/// The gauges of a shared request pool, as a [`Registry`] carries them for an
+/// exporter (from [`Registry::request_pool`]): its size and its busy threads
+/// now. Cheap to clone; reads are relaxed loads that never block.
+#[derive(Clone)]
+pub struct RequestPoolGauges {
+    threads: usize,
+    /// The pool's own count of requests taken and not yet answered (the
+    /// server increments and decrements it; this side only reads it).
+    busy: Arc<AtomicUsize>,
+}
+
+impl RequestPoolGauges {
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn new(threads: usize, busy: Arc<AtomicUsize>) -> Self {
+        RequestPoolGauges { threads, busy }
+    }
+
+    /// The number of request threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Requests being handled right now (at most [`threads`](Self::threads)).
+    pub fn busy(&self) -> usize {
+        // Relaxed: a gauge read for display, it orders nothing.
+        self.busy.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for RequestPoolGauges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestPoolGauges")
+            .field("threads", &self.threads)
+            .field("busy", &self.busy())
+            .finish()
     }
 }
 

@@ -271,8 +271,12 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         let backends = Arc::clone(&backends);
         move |user: &str, deadline| backends.has_access(user, deadline)
     });
+    // The dependencies' metrics, and the request pool's gauges once the server
+    // below has attached them to the registry (ServerConfig::registry).
     let mut prometheus = watertight::metrics::PrometheusRegistry::default();
     watertight::metrics::register(&registry, &mut prometheus);
+    let server_config =
+        ServerConfig::builder().request_budget(args.request_budget).registry(&registry).build()?;
 
     let live = LiveConfig::new(threads);
     let app = Arc::new(App::new(
@@ -289,18 +293,15 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         let app = Arc::clone(&app);
         move |req: &mut tiny_http::Request, ctx: &RequestContext| app.handle(req, ctx)
     };
-    let config = ServerConfig::builder().request_budget(args.request_budget).build()?;
     let handle = if args.no_guard {
         let server = tiny_http::Server::http(&args.addr)
             .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
-        serve_unguarded(server, threads, config, handler)?
+        serve_unguarded(server, threads, server_config, handler)?
     } else {
         let listener = std::net::TcpListener::bind(&args.addr)
             .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
-        serve_with(listener, threads, config, handler)?
+        serve_with(listener, threads, server_config, handler)?
     };
-    // The request pool's own gauges, beside the dependencies' metrics.
-    app.prometheus.lock().register_collector(Box::new(handle.request_pool()));
     let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
     Ok(Running { handle, app, addr, providers })
 }

@@ -55,6 +55,9 @@ fn everything() -> Config {
                 .long_window(300)
                 .relearn_after(Duration::from_secs(120)),
         ),
+        rate_limit: Some(
+            crate::limit::RateLimit::per_second(250.0).burst(20).max_wait(Duration::from_millis(15)),
+        ),
     };
     let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);

@@ -1,13 +1,17 @@
-//! The server's settings: the guard's timeouts, caps and bounds, and the
-//! request budget, validated by `build()`.
+//! The server's settings: the guard's timeouts, caps and bounds, the
+//! request budget, and the registry that carries the request pool's gauges,
+//! validated by `build()`.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::ConfigError;
+use crate::registry::Registry;
 
 /// The server's settings, validated: what [`serve`](super::serve) uses by
 /// default and [`serve_with`](super::serve_with) takes: the guard's
-/// timeouts, caps and bounds, and each request's time budget.
+/// timeouts, caps and bounds, each request's time budget, and the
+/// [`Registry`] that carries the request pool's gauges.
 ///
 /// Built by [`ServerConfig::builder`]; [`ServerConfig::default`] is the builder's
 /// defaults. Every timeout is a `Duration` measured from the moment the step
@@ -22,6 +26,31 @@ pub struct ServerConfig {
     max_body_bytes: u64,
     max_connections: usize,
     request_budget: Duration,
+    gauges: Gauges,
+}
+
+/// The registry a server attaches its request pool's gauges to. Two configs
+/// are equal when they name the same registry (or none): a registry is a
+/// handle, compared by identity.
+#[derive(Clone, Default)]
+struct Gauges(Option<Registry>);
+
+impl PartialEq for Gauges {
+    fn eq(&self, other: &Gauges) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same_as(b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Gauges {}
+
+impl fmt::Debug for Gauges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 impl Default for ServerConfig {
@@ -77,6 +106,12 @@ impl ServerConfig {
     pub fn request_budget(&self) -> Duration {
         self.request_budget
     }
+
+    /// The registry the server attaches its request pool's gauges to, if
+    /// any (see [`ServerConfigBuilder::registry`]).
+    pub fn registry(&self) -> Option<&Registry> {
+        self.gauges.0.as_ref()
+    }
 }
 
 /// Builds a [`ServerConfig`]; every setter's doc gives its default.
@@ -104,6 +139,7 @@ impl ServerConfigBuilder {
                 max_body_bytes: 1024 * 1024,
                 max_connections: 256,
                 request_budget: Duration::from_secs(30),
+                gauges: Gauges(None),
             },
         }
     }
@@ -166,6 +202,21 @@ impl ServerConfigBuilder {
     /// Default 30 s; at most one day.
     pub fn request_budget(mut self, budget: Duration) -> Self {
         self.cfg.request_budget = budget;
+        self
+    }
+
+    /// The registry of the service's dependencies, to carry the request
+    /// pool's gauges too: while the server runs,
+    /// [`Registry::request_pool`](crate::Registry::request_pool) reads its
+    /// threads and busy threads, and the Prometheus exporter over the
+    /// registry ([`metrics::register`](crate::metrics::register),
+    /// [`metrics::encode_text`](crate::metrics::encode_text), feature
+    /// `prometheus`) adds `watertight_request_pool_threads` and
+    /// `watertight_request_pool_busy` to the dependencies' metrics, with no
+    /// more wiring. One running server per registry: a second started with
+    /// the same registry is refused. Defaults to none.
+    pub fn registry(mut self, registry: &Registry) -> Self {
+        self.cfg.gauges = Gauges(Some(registry.clone()));
         self
     }
 

@@ -24,7 +24,8 @@
 //!
 //! The core of `examples/quote.rs`: a guarded request pool whose handler
 //! calls two dependencies within the request's budget, falls back on the
-//! second and says why, and serves `/metrics`.
+//! second and says why, and serves `/metrics`, where the registry given to
+//! [`ServerConfigBuilder::registry`] adds the request pool's own gauges.
 //!
 //! ```
 //! # #[cfg(all(feature = "prometheus", feature = "ureq"))]
@@ -39,6 +40,7 @@
 //! let registry = Registry::new();
 //! registry.register(inventory.clone())?;
 //! registry.register(pricing.clone())?;
+//! let config = ServerConfig::builder().request_budget(Duration::from_secs(1)).registry(&registry).build()?;
 //!
 //! let handler = move |req: &mut Request, ctx: &RequestContext| -> ResponseBox {
 //!     if req.url() == "/metrics" {
@@ -60,13 +62,13 @@
 //!     }
 //! };
 //!
-//! let config = ServerConfig::builder().request_budget(Duration::from_secs(1)).build()?;
 //! let server = serve_with(std::net::TcpListener::bind("127.0.0.1:0")?, 8, config, handler)?;
 //! let url = format!("http://{}", server.addr().to_ip().expect("a TCP address"));
 //! let quote = ureq::get(format!("{url}/quote/sku-1")).call()?.body_mut().read_to_string()?;
 //! assert_eq!(quote, "1999, list price: timed_out");
 //! let text = ureq::get(format!("{url}/metrics")).call()?.body_mut().read_to_string()?;
 //! assert!(text.contains(r#"watertight_calls_total{dependency="pricing",kind="timed_out"} 1"#));
+//! assert!(text.contains("\nwatertight_request_pool_threads 8\n"));
 //! server.shutdown();
 //! # Ok(())
 //! # }
@@ -177,6 +179,7 @@ use std::time::{Duration, Instant};
 use tiny_http::{Header, Request, Response, ResponseBox, Server};
 
 use crate::error::panic_message;
+use crate::registry::{Registry, RequestPoolGauges};
 use request::Origin;
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
@@ -205,12 +208,14 @@ where
     serve_with(listener, threads, ServerConfig::default(), handler)
 }
 
-/// [`serve`] with the server's settings given (the guard's, and the request
-/// budget).
+/// [`serve`] with the server's settings given (the guard's, the request
+/// budget, and the [`registry`](ServerConfig::registry) that carries the
+/// request pool's gauges while it runs).
 ///
 /// # Errors
 ///
-/// As [`serve`].
+/// As [`serve`]; and `AlreadyExists` if the config's registry already
+/// carries the gauges of another running request pool.
 pub fn serve_with<H>(
     listener: TcpListener,
     threads: usize,
@@ -221,12 +226,23 @@ where
     H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
+    // First, as it is the one check that needs nothing started: dropping
+    // `gauges` on any error below detaches them again.
+    let (busy, gauges) = attach_gauges(guard.registry(), threads)?;
     // Fix the arrival header's base before the guard reads any request.
     request::base();
     let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
-    let (shared, joins) =
-        start_pool(server, Origin::Guard, threads, guard.request_budget(), Box::new(handler), spawn_named)?;
-    let mut handle = ServerHandle { shared, joins, threads, guard: None, _hop_dir: Some(hop_dir) };
+    let (shared, joins) = start_pool(
+        server,
+        Origin::Guard,
+        threads,
+        guard.request_budget(),
+        busy,
+        Box::new(handler),
+        spawn_named,
+    )?;
+    let mut handle =
+        ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: Some(hop_dir) };
     match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
         Ok(guard) => handle.guard = Some(guard),
         // Dropping the handle stops the request threads.
@@ -239,7 +255,7 @@ where
 /// 0.12 reads from the clients itself, with the limits listed in the
 /// [module docs](self). For comparison, or behind a proxy that buffers
 /// requests and caps their bodies. Of `config`, only the request budget
-/// applies.
+/// and the [`registry`](ServerConfig::registry) apply.
 ///
 /// Every request is taken as coming straight from a client. Its
 /// [`RequestContext`] has the TCP peer (`Request::remote_addr`) as its
@@ -256,7 +272,7 @@ where
 /// # Errors
 ///
 /// If a thread cannot be started; every thread already started is stopped
-/// first.
+/// first. `AlreadyExists` as in [`serve_with`].
 pub fn serve_unguarded<H>(
     server: Server,
     threads: usize,
@@ -267,9 +283,54 @@ where
     H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
-    let (shared, joins) =
-        start_pool(server, Origin::Client, threads, config.request_budget(), Box::new(handler), spawn_named)?;
-    Ok(ServerHandle { shared, joins, threads, guard: None, _hop_dir: None })
+    let (busy, gauges) = attach_gauges(config.registry(), threads)?;
+    let (shared, joins) = start_pool(
+        server,
+        Origin::Client,
+        threads,
+        config.request_budget(),
+        busy,
+        Box::new(handler),
+        spawn_named,
+    )?;
+    Ok(ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: None })
+}
+
+/// The busy count of a new request pool of `threads`, and, when `registry`
+/// is given, its gauges attached to it (detached when the returned value is
+/// dropped).
+fn attach_gauges(
+    registry: Option<&Registry>,
+    threads: usize,
+) -> io::Result<(Arc<AtomicUsize>, Option<AttachedGauges>)> {
+    let busy = Arc::new(AtomicUsize::new(0));
+    let Some(registry) = registry else { return Ok((busy, None)) };
+    let gauges = RequestPoolGauges::new(threads, Arc::clone(&busy));
+    match registry.attach_request_pool(gauges.clone()) {
+        Ok(()) => Ok((busy, Some(AttachedGauges { registry: registry.clone(), gauges }))),
+        Err(running) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "ServerConfig::registry: the registry already carries the gauges of a running request pool \
+                 ({} threads); give each server its own registry",
+                running.threads()
+            ),
+        )),
+    }
+}
+
+/// A request pool's gauges attached to a registry; dropping it (when the
+/// server stops, or fails to start) detaches them, so that a stopped pool
+/// does not linger in `/metrics`.
+struct AttachedGauges {
+    registry: Registry,
+    gauges: RequestPoolGauges,
+}
+
+impl Drop for AttachedGauges {
+    fn drop(&mut self) {
+        self.registry.detach_request_pool(&self.gauges);
+    }
 }
 
 type Spawn = fn(usize, Arc<Shared>) -> io::Result<JoinHandle<()>>;
@@ -285,18 +346,12 @@ fn start_pool(
     origin: Origin,
     threads: usize,
     budget: Duration,
+    busy: Arc<AtomicUsize>,
     handler: Handler,
     spawn: Spawn,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
-    let shared = Arc::new(Shared {
-        server,
-        origin,
-        busy: AtomicUsize::new(0),
-        stopping: AtomicBool::new(false),
-        handler,
-        budget,
-        threads,
-    });
+    let shared =
+        Arc::new(Shared { server, origin, busy, stopping: AtomicBool::new(false), handler, budget, threads });
     let mut joins = Vec::with_capacity(threads);
     for i in 0..threads {
         match spawn(i, Arc::clone(&shared)) {
@@ -339,8 +394,9 @@ struct Shared {
     /// Requests taken off the server and not yet answered: incremented right
     /// after `recv` returns one, decremented after `respond` returns (a
     /// [`BusyGuard`] does it, so a panic cannot leak a count). Relaxed: it is
-    /// a gauge read for display and tests, it orders nothing.
-    busy: AtomicUsize,
+    /// a gauge read for display and tests, it orders nothing. Shared with the
+    /// [`RequestPoolGauges`] a registry carries, if any.
+    busy: Arc<AtomicUsize>,
     /// Set before `shutdown` unblocks the threads. A thread that sees `recv`
     /// fail checks it: set means exit, clear means a transient accept error.
     stopping: AtomicBool,
@@ -447,6 +503,9 @@ pub struct ServerHandle {
     joins: Vec<JoinHandle<()>>,
     threads: usize,
     guard: Option<guard::Guard>,
+    /// The gauges attached to the config's registry; detached when the
+    /// handle drops, after the threads have stopped.
+    _gauges: Option<AttachedGauges>,
     /// Last, so that it drops after `shared` (the inner tiny_http server).
     _hop_dir: Option<hop::HopDir>,
 }
@@ -529,21 +588,24 @@ impl RequestPool {
 
 /// With the `prometheus` feature, a [`RequestPool`] is a `prometheus-client`
 /// collector of two gauges, `watertight_request_pool_threads` and
-/// `watertight_request_pool_busy`: register it beside
-/// [`metrics::register`](crate::metrics::register) with
-/// `prometheus.register_collector(Box::new(handle.request_pool()))`.
+/// `watertight_request_pool_busy`, for a `prometheus-client` registry built
+/// by hand: `prometheus.register_collector(Box::new(handle.request_pool()))`.
+/// A server whose [`ServerConfig::registry`] is set needs none of that:
+/// [`metrics::register`](crate::metrics::register) over that registry
+/// exports the same two gauges (register one or the other, not both, or
+/// each gauge is exported twice).
 #[cfg(feature = "prometheus")]
 impl prometheus_client::collector::Collector for RequestPool {
     fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> fmt::Result {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::{MetricType, gauge::ConstGauge};
+        use prometheus_client::metrics::MetricType;
+        // The names and help of the metrics exporter's (`metrics::Collector`);
+        // the edges do not import each other, so they are spelled twice.
         for (name, help, value) in [
             ("watertight_request_pool_threads", "Threads of the shared request pool.", self.threads()),
             ("watertight_request_pool_busy", "Request threads handling a request now.", self.busy()),
         ] {
-            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            gauge.encode(metric)?;
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            metric.encode_gauge(&value)?;
         }
         Ok(())
     }
@@ -595,9 +657,11 @@ mod tests {
         let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
         let handler: Handler =
             Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
-        let err = start_pool(server, Origin::Client, 4, Duration::from_secs(1), handler, two_then_refuse)
-            .err()
-            .expect("the spawn error");
+        let busy = Arc::new(AtomicUsize::new(0));
+        let err =
+            start_pool(server, Origin::Client, 4, Duration::from_secs(1), busy, handler, two_then_refuse)
+                .err()
+                .expect("the spawn error");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         // Both started threads were joined before the error came back.
         assert_eq!(EXITED.load(Ordering::SeqCst), 2);
