@@ -112,3 +112,55 @@ fn reconfiguring_under_load_answers_every_call_once() {
     assert_eq!(calls, answered.load(Ordering::Relaxed), "every call answered exactly once");
     assert_eq!(limiter.config().rate(), 1000.0);
 }
+
+/// Through a `Dependency`: checked before the breaker, refused at once when
+/// the wait would pass the caller's deadline or `max_wait`, counted under
+/// its own label, and never recorded by the breaker.
+#[test]
+fn a_dependencys_rate_limit_refuses_at_once_and_is_never_recorded() {
+    use watertight::{CallContext, Dependency, Error, Outcome, Rejection};
+    let ok = |_: &CallContext| Ok::<_, std::io::Error>(());
+    let dep = Dependency::builder("rated")
+        .workers(2)
+        .rate_limit(RateLimit::per_second(10.0).max_wait(Duration::from_millis(150)))
+        .build()
+        .unwrap();
+    dep.call(ok).expect("the first permit is free");
+    // The next is 100 ms away: a caller with 20 ms left is refused at once, told when.
+    let began = Instant::now();
+    let err = dep.with().timeout(Duration::from_millis(20)).call(ok).unwrap_err();
+    assert!(began.elapsed() < Duration::from_millis(15), "refused after {:?}", began.elapsed());
+    match err {
+        Error::RateLimited { retry_after } => {
+            assert!(
+                retry_after > Duration::ZERO && retry_after <= Duration::from_millis(100),
+                "{retry_after:?}"
+            )
+        }
+        other => panic!("expected RateLimited, got {other:?}"),
+    }
+    assert_eq!(
+        (err.rejection(), err.outcome(), err.is_rejected()),
+        (Some(Rejection::RateLimited), Outcome::RateLimited, true)
+    );
+    // One with time to wait waits for it (at most max_wait), then runs.
+    let began = Instant::now();
+    dep.with().timeout(Duration::from_secs(2)).call(ok).expect("waited for its permit");
+    assert!(began.elapsed() < Duration::from_secs(1), "{:?}", began.elapsed());
+    // A detached call never waits.
+    assert_eq!(dep.spawn(ok), Err(Rejection::RateLimited));
+    let calls = dep.snapshot().calls;
+    assert_eq!((calls.successful, calls.rate_limited), (2, 2), "{calls:?}");
+    let m = dep.breaker().metrics();
+    assert_eq!((m.successful, m.failed, m.ignored), (2, 0, 0), "the breaker never saw the refusals");
+    // Off and on again live, with the same type the file uses.
+    let mut config = dep.config();
+    assert_eq!(config.rate_limit.map(|r| r.rate()), Some(10.0));
+    config.rate_limit = None;
+    dep.reconfigure(config.clone()).unwrap();
+    for _ in 0..20 {
+        dep.call(ok).expect("no rate limit");
+    }
+    config.rate_limit = Some(RateLimit::per_second(0.0));
+    assert_eq!(dep.reconfigure(config).unwrap_err().field(), "rate_limit.per_second");
+}
