@@ -306,6 +306,12 @@ fn paired(c: &mut Criterion) {
         m[0] / m[4],
         m[2] / m[0]
     );
+    // The goals, each with "met" or "MISSED".
+    let verdict = |met: bool| if met { "met" } else { "MISSED" };
+    println!("== goals ==");
+    println!("closed / mutex: {:.2}x (<= 2.5x) {}", m[0] / m[4], verdict(m[0] / m[4] <= 2.5));
+    println!("failsafe / closed: {:.2}x (>= 6x) {}", m[2] / m[0], verdict(m[2] / m[0] >= 6.0));
+    println!("open rejection / clock read: {:.2}x (<= 1.5x) {}", m[1] / m[3], verdict(m[1] / m[3] <= 1.5));
 }
 
 criterion_group!(benches, single_thread, contended, parts, paired);

@@ -511,7 +511,70 @@ fn summary(_c: &mut Criterion) {
         }
         out.push('\n');
     }
+    out.push_str(&goals(&find));
     println!("{out}");
+}
+
+/// The hand-off goals, each with its figure and "met" or "MISSED".
+fn goals<'a>(find: &dyn Fn(&str, &str) -> Option<&'a [Sample]>) -> String {
+    let mut out = String::from("\n== goals ==\n");
+    let mut check = |what: String, ratio: f64, bound: f64, at_most: bool| {
+        let met = if at_most { ratio <= bound } else { ratio >= bound };
+        let cmp = if at_most { "<=" } else { ">=" };
+        let _ = writeln!(out, "{what}: {ratio:.2}x ({cmp} {bound}x) {}", if met { "met" } else { "MISSED" });
+    };
+    let median = |g: &str, id: &str| find(g, id).map(median_ns);
+    let cpu = |g: &str, id: &str| find(g, id).map(cpu_per_call_ns);
+    // Back to back.
+    if let (Some(bare), Some(pool), Some(tp), Some(tokio)) = (
+        median("dispatch", "crossbeam"),
+        median("dispatch", "watertight_pool"),
+        median("dispatch", "threadpool"),
+        median("dispatch", "tokio_spawn_blocking"),
+    ) {
+        check("back to back: pool / bare round trip".into(), pool / bare, 2.5, true);
+        check("back to back: faster peer / pool".into(), tp.min(tokio) / pool, 3.0, false);
+    }
+    // Paced.
+    for pace in ["20us", "200us", "2ms"] {
+        let id = |name: &str| format!("{name}/{pace}");
+        let (Some(bare), Some(bare_cpu)) =
+            (median("dispatch_paced", &id("crossbeam")), cpu("dispatch_paced", &id("crossbeam")))
+        else {
+            continue;
+        };
+        let peer = match (
+            median("dispatch_paced", &id("threadpool")),
+            median("dispatch_paced", &id("tokio_spawn_blocking")),
+        ) {
+            (Some(a), Some(b)) => a.min(b),
+            _ => continue,
+        };
+        for (name, bound) in [("watertight_pool", 1.15), ("watertight_dependency", 1.25)] {
+            let (Some(t), Some(c)) = (median("dispatch_paced", &id(name)), cpu("dispatch_paced", &id(name)))
+            else {
+                continue;
+            };
+            check(format!("paced {pace}: {name} / bare round trip"), t / bare, bound, true);
+            check(format!("paced {pace}: {name} / faster peer"), t / peer, 1.0, true);
+            check(format!("paced {pace}: {name} cpu per call / bare's"), c / bare_cpu, 1.5, true);
+        }
+    }
+    // Scale: throughput is the inverse of the median time per call.
+    let rate = |id: &str, n: usize| median("dispatch_scale", &format!("{id}/{n}")).map(|ns| 1e9 / ns);
+    for name in ["watertight_pool", "watertight_dependency"] {
+        if let (Some(at4), Some(at64)) = (rate(name, 4), rate(name, 64)) {
+            check(format!("scale: {name} 64 callers / 4 callers"), at64 / at4, 0.75, false);
+        }
+        for n in [1, 4, 16, 64] {
+            if let (Some(own), Some(tp), Some(tokio)) =
+                (rate(name, n), rate("threadpool", n), rate("tokio_spawn_blocking", n))
+            {
+                check(format!("scale: {name} at {n} / faster peer"), own / tp.max(tokio), 1.0, false);
+            }
+        }
+    }
+    out
 }
 
 /// What a `Dependency` call does on the caller's thread beyond a pool call,
