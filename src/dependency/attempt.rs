@@ -263,18 +263,8 @@ impl Dependency {
         {
             inner.normal.record(ran);
         }
-        inner.counters.outcome(outcome);
-        if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
-            inner.counters.slow();
-        }
         // The only place this attempt's permits are recorded: on the calling thread, once.
-        // An ignored outcome says nothing about the provider's latency: no sample.
-        permit.record(verdict, elapsed);
-        if let Some(limit) = limit
-            && verdict != Verdict::Ignore
-        {
-            limit.record(elapsed, verdict);
-        }
+        inner.settle_outcome(outcome, verdict, elapsed, |v, e| permit.record(v, e), limit);
         // Listeners hear of a timeout only once it is counted and recorded, so that
         // a slow or panicking listener cannot change what the breaker saw.
         if let Err(Error::Timeout { waited }) = &result {

@@ -305,18 +305,13 @@ where
                     Some(inner) => inner.clock_now(ended).saturating_duration_since(start),
                     None => waited,
                 };
-                if let Some(inner) = &inner {
-                    inner.call_time.record_at(waited, ended);
-                    inner.counters.outcome(outcome);
-                    if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
-                        inner.counters.slow();
+                match &inner {
+                    Some(inner) => {
+                        inner.call_time.record_at(waited, ended);
+                        inner.settle_outcome(outcome, verdict, elapsed, |v, e| permit.record(v, e), limit);
                     }
-                }
-                permit.record(verdict, elapsed);
-                if let Some(limit) = limit
-                    && verdict != Verdict::Ignore
-                {
-                    limit.record(elapsed, verdict);
+                    // The dependency is gone: only the breaker, which the permit keeps alive.
+                    None => permit.record(verdict, elapsed),
                 }
                 if let (Some(inner), Err(Error::Timeout { waited })) = (&inner, &answer) {
                     log::debug!("dependency {}: detached call had no answer within {waited:?}", inner.name);

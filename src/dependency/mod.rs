@@ -110,6 +110,31 @@ struct Inner {
 }
 
 impl Inner {
+    /// Counts an attempt's outcome (and `slow`), hands its verdict to the
+    /// breaker through `record` (a borrowed or an owned permit) and to the
+    /// adaptive limit: one place for a blocking attempt and a detached call.
+    /// An ignored outcome says nothing about the provider's latency, so the
+    /// limit gets no sample of it.
+    fn settle_outcome(
+        &self,
+        outcome: crate::Outcome,
+        verdict: crate::Verdict,
+        elapsed: Duration,
+        record: impl FnOnce(crate::Verdict, Duration),
+        limit: Option<crate::limit::LimitPermit>,
+    ) {
+        self.counters.outcome(outcome);
+        if verdict != crate::Verdict::Ignore && self.live.is_slow(elapsed) {
+            self.counters.slow();
+        }
+        record(verdict, elapsed);
+        if let Some(limit) = limit
+            && verdict != crate::Verdict::Ignore
+        {
+            limit.record(elapsed, verdict);
+        }
+    }
+
     /// The injected clock's time. `real_now` is a real instant the caller has
     /// just read: with the system clock (`clock` is `None`) it *is* the time,
     /// which saves the hot path a second clock read.
