@@ -9,17 +9,11 @@ use std::time::{Duration, Instant};
 
 use super::config::{BreakerConfig, WindowKind};
 use super::state::{NotPermitted, State, Transition, pack, state_of};
-use super::tally::Tallies;
 use super::window::{Sample, Totals, Window};
 use crate::classify::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::listeners::Listeners;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
-
-/// Gives every breaker its `uid`; starts at 1 so that the empty cache entry
-/// (`tally::OPEN`) matches none. A plain `std` atomic even under loom: it
-/// only hands out numbers.
-pub(super) static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// `Inner::clean` when no window is known to be clean.
 pub(super) const NOT_CLEAN: u64 = u64::MAX;
@@ -39,12 +33,14 @@ pub(super) struct Inner {
     /// Successes reported while `clean` matched their permit: counted here,
     /// without the lock, instead of in `core.lifetime`.
     pub(super) clean_successes: Padded<AtomicU64>,
-    /// Unique among the breakers of this process: the key of the per-thread
-    /// open-period cache (`tally.rs`).
-    pub(super) uid: u64,
-    /// Every rejection: per-thread tallies of OPEN rejections, and a
-    /// shared counter for the rest (`tally.rs`).
-    pub(super) tallies: crate::sync::Arc<Tallies>,
+    /// While OPEN: when the open period ends, in nanoseconds since `base`
+    /// (`u64::MAX`: never). A mirror of `core.open_until`, written under the
+    /// lock before the `Release` store of `current` that enters OPEN, so a
+    /// reader that loaded an OPEN `current` with `Acquire` sees this
+    /// period's end or a later one's (see the module docs).
+    pub(super) open_until_ns: AtomicU64,
+    /// Every rejection, in every state: one relaxed counter.
+    pub(super) rejected: AtomicU64,
     pub(super) core: Mutex<Core>,
     pub(super) listeners: Listeners<Transition>,
     pub(super) name: Arc<str>,
@@ -225,8 +221,8 @@ impl Inner {
             current: Padded(AtomicU64::new(pack(0, state))),
             clean: Padded(AtomicU64::new(NOT_CLEAN)),
             clean_successes: Padded(AtomicU64::new(0)),
-            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-            tallies: crate::sync::Arc::new(Tallies::new()),
+            open_until_ns: AtomicU64::new(u64::MAX),
+            rejected: AtomicU64::new(0),
             core: Mutex::new(core),
             listeners: Listeners::new(),
             name: Arc::from(name),
@@ -281,7 +277,7 @@ impl Inner {
 
     #[inline]
     pub(super) fn reject(&self, state: State) -> NotPermitted {
-        self.tallies.shared.fetch_add(1, Ordering::Relaxed);
+        self.rejected.fetch_add(1, Ordering::Relaxed);
         NotPermitted { state }
     }
 
@@ -311,6 +307,8 @@ impl Inner {
                 let period = core.config.open_duration(core.opens);
                 core.opens = core.opens.saturating_add(1);
                 core.open_until = now.instant().checked_add(period);
+                let until_ns = core.open_until.map_or(u64::MAX, |until| nanos_since(self.base, until));
+                self.open_until_ns.store(until_ns, Ordering::Relaxed);
             }
             State::HalfOpen => {
                 let wait = core.config.max_wait_in_half_open;
