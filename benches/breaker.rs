@@ -200,9 +200,8 @@ fn contended(c: &mut Criterion) {
 }
 
 /// The pieces the two paths above are made of, to show where their floor is:
-/// a CLOSED call into a window that is not yet full and clean is one lock and
-/// unlock to record (`mutex_lock_unlock` in the `breaker` group), into a full
-/// and clean one a single `atomic_fetch_add`, and for an owned permit two
+/// a CLOSED call is one lock and unlock to record (`mutex_lock_unlock` in the
+/// `breaker` group), and for an owned permit two
 /// reference-count updates more (`arc_clone_drop`); an OPEN reject is a clock reading, its
 /// conversion to an offset from the breaker's base (`duration_since`), a comparison and one shared
 /// `atomic_fetch_add`.

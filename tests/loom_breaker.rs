@@ -1,12 +1,11 @@
-//! Model check of the breaker's lock-free paths (src/breaker/mod.rs,
-//! "Concurrency") under loom: every interleaving of
-//! each race they have with the locked state machine.
+//! Model check of the breaker's concurrency (src/breaker/mod.rs,
+//! "Concurrency") under loom: every interleaving of each race a report, a
+//! reset and an OPEN rejection have with one another.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_breaker`
 //!
 //! What is checked, in every interleaving:
-//! - a success reported into a full, clean window without the lock, racing a
-//!   failure reported under it: every outcome is counted once in the
+//! - a success reported into a full, clean window racing a failure: every outcome is counted once in the
 //!   lifetime totals, and the window holds what some order of the two reports
 //!   would have left (the same rates, the same decision to open);
 //! - the same success racing a reset: counted once, and never lands in the

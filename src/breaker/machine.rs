@@ -15,9 +15,6 @@ use crate::clock::{Clock, SystemClock};
 use crate::listeners::Listeners;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
-/// `Inner::clean` when no window is known to be clean.
-pub(super) const NOT_CLEAN: u64 = u64::MAX;
-
 /// Keeps what it wraps on a cache line of its own, so that the read-mostly
 /// state word is not invalidated by every lock and unlock of the mutex.
 #[repr(align(128))]
@@ -26,13 +23,6 @@ pub(super) struct Padded<T>(pub(super) T);
 pub(super) struct Inner {
     /// Lock-free mirror of `(core.generation, core.state)`, see the module docs.
     pub(super) current: Padded<AtomicU64>,
-    /// The packed `current` word of a CLOSED state whose count window is
-    /// full and holds no failure and no slow call, or [`NOT_CLEAN`]; see the
-    /// module docs. Written only under the lock.
-    pub(super) clean: Padded<AtomicU64>,
-    /// Successes reported while `clean` matched their permit: counted here,
-    /// without the lock, instead of in `core.lifetime`.
-    pub(super) clean_successes: Padded<AtomicU64>,
     /// While OPEN: when the open period ends, in nanoseconds since `base`
     /// (`u64::MAX`: never). A mirror of `core.open_until`, written under the
     /// lock before the `Release` store of `current` that enters OPEN, so a
@@ -219,8 +209,6 @@ impl Inner {
         };
         Inner {
             current: Padded(AtomicU64::new(pack(0, state))),
-            clean: Padded(AtomicU64::new(NOT_CLEAN)),
-            clean_successes: Padded(AtomicU64::new(0)),
             open_until_ns: AtomicU64::new(u64::MAX),
             rejected: AtomicU64::new(0),
             core: Mutex::new(core),
@@ -346,12 +334,6 @@ impl Inner {
     #[inline]
     pub(super) fn record(&self, issued: u64, verdict: Verdict, elapsed: Duration) {
         let slow = duration_ns(elapsed) > self.slow_ns.load(Ordering::Relaxed);
-        if verdict == Verdict::Success && !slow && issued == self.clean.0.load(Ordering::Acquire) {
-            // The permit's window is full and clean: one more clean success
-            // leaves it as it is, so only the lifetime count changes.
-            self.clean_successes.0.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         let issued_in = state_of(issued);
         if issued_in == State::Disabled {
             return;
@@ -369,13 +351,6 @@ impl Inner {
             return;
         }
         core.window.record(outcome, 0);
-        // `issued` is the current word (same generation, CLOSED): publish
-        // whether its window is now full and clean. Only written on a
-        // change, so that readers' copies of the line stay valid.
-        let clean = if core.window.is_full_and_clean() { issued } else { NOT_CLEAN };
-        if self.clean.0.load(Ordering::Relaxed) != clean {
-            self.clean.0.store(clean, Ordering::Release);
-        }
         if let Some(cause) = Self::over_threshold(&core, core.window.totals()) {
             self.trip(core, cause);
         }

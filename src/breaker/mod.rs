@@ -25,25 +25,14 @@
 //!
 //! One `parking_lot` mutex guards everything that changes together: the
 //! state, the window, the half-open round, the lifetime counters and the
-//! queue of transitions still to announce. Four things live outside it, so
-//! that a healthy call and an OPEN rejection take no lock:
+//! queue of transitions still to announce. Three things live outside it, so
+//! that a CLOSED acquire and an OPEN rejection take no lock (a report takes
+//! it, once):
 //!
 //! - `current`: the generation and state packed into one `AtomicU64`, a
 //!   read-only mirror of the locked values, written only under the lock
 //!   (`Release`, read with `Acquire`). A CLOSED (or METRICS_ONLY, DISABLED)
 //!   acquire is one load of it.
-//! - `clean`: the packed word of a CLOSED state whose count window is full
-//!   and holds only successes that were not slow (written only under the
-//!   lock, by the report that made it so or spoilt it). A success that is
-//!   not slow, reported on a permit of exactly that word, would leave the
-//!   window as it is (in a ring of equal outcomes the head does not matter),
-//!   so it only adds one to `clean_successes`, a relaxed counter added to
-//!   the lifetime successes. Such a report takes effect at its load of
-//!   `clean`: before any failure that spoils the window later, which is the
-//!   order the window would have recorded them in. A permit of an earlier
-//!   generation never matches (every state change and reconfiguration bumps
-//!   it), and time windows never publish a word (there a success outlives
-//!   the older calls as they slide out, so recording it is never a no-op).
 //! - `open_until_ns`: while OPEN, the end of the open period in
 //!   nanoseconds since the breaker's base instant, written under the lock
 //!   before the `Release` store of `current` that enters OPEN. An OPEN
@@ -310,7 +299,7 @@ impl Breaker {
             failure_rate: view.failure_rate,
             slow_call_rate: view.slow_call_rate,
             buffered_calls: view.buffered,
-            successful: life.successful.wrapping_add(inner.clean_successes.0.load(Ordering::Relaxed)),
+            successful: life.successful,
             failed: life.failed,
             ignored: life.ignored,
             slow: life.slow,

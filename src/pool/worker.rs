@@ -99,9 +99,6 @@ pub(super) fn worker_main(exit: ExitGuard) {
     let me = Mailbox::for_current_thread();
     let mut turnaround = Turnaround { mean: None };
     let running = shared.running.join();
-    // This worker's own counts in the pool's histograms: plain stores, no
-    // locked adds (see `LatencyHistogram::recorder`).
-    let mut latency = shared.record_latency.then(|| shared.latency.recorders());
     while let Some(next) = shared.queue.next(&me, busy) {
         let job = match next {
             // Work was already waiting: it comes faster than we come back.
@@ -134,13 +131,12 @@ pub(super) fn worker_main(exit: ExitGuard) {
             }
         };
         if let Some(ran) = run(job, &running)
-            && let Some(latency) = &mut latency
+            && shared.record_latency
         {
-            latency.record(&ran);
+            shared.latency.record(&ran);
         }
     }
     shared.running.leave(&running);
-    drop(latency);
     drop(exit);
 }
 
