@@ -37,7 +37,12 @@ pub(crate) struct CallerCounters {
 #[derive(Default)]
 #[repr(align(128))]
 pub(crate) struct WorkerCounters {
-    pub(crate) busy: AtomicUsize,
+    /// Workers given a job and not yet done with it. Unlike the other
+    /// counters it is part of a protocol: the queue reads it under its lock
+    /// to count the workers coming back (`queue.rs`, invariant 3), and a
+    /// worker lowers it outside that lock, so it is a `crate::sync` atomic,
+    /// loom's under `cfg(loom)`, and the model checks see that step.
+    pub(crate) busy: crate::sync::AtomicUsize,
     pub(crate) completed: AtomicU64,
     pub(crate) expired: AtomicU64,
     pub(crate) panicked: AtomicU64,
