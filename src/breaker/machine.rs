@@ -160,16 +160,18 @@ impl LazyNow<'_> {
     }
 }
 
+/// Nanoseconds from `base` to `now` (0 if `now` is earlier).
 #[inline]
 pub(super) fn nanos_since(base: Instant, now: Instant) -> u64 {
-    // u64 arithmetic rather than `as_nanos()`'s u128: this is on the OPEN
-    // reject path, whose cost should be the clock reading and little else.
-    let d = now.saturating_duration_since(base);
-    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+    duration_ns(now.saturating_duration_since(base))
 }
 
+/// A `Duration` in whole nanoseconds, saturating at `u64::MAX` (about 584
+/// years). In u64 arithmetic rather than `as_nanos()`'s u128: it is on the
+/// OPEN reject path, whose cost should be the clock reading and little else.
+#[inline]
 pub(super) fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
 }
 
 impl Core {
