@@ -166,10 +166,7 @@ impl LatencyHistogram {
         LatencyHistogram {
             shared: Counts::new(),
             next_epoch_ns: AtomicU64::new(window_ns),
-            rare: Mutex::new(Rare {
-                epoch: 0,
-                marks: std::array::from_fn(|_| HistogramSnapshot::empty()),
-            }),
+            rare: Mutex::new(Rare { epoch: 0, marks: std::array::from_fn(|_| HistogramSnapshot::empty()) }),
             origin,
             window_ns,
         }
