@@ -15,8 +15,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::listeners::Listeners;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
-/// Keeps what it wraps on a cache line of its own, so that the read-mostly
-/// state word is not invalidated by every lock and unlock of the mutex.
+/// Keeps what it wraps on a cache line of its own: the read-mostly state
+/// word, so that it is not invalidated by every lock and unlock of the
+/// mutex, and the rejection counter, written by every rejecting thread.
 #[repr(align(128))]
 pub(super) struct Padded<T>(pub(super) T);
 
@@ -29,8 +30,10 @@ pub(super) struct Inner {
     /// reader that loaded an OPEN `current` with `Acquire` sees this
     /// period's end or a later one's (see the module docs).
     pub(super) open_until_ns: AtomicU64,
-    /// Every rejection, in every state: one relaxed counter.
-    pub(super) rejected: AtomicU64,
+    /// Every rejection, in every state: one relaxed counter, on a line of
+    /// its own so that rejecting threads, which all write it, do not take
+    /// away the line of `open_until_ns` and the other mirrors they read.
+    pub(super) rejected: Padded<AtomicU64>,
     pub(super) core: Mutex<Core>,
     pub(super) listeners: Listeners<Transition>,
     pub(super) name: Arc<str>,
@@ -212,7 +215,7 @@ impl Inner {
         Inner {
             current: Padded(AtomicU64::new(pack(0, state))),
             open_until_ns: AtomicU64::new(u64::MAX),
-            rejected: AtomicU64::new(0),
+            rejected: Padded(AtomicU64::new(0)),
             core: Mutex::new(core),
             listeners: Listeners::new(),
             name: Arc::from(name),
@@ -267,7 +270,7 @@ impl Inner {
 
     #[inline]
     pub(super) fn reject(&self, state: State) -> NotPermitted {
-        self.rejected.fetch_add(1, Ordering::Relaxed);
+        self.rejected.0.fetch_add(1, Ordering::Relaxed);
         NotPermitted { state }
     }
 

@@ -303,7 +303,7 @@ impl Breaker {
             failed: life.failed,
             ignored: life.ignored,
             slow: life.slow,
-            not_permitted: inner.rejected.load(Ordering::Relaxed),
+            not_permitted: inner.rejected.0.load(Ordering::Relaxed),
         }
     }
 
