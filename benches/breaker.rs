@@ -17,7 +17,7 @@
 //! mutex, or one counter), each doing `iters` operations: CLOSED calls, and
 //! rejections by an OPEN breaker (every request thread at once, as in an
 //! incident), against failsafe and against one shared `fetch_add`, the
-//! counter an OPEN rejection would bump if it had no per-thread tally; criterion is given the wall time
+//! counter every OPEN rejection bumps; criterion is given the wall time
 //! until all are done, so the figure is the time per operation as each thread
 //! sees it while the others compete (on a 2-vCPU machine, 8 threads also
 //! compete for the cores).
@@ -200,14 +200,11 @@ fn contended(c: &mut Criterion) {
 }
 
 /// The pieces the two paths above are made of, to show where their floor is:
-/// a CLOSED call into a window that is not yet full and clean is one lock and
-/// unlock to record (`mutex_lock_unlock` in the `breaker` group), into a full
-/// and clean one a single `atomic_fetch_add`, and for an owned permit two
-/// reference-count updates more (`arc_clone_drop`); an OPEN reject is a clock reading, an `Instant`
-/// comparison and a plain increment of the thread's own tally (with a shared
-/// counter it would be an `atomic_fetch_add`).
-/// `duration_since` shows what the reject saves by comparing instants rather
-/// than converting the reading to an offset.
+/// a CLOSED call is one lock and unlock to record (`mutex_lock_unlock` in the
+/// `breaker` group), and for an owned permit two
+/// reference-count updates more (`arc_clone_drop`); an OPEN reject is a clock reading, its
+/// conversion to an offset from the breaker's base (`duration_since`), a comparison and one shared
+/// `atomic_fetch_add`.
 fn parts(c: &mut Criterion) {
     let mut g = c.benchmark_group("breaker_parts");
     let arc = Arc::new(0u64);

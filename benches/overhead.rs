@@ -582,9 +582,9 @@ fn goals<'a>(find: &dyn Fn(&str, &str) -> Option<&'a [Sample]>) -> String {
 /// two more than the pool: its own `now` before submitting, since the pool
 /// reads again, and `ended` after the answer), the breaker's acquire and
 /// record on a CLOSED count window, and one sample into its call-time
-/// histogram (any thread may record into it: locked adds).
+/// histogram (two relaxed atomic adds, as every sample).
 /// `histogram_record_pair` is what a pool worker records per call (queue wait
-/// and run time, through its own recorders), after the answer;
+/// and run time), after the answer;
 /// `histograms_per_call` is all three samples a call records.
 fn dependency_parts(c: &mut Criterion) {
     let mut group = c.benchmark_group("dependency_parts");
@@ -607,7 +607,6 @@ fn dependency_parts(c: &mut Criterion) {
         watertight::histogram::LatencyHistogram::new(Duration::from_secs(30)),
         watertight::histogram::LatencyHistogram::new(Duration::from_secs(30)),
     );
-    let (mut queue_wait, mut run) = (queue_wait.recorder(), run.recorder());
     group.bench_function("histogram_record_pair", |b| {
         b.iter(|| {
             queue_wait.record_at(black_box(Duration::from_micros(7)), now);

@@ -74,54 +74,29 @@ mod imp {
 
 pub(crate) use imp::*;
 
-/// How long a waiter spins before yielding, as in crossbeam's back-off
-/// (rounds of 1, 2, ... 64 spins: 127 in all); see [`spin_until`]. The limits are crossbeam's, on purpose: a pool round trip
-/// should wait the way a crossbeam channel round trip does, so it costs the
-/// same. Spinning first matters on small virtual machines, where a futex
-/// sleep and wake-up costs tens of microseconds and a short job usually
-/// answers within the spin.
-const SPIN_LIMIT: u32 = 6;
-/// Rounds of back-off (spins, then yields) before a waiter parks.
-const YIELD_LIMIT: u32 = 10;
+/// The one wait policy of the pool: how long a thread waiting for another
+/// polls before it parks. Both waits of a call use it: the caller's for its
+/// answer (`Ticket::wait`) and an idle worker's for its next job
+/// (`worker_main`). About what a futex sleep and wake-up cost on a small
+/// virtual machine (tens of microseconds): a waiter that polls no longer
+/// than a park would have cost spends at most twice what the best choice in
+/// hindsight would have (the classic rule for spin-then-block), and catches
+/// an answer or a job that comes within it without a sleep on either side.
+pub(crate) const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Polls `ready` until it returns `true` or the spin-and-yield budget is
-/// spent; returns the last answer. For a waiter that only *reads* a flag
-/// another thread will set.
-///
-/// The budget is crossbeam's back-off (127 spins, then 4 yields), but the
-/// flag is read after every spin instead of after exponentially growing
-/// rounds: a
-/// read of a cache line nobody writes costs no traffic between cores, so
-/// polling often is free, and it notices the answer up to a whole round
-/// sooner. (Exponential rounds are for retrying a contended write.)
+/// Polls between two clock reads while spinning: a poll of a line nobody
+/// writes is free, a clock read is not.
+const POLLS_PER_CLOCK_READ: u32 = 64;
+
+/// Polls `ready` until it returns `true` (then `true`) or
+/// [`SPIN_BEFORE_PARK`] has passed (then `false`); the caller parks next.
+/// For a waiter that only *reads* a flag another thread will set. It yields
+/// between rounds of polls: on a machine with more runnable threads than
+/// cores, the thread it waits for may need this very core.
 pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
-    const SPINS: u32 = (1 << (SPIN_LIMIT + 1)) - 1;
-    const YIELDS: u32 = YIELD_LIMIT - SPIN_LIMIT;
-    for _ in 0..SPINS {
-        if ready() {
-            return true;
-        }
-        spin_loop();
-    }
-    for _ in 0..YIELDS {
-        if ready() {
-            return true;
-        }
-        yield_now();
-    }
-    ready()
-}
-
-/// Polls `ready` until it returns `true` (then `true`) or `until` passes
-/// (then `false`). Reads the clock once every 64 polls: a poll of a line
-/// nobody writes is free, a clock read is not. After the first two rounds it
-/// yields between rounds: on a machine with more runnable threads than cores,
-/// the thread this one waits for may need this very core, and a wait that
-/// only spins would hold it off until the budget runs out.
-pub(crate) fn spin_until_instant(mut ready: impl FnMut() -> bool, until: std::time::Instant) -> bool {
-    let mut round = 0u32;
+    let until = std::time::Instant::now() + SPIN_BEFORE_PARK;
     loop {
-        for _ in 0..64 {
+        for _ in 0..POLLS_PER_CLOCK_READ {
             if ready() {
                 return true;
             }
@@ -130,26 +105,25 @@ pub(crate) fn spin_until_instant(mut ready: impl FnMut() -> bool, until: std::ti
         if std::time::Instant::now() >= until {
             return ready();
         }
-        round += 1;
-        if round > 2 {
-            yield_now();
-        }
+        yield_now();
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::spin_until;
+    use super::{SPIN_BEFORE_PARK, spin_until};
+    use std::time::Instant;
 
     #[test]
-    fn spin_until_polls_the_whole_budget_then_gives_up() {
-        let mut polls = 0;
+    fn spin_until_polls_for_its_budget_then_gives_up() {
+        let began = Instant::now();
+        let mut polls = 0u64;
         assert!(!spin_until(|| {
             polls += 1;
             false
         }));
-        // 127 spins + 4 yields, one poll before each, and a last look.
-        assert_eq!(polls, 127 + 4 + 1);
+        assert!(began.elapsed() >= SPIN_BEFORE_PARK);
+        assert!(polls > u64::from(super::POLLS_PER_CLOCK_READ));
         let mut n = 0;
         assert!(spin_until(|| {
             n += 1;

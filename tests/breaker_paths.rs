@@ -1,7 +1,7 @@
-//! The breaker's two paths that take no lock: a success reported into a full
-//! window of clean successes, and a rejection by an OPEN breaker counted in
-//! the rejecting thread's own tally. Each must give the same answers and
-//! counts as the locked path would. On a manual clock; nothing sleeps.
+//! Reports into a full window of clean successes (once a path of its own,
+//! now the locked path like any report), and rejections by an OPEN breaker,
+//! decided without the lock: each must give the same answers and counts as
+//! the locked path would. On a manual clock; nothing sleeps.
 
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -205,7 +205,7 @@ fn rejections_are_counted_across_open_periods_and_forced_open() {
         assert_eq!(b.try_acquire().unwrap_err().state(), State::ForcedOpen);
     }
     assert_eq!(b.metrics().not_permitted, 15);
-    // Once the period is over the cached end no longer rejects.
+    // Once the period is over its end no longer rejects.
     b.transition_to(State::Open);
     clock.advance(Duration::from_secs(300));
     assert!(b.try_acquire().is_ok(), "half-open after the (backed-off) period");
@@ -241,8 +241,7 @@ fn on_the_system_clock_rejections_are_counted_and_the_period_ends() {
         call(&b, Verdict::Failure, FAST);
     }
     assert_eq!(b.state(), State::Open);
-    // More threads at once than a breaker has tallies: the rest count in
-    // the shared counter.
+    // Many threads at once, all counting in the one shared counter.
     on_threads(THREADS, &b, |b| {
         for _ in 0..50 {
             if let Err(e) = b.try_acquire() {

@@ -1,20 +1,17 @@
-//! Model check of the breaker's lock-free paths (src/breaker/mod.rs,
-//! "Concurrency"; src/breaker/tally.rs) under loom: every interleaving of
-//! each race they have with the locked state machine.
+//! Model check of the breaker's concurrency (src/breaker/mod.rs,
+//! "Concurrency") under loom: every interleaving of each race a report, a
+//! reset and an OPEN rejection have with one another.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --test loom_breaker`
 //!
 //! What is checked, in every interleaving:
-//! - a success reported into a full, clean window without the lock, racing a
-//!   failure reported under it: every outcome is counted once in the
+//! - a success reported into a full, clean window racing a failure: every outcome is counted once in the
 //!   lifetime totals, and the window holds what some order of the two reports
 //!   would have left (the same rates, the same decision to open);
 //! - the same success racing a reset: counted once, and never lands in the
 //!   fresh window as a call it did not make there;
-//! - OPEN rejections counted in per-thread tallies, by threads that race for
-//!   the breaker's lock and exit while another thread claims their tally
-//!   (the table has two slots under loom, so in some orders the third thread
-//!   finds none and counts in the shared counter): every rejection is
+//! - OPEN rejections decided without the lock from the state word and the
+//!   open period's end, by threads racing each other: every rejection is
 //!   counted exactly once.
 #![cfg(loom)]
 
@@ -129,8 +126,6 @@ fn open_rejections_of_racing_and_exiting_threads_are_each_counted_once() {
         let rejecters: Vec<_> = (0..2)
             .map(|_| {
                 let breaker = Arc::clone(&breaker);
-                // The first rejection takes the lock and claims a tally, the
-                // second is counted in it; the thread's exit gives it back.
                 thread::spawn(move || {
                     for _ in 0..2 {
                         assert_eq!(breaker.try_acquire().unwrap_err().state(), State::Open);
@@ -138,8 +133,7 @@ fn open_rejections_of_racing_and_exiting_threads_are_each_counted_once() {
                 })
             })
             .collect();
-        // Racing them: a rejection on this thread, which may claim a tally
-        // another thread has just given back.
+        // Racing them: a rejection on this thread.
         assert!(breaker.try_acquire().is_err());
         for r in rejecters {
             r.join().unwrap();

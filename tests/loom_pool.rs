@@ -15,8 +15,9 @@
 //! And for the queue:
 //! - a job handed to a worker that is going idle (or is already parked) is
 //!   run exactly once, and the worker always wakes for it;
-//! - a job goes to the worker spinning for work even when a worker that
-//!   parked after it sits on top of the idle stack (no wake-up spent);
+//! - a worker answering (lowering `busy` outside the queue's lock) racing a
+//!   submission that reads `busy`: the job is refused (no room seen) or run
+//!   exactly once, never stranded;
 //! - queue 0 accepts a job for a worker that has answered but is not back yet,
 //!   and that worker takes it;
 //! - a shrink racing a worker going idle always makes the worker exit (by a
@@ -147,9 +148,9 @@ fn shutdown_answer_reaches_a_parked_caller() {
     });
 }
 
-/// The pool's busy counter is a plain std atomic (a statistic); the queue
-/// only reads it under its lock.
-type Busy = std::sync::atomic::AtomicUsize;
+/// The pool's busy counter: a `crate::sync` atomic, so loom's here, and the
+/// worker's decrement outside the queue's lock is a step the model explores.
+type Busy = loom::sync::atomic::AtomicUsize;
 
 /// A worker's loop, as `worker_main` runs it (without spinning, which loom
 /// could not tell from parking): returns the jobs it ran.
@@ -196,8 +197,7 @@ fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
         };
         // The worker is starting or idle: either way the job is accepted
         // (for a worker about to come back, or handed to the idle one).
-        let accepted = queue.push(1, &busy).expect("a starting or idle worker takes it");
-        assert!(matches!(accepted, Accepted::Queued { .. } | Accepted::Handed(_)));
+        queue.push(1, &busy).expect("a starting or idle worker takes it");
         // Close once the job is in: the worker runs it, then exits.
         queue.close();
         assert_eq!(worker.join().unwrap(), vec![1]);
@@ -206,24 +206,36 @@ fn a_job_handed_to_an_idle_worker_runs_once_and_wakes_it() {
 }
 
 #[test]
-fn a_spinning_worker_below_a_parked_one_takes_the_job_without_a_wake_up() {
+fn a_worker_finishing_racing_a_submission_that_reads_busy() {
     loom::model(|| {
-        // Two workers, queue 0. This thread plays the first: it goes idle
-        // and spins for work. The second goes idle (on top of the idle
-        // stack) and parks, before or after the job comes.
-        let queue = Arc::new(Queue::new(0, 2));
-        let busy = Arc::new(Busy::new(0));
-        let me = Mailbox::for_current_thread();
-        assert!(matches!(queue.next(&me, &busy), Some(Err(_))), "nothing is queued yet");
-        assert!(queue.start_spinning(&me), "the only spinner");
-        let parker = park_for_a_letter(&queue, &busy);
-        // Whether the parked worker is on top or not, the spinner gets it.
-        assert_eq!(queue.push(1, &busy).expect("two idle workers"), Accepted::Handed(true));
-        assert!(me.is_posted());
-        queue.stop_spinning(&me);
-        assert!(matches!(me.wait(), Letter::Job(1)));
+        // One worker, busy with a job (counted `away` and `busy`); queue 0.
+        // It answers (lowers `busy`, outside the queue's lock) and comes
+        // back, racing a submission whose decision reads `busy`.
+        let queue = Arc::new(Queue::new(0, 1));
+        let busy = Arc::new(Busy::new(1));
+        // Before it answers, the one worker is busy: no room.
+        assert!(matches!(queue.push(4, &busy), Err((Refused::Full, 4))), "a busy worker is not coming back");
+        let worker = {
+            let (queue, busy) = (queue.clone(), busy.clone());
+            thread::spawn(move || {
+                busy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                work(&queue, &busy)
+            })
+        };
+        let pushed = queue.push(5, &busy);
+        match &pushed {
+            // Read `busy` before the decrement: no worker idle or coming
+            // back, and no room.
+            Err((why, _)) => assert_eq!(*why, Refused::Full),
+            // After it: queued for the worker coming back (no wake-up), or
+            // handed to it once it was idle.
+            Ok(_) => {}
+        }
         queue.close();
-        assert!(matches!(parker.join().unwrap(), None | Some(Letter::Close)));
+        let ran = worker.join().unwrap();
+        assert_eq!(ran, if pushed.is_ok() { vec![5] } else { vec![] }, "{pushed:?}");
+        assert_eq!(busy.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(queue.queued(), 0);
     });
 }
 
@@ -295,7 +307,7 @@ fn a_job_offered_while_a_worker_returns_waits_for_it_and_a_shrink_never_strands_
         let parker = park_for_a_letter(&queue, &busy);
         // Whether B is idle yet or not, A is on its way back: the job waits
         // for A rather than waking B.
-        assert_eq!(queue.push(1, &busy).expect("A takes it"), Accepted::Queued { ahead: 0 });
+        assert_eq!(queue.push(1, &busy).expect("A takes it"), Accepted::Queued);
         // Shrink to one, racing A's return and B's going idle. An idle B is
         // retired before busy workers, and A may be asked to exit when it
         // comes back: the job must not be left queued while B sleeps.

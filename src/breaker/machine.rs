@@ -9,42 +9,31 @@ use std::time::{Duration, Instant};
 
 use super::config::{BreakerConfig, WindowKind};
 use super::state::{NotPermitted, State, Transition, pack, state_of};
-use super::tally::Tallies;
 use super::window::{Sample, Totals, Window};
 use crate::classify::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::listeners::Listeners;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 
-/// Gives every breaker its `uid`; starts at 1 so that the empty cache entry
-/// (`tally::OPEN`) matches none. A plain `std` atomic even under loom: it
-/// only hands out numbers.
-pub(super) static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// `Inner::clean` when no window is known to be clean.
-pub(super) const NOT_CLEAN: u64 = u64::MAX;
-
-/// Keeps what it wraps on a cache line of its own, so that the read-mostly
-/// state word is not invalidated by every lock and unlock of the mutex.
+/// Keeps what it wraps on a cache line of its own: the read-mostly state
+/// word, so that it is not invalidated by every lock and unlock of the
+/// mutex, and the rejection counter, written by every rejecting thread.
 #[repr(align(128))]
 pub(super) struct Padded<T>(pub(super) T);
 
 pub(super) struct Inner {
     /// Lock-free mirror of `(core.generation, core.state)`, see the module docs.
     pub(super) current: Padded<AtomicU64>,
-    /// The packed `current` word of a CLOSED state whose count window is
-    /// full and holds no failure and no slow call, or [`NOT_CLEAN`]; see the
-    /// module docs. Written only under the lock.
-    pub(super) clean: Padded<AtomicU64>,
-    /// Successes reported while `clean` matched their permit: counted here,
-    /// without the lock, instead of in `core.lifetime`.
-    pub(super) clean_successes: Padded<AtomicU64>,
-    /// Unique among the breakers of this process: the key of the per-thread
-    /// open-period cache (`tally.rs`).
-    pub(super) uid: u64,
-    /// Every rejection: per-thread tallies of OPEN rejections, and a
-    /// shared counter for the rest (`tally.rs`).
-    pub(super) tallies: crate::sync::Arc<Tallies>,
+    /// While OPEN: when the open period ends, in nanoseconds since `base`
+    /// (`u64::MAX`: never). A mirror of `core.open_until`, written under the
+    /// lock before the `Release` store of `current` that enters OPEN, so a
+    /// reader that loaded an OPEN `current` with `Acquire` sees this
+    /// period's end or a later one's (see the module docs).
+    pub(super) open_until_ns: AtomicU64,
+    /// Every rejection, in every state: one relaxed counter, on a line of
+    /// its own so that rejecting threads, which all write it, do not take
+    /// away the line of `open_until_ns` and the other mirrors they read.
+    pub(super) rejected: Padded<AtomicU64>,
     pub(super) core: Mutex<Core>,
     pub(super) listeners: Listeners<Transition>,
     pub(super) name: Arc<str>,
@@ -174,16 +163,18 @@ impl LazyNow<'_> {
     }
 }
 
+/// Nanoseconds from `base` to `now` (0 if `now` is earlier).
 #[inline]
 pub(super) fn nanos_since(base: Instant, now: Instant) -> u64 {
-    // u64 arithmetic rather than `as_nanos()`'s u128: this is on the OPEN
-    // reject path, whose cost should be the clock reading and little else.
-    let d = now.saturating_duration_since(base);
-    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+    duration_ns(now.saturating_duration_since(base))
 }
 
+/// A `Duration` in whole nanoseconds, saturating at `u64::MAX` (about 584
+/// years). In u64 arithmetic rather than `as_nanos()`'s u128: it is on the
+/// OPEN reject path, whose cost should be the clock reading and little else.
+#[inline]
 pub(super) fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
 }
 
 impl Core {
@@ -223,10 +214,8 @@ impl Inner {
         };
         Inner {
             current: Padded(AtomicU64::new(pack(0, state))),
-            clean: Padded(AtomicU64::new(NOT_CLEAN)),
-            clean_successes: Padded(AtomicU64::new(0)),
-            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
-            tallies: crate::sync::Arc::new(Tallies::new()),
+            open_until_ns: AtomicU64::new(u64::MAX),
+            rejected: Padded(AtomicU64::new(0)),
             core: Mutex::new(core),
             listeners: Listeners::new(),
             name: Arc::from(name),
@@ -281,7 +270,7 @@ impl Inner {
 
     #[inline]
     pub(super) fn reject(&self, state: State) -> NotPermitted {
-        self.tallies.shared.fetch_add(1, Ordering::Relaxed);
+        self.rejected.0.fetch_add(1, Ordering::Relaxed);
         NotPermitted { state }
     }
 
@@ -311,6 +300,8 @@ impl Inner {
                 let period = core.config.open_duration(core.opens);
                 core.opens = core.opens.saturating_add(1);
                 core.open_until = now.instant().checked_add(period);
+                let until_ns = core.open_until.map_or(u64::MAX, |until| nanos_since(self.base, until));
+                self.open_until_ns.store(until_ns, Ordering::Relaxed);
             }
             State::HalfOpen => {
                 let wait = core.config.max_wait_in_half_open;
@@ -348,12 +339,6 @@ impl Inner {
     #[inline]
     pub(super) fn record(&self, issued: u64, verdict: Verdict, elapsed: Duration) {
         let slow = duration_ns(elapsed) > self.slow_ns.load(Ordering::Relaxed);
-        if verdict == Verdict::Success && !slow && issued == self.clean.0.load(Ordering::Acquire) {
-            // The permit's window is full and clean: one more clean success
-            // leaves it as it is, so only the lifetime count changes.
-            self.clean_successes.0.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
         let issued_in = state_of(issued);
         if issued_in == State::Disabled {
             return;
@@ -371,13 +356,6 @@ impl Inner {
             return;
         }
         core.window.record(outcome, 0);
-        // `issued` is the current word (same generation, CLOSED): publish
-        // whether its window is now full and clean. Only written on a
-        // change, so that readers' copies of the line stay valid.
-        let clean = if core.window.is_full_and_clean() { issued } else { NOT_CLEAN };
-        if self.clean.0.load(Ordering::Relaxed) != clean {
-            self.clean.0.store(clean, Ordering::Release);
-        }
         if let Some(cause) = Self::over_threshold(&core, core.window.totals()) {
             self.trip(core, cause);
         }

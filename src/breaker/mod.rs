@@ -25,38 +25,27 @@
 //!
 //! One `parking_lot` mutex guards everything that changes together: the
 //! state, the window, the half-open round, the lifetime counters and the
-//! queue of transitions still to announce. Four things live outside it, so
-//! that a healthy call and an OPEN rejection take no lock:
+//! queue of transitions still to announce. Three things live outside it, so
+//! that a CLOSED acquire and an OPEN rejection take no lock (a report takes
+//! it, once):
 //!
 //! - `current`: the generation and state packed into one `AtomicU64`, a
 //!   read-only mirror of the locked values, written only under the lock
 //!   (`Release`, read with `Acquire`). A CLOSED (or METRICS_ONLY, DISABLED)
 //!   acquire is one load of it.
-//! - `clean`: the packed word of a CLOSED state whose count window is full
-//!   and holds only successes that were not slow (written only under the
-//!   lock, by the report that made it so or spoilt it). A success that is
-//!   not slow, reported on a permit of exactly that word, would leave the
-//!   window as it is (in a ring of equal outcomes the head does not matter),
-//!   so it only adds one to `clean_successes`, a relaxed counter added to
-//!   the lifetime successes. Such a report takes effect at its load of
-//!   `clean`: before any failure that spoils the window later, which is the
-//!   order the window would have recorded them in. A permit of an earlier
-//!   generation never matches (every state change and reconfiguration bumps
-//!   it), and time windows never publish a word (there a success outlives
-//!   the older calls as they slide out, so recording it is never a no-op).
-//! - `tallies`: the count of rejections, a fixed table of per-thread
-//!   tallies for OPEN rejections plus a relaxed shared counter for the rest
-//!   (`tally.rs`), summed by `metrics()`.
-//! - A per-thread cache (`tally.rs`) of the end of the open period this
-//!   thread was last rejected by, keyed by the breaker's unique id and the
-//!   packed `current` word. An open period's end is fixed when OPEN is
-//!   entered and every entry bumps the generation, so a cached end that
-//!   matches the key is exact, never stale. With it, an OPEN reject is one
-//!   load, one clock reading, one `Instant` comparison and a plain load and
-//!   store of the thread's own tally: no lock, no atomic read-modify-write,
-//!   no conversion of the clock reading. On the system clock it is inlined
+//! - `open_until_ns`: while OPEN, the end of the open period in
+//!   nanoseconds since the breaker's base instant, written under the lock
+//!   before the `Release` store of `current` that enters OPEN. An OPEN
+//!   reject is one load of `current`, one clock reading, one load of
+//!   `open_until_ns`, a comparison and one relaxed add to `rejected`: no
+//!   lock. A reader that saw OPEN in `current` sees this period's end or a
+//!   later period's (it is only ever overwritten by a later entry into
+//!   OPEN), so it rejects only where the breaker was open at some moment
+//!   during the call. Once the period has passed it takes the lock, which
+//!   decides on the locked state. On the system clock this path is inlined
 //!   into `try_acquire` beside the CLOSED branch and reads `Instant::now`
 //!   directly, not through `dyn Clock`.
+//! - `rejected`: every rejection, one relaxed counter read by `metrics()`.
 //!
 //! The lock-free parts are model checked under loom (`tests/loom_breaker.rs`).
 //!
@@ -76,16 +65,14 @@
 //! # Files
 //!
 //! `state.rs` (the vocabulary), `machine.rs` (the locked state machine),
-//! `announce.rs` (transitions told after the lock), `permit.rs`, `config.rs`,
-//! `window.rs` (the sliding windows) and `tally.rs` (the per-thread open
-//! cache and rejection tallies).
+//! `announce.rs` (transitions told after the lock), `permit.rs`, `config.rs`
+//! and `window.rs` (the sliding windows).
 
 mod announce;
 mod config;
 mod machine;
 mod permit;
 mod state;
-mod tally;
 mod window;
 
 use std::fmt;
@@ -93,7 +80,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use self::config::{BreakerConfig, OpenBackoff, WindowKind};
-use self::machine::{Inner, View};
+use self::machine::{Inner, View, nanos_since};
 pub use self::permit::{OwnedPermit, Permit};
 pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};
 use self::state::{STATE_MASK, pack, state_of};
@@ -188,7 +175,7 @@ impl Breaker {
         // is asked again and again, and its answer should cost little more
         // than the clock reading it needs.
         if current & STATE_MASK == State::Open.bits() && inner.system_clock {
-            return self.acquire_open(current, Instant::now());
+            return self.acquire_open(Instant::now());
         }
         self.acquire_not_closed(current)
     }
@@ -198,7 +185,7 @@ impl Breaker {
     fn acquire_not_closed(&self, current: u64) -> Result<Permit<'_>, NotPermitted> {
         let inner = &*self.inner;
         if current & STATE_MASK == State::Open.bits() {
-            return self.acquire_open(current, inner.clock.now());
+            return self.acquire_open(inner.clock.now());
         }
         match state_of(current) {
             State::Closed | State::MetricsOnly | State::Disabled => Ok(self.permit(current)),
@@ -229,14 +216,15 @@ impl Breaker {
         Ok(OwnedPermit { breaker: Arc::clone(&self.inner), issued, reported: false })
     }
 
-    /// OPEN as of `current`, at `now`: rejected from this thread's cache of
-    /// the open period, or decided under the lock. Always inlined, so that
-    /// the system clock's branch in `try_acquire` stays as short as it is.
+    /// OPEN as of `current` (just loaded with `Acquire`), at `now`: rejected
+    /// while the open period lasts, or decided under the lock once it has
+    /// passed. Always inlined, so that the system clock's branch in
+    /// `try_acquire` stays as short as it is.
     #[inline(always)]
-    fn acquire_open(&self, current: u64, now: Instant) -> Result<Permit<'_>, NotPermitted> {
+    fn acquire_open(&self, now: Instant) -> Result<Permit<'_>, NotPermitted> {
         let inner = &*self.inner;
-        if tally::reject_cached(&inner.tallies, inner.uid, current, now) {
-            return Err(NotPermitted { state: State::Open });
+        if nanos_since(inner.base, now) < inner.open_until_ns.load(Ordering::Relaxed) {
+            return Err(inner.reject(State::Open));
         }
         self.acquire_slow(Some(now))
     }
@@ -266,11 +254,6 @@ impl Breaker {
                 State::ForcedOpen => break Err(State::ForcedOpen),
                 State::Open => {
                     if core.open_until.is_none_or(|until| now.instant() < until) {
-                        // Remember this period's end, so that this thread's next
-                        // rejects need no lock, and count this one in its tally
-                        // (see `tally.rs`).
-                        let (key, until) = (pack(core.generation, State::Open), core.open_until);
-                        tally::remember_and_reject(&inner.tallies, inner.uid, key, until);
                         break Err(State::Open);
                     }
                     inner.enter(&mut core, State::HalfOpen, &mut now, View::default());
@@ -292,8 +275,6 @@ impl Breaker {
         inner.release(core);
         match answer {
             Ok(issued) => Ok(self.permit(issued)),
-            // Counted above, in the thread's tally.
-            Err(State::Open) => Err(NotPermitted { state: State::Open }),
             Err(state) => Err(inner.reject(state)),
         }
     }
@@ -318,11 +299,11 @@ impl Breaker {
             failure_rate: view.failure_rate,
             slow_call_rate: view.slow_call_rate,
             buffered_calls: view.buffered,
-            successful: life.successful.wrapping_add(inner.clean_successes.0.load(Ordering::Relaxed)),
+            successful: life.successful,
             failed: life.failed,
             ignored: life.ignored,
             slow: life.slow,
-            not_permitted: inner.tallies.sum(),
+            not_permitted: inner.rejected.0.load(Ordering::Relaxed),
         }
     }
 

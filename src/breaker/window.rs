@@ -104,18 +104,6 @@ impl Window {
         }
     }
 
-    /// Whether this is a count window whose every slot holds a success that
-    /// was not slow. Recording one more such success would change nothing
-    /// but the ring's head, and in a ring of equal outcomes the head does not
-    /// matter: the totals and every later eviction are the same.
-    #[inline]
-    pub(crate) fn is_full_and_clean(&self) -> bool {
-        match self {
-            Window::Count(w) => w.len == w.ring.len() && w.totals.failures == 0 && w.totals.slow == 0,
-            Window::Time(_) => false,
-        }
-    }
-
     /// Empties the window.
     pub(crate) fn clear(&mut self) {
         match self {

@@ -25,23 +25,17 @@
 //! the duration over 100 µs, a division by a constant) and three comparisons
 //! inside it.
 //!
-//! A thread that records many samples (a pool's worker records two per call)
-//! can take a [`Recorder`]: counts of its own that only it writes, so each
-//! count is a plain load and store rather than a locked read-modify-write,
-//! and a copy of the next epoch's boundary as an instant, so that the check
-//! for a new epoch is one comparison of instants.
-//! Readers add every recorder's counts to the shared ones. A recorder's counts
-//! outlive it: the next recorder taken on the histogram continues them.
+//! Every writer, a pool's workers included, records the same way: the
+//! counts are shared, and only ever added to.
 //!
 //! # The recent window
 //!
 //! Time is cut into epochs of `window`. The first writer to record in a new
 //! epoch *rotates*: it takes a *mark*, the counts as they stand when the epoch
 //! begins. A reader subtracts the mark of the last complete epoch from the
-//! counts now, so "recent" covers between one and two windows. The marks, the
-//! epoch and the list of recorders' counts sit under one mutex, taken once a
-//! window by the rotating writer, by readers, and when a recorder is taken or
-//! dropped; every one of them reads the counters after unlocking, so no lock
+//! counts now, so "recent" covers between one and two windows. The marks and
+//! the epoch sit under one mutex, taken once a window by the rotating writer
+//! and by readers; every one of them reads the counters after unlocking, so no lock
 //! is ever held while counters are read, and recording never waits for one
 //! except in the rotation.
 //!
@@ -63,22 +57,16 @@
 //! there is no ABA. Every counter is an independent monotonic count that
 //! publishes no other memory: `Relaxed`. What orders a mark before the counts
 //! a reader subtracts it from is the mutex: the mark was stored under it, the
-//! reader copies it under it and reads the counters after. The same mutex
-//! hands a recorder's counts from the thread that dropped it to the thread
-//! that takes them next, which is what lets a [`Recorder`] add with a plain
-//! load and store. A snapshot taken while samples are recorded may be a few
+//! reader copies it under it and reads the counters after. A snapshot taken while samples are recorded may be a few
 //! samples apart between buckets and sum.
 
-mod recorder;
 mod snapshot;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-pub use self::recorder::Recorder;
 pub use self::snapshot::HistogramSnapshot;
 
 /// How many finite bucket bounds there are (100 µs to 30 s).
@@ -99,9 +87,7 @@ const BOUND_NS: [u64; BOUNDS] = {
 };
 
 /// Bucket counts and their sum; `BOUNDS + 1` buckets, the last being `+Inf`.
-/// On cache lines of its own, so that two writers' counts never share one.
 #[derive(Debug)]
-#[repr(align(128))]
 struct Counts {
     buckets: [AtomicU64; BOUNDS + 1],
     sum_ns: AtomicU64,
@@ -114,19 +100,9 @@ impl Counts {
 
     /// Adds one sample; any number of threads at once.
     #[inline]
-    fn add_shared(&self, bucket: usize, ns: u64) {
+    fn add(&self, bucket: usize, ns: u64) {
         self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-
-    /// Adds one sample, for the one thread that writes these counts (see
-    /// [`Recorder`]): a load and a store each, which no other writer can
-    /// interleave with.
-    #[inline]
-    fn add_owned(&self, bucket: usize, ns: u64) {
-        let b = &self.buckets[bucket];
-        b.store(b.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-        self.sum_ns.store(self.sum_ns.load(Ordering::Relaxed).wrapping_add(ns), Ordering::Relaxed);
     }
 
     fn add_into(&self, snap: &mut HistogramSnapshot) {
@@ -137,22 +113,11 @@ impl Counts {
 /// What the mutex of a [`LatencyHistogram`] guards.
 #[derive(Debug)]
 struct Rare {
-    /// The recorders' counts, and whether a live [`Recorder`] holds each.
-    /// Invariant: a held entry's counts are written by its recorder only; a
-    /// free one's by nobody.
-    owned: Vec<(Arc<Counts>, bool)>,
     /// The last epoch marked.
     epoch: u64,
     /// `marks[e % 2]`: the counts when epoch `e` began, for `e` the last epoch
     /// marked and the one before it (all zero at first: epoch 0 began empty).
     marks: [HistogramSnapshot; 2],
-}
-
-impl Rare {
-    /// The recorders' counts (held or free), to read once the mutex is let go.
-    fn owned_counts(&self) -> Vec<Arc<Counts>> {
-        self.owned.iter().map(|(counts, _)| Arc::clone(counts)).collect()
-    }
 }
 
 /// A latency histogram: fixed log-spaced buckets from 100 µs to 30 s, recorded
@@ -201,11 +166,7 @@ impl LatencyHistogram {
         LatencyHistogram {
             shared: Counts::new(),
             next_epoch_ns: AtomicU64::new(window_ns),
-            rare: Mutex::new(Rare {
-                owned: Vec::new(),
-                epoch: 0,
-                marks: std::array::from_fn(|_| HistogramSnapshot::empty()),
-            }),
+            rare: Mutex::new(Rare { epoch: 0, marks: std::array::from_fn(|_| HistogramSnapshot::empty()) }),
             origin,
             window_ns,
         }
@@ -232,36 +193,7 @@ impl LatencyHistogram {
     pub fn record_at(&self, d: Duration, now: Instant) {
         self.turn(now);
         let ns = nanos(d);
-        self.shared.add_shared(bucket_of(ns), ns);
-    }
-
-    /// Counts of this histogram's own for the calling thread to record into,
-    /// more cheaply than [`record_at`](Self::record_at) (see [`Recorder`]).
-    /// Takes the histogram's mutex; meant to be taken once by a long-lived
-    /// thread, not per sample.
-    pub fn recorder(&self) -> Recorder<'_> {
-        let mut rare = self.rare.lock();
-        let free = rare.owned.iter_mut().find(|(_, held)| !*held);
-        let counts = match free {
-            Some((counts, held)) => {
-                *held = true;
-                Arc::clone(counts)
-            }
-            None => {
-                let counts = Arc::new(Counts::new());
-                rare.owned.push((Arc::clone(&counts), true));
-                counts
-            }
-        };
-        Recorder::new(self, counts)
-    }
-
-    /// Hands a recorder's counts back (from its `Drop`).
-    fn give_back(&self, counts: &Arc<Counts>) {
-        let mut rare = self.rare.lock();
-        if let Some(entry) = rare.owned.iter_mut().find(|(c, _)| Arc::ptr_eq(c, counts)) {
-            entry.1 = false;
-        }
+        self.shared.add(bucket_of(ns), ns);
     }
 
     /// Rotates if `now` is past the current epoch.
@@ -270,16 +202,6 @@ impl LatencyHistogram {
         let since = nanos(now.saturating_duration_since(self.origin));
         if since >= self.next_epoch_ns.load(Ordering::Relaxed) {
             self.rotate(since);
-        }
-    }
-
-    /// The next epoch's boundary as an instant, for a [`Recorder`] to compare
-    /// against without converting its `now`; `None` while a rotation is under
-    /// way (or for a boundary past what an `Instant` can hold).
-    fn next_boundary(&self) -> Option<Instant> {
-        match self.next_epoch_ns.load(Ordering::Relaxed) {
-            u64::MAX => None,
-            ns => self.origin.checked_add(Duration::from_nanos(ns)),
         }
     }
 
@@ -301,7 +223,7 @@ impl LatencyHistogram {
             return; // another writer is rotating, or has rotated
         }
         let epoch = since / self.window_ns;
-        let counts = self.total(&self.owned());
+        let counts = self.total();
         {
             let mut rare = self.rare.lock();
             // The boundary is the start of the epoch after `rare.epoch`, so `epoch > rare.epoch`.
@@ -315,18 +237,10 @@ impl LatencyHistogram {
         self.next_epoch_ns.store(next, Ordering::Relaxed);
     }
 
-    /// The recorders' counts, copied out under the mutex.
-    fn owned(&self) -> Vec<Arc<Counts>> {
-        self.rare.lock().owned_counts()
-    }
-
-    /// Every count, shared and recorders', read with no lock held.
-    fn total(&self, owned: &[Arc<Counts>]) -> HistogramSnapshot {
+    /// Every count, read with no lock held.
+    fn total(&self) -> HistogramSnapshot {
         let mut snap = HistogramSnapshot::empty();
         self.shared.add_into(&mut snap);
-        for counts in owned {
-            counts.add_into(&mut snap);
-        }
         snap
     }
 
@@ -336,7 +250,7 @@ impl LatencyHistogram {
 
     /// Every sample since creation.
     pub fn snapshot(&self) -> HistogramSnapshot {
-        self.total(&self.owned())
+        self.total()
     }
 
     /// The samples of the recent window, now: the last complete epoch and the
@@ -348,7 +262,7 @@ impl LatencyHistogram {
     /// [`recent`](Self::recent) at `now`.
     pub fn recent_at(&self, now: Instant) -> HistogramSnapshot {
         let now_epoch = self.epoch_at(now);
-        let (mark, owned) = {
+        let mark = {
             let rare = self.rare.lock();
             let marked = rare.epoch;
             // The samples since the mark of the epoch before `now_epoch`. A
@@ -358,10 +272,9 @@ impl LatencyHistogram {
                 1 => marked,
                 _ => return HistogramSnapshot::empty(), // nothing in the last two epochs
             };
-            let owned = rare.owned_counts();
-            (rare.marks[(since_epoch % 2) as usize].clone(), owned)
+            rare.marks[(since_epoch % 2) as usize].clone()
         };
-        self.total(&owned).minus(&mark)
+        self.total().minus(&mark)
     }
 }
 
@@ -402,8 +315,6 @@ mod tests;
 #[allow(dead_code)]
 fn _assert_send_sync() {
     fn send_sync<T: Send + Sync>() {}
-    fn send<T: Send>() {}
     send_sync::<LatencyHistogram>();
     send_sync::<HistogramSnapshot>();
-    send::<Recorder<'static>>();
 }

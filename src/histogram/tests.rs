@@ -1,5 +1,4 @@
-//! The histogram's tests: buckets, quantiles, the recent window, racing writers
-//! and recorders.
+//! The histogram's tests: buckets, quantiles, the recent window, racing writers.
 
 use super::*;
 use std::sync::{Arc, Barrier};
@@ -169,21 +168,11 @@ fn concurrent_records_are_all_counted() {
     }
 }
 
-#[test]
-fn writers_racing_through_rotations_lose_no_sample() {
-    racing_through_rotations(false);
-}
-
-#[test]
-fn recorders_racing_through_rotations_lose_no_sample() {
-    racing_through_rotations(true);
-}
-
 /// Four threads walk 500 epochs of 1 ms together, as threads that read the
 /// clock just before recording do; inside an epoch they race each other and
-/// its rotation. Each records through `record_at`, or through a recorder of its
-/// own (which checks for a new epoch against its copy of the boundary).
-fn racing_through_rotations(own: bool) {
+/// its rotation.
+#[test]
+fn writers_racing_through_rotations_lose_no_sample() {
     const THREADS: u64 = 4;
     const EPOCHS: u64 = 500;
     const PER_EPOCH: u64 = 100; // a thread's samples in each 1 ms epoch, 10 µs apart
@@ -194,16 +183,12 @@ fn racing_through_rotations(own: bool) {
         .map(|_| {
             let (h, step) = (Arc::clone(&h), Arc::clone(&step));
             std::thread::spawn(move || {
-                let mut mine = own.then(|| h.recorder());
                 for e in 0..EPOCHS {
                     step.wait();
                     for i in 0..PER_EPOCH {
                         let (d, at) =
                             (Duration::from_micros(200), t0 + Duration::from_micros(e * 1_000 + i * 10));
-                        match &mut mine {
-                            Some(mine) => mine.record_at(d, at),
-                            None => h.record_at(d, at),
-                        }
+                        h.record_at(d, at);
                     }
                 }
             })
@@ -222,68 +207,4 @@ fn racing_through_rotations(own: bool) {
     let window = 2 * PER_EPOCH * THREADS;
     assert!(recent <= window && recent >= window / 2, "recent {recent} of {window}");
     assert!(h.recent_at(last + Duration::from_millis(1)).count() <= recent, "a later reader sees less");
-}
-
-#[test]
-fn recorders_count_beside_shared_writers_and_hand_their_counts_on() {
-    const THREADS: u64 = 3;
-    const EACH: u64 = 20_000;
-    let h = LatencyHistogram::new(Duration::from_secs(3600));
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let h = &h;
-            s.spawn(move || {
-                let mut mine = h.recorder();
-                for i in 0..EACH {
-                    mine.record_at(Duration::from_micros(150 + i % 7), Instant::now());
-                    if t == 0 {
-                        h.record(Duration::from_millis(2)); // a shared writer beside them
-                    }
-                }
-            });
-        }
-    });
-    let s = h.snapshot();
-    assert_eq!(s.count(), (THREADS + 1) * EACH);
-    let owned_sum: u64 = (0..EACH).map(|i| (150 + i % 7) * 1_000).sum::<u64>() * THREADS;
-    assert_eq!(s.sum(), Duration::from_nanos(owned_sum + 2_000_000 * EACH));
-    assert_eq!(h.recent().count(), (THREADS + 1) * EACH);
-    // At most one set of counts per thread that held a recorder at once.
-    let slots = h.rare.lock().owned.len();
-    assert!((1..=THREADS as usize).contains(&slots), "{slots} sets of counts");
-    // Threads that record one after another share one set of counts: each
-    // takes over the one the thread before it handed back, on another thread.
-    for _ in 0..THREADS {
-        std::thread::scope(|s| {
-            s.spawn(|| h.recorder().record(Duration::from_millis(1)));
-        });
-    }
-    assert_eq!(h.rare.lock().owned.len(), slots, "no new set of counts for a thread that came after");
-    assert_eq!(h.snapshot().count(), (THREADS + 1) * EACH + THREADS);
-    // A recorder taken now continues a dropped one's counts; none is lost.
-    let mut again = h.recorder();
-    again.record_at(Duration::from_millis(1), Instant::now());
-    assert_eq!(h.rare.lock().owned.len(), slots);
-    assert_eq!(h.snapshot().count(), (THREADS + 1) * EACH + THREADS + 1);
-    let more: Vec<_> = (0..slots).map(|_| h.recorder()).collect();
-    assert_eq!(h.rare.lock().owned.len(), slots + 1, "all held: a new set of counts");
-    drop((again, more));
-    assert!(h.rare.lock().owned.iter().all(|(_, held)| !*held));
-}
-
-#[test]
-fn recorders_rotate_the_window_too() {
-    let t0 = Instant::now();
-    let h = LatencyHistogram::starting_at(Duration::from_secs(10), t0);
-    let at = |s: u64| t0 + Duration::from_secs(s);
-    let mut mine = h.recorder();
-    mine.record_at(Duration::from_millis(1), at(1));
-    h.record_at(Duration::from_millis(1), at(2));
-    mine.record_at(Duration::from_millis(1), at(15));
-    assert_eq!(h.recent_at(at(15)).count(), 3);
-    mine.record_at(Duration::from_millis(1), at(25));
-    assert_eq!(h.recent_at(at(25)).count(), 2, "epoch 0 is two windows old");
-    drop(mine);
-    assert_eq!(h.recent_at(at(25)).count(), 2, "a dropped recorder's samples stay");
-    assert_eq!(h.snapshot().count(), 4);
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::estimate::{ServiceTime, WakeTime};
+use super::estimate::ServiceTime;
 use super::queue::Queue;
 use super::stats::{PoolCounters, PoolLatency};
 use super::{Control, Handle, Pool, Shared, duration_ns};
@@ -185,7 +185,6 @@ impl PoolBuilder {
             name: self.name.clone().into_boxed_str(),
             stats: PoolCounters::default(),
             service: ServiceTime::default(),
-            wake: WakeTime::default(),
             latency: PoolLatency::default(),
             grace_over: AtomicBool::new(false),
             queue: Queue::new(self.queue, self.workers),

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use super::queue::Accepted;
 use super::slot::{Finish, Slot};
 use super::stall::RunningMark;
 use super::{Shared, duration_ns};
@@ -220,8 +219,6 @@ pub(crate) trait Job: Send + Sync {
     fn run(&self, running: &RunningMark) -> Option<Ran>;
     /// Answers a queued job that will never run with `ShuttingDown`.
     fn discard(&self);
-    /// When the call was submitted.
-    fn submitted(&self) -> Instant;
 }
 
 impl<F, T, E> Job for Call<F, T, E>
@@ -298,14 +295,8 @@ where
         }
         // The bookkeeping of timings comes after the answer, off the caller's path.
         let run = ended.saturating_duration_since(began);
-        if shared.service.should_sample() {
-            shared.service.record(run);
-        }
+        shared.service.record(run);
         Some(Ran { queue_wait: began.saturating_duration_since(self.submitted), run, ended })
-    }
-
-    fn submitted(&self) -> Instant {
-        self.submitted
     }
 
     fn discard(&self) {
@@ -319,8 +310,8 @@ where
 }
 
 /// A queued call. Dropping one that no worker took (shutdown drains the queue
-/// this way, and a channel dropped with messages in it would too) answers its
-/// caller with `ShuttingDown`: nothing leaves the queue unanswered.
+/// this way) answers its caller with `ShuttingDown`: nothing leaves the queue
+/// unanswered.
 pub(crate) struct QueuedJob(Option<Arc<dyn Job>>);
 
 impl QueuedJob {
@@ -331,11 +322,6 @@ impl QueuedJob {
     /// Takes the call out, so dropping the wrapper answers nothing.
     pub(crate) fn take(mut self) -> Option<Arc<dyn Job>> {
         self.0.take()
-    }
-
-    /// When the call was submitted.
-    pub(crate) fn submitted(&self) -> Option<Instant> {
-        self.0.as_ref().map(|job| job.submitted())
     }
 }
 
@@ -390,14 +376,12 @@ pub struct Ticket<T, E> {
     /// When the call was submitted, for `Timeout { waited }`.
     start: Instant,
     deadline: Instant,
-    /// How the job went in, for the choice to spin or park while waiting.
-    accepted: Accepted,
 }
 
 impl<T, E> Ticket<T, E> {
-    pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant, accepted: Accepted) -> Self {
+    pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant) -> Self {
         let deadline = call.ctx().deadline;
-        Ticket { call: Some(call), start, deadline, accepted }
+        Ticket { call: Some(call), start, deadline }
     }
 
     /// The call's deadline: [`wait`](Ticket::wait) returns by then.
@@ -413,10 +397,9 @@ impl<T, E> Ticket<T, E> {
     /// had started is abandoned (it finishes on its worker, its answer dropped)
     /// and one still queued never starts.
     ///
-    /// The wait polls briefly, then parks: a short job is answered without a
-    /// sleep and wake-up on the caller's side. How long it polls depends on
-    /// how the job went in (to a worker already awake, to one that had to be
-    /// woken, or behind other queued jobs); `src/pool/README.md` has the rule.
+    /// The wait polls for up to `SPIN_BEFORE_PARK` (`src/sync.rs`), then
+    /// parks until the answer or the deadline: a short job is answered
+    /// without a sleep and wake-up on the caller's side.
     pub fn wait(self) -> Result<T, Error<E>> {
         self.wait_timed().0
     }
@@ -435,20 +418,10 @@ impl<T, E> Ticket<T, E> {
     fn wait_on(&self, call: &dyn Waitable<T, E>) -> Result<T, Error<E>> {
         let (ctx, slot) = (call.ctx(), call.slot());
 
-        // 1. Spin, then yield: most short jobs answer within this.
-        // 2. Park until the deadline. Register first, then check once more
-        //    inside `register`, so a settle in between is never missed.
-        let settled = match self.accepted {
-            // A worker had to be woken: the answer takes at least that long.
-            Accepted::Handed(false) => spin_for_woken_worker(&ctx.shared, self.start, || slot.is_settled()),
-            // Queued behind other jobs: the answer is at least a whole job
-            // away, and spinning would take a core from the workers.
-            Accepted::Queued { ahead } if ahead > 0 => false,
-            // The job went to a worker that was spinning for work, or is
-            // next in line for a worker coming back: spin as a channel
-            // receive does.
-            _ => spin_until(|| slot.is_settled()),
-        };
+        // 1. Poll for the pool's one spin budget: a short job answers within it.
+        // 2. Park until the deadline. `register` looks at the slot once more
+        //    under its lock (`slot.rs`), so a settle in between is never missed.
+        let settled = spin_until(|| slot.is_settled());
         if !settled && slot.register(current()) {
             loop {
                 if slot.is_settled() {
@@ -505,31 +478,6 @@ impl<T, E> fmt::Debug for Ticket<T, E> {
         }
         d.finish()
     }
-}
-
-/// Longest a caller spins for the answer of a job handed to a parked worker.
-/// Above a slow wake-up (tens of µs on a VM): a caller that parks instead
-/// keeps the pool in a convoy of two wake-ups per call (see the README).
-const WOKEN_SPIN_MAX: Duration = Duration::from_micros(200);
-
-/// The caller's wait for a job handed to a parked worker: spin for up to the
-/// time that worker will likely take to wake and run the job (the pool's
-/// recent wake time plus its mean run time, with margin), if that is under
-/// [`WOKEN_SPIN_MAX`]; otherwise do not spin at all and park at once. Spinning
-/// for a worker that wakes within microseconds saves the caller its own
-/// futex sleep and wake-up; spinning for longer would only burn a core.
-/// Returns whether the slot settled while spinning.
-fn spin_for_woken_worker(shared: &Shared, submitted: Instant, settled: impl FnMut() -> bool) -> bool {
-    let Some(wake) = shared.wake.mean() else {
-        // Nothing known yet: as a channel receive does.
-        return spin_until(settled);
-    };
-    let expected = wake + shared.service.mean().unwrap_or(Duration::ZERO);
-    if expected >= WOKEN_SPIN_MAX {
-        return false;
-    }
-    let budget = (expected + expected / 2).min(WOKEN_SPIN_MAX);
-    crate::sync::spin_until_instant(settled, submitted + budget)
 }
 
 /// Drops a value whose `Drop` is user code, so a panic there cannot take a

@@ -1,8 +1,10 @@
 //! The pool's service-time estimate: what a new call would wait behind the
 //! queued work, for deadline-aware admission and for [`Pool::estimated_wait`](super::Pool::estimated_wait).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use super::duration_ns;
 
 /// The recent mean time a job runs on a worker, for deadline-aware admission.
 ///
@@ -14,15 +16,9 @@ use std::time::Duration;
 /// publishes nothing else, and a stale read only makes one estimate a little
 /// older.
 ///
-/// Timing a job costs two clock reads and an atomic update on the worker,
-/// between the job and its answer. That is noise next to a slow job and a
-/// third of the overhead of a fast one, so fast jobs are sampled: while the
-/// mean is under [`SAMPLE_ALL_FROM`](Self::SAMPLE_ALL_FROM) one job in
-/// [`SAMPLE_EVERY`](Self::SAMPLE_EVERY) is timed, and
-/// from there on every job. A fast mean only matters to admission behind a
-/// very deep queue, and a slowdown is caught by the next sample, which lifts
-/// the mean over the threshold at once (a 1 s sample moves a 1 ms mean to
-/// 250 ms), after which every job is timed.
+/// Every job that runs is a sample: the worker reads the clock before and
+/// after the job anyway (the deadline check, the histograms), so a sample
+/// costs the one update of this atomic, after the answer.
 ///
 /// It cannot lock a pool out: admission consults it only while the queue
 /// is non-empty, the queue drains as workers finish, and finished jobs bring
@@ -30,28 +26,12 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub(crate) struct ServiceTime {
     ewma_ns: AtomicU64,
-    /// Jobs started by this pool's workers, for sampling one in
-    /// [`SAMPLE_EVERY`](Self::SAMPLE_EVERY).
-    tick: AtomicU32,
 }
 
 impl ServiceTime {
-    /// From this mean (in nanoseconds, 1 ms) on, every job is timed.
-    const SAMPLE_ALL_FROM: u64 = 1_000_000;
-    /// Below it, one job in this many is.
-    const SAMPLE_EVERY: u32 = 8;
-
-    /// Whether the job about to be submitted should be timed.
-    pub(crate) fn should_sample(&self) -> bool {
-        let mean = self.ewma_ns.load(Ordering::Relaxed);
-        if mean == 0 || mean >= Self::SAMPLE_ALL_FROM {
-            return true;
-        }
-        self.tick.fetch_add(1, Ordering::Relaxed).wrapping_add(1).is_multiple_of(Self::SAMPLE_EVERY)
-    }
-
+    /// Adds one job's run time to the average.
     pub(crate) fn record(&self, sample: Duration) {
-        let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let sample = duration_ns(sample).max(1);
         let _ = self.ewma_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
             Some(if old == 0 {
                 sample
@@ -84,43 +64,6 @@ impl ServiceTime {
     }
 }
 
-/// How long a job handed to a *parked* worker waits for that worker to wake
-/// and start it: the pool's recent mean, for the caller's choice to spin or
-/// park while it waits for the answer (see `Ticket::wait`).
-///
-/// Recorded by the worker (`start - submitted`, for jobs it did not catch
-/// while spinning), read by callers. An exponentially weighted moving average
-/// with weight 1/4, kept as nanoseconds; 0 means "no sample yet". Updated
-/// with a plain load and store, not a read-modify-write loop: two workers
-/// recording at once may lose one sample, which an average can spare, and
-/// nothing contends on the line.
-#[derive(Debug, Default)]
-pub(crate) struct WakeTime {
-    ewma_ns: AtomicU64,
-}
-
-impl WakeTime {
-    pub(crate) fn record(&self, sample: Duration) {
-        let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX).max(1);
-        let old = self.ewma_ns.load(Ordering::Relaxed);
-        let next = if old == 0 {
-            sample
-        } else {
-            (i128::from(old) + (i128::from(sample) - i128::from(old)) / 4).clamp(1, i128::from(u64::MAX))
-                as u64
-        };
-        self.ewma_ns.store(next, Ordering::Relaxed);
-    }
-
-    /// The recent mean, `None` before the first sample.
-    pub(crate) fn mean(&self) -> Option<Duration> {
-        match self.ewma_ns.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns)),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,28 +84,6 @@ mod tests {
         let z = ServiceTime::default();
         z.record(Duration::ZERO);
         assert_eq!(z.mean(), Some(Duration::from_nanos(1)));
-    }
-
-    #[test]
-    fn fast_jobs_are_sampled_slow_ones_all_timed() {
-        let s = ServiceTime::default();
-        assert!((0..20).all(|_| s.should_sample()), "no sample yet: time every job");
-        s.record(Duration::from_micros(50));
-        let sampled = (0..800).filter(|_| s.should_sample()).count();
-        assert_eq!(sampled, 100, "one in eight below 1 ms");
-        s.record(Duration::from_secs(1));
-        assert!(s.mean().unwrap() >= Duration::from_millis(1));
-        assert!((0..20).all(|_| s.should_sample()), "from 1 ms on: every job");
-    }
-
-    #[test]
-    fn wake_time_averages_from_its_first_sample() {
-        let w = WakeTime::default();
-        assert_eq!(w.mean(), None);
-        w.record(Duration::from_micros(8));
-        assert_eq!(w.mean(), Some(Duration::from_micros(8)));
-        w.record(Duration::from_micros(16));
-        assert_eq!(w.mean(), Some(Duration::from_micros(10)));
     }
 
     #[test]

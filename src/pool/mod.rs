@@ -47,7 +47,7 @@ pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
-use self::estimate::{ServiceTime, WakeTime};
+use self::estimate::ServiceTime;
 use self::queue::{Queue, Refused};
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 pub use self::stats::PoolStats;
@@ -105,8 +105,6 @@ pub(crate) struct Shared {
     pub(crate) stats: PoolCounters,
     /// The recent mean run time of a job, timed on the workers.
     pub(crate) service: ServiceTime,
-    /// The recent mean time a parked worker takes to wake for a job.
-    pub(crate) wake: WakeTime,
     /// Queue-wait and run-time histograms, recorded on the workers.
     pub(crate) latency: PoolLatency,
     /// Set when shutdown's grace period is over: a worker that dequeues a job
@@ -413,9 +411,9 @@ impl Pool {
             pushed => pushed,
         };
         match pushed {
-            Ok(accepted) => {
+            Ok(_) => {
                 stats.callers.submitted.fetch_add(1, Relaxed);
-                Ok(Ticket::new(call, now, accepted))
+                Ok(Ticket::new(call, now))
             }
             Err((refused, queued)) => {
                 stats.callers.rejected.fetch_add(1, Relaxed);

@@ -65,9 +65,6 @@ pub struct Mailbox<J> {
     /// Set (`Release`) after the letter is in; the worker spins and parks on
     /// it (`Acquire`).
     posted: AtomicBool,
-    /// Set by the worker while it spins for work rather than sleeps; read by
-    /// the poster to tell its caller whether a wake-up was needed.
-    spinning: AtomicBool,
     letter: Mutex<Option<Letter<J>>>,
     thread: Thread,
 }
@@ -75,12 +72,7 @@ pub struct Mailbox<J> {
 impl<J> Mailbox<J> {
     /// A mailbox for the calling thread (the worker).
     pub fn for_current_thread() -> Arc<Self> {
-        Arc::new(Mailbox {
-            posted: AtomicBool::new(false),
-            spinning: AtomicBool::new(false),
-            letter: Mutex::new(None),
-            thread: current(),
-        })
+        Arc::new(Mailbox { posted: AtomicBool::new(false), letter: Mutex::new(None), thread: current() })
     }
 
     fn post(&self, letter: Letter<J>) {
@@ -120,15 +112,10 @@ pub enum Refused {
 /// How an accepted job went in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accepted {
-    /// Handed straight to an idle worker; `true` when that worker was still
-    /// spinning for work (no wake-up needed), `false` when it was parked.
-    Handed(bool),
-    /// Queued, behind `ahead` other jobs, for a busy worker or one about to
-    /// come back.
-    Queued {
-        /// Jobs queued before this one.
-        ahead: usize,
-    },
+    /// Handed straight to an idle worker, through its mailbox.
+    Handed,
+    /// Queued, for a busy worker or one about to come back.
+    Queued,
 }
 
 /// What [`Queue::resize`] asks the pool to do.
@@ -172,8 +159,6 @@ pub struct Queue<J> {
     state: Mutex<State<J>>,
     /// `jobs.len()`, mirrored for lock-free reads (`stats`, admission).
     len: StdAtomicUsize,
-    /// Workers spinning for work right now (at most one at a time).
-    spinning: AtomicUsize,
 }
 
 /// How a worker that found no job waits (what `next` returns instead of one).
@@ -195,7 +180,6 @@ impl<J> Queue<J> {
                 room_waiters: VecDeque::new(),
             }),
             len: StdAtomicUsize::new(0),
-            spinning: AtomicUsize::new(0),
         }
     }
 
@@ -204,43 +188,33 @@ impl<J> Queue<J> {
         self.len.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Offers `job`: to the idle worker spinning for work if there is one
-    /// (it takes the job without a wake-up); else into the queue for a
-    /// worker about to come back if one is free (no wake-up either); else
-    /// to the most recently idle worker if there is one; else into the queue
-    /// if there is room (capacity, plus one place for each worker about to
-    /// come back). `busy` is the pool's
-    /// busy counter: raised here for a job handed to a worker.
-    pub fn push(&self, job: J, busy: &StdAtomicUsize) -> Result<Accepted, (Refused, J)> {
+    /// Offers `job`: into the queue for a worker about to come back if one
+    /// is free (no wake-up); else to the most recently idle worker if there
+    /// is one (the likeliest to be still polling its mailbox); else into the
+    /// queue if there is room (capacity, plus one place for each worker
+    /// about to come back). `busy` is the pool's busy counter: raised here
+    /// for a job handed to a worker.
+    pub fn push(&self, job: J, busy: &AtomicUsize) -> Result<Accepted, (Refused, J)> {
         let mut st = self.state.lock();
         if !st.open {
             return Err((Refused::Closed, job));
         }
-        // The worker spinning for work, if any, takes the job without a
-        // wake-up; it may sit below workers that parked after it started.
-        let spinner = if self.spinning.load(Ordering::Relaxed) != 0 {
-            st.idle.iter().rposition(|w| w.spinning.load(Ordering::Relaxed)).map(|i| st.idle.remove(i))
-        } else {
-            None
-        };
         // A worker about to come back takes a queued job with no wake-up
         // (invariant 1): wake a parked one only when every returning worker
         // has a job already.
         let busy_now = busy.load(std::sync::atomic::Ordering::Relaxed);
-        let returning_free = spinner.is_none() && st.returning(busy_now) > st.jobs.len();
-        if let Some(worker) = spinner.or_else(|| if returning_free { None } else { st.idle.pop() }) {
+        let returning_free = st.returning(busy_now) > st.jobs.len();
+        if !returning_free && let Some(worker) = st.idle.pop() {
             st.away += 1;
             busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             drop(st);
-            let spinning = worker.spinning.load(Ordering::Relaxed);
             worker.post(Letter::Job(job));
-            return Ok(Accepted::Handed(spinning));
+            return Ok(Accepted::Handed);
         }
         if st.jobs.len() < st.capacity + st.returning(busy_now) {
-            let ahead = st.jobs.len();
             st.jobs.push_back(job);
             self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
-            return Ok(Accepted::Queued { ahead });
+            return Ok(Accepted::Queued);
         }
         Err((Refused::Full, job))
     }
@@ -253,7 +227,7 @@ impl<J> Queue<J> {
         &self,
         mut job: J,
         until: Instant,
-        busy: &StdAtomicUsize,
+        busy: &AtomicUsize,
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {
         let mut registered = false;
@@ -314,11 +288,10 @@ impl<J> Queue<J> {
 
     /// A worker asks for its next job: on starting, and each time it comes
     /// back from one. Returns `Some(Ok(job))`; `Some(Err(idle))` with the
-    /// worker now in the idle stack (spin if it likes, see
-    /// [`start_spinning`](Self::start_spinning), then take the letter with
-    /// [`Mailbox::wait`]); or `None`: exit (retired, or the queue is closed
+    /// worker now in the idle stack (poll [`Mailbox::is_posted`] if it likes,
+    /// then take the letter with [`Mailbox::wait`]); or `None`: exit (retired, or the queue is closed
     /// and drained).
-    pub fn next(&self, me: &Arc<Mailbox<J>>, busy: &StdAtomicUsize) -> Option<Result<J, Idle>> {
+    pub fn next(&self, me: &Arc<Mailbox<J>>, busy: &AtomicUsize) -> Option<Result<J, Idle>> {
         let (result, waiter) = {
             let mut st = self.state.lock();
             st.away -= 1;
@@ -346,28 +319,12 @@ impl<J> Queue<J> {
         Some(result)
     }
 
-    /// An idle worker asks to spin for work: granted to one worker at a time,
-    /// so spinning never takes more than one core.
-    pub fn start_spinning(&self, me: &Mailbox<J>) -> bool {
-        let granted = self.spinning.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed).is_ok();
-        if granted {
-            me.spinning.store(true, Ordering::Relaxed);
-        }
-        granted
-    }
-
-    /// The spinning worker stops spinning (found a letter or gave up).
-    pub fn stop_spinning(&self, me: &Mailbox<J>) {
-        me.spinning.store(false, Ordering::Relaxed);
-        self.spinning.store(0, Ordering::Relaxed);
-    }
-
     /// Sets the worker count and the capacity. Growing cancels pending
     /// retirements first, then asks for new workers; shrinking retires idle
     /// workers first (the longest idle first) and asks busy ones to exit when
     /// they come back. Queued jobs are never dropped: a smaller capacity only
     /// refuses new submissions.
-    pub fn resize(&self, workers: usize, capacity: usize, busy: &StdAtomicUsize) -> Resized {
+    pub fn resize(&self, workers: usize, capacity: usize, busy: &AtomicUsize) -> Resized {
         let (handed, retired, waiters, start) = {
             let mut st = self.state.lock();
             if !st.open {
@@ -412,7 +369,7 @@ impl<J> Queue<J> {
 
     /// `n` workers asked for by [`resize`](Self::resize) (or counted by
     /// [`new`](Self::new)) could not be started.
-    pub fn not_started(&self, n: usize, busy: &StdAtomicUsize) {
+    pub fn not_started(&self, n: usize, busy: &AtomicUsize) {
         let handed = {
             let mut st = self.state.lock();
             st.workers -= n.min(st.workers);
@@ -429,7 +386,7 @@ impl<J> Queue<J> {
     /// Under the lock: hands queued jobs to idle workers until no more than
     /// `keep` are left queued or no worker is idle; the letters are posted
     /// by the caller, after unlocking.
-    fn hand_out(&self, st: &mut State<J>, busy: &StdAtomicUsize, keep: usize) -> Vec<(Arc<Mailbox<J>>, J)> {
+    fn hand_out(&self, st: &mut State<J>, busy: &AtomicUsize, keep: usize) -> Vec<(Arc<Mailbox<J>>, J)> {
         let mut handed = Vec::new();
         while st.jobs.len() > keep
             && let Some(worker) = st.idle.pop()

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 use super::call::Ran;
-use crate::histogram::{LatencyHistogram, Recorder};
+use crate::histogram::LatencyHistogram;
 
 /// The pool's counters, all `Relaxed`: each is a tally that publishes nothing
 /// else. A caller that has its answer sees the counts its call caused, because
@@ -37,7 +37,12 @@ pub(crate) struct CallerCounters {
 #[derive(Default)]
 #[repr(align(128))]
 pub(crate) struct WorkerCounters {
-    pub(crate) busy: AtomicUsize,
+    /// Workers given a job and not yet done with it. Unlike the other
+    /// counters it is part of a protocol: the queue reads it under its lock
+    /// to count the workers coming back (`queue.rs`, invariant 3), and a
+    /// worker lowers it outside that lock, so it is a `crate::sync` atomic,
+    /// loom's under `cfg(loom)`, and the model checks see that step.
+    pub(crate) busy: crate::sync::AtomicUsize,
     pub(crate) completed: AtomicU64,
     pub(crate) expired: AtomicU64,
     pub(crate) panicked: AtomicU64,
@@ -120,20 +125,8 @@ impl Default for PoolLatency {
 }
 
 impl PoolLatency {
-    /// A worker's own recorders into both histograms, for its whole life.
-    pub(crate) fn recorders(&self) -> WorkerLatency<'_> {
-        WorkerLatency { queue_wait: self.queue_wait.recorder(), run: self.run.recorder() }
-    }
-}
-
-/// A worker's recorders into the pool's histograms.
-pub(crate) struct WorkerLatency<'h> {
-    queue_wait: Recorder<'h>,
-    run: Recorder<'h>,
-}
-
-impl WorkerLatency<'_> {
-    pub(crate) fn record(&mut self, ran: &Ran) {
+    /// Records one run's queue wait and run time, at the instant it ended.
+    pub(crate) fn record(&self, ran: &Ran) {
         self.queue_wait.record_at(ran.queue_wait, ran.ended);
         self.run.record_at(ran.run, ran.ended);
     }
