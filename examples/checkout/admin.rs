@@ -4,7 +4,7 @@
 //!
 //! The policy is a pure function of the client's address and the header, so
 //! that it can be tested with any address without sending it a packet.
-//! std only: `tests/admin_policy.rs` includes this file by path.
+//! std only: `tests/server/admin_policy.rs` includes this file by path.
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -1,8 +1,9 @@
 //! Detached calls (`Dependency::spawn`, `spawn_with`): admitted or refused at
 //! once, never holding the caller, and each answered and counted exactly once,
 //! against a real hung provider on loopback.
+#![cfg(all(feature = "ureq", feature = "testing"))]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};

@@ -2,11 +2,17 @@
 //! (`Dependency::spawn`) after an approved checkout: a hung notification
 //! provider costs `POST /checkout` nothing, and its circuit still sees every
 //! outcome. Against the real binary on loopback.
+#![cfg(all(
+    feature = "ureq",
+    feature = "tiny_http",
+    feature = "prometheus",
+    feature = "testing",
+    feature = "serde"
+))]
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
+use crate::checkout_bin;
 #[allow(unused_imports)] // the shared test support re-exports more than this file uses
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -8,9 +8,10 @@
 //! for a worker (`max_wait`), with at most one waiter per worker: all 8
 //! request threads can be inside one dependency at once (4 running, 4
 //! waiting). 50 clients at once must get no rejection.
+#![cfg(all(feature = "ureq", feature = "tiny_http", feature = "testing"))]
 #![cfg(all(feature = "tiny_http", feature = "ureq"))]
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Barrier};
 use std::thread;

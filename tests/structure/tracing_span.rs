@@ -5,6 +5,7 @@
 //! installs it as a *scoped* subscriber on its own thread only, so the tests
 //! run in parallel without seeing each other, and the worker threads see it only
 //! if watertight carries it across.
+#![cfg(feature = "tracing")]
 
 use std::collections::BTreeMap;
 use std::fmt;

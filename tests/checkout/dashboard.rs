@@ -16,11 +16,10 @@
 //! load, right after the fraud breaker opened:
 //!
 //! ```text
-//! WATERTIGHT_WRITE_SCREENSHOT=1 cargo test --all-features --test dashboard
+//! WATERTIGHT_WRITE_SCREENSHOT=1 cargo test --all-features --test checkout dashboard::
 //! ```
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
+use crate::checkout_bin;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

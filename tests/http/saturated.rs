@@ -1,7 +1,8 @@
 //! `Fault::Saturated`: a provider that serves a few requests at once and makes
 //! the rest wait, so that its latency grows with the load.
+#![cfg(all(feature = "ureq", feature = "testing"))]
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Barrier};
 use std::thread;

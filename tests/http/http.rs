@@ -1,8 +1,9 @@
 //! The ureq integration end to end: real providers on loopback, a real Dependency
 //! (pool, breaker, deadline, retry), and ureq requests bounded by the call's deadline.
+#![cfg(all(feature = "ureq", feature = "testing"))]
 #![cfg(feature = "ureq")]
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, mpsc};

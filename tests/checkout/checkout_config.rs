@@ -1,8 +1,14 @@
 //! The checkout example's configuration file, its admin routes, and
 //! `PUT /_config/{name}`, against the real binary on loopback.
+#![cfg(all(
+    feature = "ureq",
+    feature = "tiny_http",
+    feature = "prometheus",
+    feature = "testing",
+    feature = "serde"
+))]
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
+use crate::checkout_bin;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! The fake providers do what their faults say, seen through real ureq calls on
 //! loopback.
+#![cfg(feature = "testing")]
 
-mod support;
+use crate::support;
 
 use std::io;
 use std::sync::mpsc;

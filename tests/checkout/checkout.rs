@@ -7,10 +7,9 @@
 //! process, and a guard kills it when the test ends, passed or failed.
 #![cfg(all(feature = "ureq", feature = "tiny_http", feature = "prometheus"))]
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
+use crate::checkout_bin;
 #[allow(unused_imports)] // the shared test support re-exports more than this file uses
-mod support;
+use crate::support;
 
 use std::io::Read;
 use std::process::{Command, Stdio};

@@ -5,7 +5,7 @@
 //! calls under the deadline.
 #![cfg(all(feature = "ureq", feature = "testing"))]
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Barrier};
 use std::thread;

@@ -20,10 +20,8 @@
 //! (`.ci/run` installs it).
 #![cfg(all(feature = "ureq", feature = "tiny_http", feature = "prometheus"))]
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
-#[path = "support/nginx.rs"]
-mod nginx;
+use crate::checkout_bin;
+use crate::nginx;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};

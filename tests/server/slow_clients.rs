@@ -9,7 +9,7 @@
 //! answered before the trickle ends) that got a 200.
 //!
 //! This is tiny_http 0.12 *without* the guard (`--no-guard`): a record of what
-//! the guard in `watertight::server` is for. `tests/edge.rs` runs slow clients
+//! the guard in `watertight::server` is for. `tests/server/edge.rs` runs slow clients
 //! against the guarded server (the default).
 //!
 //! What tiny_http 0.12 does with each (see RELIABILITY.md for the figures):
@@ -29,8 +29,7 @@
 //! "Slow clients").
 #![cfg(all(feature = "ureq", feature = "tiny_http", feature = "prometheus"))]
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
+use crate::checkout_bin;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,9 +1,9 @@
 //! The end-to-end example (`examples/quote.rs`), run as users run it: the real
 //! binary with its loopback providers, asked over HTTP; and the wiring it
 //! relies on for the request pool's gauges, on a real server on loopback.
+#![cfg(all(feature = "ureq", feature = "tiny_http", feature = "prometheus", feature = "testing"))]
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
+use crate::checkout_bin;
 
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};

@@ -9,13 +9,12 @@
 //! broken chunked) and bodies (orders with hostile field values, deep nesting,
 //! random bytes) drawn by proptest. 500 requests per run, 5 s each at most.
 //!
-//! Declared body lengths stay at or below 1 MiB here; `tests/edge.rs` sends
+//! Declared body lengths stay at or below 1 MiB here; `tests/server/edge.rs` sends
 //! the larger ones (a body declared as 1,000,000,000,000 bytes gets `413` from
 //! the guard, and the server lives).
 #![cfg(all(feature = "ureq", feature = "tiny_http", feature = "prometheus"))]
 
-#[path = "support/checkout_bin.rs"]
-mod checkout_bin;
+use crate::checkout_bin;
 
 use std::sync::Mutex;
 use std::time::Duration;

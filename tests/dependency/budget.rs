@@ -27,7 +27,7 @@ fn a_timeout_at_a_short_callers_deadline_is_not_a_provider_failure() {
     let dep = dep.build().unwrap();
     // 20 ms is under the 50 ms floor of the hang threshold: that the provider
     // has not answered yet says only that the caller is in a hurry. (A longer
-    // cut-short run counts against it: tests/hang.rs.)
+    // cut-short run counts against it: tests/dependency/hang.rs.)
     for _ in 0..5 {
         let began = Instant::now();
         let r = dep.with().deadline(Instant::now() + Duration::from_millis(20)).call(hung_for);

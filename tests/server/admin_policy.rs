@@ -1,7 +1,7 @@
 //! The checkout example's admin policy, a pure function: tested with
 //! addresses that are never sent a packet.
 
-#[path = "../examples/checkout/admin.rs"]
+#[path = "../../examples/checkout/admin.rs"]
 #[allow(dead_code)] // the routes use the rest
 mod admin;
 

@@ -1,0 +1,16 @@
+//! The dependency: the call path, budgets, hang detection, detached calls, reconfiguration, the vocabulary, config round trips and admission, against real loopback providers.
+//!
+//! One test binary for the area; each file is a module, with the shared
+//! `tests/support` helpers declared here once.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admission;
+mod budget;
+mod config_props;
+mod dependency;
+mod detached;
+mod hang;
+mod reconfigure;
+mod vocabulary;

@@ -1,0 +1,16 @@
+//! The request pool and the guard: servers on loopback, hostile clients, nginx in front, the trust of private headers, stopping.
+//!
+//! One test binary for the area; each file is a module, with the shared
+//! `tests/support` helpers declared here once.
+
+#[path = "../support/checkout_bin.rs"]
+mod checkout_bin;
+#[path = "../support/nginx.rs"]
+mod nginx;
+
+mod admin_policy;
+mod edge;
+mod server;
+mod slow_clients;
+mod stop;
+mod unguarded_trust;

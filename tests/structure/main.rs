@@ -1,0 +1,7 @@
+//! The crate's structure: its layers, and its tracing spans.
+//!
+//! One test binary for the area; each file is a module, with the shared
+//! `tests/support` helpers declared here once.
+
+mod layering;
+mod tracing_span;
