@@ -74,27 +74,39 @@ mod imp {
 
 pub(crate) use imp::*;
 
-/// The one wait policy of the pool: how long a thread waiting for another
-/// polls before it parks. Both waits of a call use it: the caller's for its
-/// answer (`Ticket::wait`) and an idle worker's for its next job
-/// (`worker_main`). About what a futex sleep and wake-up cost on a small
-/// virtual machine (tens of microseconds): a waiter that polls no longer
-/// than a park would have cost spends at most twice what the best choice in
-/// hindsight would have (the classic rule for spin-then-block), and catches
-/// an answer or a job that comes within it without a sleep on either side.
-pub(crate) const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(50);
+/// The pool's one wait policy is spin, then park, with a budget for each
+/// side of a call:
+///
+/// - [`CALLER_SPIN`]: a caller waiting for its answer (`Ticket::wait`).
+///   Longer than a futex wake-up on a small virtual machine (tens of
+///   microseconds), so that a caller whose job went to a parked worker
+///   catches the answer without parking itself: a caller that parks there
+///   starts a convoy, the worker waking the caller and the caller the worker,
+///   two wake-ups a call (at 5 us, 41-46 us a call back to back instead of
+///   1.4-1.7 us).
+/// - [`WORKER_SPIN`]: an idle worker waiting for its next job (`worker_main`).
+///   Short: a caller that calls back to back submits its next call within a
+///   microsecond or two of its answer, and a worker that spins longer only
+///   burns a core between paced calls (at 50 us, 2.2-2.7x the CPU a call of
+///   a bare channel round trip takes, in `benches/overhead.rs`).
+///
+/// Figures, runs and machine: `benches/README.md`.
+pub(crate) const CALLER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// See [`CALLER_SPIN`].
+pub(crate) const WORKER_SPIN: std::time::Duration = std::time::Duration::from_micros(5);
 
 /// Polls between two clock reads while spinning: a poll of a line nobody
 /// writes is free, a clock read is not.
 const POLLS_PER_CLOCK_READ: u32 = 64;
 
-/// Polls `ready` until it returns `true` (then `true`) or
-/// [`SPIN_BEFORE_PARK`] has passed (then `false`); the caller parks next.
+/// Polls `ready` until it returns `true` (then `true`) or `budget` has
+/// passed (then `false`); the caller parks next.
 /// For a waiter that only *reads* a flag another thread will set. It yields
 /// between rounds of polls: on a machine with more runnable threads than
 /// cores, the thread it waits for may need this very core.
-pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
-    let until = std::time::Instant::now() + SPIN_BEFORE_PARK;
+pub(crate) fn spin_until(budget: std::time::Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + budget;
     loop {
         for _ in 0..POLLS_PER_CLOCK_READ {
             if ready() {
@@ -111,21 +123,21 @@ pub(crate) fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{SPIN_BEFORE_PARK, spin_until};
+    use super::{CALLER_SPIN, spin_until};
     use std::time::Instant;
 
     #[test]
     fn spin_until_polls_for_its_budget_then_gives_up() {
         let began = Instant::now();
         let mut polls = 0u64;
-        assert!(!spin_until(|| {
+        assert!(!spin_until(CALLER_SPIN, || {
             polls += 1;
             false
         }));
-        assert!(began.elapsed() >= SPIN_BEFORE_PARK);
+        assert!(began.elapsed() >= CALLER_SPIN);
         assert!(polls > u64::from(super::POLLS_PER_CLOCK_READ));
         let mut n = 0;
-        assert!(spin_until(|| {
+        assert!(spin_until(CALLER_SPIN, || {
             n += 1;
             n == 3
         }));

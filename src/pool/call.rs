@@ -18,7 +18,7 @@ use super::slot::{Finish, Slot};
 use super::stall::RunningMark;
 use super::{Shared, duration_ns};
 use crate::error::{Error, Rejection, panic_message};
-use crate::sync::{current, park_timeout, spin_until};
+use crate::sync::{CALLER_SPIN, current, park_timeout, spin_until};
 
 /// What a call ends with, as the reply slot carries it.
 pub(crate) type Reply<T, E> = Result<T, Error<E>>;
@@ -397,7 +397,7 @@ impl<T, E> Ticket<T, E> {
     /// had started is abandoned (it finishes on its worker, its answer dropped)
     /// and one still queued never starts.
     ///
-    /// The wait polls for up to `SPIN_BEFORE_PARK` (`src/sync.rs`), then
+    /// The wait polls for up to `CALLER_SPIN` (`src/sync.rs`), then
     /// parks until the answer or the deadline: a short job is answered
     /// without a sleep and wake-up on the caller's side.
     pub fn wait(self) -> Result<T, Error<E>> {
@@ -421,7 +421,7 @@ impl<T, E> Ticket<T, E> {
         // 1. Poll for the pool's one spin budget: a short job answers within it.
         // 2. Park until the deadline. `register` looks at the slot once more
         //    under its lock (`slot.rs`), so a settle in between is never missed.
-        let settled = spin_until(|| slot.is_settled());
+        let settled = spin_until(CALLER_SPIN, || slot.is_settled());
         if !settled && slot.register(current()) {
             loop {
                 if slot.is_settled() {

@@ -14,7 +14,7 @@ use super::WorkerThread;
 use super::call::{QueuedJob, Ran};
 use super::queue::{Letter, Mailbox};
 use super::stall::RunningMark;
-use crate::sync::spin_until;
+use crate::sync::{WORKER_SPIN, spin_until};
 
 /// Joins a worker that has reported its exit. `None` for an index with no
 /// thread behind it.
@@ -71,7 +71,7 @@ pub(super) fn worker_main(exit: ExitGuard) {
             // budget, then park on it (`Mailbox::wait` checks `posted` before
             // each park, so a letter posted at any point is taken).
             Err(_idle) => {
-                spin_until(|| me.is_posted());
+                spin_until(WORKER_SPIN, || me.is_posted());
                 match me.wait() {
                     Letter::Job(job) => job,
                     Letter::Retire | Letter::Close => break,
