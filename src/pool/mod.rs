@@ -320,14 +320,9 @@ impl Pool {
     {
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        let refuse = |rejection, job| {
+        if self.cannot_meet(now, deadline) {
             stats.callers.rejected.fetch_add(1, Relaxed);
-            Err(SubmitError::new(rejection, job))
-        };
-        if deadline <= now
-            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
-        {
-            return refuse(Rejection::DeadlineUnmeetable, job);
+            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
         }
         let call = Arc::new(Call::new(h.shared.clone(), now, deadline, 1, job));
         match h.shared.queue.push(QueuedJob::new(call.clone()), &stats.workers.busy) {
@@ -335,17 +330,40 @@ impl Pool {
                 stats.callers.submitted.fetch_add(1, Relaxed);
                 Ok(())
             }
-            Err((refused, queued)) => {
-                // As in `submit_at`: defuse the wrapper, then take the job back.
-                drop(queued.take());
-                let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
-                let rejection = match refused {
-                    Refused::Full => Rejection::QueueFull,
-                    Refused::Closed => Rejection::ShuttingDown,
-                };
-                refuse(rejection, job.expect("a refused job is referenced only by its submitter"))
-            }
+            Err((refused, queued)) => Err(self.take_back(call, queued, refused)),
         }
+    }
+
+    /// A deadline already past, or (with admission on) one nearer than the
+    /// wait behind the queued work: the job could only time out.
+    fn cannot_meet(&self, now: Instant, deadline: Instant) -> bool {
+        deadline <= now
+            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
+    }
+
+    /// The job of a call the queue refused, handed back with the reason
+    /// (and counted as refused).
+    fn take_back<T, E, F>(
+        &self,
+        call: Arc<Call<F, T, E>>,
+        queued: QueuedJob,
+        refused: Refused,
+    ) -> SubmitError<F>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.inner.shared.stats.callers.rejected.fetch_add(1, Relaxed);
+        // Defuse the queue wrapper (dropping it would answer the call), so
+        // `call` is the only reference left again.
+        drop(queued.take());
+        let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
+        let rejection = match refused {
+            Refused::Full => Rejection::QueueFull,
+            Refused::Closed => Rejection::ShuttingDown,
+        };
+        SubmitError::new(rejection, job.expect("a refused job is referenced only by its submitter"))
     }
 
     fn submit_at<T, E, F>(
@@ -378,11 +396,7 @@ impl Pool {
     {
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        // A deadline already past, or (with admission on) one nearer than the
-        // wait behind the queued work: the job could only time out.
-        if deadline <= now
-            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
-        {
+        if self.cannot_meet(now, deadline) {
             stats.callers.rejected.fetch_add(1, Relaxed);
             return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
         }
@@ -416,20 +430,8 @@ impl Pool {
                 Ok(Ticket::new(call, now))
             }
             Err((refused, queued)) => {
-                stats.callers.rejected.fetch_add(1, Relaxed);
-                // Defuse the queue wrapper (dropping it would answer the
-                // call), so `call` is the only reference left again.
-                drop(queued.take());
-                let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
-                let rejection = match refused {
-                    Refused::Full => Rejection::QueueFull,
-                    Refused::Closed => Rejection::ShuttingDown,
-                };
-                let mut refused = SubmitError::new(
-                    rejection,
-                    job.expect("a refused job is referenced only by its submitter"),
-                );
-                refused.stalled = stalled && rejection == Rejection::QueueFull;
+                let mut refused = self.take_back(call, queued, refused);
+                refused.stalled = stalled && refused.rejection() == Rejection::QueueFull;
                 Err(refused)
             }
         }

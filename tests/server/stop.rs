@@ -89,5 +89,11 @@ fn sigterm_answers_every_checkout_in_flight_then_exits_0() {
     let status =
         status.unwrap_or_else(|| panic!("the server did not exit within 20 s:\n{}", server.stderr()));
     assert!(status.success(), "exit status {status}:\n{}", server.stderr());
+    // The process has exited; the thread reading its stderr may still be on
+    // the last lines.
+    let logged = Instant::now() + Duration::from_secs(5);
+    while !server.stderr().contains("stopped") && Instant::now() < logged {
+        thread::sleep(Duration::from_millis(10));
+    }
     assert!(server.stderr().contains("stopped"), "{}", server.stderr());
 }
