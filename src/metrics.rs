@@ -33,7 +33,9 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 use std::time::Duration;
 
-use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, MetricEncoder, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::MetricType;
 
 use crate::breaker::State;
@@ -163,12 +165,12 @@ fn gauges<V: EncodeGaugeValue>(
 }
 
 /// A counter family with one sample per dependency.
-fn counters(
+fn counters<V: EncodeCounterValue>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
     snaps: &[DependencySnapshot],
-    value: impl Fn(&DependencySnapshot) -> u64,
+    value: impl Fn(&DependencySnapshot) -> V,
 ) -> Res {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
     for snap in snaps {
@@ -213,8 +215,8 @@ fn histograms(
     Ok(())
 }
 
-fn counter(metric: &mut MetricEncoder<'_>, labels: &[(&str, &str)], v: u64) -> Res {
-    metric.encode_family(&labels)?.encode_counter::<NoLabelSet, u64, u64>(&v, None)
+fn counter<V: EncodeCounterValue>(metric: &mut MetricEncoder<'_>, labels: &[(&str, &str)], v: V) -> Res {
+    metric.encode_family(&labels)?.encode_counter::<NoLabelSet, V, u64>(&v, None)
 }
 
 /// Every state, for the enum-like `watertight_state` gauge.
@@ -310,6 +312,21 @@ impl prometheus_client::collector::Collector for Collector {
             |s| s.calls.slow,
         )?;
         counters(enc, "watertight_retries", "Attempts that were retries.", &snaps, |s| s.calls.retried)?;
+        counters(enc, "watertight_hedges", "Attempts that were hedges.", &snaps, |s| s.calls.hedged)?;
+        counters(
+            enc,
+            "watertight_hedges_won",
+            "Hedged calls answered by a hedge rather than their first attempt.",
+            &snaps,
+            |s| s.calls.hedges_won,
+        )?;
+        counters(
+            enc,
+            "watertight_hedge_lost_seconds",
+            "Worker time spent on hedged attempts still running when another won, in seconds.",
+            &snaps,
+            |s| s.hedge_lost_time.as_secs_f64(),
+        )?;
         counters(
             enc,
             "watertight_expired",

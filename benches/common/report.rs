@@ -56,6 +56,13 @@ impl Latencies {
         self.max_us = self.max_us.max(us);
     }
 
+    /// Adds every latency of `other`.
+    pub fn merge(&mut self, other: &Latencies) {
+        self.hist.add(&other.hist).expect("an auto-resizing histogram takes any other");
+        self.sum += other.sum;
+        self.max_us = self.max_us.max(other.max_us);
+    }
+
     /// How many latencies were recorded.
     pub fn len(&self) -> u64 {
         self.hist.len()

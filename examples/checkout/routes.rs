@@ -518,6 +518,8 @@ fn call_counts(calls: &watertight::CallCounts) -> Value {
     }
     out.insert("slow".into(), json!(calls.slow));
     out.insert("retried".into(), json!(calls.retried));
+    out.insert("hedged".into(), json!(calls.hedged));
+    out.insert("hedges_won".into(), json!(calls.hedges_won));
     out.insert("expired".into(), json!(calls.expired));
     Value::Object(out)
 }

@@ -216,6 +216,19 @@ impl Breaker {
         Ok(OwnedPermit { breaker: Arc::clone(&self.inner), issued, reported: false })
     }
 
+    /// A permit only while the breaker is CLOSED, decided on one atomic
+    /// load: for a hedge, which must never add load to a provider the
+    /// breaker has doubts about. `None` in every other state (a half-open
+    /// probe slot is never taken).
+    pub(crate) fn try_acquire_owned_if_closed(&self) -> Option<OwnedPermit> {
+        let current = self.inner.current.0.load(Ordering::Acquire);
+        (current & STATE_MASK == State::Closed.bits()).then(|| OwnedPermit {
+            breaker: Arc::clone(&self.inner),
+            issued: current,
+            reported: false,
+        })
+    }
+
     /// OPEN as of `current` (just loaded with `Acquire`), at `now`: rejected
     /// while the open period lasts, or decided under the lock once it has
     /// passed. Always inlined, so that the system clock's branch in

@@ -58,6 +58,12 @@ fn everything() -> Config {
         rate_limit: Some(
             crate::limit::RateLimit::per_second(250.0).burst(20).max_wait(Duration::from_millis(15)),
         ),
+        hedge: Some(
+            crate::dependency::Hedge::at_quantile(0.9)
+                .max_hedges(2)
+                .clamp(Duration::from_millis(3), Duration::from_millis(80))
+                .min_samples(40),
+        ),
     };
     let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);

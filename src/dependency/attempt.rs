@@ -11,18 +11,18 @@ use crate::pool::CallContext;
 
 /// An attempt's deadline, and whose it is.
 #[derive(Debug, Clone, Copy)]
-struct Deadline {
-    at: Instant,
+pub(super) struct Deadline {
+    pub(super) at: Instant,
     /// `true` when the caller's deadline (or a retry's overall timeout) comes
     /// before the dependency's own timeout: a timeout then counts against the
     /// provider only if it had the call for long enough (`cut_short`).
-    callers: bool,
+    pub(super) callers: bool,
 }
 
 impl Deadline {
     /// The earlier of `now + timeout` and the caller's deadline.
     /// (The builder caps the timeout at one day, so `now + timeout` fits.)
-    fn new(now: Instant, timeout: std::time::Duration, caller: Option<Instant>) -> Deadline {
+    pub(super) fn new(now: Instant, timeout: std::time::Duration, caller: Option<Instant>) -> Deadline {
         let own = now + timeout;
         match caller {
             Some(caller) if caller < own => Deadline { at: caller, callers: true },
@@ -168,22 +168,10 @@ impl Dependency {
         if deadline.at <= now {
             return (Err(self.rejected(Rejection::DeadlineUnmeetable)), None);
         }
-        // The rate limit, before the breaker: a caller waiting for its permit
-        // holds no probe slot. It waits only when the wait fits its deadline.
-        let mut now = now;
-        if inner.live.rate_on() {
-            match inner.rate.reserve(deadline.at.saturating_duration_since(now)) {
-                Ok(wait) if wait.is_zero() => {}
-                Ok(wait) => {
-                    std::thread::sleep(wait);
-                    now = Instant::now();
-                    if deadline.at <= now {
-                        return (Err(self.rejected(Rejection::DeadlineUnmeetable)), None);
-                    }
-                }
-                Err(refused) => return (Err(self.rate_limited(refused.retry_after)), None),
-            }
-        }
+        let now = match self.wait_for_rate(now, deadline.at) {
+            Ok(now) => now,
+            Err(refused) => return (Err(refused), None),
+        };
         let start = inner.clock_now(now);
         let permit = match inner.breaker.try_acquire() {
             Ok(permit) => permit,
@@ -191,13 +179,9 @@ impl Dependency {
         };
         // Over the adaptive limit: rejected at once. Dropping the permit releases it as
         // ignored (and hands a half-open probe slot back): the provider was never asked.
-        let limit = match inner.live.limit_on().then(|| inner.limiter.try_acquire(start)) {
-            Some(None) => {
-                drop(permit);
-                return (Err(self.rejected(Rejection::LimitExceeded)), None);
-            }
-            Some(granted) => granted,
-            None => None,
+        let Ok(limit) = self.limit_permit(start) else {
+            drop(permit);
+            return (Err(self.rejected(Rejection::LimitExceeded)), None);
         };
         // The pool reads the clock again for its own `now` rather than reuse this
         // call's: a deadline that passes in between (a 1 ns timeout, say) is then
@@ -243,7 +227,7 @@ impl Dependency {
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
                 crate::trace::timed_out(&inner.name, waited);
-                let verdict = if deadline.callers { self.cut_short(ran) } else { Verdict::Failure };
+                let verdict = if deadline.callers { inner.cut_short(ran) } else { Verdict::Failure };
                 (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
             }
             Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
@@ -274,27 +258,46 @@ impl Dependency {
         (result, Some(verdict))
     }
 
-    /// The verdict on an attempt that the caller's deadline cut short,
-    /// having run on a worker for `ran` (`None`: it never started). It
-    /// counts against the provider once the provider has had it for longer
-    /// than its answers normally take (the hang threshold, `hang.rs`): a
-    /// provider that answers in 20 ms and says nothing in 300 ms is hung,
-    /// whoever stopped waiting. A shorter run, or one that never started,
-    /// says only that the caller was in a hurry: ignored.
-    fn cut_short(&self, ran: Option<Duration>) -> Verdict {
+    /// The rate limit, before the breaker: a caller waiting for its permit
+    /// holds no probe slot. It waits only when the wait fits its deadline.
+    /// Returns the time after the wait.
+    pub(super) fn wait_for_rate<E>(&self, now: Instant, deadline: Instant) -> Result<Instant, Error<E>> {
         let inner = &*self.inner;
-        match ran {
-            Some(ran) if ran > inner.normal.hang_threshold(inner.live.slow_call_duration()) => {
-                Verdict::Failure
+        if !inner.live.rate_on() {
+            return Ok(now);
+        }
+        match inner.rate.reserve(deadline.saturating_duration_since(now)) {
+            Ok(wait) if wait.is_zero() => Ok(now),
+            Ok(wait) => {
+                std::thread::sleep(wait);
+                let now = Instant::now();
+                if deadline <= now {
+                    return Err(self.rejected(Rejection::DeadlineUnmeetable));
+                }
+                Ok(now)
             }
-            _ => Verdict::Ignore,
+            Err(refused) => Err(self.rate_limited(refused.retry_after)),
+        }
+    }
+
+    /// A permit of the adaptive limit when it is on (`Ok(None)` when off);
+    /// `Err` when the limit is reached.
+    pub(super) fn limit_permit(&self, start: Instant) -> Result<Option<crate::limit::LimitPermit>, ()> {
+        let inner = &*self.inner;
+        match inner.live.limit_on().then(|| inner.limiter.try_acquire(start)) {
+            Some(None) => Err(()),
+            Some(granted) => Ok(granted),
+            None => Ok(None),
         }
     }
 
     /// The job's own outcome, its verdict and its outcome kind. A classifier
     /// that panics makes the attempt a panicked one: a failure, answered
     /// [`Error::Panicked`], so that every attempt is still counted once.
-    fn classified<T, E, C>(classify: &C, result: Result<T, E>) -> (Result<T, Error<E>>, Verdict, Outcome)
+    pub(super) fn classified<T, E, C>(
+        classify: &C,
+        result: Result<T, E>,
+    ) -> (Result<T, Error<E>>, Verdict, Outcome)
     where
         C: Fn(&Result<T, E>) -> Verdict,
     {
@@ -309,7 +312,7 @@ impl Dependency {
 
     /// [`rejected`](Self::rejected) for the rate limit: the error says when a
     /// permit would be free.
-    fn rate_limited<E>(&self, retry_after: Duration) -> Error<E> {
+    pub(super) fn rate_limited<E>(&self, retry_after: Duration) -> Error<E> {
         match self.rejected::<E>(Rejection::RateLimited) {
             Error::Rejected(_) => Error::RateLimited { retry_after },
             other => other,
@@ -317,7 +320,7 @@ impl Dependency {
     }
 
     /// Counts, logs and announces a rejection, and returns it as an error.
-    fn rejected<E>(&self, rejection: Rejection) -> Error<E> {
+    pub(super) fn rejected<E>(&self, rejection: Rejection) -> Error<E> {
         let inner = &*self.inner;
         inner.counters.outcome(rejection.outcome());
         log::debug!("dependency {}: call rejected: {rejection}", inner.name);
@@ -327,5 +330,24 @@ impl Dependency {
             inner.listeners.notify(&event, &inner.name);
         }
         Error::Rejected(rejection)
+    }
+}
+
+impl super::Inner {
+    /// The verdict on an attempt that the caller's deadline cut short,
+    /// having run on a worker for `ran` (`None`: it never started). It
+    /// counts against the provider once the provider has had it for longer
+    /// than its answers normally take (the hang threshold, `hang.rs`): a
+    /// provider that answers in 20 ms and says nothing in 300 ms is hung,
+    /// whoever stopped waiting. A shorter run, or one that never started,
+    /// says only that the caller was in a hurry: ignored.
+    pub(super) fn cut_short(&self, ran: Option<Duration>) -> Verdict {
+        let inner = self;
+        match ran {
+            Some(ran) if ran > inner.normal.hang_threshold(inner.live.slow_call_duration()) => {
+                Verdict::Failure
+            }
+            _ => Verdict::Ignore,
+        }
     }
 }

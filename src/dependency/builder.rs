@@ -192,6 +192,15 @@ impl DependencyBuilder {
         self
     }
 
+    /// The hedging policy of calls made with
+    /// [`with().hedge()`](crate::CallBuilder::hedge): when a second attempt
+    /// may start, and how many. Hedges share the retry budget. Defaults to
+    /// none: a hedged call makes one attempt.
+    pub fn hedge(mut self, hedge: crate::dependency::Hedge) -> Self {
+        self.config.hedge = Some(hedge);
+        self
+    }
+
     /// Adds a listener for the dependency's [`Event`]s. May be called more
     /// than once; listeners run in the order they were added. Defaults to
     /// none.

@@ -7,6 +7,7 @@
 //! | [`deadline`](CallBuilder::deadline) / [`timeout`](CallBuilder::timeout): the caller's own | none: the dependency's timeout alone |
 //! | [`classify`](CallBuilder::classify): what an outcome means to the breaker | [`ByError`]: `Ok` succeeds, an `Err` says through [`Classify`] |
 //! | [`retry`](CallBuilder::retry): the dependency's [`Retry`](crate::retry::Retry) | one attempt |
+//! | [`hedge`](CallBuilder::hedge): the dependency's [`Hedge`](super::Hedge) | one attempt |
 //!
 //! and it ends in [`call`](CallBuilder::call) (blocking),
 //! [`spawn`](CallBuilder::spawn) or [`spawn_with`](CallBuilder::spawn_with)
@@ -76,6 +77,11 @@ where
 /// A [`CallBuilder`] making one attempt (the default).
 #[derive(Debug, Clone, Copy)]
 pub struct Once;
+
+/// A [`CallBuilder`] hedging with the dependency's
+/// [`Hedge`](super::Hedge) policy (from [`CallBuilder::hedge`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Hedging;
 
 /// A [`CallBuilder`] retrying with the dependency's
 /// [`Retry`](crate::retry::Retry) (from [`CallBuilder::retry`]).
@@ -202,6 +208,49 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         }
     }
 
+    /// Hedges with the dependency's [`Hedge`](super::Hedge) policy: when no
+    /// acceptable answer (a verdict other than failure) has come after the
+    /// hedge delay, another attempt starts on another worker, and the first
+    /// acceptable answer is the call's. A hedge starts only when a worker is
+    /// idle at that moment (it never queues), the breaker is CLOSED, the
+    /// adaptive and rate limits grant it, the retry budget allows it (hedges
+    /// and retries share it) and the deadline leaves it the provider's normal
+    /// latency. The attempts that lose are given up: each sees
+    /// [`CallContext::is_cancelled`] turn true, keeps its worker until its
+    /// job returns, and is recorded by the breaker then (a failure is a
+    /// failure); its answer is dropped. The job is shared by every attempt,
+    /// so it must be `Fn`, and the classifier runs on the workers.
+    ///
+    /// Defaults to one attempt, as does a dependency with no hedge policy.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use watertight::{CallContext, Dependency, dependency::Hedge};
+    ///
+    /// let search = Dependency::builder("search")
+    ///     .workers(4)
+    ///     .hedge(Hedge::after(Duration::from_millis(20)))
+    ///     .build()?;
+    /// // The first attempt is slow; the hedge, started 20 ms in, answers first.
+    /// let answer = search.with().hedge().call(|ctx: &CallContext| {
+    ///     if ctx.attempt() == 1 {
+    ///         std::thread::sleep(Duration::from_millis(300));
+    ///     }
+    ///     Ok::<_, std::io::Error>(ctx.attempt())
+    /// });
+    /// assert_eq!(answer.unwrap(), 2);
+    /// assert_eq!(search.snapshot().calls.hedges_won, 1);
+    /// # Ok::<(), watertight::ConfigError>(())
+    /// ```
+    pub fn hedge(self) -> CallBuilder<'a, C, Hedging> {
+        CallBuilder {
+            dependency: self.dependency,
+            deadline: self.deadline,
+            classify: self.classify,
+            mode: PhantomData,
+        }
+    }
+
     /// Runs `job` once on a worker, through the breaker and under the
     /// deadline, and waits for its answer: at once when rejected, and never
     /// later than the deadline (plus scheduling noise) otherwise.
@@ -298,12 +347,26 @@ impl<C> CallBuilder<'_, C, Retrying> {
     }
 }
 
+impl<C> CallBuilder<'_, C, Hedging> {
+    /// Runs `job`, hedged (see [`hedge`](CallBuilder::hedge)), and waits for
+    /// the first acceptable answer, or the last answer when none is.
+    pub fn call<T, E, F>(self, job: F) -> Result<T, Error<E>>
+    where
+        C: Classifier<T, E> + Send + Sync + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
+    {
+        self.dependency.hedged(self.deadline, self.classify, job)
+    }
+}
+
 impl<C, R> fmt::Debug for CallBuilder<'_, C, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallBuilder")
             .field("dependency", &self.dependency.name())
             .field("remaining", &self.deadline.map(|d| d.saturating_duration_since(Instant::now())))
-            .field("retry", &(std::any::type_name::<R>() == std::any::type_name::<Retrying>()))
+            .field("mode", &std::any::type_name::<R>().rsplit("::").next().unwrap_or("?"))
             .finish_non_exhaustive()
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::Dependency;
+use super::Hedge;
 use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::limit::{AdaptiveLimit, RateLimit};
@@ -88,6 +89,11 @@ pub struct DependencyConfig {
     /// absent in a file: none.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub rate_limit: Option<RateLimit>,
+    /// The hedging policy of [`hedge`](crate::CallBuilder::hedge)d calls, if any
+    /// ([`DependencyBuilder::hedge`](crate::DependencyBuilder::hedge));
+    /// absent in a file: none, and a hedged call makes one attempt.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub hedge: Option<Hedge>,
 }
 
 impl Default for DependencyConfig {
@@ -103,6 +109,7 @@ impl Default for DependencyConfig {
             retry: Retry::default(),
             adaptive_limit: None,
             rate_limit: None,
+            hedge: None,
         }
     }
 }
@@ -134,6 +141,9 @@ impl DependencyConfig {
         if let Some(rate) = &self.rate_limit {
             rate.validate()?;
         }
+        if let Some(hedge) = &self.hedge {
+            hedge.validate()?;
+        }
         if let Some(limit) = &self.adaptive_limit {
             limit.validate()?;
             // The limit lives between its minimum and the worker count (which
@@ -163,6 +173,7 @@ pub(super) struct Live {
     /// with a queue of 0, whatever was asked).
     admission: AtomicBool,
     retry: Mutex<Retry>,
+    hedge: Mutex<Option<Hedge>>,
 }
 
 impl Live {
@@ -174,6 +185,7 @@ impl Live {
             rate_on: AtomicBool::new(config.rate_limit.is_some()),
             admission: AtomicBool::new(config.deadline_aware_admission),
             retry: Mutex::new(config.retry.clone()),
+            hedge: Mutex::new(config.hedge),
         }
     }
 
@@ -205,6 +217,10 @@ impl Live {
     pub(super) fn retry(&self) -> Retry {
         self.retry.lock().clone()
     }
+
+    pub(super) fn hedge(&self) -> Option<Hedge> {
+        *self.hedge.lock()
+    }
 }
 
 impl Dependency {
@@ -221,6 +237,7 @@ impl Dependency {
             retry: inner.live.retry(),
             adaptive_limit: inner.live.limit_on().then(|| inner.limiter.config()),
             rate_limit: inner.live.rate_on().then(|| inner.rate.config()),
+            hedge: inner.live.hedge(),
         }
     }
 
@@ -243,6 +260,8 @@ impl Dependency {
     /// - `rate_limit`: the permits already promised stand and the next follow
     ///   the new rate ([`RateLimiter::reconfigure`](crate::limit::RateLimiter::reconfigure));
     ///   no thread is involved and nobody is blocked; `None` turns it off.
+    ///
+    /// - `hedge`: hedged calls made from now on; `None` makes them single attempts.
     ///
     /// Every call made at any moment of a reconfiguration gets exactly one
     /// answer, under the old settings or the new.
@@ -272,6 +291,7 @@ impl Dependency {
             }
             None => inner.live.rate_on.store(false, Ordering::Relaxed),
         }
+        *inner.live.hedge.lock() = new.hedge;
         inner.budget.retune(&new.retry);
         *inner.live.retry.lock() = new.retry;
         inner.live.slow_ns.store(saturating_nanos(slow), Ordering::Relaxed);

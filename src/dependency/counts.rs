@@ -43,6 +43,9 @@ pub struct DependencySnapshot {
     pub limit: Option<usize>,
     /// Latency percentiles over the recent window (30 to 60 s).
     pub latency: DependencyLatency,
+    /// Worker time spent on hedged attempts that were still running when
+    /// another attempt of their call won (the cost of hedging).
+    pub hedge_lost_time: Duration,
 }
 
 /// A median and a 99th percentile, `None` without samples.
@@ -136,6 +139,10 @@ pub struct CallCounts {
     pub slow: u64,
     /// Attempts that were retries (overlaps every outcome).
     pub retried: u64,
+    /// Attempts that were hedges ([`CallBuilder::hedge`](crate::CallBuilder::hedge); overlaps every outcome).
+    pub hedged: u64,
+    /// Hedged calls answered by a hedge rather than their first attempt.
+    pub hedges_won: u64,
     /// Jobs the pool dropped unstarted: deadline passed in the queue, caller
     /// gone, or discarded by shutdown (overlaps `timed_out` and
     /// `shutting_down`; read from the pool).
@@ -181,6 +188,10 @@ pub(crate) struct Counters {
     outcomes: [AtomicU64; 11],
     slow: AtomicU64,
     retried: AtomicU64,
+    hedged: AtomicU64,
+    hedges_won: AtomicU64,
+    /// Worker time of hedged attempts still running when another won, in ns.
+    hedge_lost_ns: AtomicU64,
 }
 
 impl Counters {
@@ -214,6 +225,23 @@ impl Counters {
         self.retried.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn hedged(&self) {
+        self.hedged.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn hedge_won(&self) {
+        self.hedges_won.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn hedge_lost(&self, run: Duration) {
+        self.hedge_lost_ns.fetch_add(crate::time::saturating_nanos(run), Ordering::Relaxed);
+    }
+
+    /// Worker time spent on hedged attempts that lost.
+    pub(crate) fn hedge_lost_time(&self) -> Duration {
+        Duration::from_nanos(self.hedge_lost_ns.load(Ordering::Relaxed))
+    }
+
     pub(crate) fn load(&self, expired: u64) -> CallCounts {
         let o = |k: Outcome| self.outcomes[Self::index(k)].load(Ordering::Relaxed);
         CallCounts {
@@ -230,6 +258,8 @@ impl Counters {
             rate_limited: o(Outcome::RateLimited),
             slow: self.slow.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
+            hedged: self.hedged.load(Ordering::Relaxed),
+            hedges_won: self.hedges_won.load(Ordering::Relaxed),
             expired,
         }
     }

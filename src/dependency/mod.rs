@@ -36,18 +36,20 @@ mod counts;
 mod detached;
 mod events;
 mod hang;
+mod hedge;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
-pub use self::call::{ByError, CallBuilder, Classifier, Once, Retrying};
+pub use self::call::{ByError, CallBuilder, Classifier, Hedging, Once, Retrying};
 pub use self::config::DependencyConfig;
 use self::config::Live;
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
+pub use self::hedge::Hedge;
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 use crate::clock::Clock;
@@ -253,6 +255,7 @@ impl Dependency {
                 run: Percentiles::of(&inner.pool.run_histogram().recent()),
                 call: Percentiles::of(&inner.call_time.recent()),
             },
+            hedge_lost_time: inner.counters.hedge_lost_time(),
         }
     }
 

@@ -363,6 +363,16 @@ where
     }
 }
 
+/// Where a call was when its caller left ([`Ticket::leave`]).
+pub(crate) enum Left<R> {
+    /// Its answer was in: here it is.
+    Answered(R),
+    /// It never started, and never will.
+    NeverRan,
+    /// A worker is running it; its answer will be dropped.
+    Running,
+}
+
 /// The caller's claim on the answer of a submitted job.
 ///
 /// [`wait`](Ticket::wait) blocks until the answer or the deadline, whichever
@@ -413,6 +423,43 @@ impl<T, E> Ticket<T, E> {
         };
         let answer = self.wait_on(&*call);
         (answer, call.began())
+    }
+
+    /// Whether the answer is in (or the job expired): [`wait`](Self::wait)
+    /// would return at once. Lock-free.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.call.as_ref().is_none_or(|c| c.slot().is_settled())
+    }
+
+    /// Asks to be unparked when the call settles; `false` when it already
+    /// has. For a caller waiting on several tickets at once (a hedged call):
+    /// register on each, then park.
+    pub(crate) fn register(&self, thread: crate::sync::Thread) -> bool {
+        self.call.as_ref().is_some_and(|c| c.slot().register(thread))
+    }
+
+    /// When a worker started the job, if one has.
+    pub(crate) fn began(&self) -> Option<Instant> {
+        self.call.as_ref().and_then(|c| c.began())
+    }
+
+    /// Gives up on the call now, without waiting, and says where it was:
+    /// what [`Drop`] does, told. A running job sees
+    /// [`CallContext::is_cancelled`] turn true.
+    pub(crate) fn leave(mut self) -> Left<Result<T, Error<E>>> {
+        let Some(call) = self.call.take() else { return Left::NeverRan };
+        let ctx = call.ctx();
+        let stats = &ctx.shared.stats;
+        match call.slot().finish(|| {
+            stats.callers.abandoned.fetch_add(1, Relaxed);
+        }) {
+            Finish::Ready(reply) => Left::Answered(reply),
+            Finish::Abandoned => {
+                ctx.cancelled.store(true, Relaxed);
+                Left::Running
+            }
+            Finish::Expired | Finish::Withdrawn => Left::NeverRan,
+        }
     }
 
     fn wait_on(&self, call: &dyn Waitable<T, E>) -> Result<T, Error<E>> {

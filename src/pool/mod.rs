@@ -45,6 +45,7 @@ use parking_lot::Mutex;
 
 pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
+pub(crate) use self::call::Left;
 use self::call::{Call, QueuedJob};
 pub use self::call::{CallContext, SubmitError, Ticket};
 use self::estimate::ServiceTime;
@@ -291,6 +292,37 @@ impl Pool {
         E: Send + 'static,
     {
         self.submit_at_with(now, deadline, attempt.max(1), stall, job)
+    }
+
+    /// Hands `job` to a worker that is idle right now, or refuses it
+    /// (`QueueFull`) at once: never queued, never waiting for room. For a
+    /// hedge, which must not take a place a first attempt could use.
+    pub(crate) fn submit_to_idle_at<T, E, F>(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        attempt: u32,
+        job: F,
+    ) -> Result<Ticket<T, E>, SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let h = &*self.inner;
+        let stats = &h.shared.stats;
+        if deadline <= now {
+            stats.callers.rejected.fetch_add(1, Relaxed);
+            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
+        }
+        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, attempt.max(1), job));
+        match h.shared.queue.push_to_idle(QueuedJob::new(call.clone()), &stats.workers.busy) {
+            Ok(_) => {
+                stats.callers.submitted.fetch_add(1, Relaxed);
+                Ok(Ticket::new(call, now))
+            }
+            Err((refused, queued)) => Err(self.take_back(call, queued, refused)),
+        }
     }
 
     /// Whether every worker has been inside its job for at least `stall`.

@@ -219,6 +219,24 @@ impl<J> Queue<J> {
         Err((Refused::Full, job))
     }
 
+    /// Hands `job` to an idle worker, and only to one: a hedge, which must
+    /// never wait in the queue. Refused (`Full`) when no worker is idle in
+    /// the stack right now, even if one is about to come back.
+    pub fn push_to_idle(&self, job: J, busy: &AtomicUsize) -> Result<Accepted, (Refused, J)> {
+        let mut st = self.state.lock();
+        if !st.open {
+            return Err((Refused::Closed, job));
+        }
+        let Some(worker) = st.idle.pop() else {
+            return Err((Refused::Full, job));
+        };
+        st.away += 1;
+        busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        drop(st);
+        worker.post(Letter::Job(job));
+        Ok(Accepted::Handed)
+    }
+
     /// [`push`](Self::push), waiting (parked) until `until` for room when
     /// the pool is full. `waiting` is raised while it waits; when it already
     /// counts as many waiters as there are workers, a full pool refuses at

@@ -12,5 +12,6 @@ mod config_props;
 mod dependency;
 mod detached;
 mod hang;
+mod hedge;
 mod reconfigure;
 mod vocabulary;
