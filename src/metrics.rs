@@ -189,11 +189,11 @@ fn histograms(
     name: &str,
     help: &str,
     deps: &[Dependency],
-    snapshot: impl Fn(&Dependency) -> HistogramSnapshot,
+    snapshot: impl Fn(&Dependency) -> Option<HistogramSnapshot>,
 ) -> Res {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    for dep in deps {
-        let snap = snapshot(dep);
+    // A dependency in caller-thread mode has no queue wait or run of its own.
+    for (dep, snap) in deps.iter().filter_map(|d| snapshot(d).map(|s| (d, s))) {
         let mut below = 0;
         let buckets: Vec<(f64, u64)> = snap
             .cumulative(4)
@@ -240,17 +240,17 @@ impl prometheus_client::collector::Collector for Collector {
             "watertight_queue_wait_seconds",
             "Time from submission to a worker taking the job.",
             &deps,
-            |d| d.pool().queue_wait_histogram().snapshot(),
+            |d| d.pool().map(|p| p.queue_wait_histogram().snapshot()),
         )?;
         histograms(enc, "watertight_run_seconds", "Time a job ran on its worker.", &deps, |d| {
-            d.pool().run_histogram().snapshot()
+            d.pool().map(|p| p.run_histogram().snapshot())
         })?;
         histograms(
             enc,
             "watertight_call_seconds",
             "Attempts that reached the pool, as their callers saw them (queue wait included).",
             &deps,
-            |d| d.call_histogram().snapshot(),
+            |d| Some(d.call_histogram().snapshot()),
         )?;
         gauges(
             enc,

@@ -181,9 +181,9 @@ impl Registry {
             .dependencies()
             .iter()
             .map(|d| {
-                let workers = d.pool().workers();
-                let max_wait = d.pool().max_wait();
-                let queue = d.pool().queue_capacity();
+                // In caller-thread mode: the permits, and no queue.
+                let config = d.config();
+                let (workers, max_wait, queue) = (config.workers, config.max_wait, config.queue);
                 let hold = workers.saturating_add(queue);
                 let waiters = if max_wait.is_zero() { 0 } else { workers };
                 let level = if hold >= request_threads {

@@ -332,7 +332,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
 
     // At rest: every abandoned job ends at its own deadline.
     let idle = support::wait_until(Duration::from_secs(5), || {
-        let s = dep.pool().stats();
+        let s = dep.pool().unwrap().stats();
         s.busy == 0 && s.queued == 0 && s.abandoned == 0
     });
     let snap = dep.snapshot();

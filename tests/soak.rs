@@ -164,7 +164,7 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
     // Let the abandoned jobs finish (each ends at its own deadline) and the
     // provider see the last clients go.
     let idle = support::wait_until(Duration::from_secs(5), || {
-        let s = dep.pool().stats();
+        let s = dep.pool().unwrap().stats();
         s.busy == 0 && s.queued == 0 && s.abandoned == 0
     });
     let provider_drained = support::wait_until(Duration::from_secs(5), || provider.in_flight() == 0);

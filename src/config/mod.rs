@@ -45,7 +45,7 @@
 //! let registry = config.build()?;
 //! let fraud = registry.get("fraud").unwrap();
 //! assert_eq!(fraud.timeout(), Duration::from_secs(3));
-//! assert_eq!(fraud.pool().workers(), 6);
+//! assert_eq!(fraud.pool().unwrap().workers(), 6);
 //! assert_eq!(fraud.config(), config.dependencies["fraud"]);
 //!
 //! let bad = r#"{ "dependencies": { "fraud": { "breaker": { "failure_rate": 101 } } } }"#;

@@ -64,6 +64,7 @@ fn everything() -> Config {
                 .clamp(Duration::from_millis(3), Duration::from_millis(80))
                 .min_samples(40),
         ),
+        mode: crate::dependency::Mode::Pool,
     };
     let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);
@@ -79,10 +80,13 @@ fn build(name: &str, config: &DependencyConfig) -> Result<Dependency, ConfigErro
 fn defaults_are_the_builders_defaults() {
     let file = build("from-file", &DependencyConfig::default()).unwrap();
     let plain = Dependency::builder("plain").build().unwrap();
-    assert_eq!(file.pool().workers(), plain.pool().workers());
-    assert_eq!(file.pool().queue_capacity(), plain.pool().queue_capacity());
-    assert_eq!(file.pool().max_wait(), plain.pool().max_wait());
-    assert_eq!(file.pool().deadline_aware_admission(), plain.pool().deadline_aware_admission());
+    assert_eq!(file.pool().unwrap().workers(), plain.pool().unwrap().workers());
+    assert_eq!(file.pool().unwrap().queue_capacity(), plain.pool().unwrap().queue_capacity());
+    assert_eq!(file.pool().unwrap().max_wait(), plain.pool().unwrap().max_wait());
+    assert_eq!(
+        file.pool().unwrap().deadline_aware_admission(),
+        plain.pool().unwrap().deadline_aware_admission()
+    );
     assert_eq!(file.timeout(), plain.timeout());
     assert_eq!(file.retry(), plain.retry());
     assert!(file.limiter().is_none());
@@ -142,10 +146,10 @@ fn every_window_and_jitter_reads_back_as_written() {
 fn a_built_registry_carries_every_value() {
     let registry = everything().build().unwrap();
     let fraud = registry.get("fraud").unwrap();
-    assert_eq!(fraud.pool().workers(), 7);
-    assert_eq!(fraud.pool().queue_capacity(), 3);
-    assert_eq!(fraud.pool().max_wait(), Duration::from_millis(150));
-    assert!(!fraud.pool().deadline_aware_admission());
+    assert_eq!(fraud.pool().unwrap().workers(), 7);
+    assert_eq!(fraud.pool().unwrap().queue_capacity(), 3);
+    assert_eq!(fraud.pool().unwrap().max_wait(), Duration::from_millis(150));
+    assert!(!fraud.pool().unwrap().deadline_aware_admission());
     assert_eq!(fraud.timeout(), Duration::from_millis(2500));
     assert_eq!(fraud.retry().max_attempts(), 5);
     assert_eq!(fraud.retry().jitter(), Jitter::Equal);

@@ -4,6 +4,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::caller::{Exec, OnCaller};
 use super::{Dependency, Event};
 use crate::classify::Verdict;
 use crate::error::{Error, Outcome, Rejection, panic_message};
@@ -192,14 +193,15 @@ impl Dependency {
             let _span = crate::trace::enter(parent_span, ctx);
             job(ctx)
         };
+        let pool = match &inner.exec {
+            Exec::Pool(pool) => pool,
+            Exec::Caller(caller) => {
+                let ran = caller.run(now, deadline.at, attempt, traced);
+                return self.settle_on_caller(ran, now, start, deadline, classify, permit, limit);
+            }
+        };
         let stall = inner.normal.stall_threshold(inner.live.slow_call_duration(), inner.live.timeout());
-        let ticket = match inner.pool.submit_attempt_at(
-            Instant::now(),
-            deadline.at,
-            attempt,
-            Some(stall),
-            traced,
-        ) {
+        let ticket = match pool.submit_attempt_at(Instant::now(), deadline.at, attempt, Some(stall), traced) {
             Ok(ticket) => ticket,
             Err(refused) => {
                 // Neither the breaker nor the limit learns anything from a refusal...
@@ -289,6 +291,58 @@ impl Dependency {
             Some(granted) => Ok(granted),
             None => Ok(None),
         }
+    }
+
+    /// The end of an attempt run on the caller's own thread (caller-thread
+    /// mode): judged and recorded as a pool's attempt is, with a job that
+    /// returned after its deadline answered and recorded as a timeout.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_on_caller<T, E, C>(
+        &self,
+        ran: Result<OnCaller<T, E>, Rejection>,
+        now: Instant,
+        start: Instant,
+        deadline: Deadline,
+        classify: &C,
+        permit: crate::breaker::Permit<'_>,
+        limit: Option<crate::limit::LimitPermit>,
+    ) -> (Result<T, Error<E>>, Option<Verdict>)
+    where
+        C: Fn(&Result<T, E>) -> Verdict,
+    {
+        let inner = &*self.inner;
+        let OnCaller { ran, late, began, ended } = match ran {
+            Ok(ran) => ran,
+            Err(rejection) => {
+                drop((permit, limit));
+                return (Err(self.rejected(rejection)), None);
+            }
+        };
+        let waited = ended.saturating_duration_since(now);
+        inner.call_time.record_at(waited, ended);
+        let run = ended.saturating_duration_since(began);
+        let (result, verdict, outcome) = match ran {
+            Err(payload) => {
+                let msg = panic_message(payload.as_ref());
+                (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
+            }
+            Ok(result) if late => {
+                drop(result);
+                let verdict = if deadline.callers { inner.cut_short(Some(run)) } else { Verdict::Failure };
+                (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
+            }
+            Ok(result) => Self::classified(classify, result),
+        };
+        if verdict == Verdict::Success {
+            inner.normal.record(run);
+        }
+        let elapsed = inner.clock_now(ended).saturating_duration_since(start);
+        inner.settle_outcome(outcome, verdict, elapsed, |v, e| permit.record(v, e), limit);
+        if let Err(Error::Timeout { waited }) = &result {
+            let event = Event::TimedOut { dependency: Arc::clone(&inner.name), waited: *waited };
+            inner.listeners.notify(&event, &inner.name);
+        }
+        (result, Some(verdict))
     }
 
     /// The job's own outcome, its verdict and its outcome kind. A classifier

@@ -6,6 +6,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::Mode;
+use super::caller::{CallerThread, Exec};
 use super::config::{DependencyConfig, Live};
 use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
@@ -201,6 +203,18 @@ impl DependencyBuilder {
         self
     }
 
+    /// Where calls run: [`Mode::Pool`], a worker pool of `workers` threads,
+    /// or [`Mode::CallerThread`], on the caller's own thread with at most
+    /// `workers` callers inside at once, each waiting at most `max_wait` (FIFO)
+    /// for a permit, and no queue. In caller-thread mode the deadline is
+    /// cooperative: the job must hand [`CallContext::remaining`](crate::CallContext::remaining)
+    /// to its I/O. See [`Mode`] for when to pick which. Defaults to
+    /// [`Mode::Pool`].
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.config.mode = mode;
+        self
+    }
+
     /// Adds a listener for the dependency's [`Event`]s. May be called more
     /// than once; listeners run in the order they were added. Defaults to
     /// none.
@@ -228,13 +242,22 @@ impl DependencyBuilder {
         config.validate()?;
         let name = self.pool.name().to_owned();
         // `name` and `stack_size` are the pool's to check.
-        let pool = self
-            .pool
-            .workers(config.workers)
-            .queue(config.queue)
-            .max_wait(config.max_wait)
-            .deadline_aware_admission(config.deadline_aware_admission)
-            .build()?;
+        let exec = match config.mode {
+            Mode::Pool => Exec::Pool(
+                self.pool
+                    .workers(config.workers)
+                    .queue(config.queue)
+                    .max_wait(config.max_wait)
+                    .deadline_aware_admission(config.deadline_aware_admission)
+                    .build()?,
+            ),
+            Mode::CallerThread => {
+                if name.is_empty() {
+                    return Err(ConfigError::new("name", "not empty", "\"\""));
+                }
+                Exec::Caller(CallerThread::new(&name, config.workers, config.max_wait)?)
+            }
+        };
         // The pool has checked the worker count, the limit's maximum.
         let limiter = Limiter::new(
             config.adaptive_limit.clone().unwrap_or_else(|| AdaptiveLimit::new().min_limit(1)),
@@ -270,7 +293,7 @@ impl DependencyBuilder {
                 breaker,
                 limiter,
                 rate,
-                pool,
+                exec,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
                 normal: super::hang::Normal::default(),
             }),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::Dependency;
-use super::Hedge;
+use super::{Hedge, Mode};
 use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::limit::{AdaptiveLimit, RateLimit};
@@ -94,6 +94,10 @@ pub struct DependencyConfig {
     /// absent in a file: none, and a hedged call makes one attempt.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub hedge: Option<Hedge>,
+    /// Where calls run ([`DependencyBuilder::mode`](crate::DependencyBuilder::mode)):
+    /// a pool of `workers` threads, or the caller's own thread with at most
+    /// `workers` callers inside. Fixed once built.
+    pub mode: Mode,
 }
 
 impl Default for DependencyConfig {
@@ -110,6 +114,7 @@ impl Default for DependencyConfig {
             adaptive_limit: None,
             rate_limit: None,
             hedge: None,
+            mode: Mode::Pool,
         }
     }
 }
@@ -134,6 +139,13 @@ impl DependencyConfig {
                 "max_wait",
                 "at most the timeout",
                 format_args!("{:?} > timeout {:?}", self.max_wait, self.timeout),
+            ));
+        }
+        if self.mode == Mode::CallerThread && self.queue > 0 {
+            return Err(ConfigError::new(
+                "queue",
+                "0 in caller_thread mode (callers wait, at most max_wait, for a permit)",
+                self.queue,
             ));
         }
         self.breaker.validate()?;
@@ -228,9 +240,9 @@ impl Dependency {
     pub fn config(&self) -> DependencyConfig {
         let inner = &*self.inner;
         DependencyConfig {
-            workers: inner.pool.workers(),
-            queue: inner.pool.queue_capacity(),
-            max_wait: inner.pool.max_wait(),
+            workers: inner.exec.workers(),
+            queue: inner.exec.queue_capacity(),
+            max_wait: inner.exec.max_wait(),
             timeout: inner.live.timeout(),
             deadline_aware_admission: inner.live.admission.load(Ordering::Relaxed),
             breaker: inner.breaker.config(),
@@ -238,6 +250,7 @@ impl Dependency {
             adaptive_limit: inner.live.limit_on().then(|| inner.limiter.config()),
             rate_limit: inner.live.rate_on().then(|| inner.rate.config()),
             hedge: inner.live.hedge(),
+            mode: inner.exec.mode(),
         }
     }
 
@@ -270,10 +283,19 @@ impl Dependency {
     pub fn reconfigure(&self, new: DependencyConfig) -> Result<(), ConfigError> {
         new.validate()?;
         let inner = &*self.inner;
+        if new.mode != inner.exec.mode() {
+            return Err(ConfigError::new(
+                "mode",
+                "the mode the dependency was built with (it cannot change live)",
+                format_args!("{:?} for a {:?} dependency", new.mode, inner.exec.mode()),
+            ));
+        }
         // The pool checks its own fields and changes nothing when it refuses,
         // so it goes first; nothing below can fail.
-        inner.pool.resize(new.workers, new.queue, new.max_wait)?;
-        inner.pool.set_deadline_aware_admission(new.deadline_aware_admission);
+        inner.exec.resize(new.workers, new.queue, new.max_wait)?;
+        if let Some(pool) = inner.exec.pool() {
+            pool.set_deadline_aware_admission(new.deadline_aware_admission);
+        }
         inner.live.admission.store(new.deadline_aware_admission, Ordering::Relaxed);
         let slow = new.breaker.slow_call_duration;
         inner.breaker.reconfigure(new.breaker).expect("checked above");

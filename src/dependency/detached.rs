@@ -116,6 +116,11 @@ impl Dependency {
         D: FnOnce(Result<T, Error<E>>) + Send + 'static,
     {
         let inner = &*self.inner;
+        let Some(pool) = inner.exec.pool() else {
+            // Caller-thread mode has no worker to run a job nobody waits for.
+            log::warn!("dependency {}: a detached call needs a pool; this one runs on callers", inner.name);
+            return Err(reject(inner, Rejection::QueueFull));
+        };
         let spawned = Instant::now();
         // The builder caps the timeout at one day, so this fits.
         let own = spawned.checked_add(inner.live.timeout()).unwrap_or(spawned);
@@ -174,7 +179,7 @@ impl Dependency {
                 }
             }
         };
-        match inner.pool.submit_detached_at(Instant::now(), deadline, task) {
+        match pool.submit_detached_at(Instant::now(), deadline, task) {
             Ok(()) => Ok(()),
             Err(refused) => {
                 // The rejection is the answer: the job's pending answer must

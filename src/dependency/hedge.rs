@@ -224,7 +224,8 @@ impl Dependency {
         C: Classifier<T, E> + Send + Sync + 'static,
     {
         let inner = &*self.inner;
-        let Some(policy) = inner.live.hedge() else {
+        // No policy, or no pool to hedge on: one attempt.
+        let (Some(policy), Some(pool)) = (inner.live.hedge(), inner.exec.pool()) else {
             return self.once(caller, &|r: &Result<T, E>| classify.verdict(r), job);
         };
         let now = Instant::now();
@@ -259,7 +260,7 @@ impl Dependency {
         };
         let settle: Settle = Arc::new(Mutex::new(Some(Unsettled { permit, limit, start, submitted: now })));
         let stall = inner.normal.stall_threshold(inner.live.slow_call_duration(), inner.live.timeout());
-        let first = match inner.pool.submit_attempt_at(
+        let first = match pool.submit_attempt_at(
             Instant::now(),
             deadline.at,
             1,
@@ -464,7 +465,8 @@ impl Dependency {
             return None;
         }
         *settle.lock() = Some(Unsettled { permit, limit, start, submitted: now });
-        match inner.pool.submit_to_idle_at(now, deadline, attempt, job) {
+        let pool = inner.exec.pool()?;
+        match pool.submit_to_idle_at(now, deadline, attempt, job) {
             Ok(ticket) => {
                 inner.counters.hedged();
                 Some(ticket)

@@ -31,6 +31,7 @@
 mod attempt;
 mod builder;
 mod call;
+mod caller;
 mod config;
 mod counts;
 mod detached;
@@ -44,6 +45,7 @@ use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
 pub use self::call::{ByError, CallBuilder, Classifier, Hedging, Once, Retrying};
+pub use self::caller::Mode;
 pub use self::config::DependencyConfig;
 use self::config::Live;
 pub(crate) use self::counts::Counters;
@@ -104,7 +106,8 @@ struct Inner {
     limiter: Limiter,
     /// Always built; in force while `live.rate_on()`.
     rate: crate::limit::RateLimiter,
-    pool: Pool,
+    /// Its pool, or caller-thread mode's permits.
+    exec: self::caller::Exec,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
     /// The provider's normal latency, for the hang and stall thresholds.
@@ -204,9 +207,14 @@ impl Dependency {
         &self.inner.breaker
     }
 
-    /// Its worker pool.
-    pub fn pool(&self) -> &Pool {
-        &self.inner.pool
+    /// Its worker pool; `None` in [`Mode::CallerThread`].
+    pub fn pool(&self) -> Option<&Pool> {
+        self.inner.exec.pool()
+    }
+
+    /// Where it runs its calls.
+    pub fn mode(&self) -> Mode {
+        self.inner.exec.mode()
     }
 
     /// The per-attempt timeout.
@@ -237,22 +245,25 @@ impl Dependency {
     pub fn snapshot(&self) -> DependencySnapshot {
         let inner = &*self.inner;
         let metrics = inner.breaker.metrics();
-        let pool = inner.pool.stats();
+        let pool = inner.exec.stats();
+        let on_pool = inner.exec.pool();
         DependencySnapshot {
             name: inner.name.to_string(),
             state: metrics.state,
             failure_rate: metrics.failure_rate,
             slow_call_rate: metrics.slow_call_rate,
             calls: inner.counters.load(pool.expired),
-            queue_capacity: inner.pool.queue_capacity(),
+            queue_capacity: inner.exec.queue_capacity(),
             pool,
             timeout: inner.live.timeout(),
-            mean_service_time: inner.pool.mean_service_time(),
-            estimated_wait: inner.pool.estimated_wait(),
+            mean_service_time: on_pool.and_then(Pool::mean_service_time),
+            estimated_wait: on_pool.and_then(Pool::estimated_wait),
             limit: self.limiter().map(Limiter::limit),
             latency: DependencyLatency {
-                queue_wait: Percentiles::of(&inner.pool.queue_wait_histogram().recent()),
-                run: Percentiles::of(&inner.pool.run_histogram().recent()),
+                queue_wait: on_pool
+                    .map(|p| Percentiles::of(&p.queue_wait_histogram().recent()))
+                    .unwrap_or_default(),
+                run: on_pool.map(|p| Percentiles::of(&p.run_histogram().recent())).unwrap_or_default(),
                 call: Percentiles::of(&inner.call_time.recent()),
             },
             hedge_lost_time: inner.counters.hedge_lost_time(),
@@ -266,7 +277,7 @@ impl Dependency {
     /// grace ends is *not* joined: it is left running detached, and `false`
     /// is returned (see [`Pool::shutdown`]).
     pub fn shutdown(&self, grace: Duration) -> bool {
-        self.inner.pool.shutdown(grace)
+        self.inner.exec.shutdown(grace)
     }
 }
 
@@ -278,7 +289,7 @@ impl fmt::Debug for Dependency {
             .field("name", &inner.name)
             .field("timeout", &inner.live.timeout())
             .field("state", &inner.breaker.state())
-            .field("pool", &inner.pool)
+            .field("pool", &inner.exec.pool())
             .finish_non_exhaustive()
     }
 }

@@ -86,6 +86,14 @@ impl CallContext {
     }
 }
 
+impl CallContext {
+    /// The context of a job run on its caller's own thread (a dependency in
+    /// caller-thread mode), which no caller can abandon.
+    pub(crate) fn on_caller(shared: Arc<Shared>, deadline: Instant, attempt: u32) -> CallContext {
+        CallContext { deadline, attempt, cancelled: AtomicBool::new(false), shared }
+    }
+}
+
 impl fmt::Debug for CallContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallContext")

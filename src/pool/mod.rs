@@ -120,6 +120,23 @@ pub(crate) struct Shared {
     pub(crate) running: self::stall::Running,
 }
 
+impl Shared {
+    /// The shared part of a pool that has no workers: what a
+    /// [`CallContext`] of a job run on its caller's own thread refers to.
+    pub(crate) fn for_context(name: &str) -> Arc<Shared> {
+        Arc::new(Shared {
+            name: name.into(),
+            stats: PoolCounters::default(),
+            service: ServiceTime::default(),
+            latency: PoolLatency::default(),
+            grace_over: AtomicBool::new(false),
+            queue: Queue::new(0, 0),
+            record_latency: false,
+            running: self::stall::Running::new(),
+        })
+    }
+}
+
 /// The handle side: the live settings, and the threads to join. Dropping the
 /// last `Pool` drops this, which shuts the pool down.
 pub(super) struct Handle {

@@ -107,15 +107,21 @@ impl Semaphore {
     /// A permit, at once or after a wait that ends by `deadline` and lasts
     /// at most `max_wait`; `None` when none came in time.
     pub fn acquire(&self, deadline: Instant) -> Option<SemaphorePermit> {
+        self.acquire_timed(deadline).map(|(permit, _)| permit)
+    }
+
+    /// [`acquire`](Self::acquire), and whether the caller waited for the
+    /// permit. A free permit costs no clock read.
+    pub(crate) fn acquire_timed(&self, deadline: Instant) -> Option<(SemaphorePermit, bool)> {
         let inner = &self.inner;
-        let now = Instant::now();
-        let max_wait = Duration::from_nanos(inner.max_wait_ns.load(std::sync::atomic::Ordering::Relaxed));
-        let until = deadline.min(now.checked_add(max_wait).unwrap_or(deadline));
         let mut st = inner.state.lock();
         if st.in_use < st.limit && st.waiters.is_empty() {
             st.in_use += 1;
-            return Some(SemaphorePermit { inner: Arc::clone(inner) });
+            return Some((SemaphorePermit { inner: Arc::clone(inner) }, false));
         }
+        let now = Instant::now();
+        let max_wait = Duration::from_nanos(inner.max_wait_ns.load(std::sync::atomic::Ordering::Relaxed));
+        let until = deadline.min(now.checked_add(max_wait).unwrap_or(deadline));
         if until <= now {
             return None;
         }
@@ -123,7 +129,7 @@ impl Semaphore {
         st.waiters.push_back(Arc::clone(&me));
         loop {
             if me.granted.load(std::sync::atomic::Ordering::Relaxed) {
-                return Some(SemaphorePermit { inner: Arc::clone(inner) });
+                return Some((SemaphorePermit { inner: Arc::clone(inner) }, true));
             }
             let now = Instant::now();
             if now >= until {
@@ -145,6 +151,11 @@ impl Semaphore {
     /// Callers waiting for a permit now.
     pub fn waiting(&self) -> usize {
         self.inner.state.lock().waiters.len()
+    }
+
+    /// The longest a caller waits for a permit.
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_nanos(self.inner.max_wait_ns.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The limit in force.

@@ -250,7 +250,7 @@ fn an_abandoned_job_is_recorded_once() {
     assert!(r.unwrap_err().is_timeout());
     drop(release);
     done.recv_timeout(Duration::from_secs(5)).expect("the abandoned job finishes");
-    assert!(eventually(|| dep.pool().stats().busy == 0));
+    assert!(eventually(|| dep.pool().unwrap().stats().busy == 0));
     let m = dep.breaker().metrics();
     assert_eq!((m.failed, m.successful, m.ignored), (1, 0, 0), "{m:?}");
     let c = dep.snapshot().calls;
@@ -296,6 +296,7 @@ fn a_probe_turned_away_by_a_full_pool_gives_its_slot_back() {
     // Occupy the only worker behind the breaker's back, then probe.
     let holder = dep
         .pool()
+        .unwrap()
         .submit_timeout(Duration::from_secs(10), move |_| {
             started_tx.send(()).unwrap();
             block_on(&gate);
@@ -372,7 +373,9 @@ fn busy_dependency(admission: bool, service: Duration, gate: &Receiver<()>) -> D
     if service >= Duration::from_millis(100) {
         assert!(r.unwrap_err().is_timeout());
     }
-    assert!(eventually(|| dep.pool().stats().busy == 0 && dep.snapshot().mean_service_time.is_some()));
+    assert!(eventually(
+        || dep.pool().unwrap().stats().busy == 0 && dep.snapshot().mean_service_time.is_some()
+    ));
     // The worker is busy with a blocked job, and one more waits behind it.
     for _ in 0..2 {
         let gate = gate.clone();
@@ -382,7 +385,7 @@ fn busy_dependency(admission: bool, service: Duration, gate: &Receiver<()>) -> D
         });
         assert!(r.unwrap_err().is_timeout());
     }
-    assert_eq!(dep.pool().stats().queued, 1);
+    assert_eq!(dep.pool().unwrap().stats().queued, 1);
     dep
 }
 

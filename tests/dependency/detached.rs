@@ -264,7 +264,11 @@ fn the_callback_receives_the_value_and_the_errors() {
     assert_eq!((metrics.successful, metrics.failed), (2, 2), "{metrics:?}");
     assert_eq!(snap.pool.workers, 2, "no worker lost to the panic");
     // The pool counts the panic too, once the job has unwound (after its callback ran).
-    assert!(wait_until(SETTLE, || dep.pool().stats().panicked == 1), "{:?}", dep.pool().stats());
+    assert!(
+        wait_until(SETTLE, || dep.pool().unwrap().stats().panicked == 1),
+        "{:?}",
+        dep.pool().unwrap().stats()
+    );
 }
 
 #[test]

@@ -87,7 +87,7 @@ fn a_timeout_and_a_failure_say_their_labels() {
     assert_eq!(late.unwrap_err().outcome(), Outcome::TimedOut);
     // The abandoned job still holds the only worker for a moment: wait for it (bounded).
     let until = Instant::now() + Duration::from_secs(5);
-    while dep.pool().stats().busy > 0 && Instant::now() < until {
+    while dep.pool().unwrap().stats().busy > 0 && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(2));
     }
     let failed = dep.call(|_| Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
@@ -146,7 +146,7 @@ fn latency_histograms_are_exported_and_summarised() {
     }
     // Workers record queue wait and run time just after they answer: wait (bounded) for the last.
     let until = Instant::now() + Duration::from_secs(5);
-    while dep.pool().run_histogram().snapshot().count() < 20 && Instant::now() < until {
+    while dep.pool().unwrap().run_histogram().snapshot().count() < 20 && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(2));
     }
     let latency = dep.snapshot().latency;

@@ -87,10 +87,10 @@ fn a_hung_provider_frees_the_workers_at_the_deadline_and_the_breaker_cuts_it_off
     // The provider still holds every request it got, yet our workers are free: the
     // request's own timeout released them, not the provider.
     assert!(
-        wait_until(Duration::from_millis(500), || dep.pool().stats().busy == 0),
+        wait_until(Duration::from_millis(500), || dep.pool().unwrap().stats().busy == 0),
         "workers still busy {:?} after the last call returned: {:?}",
         all_returned.elapsed(),
-        dep.pool().stats()
+        dep.pool().unwrap().stats()
     );
     let freed = all_returned.elapsed();
     let timed_out: u32 = results.iter().map(|r| r.1).sum();
@@ -311,6 +311,6 @@ fn a_trickling_provider_is_cut_at_the_deadline() {
     let result = dep.call(move |ctx| fetch(&agent, &url, ctx));
     assert!(result.is_err(), "{result:?}");
     assert!(began.elapsed() < Duration::from_millis(1000));
-    assert!(wait_until(LONG, || dep.pool().stats().busy == 0), "the worker was not freed");
+    assert!(wait_until(LONG, || dep.pool().unwrap().stats().busy == 0), "the worker was not freed");
     assert_eq!(dep.breaker().metrics().failed, 1);
 }

@@ -28,7 +28,7 @@ pub fn report(deps: &[&Dependency]) -> String {
     );
     for dep in deps {
         let recent = dep.snapshot().latency;
-        let pool = dep.pool();
+        let pool = dep.pool().unwrap();
         let rows = [
             ("queue_wait", recent.queue_wait, pool.queue_wait_histogram().snapshot()),
             ("run", recent.run, pool.run_histogram().snapshot()),

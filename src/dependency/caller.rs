@@ -1,0 +1,192 @@
+//! Where a dependency's calls run: on its own worker pool ([`Mode::Pool`],
+//! the default), or on the caller's own thread under a bounded number of
+//! permits ([`Mode::CallerThread`], a semaphore bulkhead).
+//!
+//! In caller-thread mode the breaker, the limits, retry, the budget, the
+//! counters and the labels are the same; what differs is what a deadline
+//! can do. A pool's caller stops waiting at the deadline whatever the job
+//! does. A job on the caller's own thread *is* the caller: it returns when
+//! its I/O returns. The deadline is cooperative there: the job gets it in
+//! its [`CallContext`] and must hand it to its I/O
+//! ([`WithDeadline`](crate::http::WithDeadline) does for ureq). A job that
+//! overruns it is answered [`Error::Timeout`](crate::Error::Timeout) once it
+//! returns, and counted and recorded as a timeout.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::{ConfigError, Rejection};
+use crate::pool::{CallContext, Pool, PoolStats, Semaphore};
+
+/// Where a dependency runs its calls. In a file (feature `serde`):
+/// `mode = "pool"` or `mode = "caller_thread"`.
+///
+/// | | `Pool` | `CallerThread` |
+/// |---|---|---|
+/// | the job runs on | one of `workers` threads of its own | the caller's thread, at most `workers` at once |
+/// | a caller waits for room | at most `max_wait`, `queue` places | at most `max_wait` (FIFO), no queue |
+/// | the deadline | enforced: the caller leaves at it | cooperative: the job's I/O must honour it |
+/// | a hung job | holds a worker; the caller is free | holds its caller |
+/// | per call | a hand-off to a worker and back (a few µs) | a permit (tens of ns) |
+/// | detached calls (`spawn`) | yes | no: refused `QueueFull` |
+/// | hedging | yes | no: one attempt |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Mode {
+    /// A worker pool of its own (the default).
+    #[default]
+    Pool,
+    /// The caller's own thread, at most `workers` callers inside at once.
+    CallerThread,
+}
+
+/// How a job run on its caller's thread ended.
+pub(super) struct OnCaller<T, E> {
+    /// Its outcome, or the panic it raised.
+    pub(super) ran: std::thread::Result<Result<T, E>>,
+    /// Whether it returned at or after its deadline.
+    pub(super) late: bool,
+    /// When it started.
+    pub(super) began: Instant,
+    /// When it returned.
+    pub(super) ended: Instant,
+}
+
+/// The compartment itself.
+pub(super) enum Exec {
+    Pool(Pool),
+    Caller(CallerThread),
+}
+
+/// Caller-thread mode's permits and counts.
+pub(super) struct CallerThread {
+    permits: Semaphore,
+    /// For the [`CallContext`]s of jobs run on callers (their name).
+    context: Arc<crate::pool::Shared>,
+    shut: AtomicBool,
+}
+
+impl CallerThread {
+    pub(super) fn new(name: &str, limit: usize, max_wait: Duration) -> Result<CallerThread, ConfigError> {
+        Ok(CallerThread {
+            // The dependency's config has checked both (`workers`, `max_wait`).
+            permits: Semaphore::new(limit, max_wait)?,
+            context: crate::pool::Shared::for_context(name),
+            shut: AtomicBool::new(false),
+        })
+    }
+
+    /// Runs `job` on this thread once a permit is free (by `deadline`, after
+    /// at most `max_wait`): how it ended; or the rejection. `now` was just
+    /// read: a permit free at once costs no clock read before the job.
+    pub(super) fn run<T, E, F>(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        attempt: u32,
+        job: F,
+    ) -> Result<OnCaller<T, E>, Rejection>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E>,
+    {
+        if self.shut.load(Ordering::Acquire) {
+            return Err(Rejection::ShuttingDown);
+        }
+        let Some((_permit, waited)) = self.permits.acquire_timed(deadline) else {
+            return Err(if Instant::now() >= deadline {
+                Rejection::DeadlineUnmeetable
+            } else {
+                Rejection::QueueFull
+            });
+        };
+        let began = if waited { Instant::now() } else { now };
+        if began >= deadline {
+            return Err(Rejection::DeadlineUnmeetable);
+        }
+        let ctx = CallContext::on_caller(Arc::clone(&self.context), deadline, attempt);
+        // The permit is released by its guard when this returns, a panic included.
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx)));
+        let ended = Instant::now();
+        let late = ended >= deadline;
+        Ok(OnCaller { ran, late, began, ended })
+    }
+
+    fn stats(&self) -> PoolStats {
+        PoolStats {
+            workers: self.permits.limit(),
+            busy: self.permits.in_use(),
+            waiting: self.permits.waiting(),
+            // The outcomes are the dependency's own counts (`CallCounts`).
+            ..PoolStats::default()
+        }
+    }
+}
+
+impl Exec {
+    pub(super) fn pool(&self) -> Option<&Pool> {
+        match self {
+            Exec::Pool(pool) => Some(pool),
+            Exec::Caller(_) => None,
+        }
+    }
+
+    pub(super) fn mode(&self) -> Mode {
+        match self {
+            Exec::Pool(_) => Mode::Pool,
+            Exec::Caller(_) => Mode::CallerThread,
+        }
+    }
+
+    /// Workers, or the permits of caller-thread mode.
+    pub(super) fn workers(&self) -> usize {
+        match self {
+            Exec::Pool(pool) => pool.workers(),
+            Exec::Caller(c) => c.permits.limit(),
+        }
+    }
+
+    pub(super) fn queue_capacity(&self) -> usize {
+        match self {
+            Exec::Pool(pool) => pool.queue_capacity(),
+            Exec::Caller(_) => 0,
+        }
+    }
+
+    pub(super) fn max_wait(&self) -> Duration {
+        match self {
+            Exec::Pool(pool) => pool.max_wait(),
+            Exec::Caller(c) => c.permits.max_wait(),
+        }
+    }
+
+    /// The pool's figures; in caller-thread mode, `workers` is the limit,
+    /// `busy` the callers inside, `waiting` those waiting for a permit, and
+    /// the rest zero (the outcomes are in the dependency's `CallCounts`).
+    pub(super) fn stats(&self) -> PoolStats {
+        match self {
+            Exec::Pool(pool) => pool.stats(),
+            Exec::Caller(c) => c.stats(),
+        }
+    }
+
+    pub(super) fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
+        match self {
+            Exec::Pool(pool) => pool.resize(workers, queue, max_wait),
+            Exec::Caller(c) => c.permits.resize(workers, max_wait),
+        }
+    }
+
+    pub(super) fn shutdown(&self, grace: Duration) -> bool {
+        match self {
+            Exec::Pool(pool) => pool.shutdown(grace),
+            Exec::Caller(c) => {
+                c.shut.store(true, Ordering::Release);
+                // Callers inside finish on their own threads: nothing to join.
+                true
+            }
+        }
+    }
+}
