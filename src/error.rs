@@ -38,23 +38,30 @@ pub enum Rejection {
     /// A blocking call's error, [`Error::RateLimited`], says when one would
     /// be. Never recorded by the breaker.
     RateLimited,
+    /// Turned away for its [`Priority`](crate::dependency::Priority): the
+    /// pool is under pressure, and what room is left is kept for calls of a
+    /// higher priority (a sheddable call finds no idle worker, or a normal
+    /// one would take the share reserved for critical calls). Never recorded
+    /// by the breaker.
+    Shed,
 }
 
 impl Rejection {
     /// Every rejection, in the order of [`Outcome::ALL`].
-    pub const ALL: [Rejection; 6] = [
+    pub const ALL: [Rejection; 7] = [
         Rejection::NotPermitted,
         Rejection::QueueFull,
         Rejection::DeadlineUnmeetable,
         Rejection::ShuttingDown,
         Rejection::LimitExceeded,
         Rejection::RateLimited,
+        Rejection::Shed,
     ];
 
     /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
     /// `kind` label of `watertight_calls_total`, and in JSON
     /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
-    /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`).
+    /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`, `"shed"`).
     pub fn as_str(&self) -> &'static str {
         self.outcome().as_str()
     }
@@ -68,6 +75,7 @@ impl Rejection {
             Rejection::ShuttingDown => Outcome::ShuttingDown,
             Rejection::LimitExceeded => Outcome::LimitExceeded,
             Rejection::RateLimited => Outcome::RateLimited,
+            Rejection::Shed => Outcome::Shed,
         }
     }
 }
@@ -105,11 +113,13 @@ pub enum Outcome {
     LimitExceeded,
     /// [`Rejection::RateLimited`].
     RateLimited,
+    /// [`Rejection::Shed`].
+    Shed,
 }
 
 impl Outcome {
     /// Every outcome, in a fixed order (the order of the `kind` samples).
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Successful,
         Outcome::Failed,
         Outcome::Ignored,
@@ -121,6 +131,7 @@ impl Outcome {
         Outcome::ShuttingDown,
         Outcome::LimitExceeded,
         Outcome::RateLimited,
+        Outcome::Shed,
     ];
 
     /// Its stable, lower-case label.
@@ -137,6 +148,7 @@ impl Outcome {
             Outcome::ShuttingDown => "shutting_down",
             Outcome::LimitExceeded => "limit_exceeded",
             Outcome::RateLimited => "rate_limited",
+            Outcome::Shed => "shed",
         }
     }
 
@@ -170,6 +182,7 @@ impl fmt::Display for Rejection {
             Rejection::ShuttingDown => "the worker pool is shutting down",
             Rejection::LimitExceeded => "the adaptive concurrency limit is reached",
             Rejection::RateLimited => "the rate limit has no permit free in time",
+            Rejection::Shed => "shed for its priority: the room left is kept for higher ones",
         })
     }
 }

@@ -65,6 +65,7 @@ fn everything() -> Config {
                 .min_samples(40),
         ),
         mode: crate::dependency::Mode::Pool,
+        reserved_for_critical: 2,
     };
     let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);

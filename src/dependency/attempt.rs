@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::caller::{Exec, OnCaller};
+use super::priority::Priority;
 use super::{Dependency, Event};
 use crate::classify::Verdict;
 use crate::error::{Error, Outcome, Rejection, panic_message};
@@ -37,6 +38,7 @@ impl Dependency {
     pub(super) fn once<T, E, F, C>(
         &self,
         caller: Option<Instant>,
+        priority: Priority,
         classify: &C,
         job: F,
     ) -> Result<T, Error<E>>
@@ -47,7 +49,7 @@ impl Dependency {
         C: Fn(&Result<T, E>) -> Verdict,
     {
         let now = Instant::now();
-        self.attempt(now, Deadline::new(now, self.inner.live.timeout(), caller), 1, classify, job).0
+        self.attempt(now, Deadline::new(now, self.inner.live.timeout(), caller), 1, priority, classify, job).0
     }
 
     /// The retry loop: see [`CallBuilder::retry`](crate::CallBuilder::retry). `caller` bounds every
@@ -55,6 +57,7 @@ impl Dependency {
     pub(super) fn retrying<T, E, F, C>(
         &self,
         caller: Option<Instant>,
+        priority: Priority,
         classify: &C,
         job: F,
     ) -> Result<T, Error<E>>
@@ -83,7 +86,8 @@ impl Dependency {
         loop {
             let shared = Arc::clone(&job);
             let deadline = Deadline::new(now, inner.live.timeout(), end);
-            let (result, verdict) = self.attempt(now, deadline, attempt, classify, move |ctx| shared(ctx));
+            let (result, verdict) =
+                self.attempt(now, deadline, attempt, priority, classify, move |ctx| shared(ctx));
             if verdict.is_none()
                 && let Some(previous) = last.take()
             {
@@ -154,6 +158,7 @@ impl Dependency {
         now: Instant,
         deadline: Deadline,
         attempt: u32,
+        priority: Priority,
         classify: &C,
         job: F,
     ) -> (Result<T, Error<E>>, Option<Verdict>)
@@ -189,15 +194,33 @@ impl Dependency {
         // refused at submission as unmeetable, not queued to time out and be retried.
         // Feature "tracing": the job runs in a span whose parent is the caller's span.
         let parent_span = crate::trace::capture();
-        let traced = move |ctx: &CallContext| {
-            let _span = crate::trace::enter(parent_span, ctx);
-            job(ctx)
-        };
         let pool = match &inner.exec {
             Exec::Pool(pool) => pool,
             Exec::Caller(caller) => {
+                let traced = move |ctx: &CallContext| {
+                    let _span = crate::trace::enter(parent_span, ctx);
+                    job(ctx)
+                };
                 let ran = caller.run(now, deadline.at, attempt, traced);
                 return self.settle_on_caller(ran, now, start, deadline, classify, permit, limit);
+            }
+        };
+        // Priority admission, in one step (`priority.rs`). The place travels
+        // with the job and comes back with its answer, so it is given back
+        // once the worker is free again: when the answer is read here, or
+        // dropped on the worker for a caller that left, or with a job that
+        // never ran.
+        let Some(place) =
+            inner.occupancy.admit(priority, pool.workers(), pool.queue_capacity(), inner.live.reserved())
+        else {
+            drop((permit, limit));
+            return (Err(self.rejected(Rejection::Shed)), None);
+        };
+        let traced = move |ctx: &CallContext| {
+            let _span = crate::trace::enter(parent_span, ctx);
+            match job(ctx) {
+                Ok(value) => Ok((value, place)),
+                Err(e) => Err((e, place)),
             }
         };
         let stall = inner.normal.stall_threshold(inner.live.slow_call_duration(), inner.live.timeout());
@@ -218,6 +241,7 @@ impl Dependency {
         };
 
         let (answer, began) = ticket.wait_timed();
+        let answer = answer.map(|(value, _place)| value).map_err(|e| e.map_err(|(e, _place)| e));
         let ended = Instant::now();
         inner.call_time.record_at(ended.saturating_duration_since(now), ended);
         let elapsed = inner.clock_now(ended).saturating_duration_since(start);

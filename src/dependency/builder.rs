@@ -203,6 +203,17 @@ impl DependencyBuilder {
         self
     }
 
+    /// Places of the pool (workers and queue) kept for calls of
+    /// [`Priority::Critical`](crate::dependency::Priority): once only this
+    /// many are left, normal calls are refused [`Shed`](crate::Rejection::Shed),
+    /// and sheddable ones already are once a call would queue. With room to
+    /// spare every priority is admitted. Blocking calls in pool mode only.
+    /// Defaults to 0: nothing reserved (a sheddable call still never queues).
+    pub fn reserved_for_critical(mut self, places: usize) -> Self {
+        self.config.reserved_for_critical = places;
+        self
+    }
+
     /// Where calls run: [`Mode::Pool`], a worker pool of `workers` threads,
     /// or [`Mode::CallerThread`], on the caller's own thread with at most
     /// `workers` callers inside at once, each waiting at most `max_wait` (FIFO)
@@ -296,6 +307,7 @@ impl DependencyBuilder {
                 exec,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
                 normal: super::hang::Normal::default(),
+                occupancy: Arc::default(),
             }),
         })
     }

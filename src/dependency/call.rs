@@ -8,6 +8,7 @@
 //! | [`classify`](CallBuilder::classify): what an outcome means to the breaker | [`ByError`]: `Ok` succeeds, an `Err` says through [`Classify`] |
 //! | [`retry`](CallBuilder::retry): the dependency's [`Retry`](crate::retry::Retry) | one attempt |
 //! | [`hedge`](CallBuilder::hedge): the dependency's [`Hedge`](super::Hedge) | one attempt |
+//! | [`priority`](CallBuilder::priority): under pressure, who is refused first | [`Priority::Normal`] |
 //!
 //! and it ends in [`call`](CallBuilder::call) (blocking),
 //! [`spawn`](CallBuilder::spawn) or [`spawn_with`](CallBuilder::spawn_with)
@@ -17,7 +18,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::Dependency;
+use super::{Dependency, Priority};
 use crate::classify::{Classify, Verdict};
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
@@ -117,13 +118,20 @@ pub struct Retrying;
 pub struct CallBuilder<'a, C = ByError, R = Once> {
     dependency: &'a Dependency,
     deadline: Option<Instant>,
+    priority: Priority,
     classify: C,
     mode: PhantomData<R>,
 }
 
 impl<'a> CallBuilder<'a> {
     pub(super) fn new(dependency: &'a Dependency) -> Self {
-        CallBuilder { dependency, deadline: None, classify: ByError, mode: PhantomData }
+        CallBuilder {
+            dependency,
+            deadline: None,
+            priority: Priority::Normal,
+            classify: ByError,
+            mode: PhantomData,
+        }
     }
 }
 
@@ -158,6 +166,29 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
         }
     }
 
+    /// How much this call matters when the pool is under pressure
+    /// ([`Priority`]): sheddable calls are refused
+    /// [`Shed`](Rejection::Shed) first, then normal ones, and the places
+    /// [reserved for critical calls](crate::DependencyBuilder::reserved_for_critical)
+    /// are taken by critical calls only. Decided at once, before the call
+    /// would queue; never recorded by the breaker. Applies to blocking calls
+    /// (and their retries) of a pool-mode dependency.
+    ///
+    /// Defaults to [`Priority::Normal`].
+    ///
+    /// ```
+    /// use watertight::{CallContext, Dependency, dependency::Priority};
+    ///
+    /// let search = Dependency::builder("search").workers(4).reserved_for_critical(1).build()?;
+    /// let hits = search.with().priority(Priority::Sheddable).call(|_: &CallContext| Ok::<_, std::io::Error>(3));
+    /// assert_eq!(hits.unwrap(), 3); // idle workers: admitted
+    /// # Ok::<(), watertight::ConfigError>(())
+    /// ```
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// What the job's outcome means to the breaker (for example a response
     /// whose 5xx status is not an `Err`); see [`Classifier`]. Timeouts and
     /// panics are always failures; rejections are never recorded. The
@@ -167,7 +198,13 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
     ///
     /// Defaults to [`ByError`].
     pub fn classify<C2>(self, classify: C2) -> CallBuilder<'a, C2, R> {
-        CallBuilder { dependency: self.dependency, deadline: self.deadline, classify, mode: PhantomData }
+        CallBuilder {
+            dependency: self.dependency,
+            deadline: self.deadline,
+            priority: self.priority,
+            classify,
+            mode: PhantomData,
+        }
     }
 }
 
@@ -203,6 +240,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         CallBuilder {
             dependency: self.dependency,
             deadline: self.deadline,
+            priority: self.priority,
             classify: self.classify,
             mode: PhantomData,
         }
@@ -246,6 +284,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         CallBuilder {
             dependency: self.dependency,
             deadline: self.deadline,
+            priority: self.priority,
             classify: self.classify,
             mode: PhantomData,
         }
@@ -262,7 +301,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     {
         let classify = self.classify;
-        self.dependency.once(self.deadline, &|r: &Result<T, E>| classify.verdict(r), job)
+        self.dependency.once(self.deadline, self.priority, &|r: &Result<T, E>| classify.verdict(r), job)
     }
 
     /// [`Dependency::spawn`] with these options: the caller's deadline bounds
@@ -343,7 +382,7 @@ impl<C> CallBuilder<'_, C, Retrying> {
         F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
     {
         let classify = self.classify;
-        self.dependency.retrying(self.deadline, &|r: &Result<T, E>| classify.verdict(r), job)
+        self.dependency.retrying(self.deadline, self.priority, &|r: &Result<T, E>| classify.verdict(r), job)
     }
 }
 

@@ -98,6 +98,9 @@ pub struct DependencyConfig {
     /// a pool of `workers` threads, or the caller's own thread with at most
     /// `workers` callers inside. Fixed once built.
     pub mode: Mode,
+    /// Places kept for critical calls
+    /// ([`DependencyBuilder::reserved_for_critical`](crate::DependencyBuilder::reserved_for_critical)).
+    pub reserved_for_critical: usize,
 }
 
 impl Default for DependencyConfig {
@@ -115,6 +118,7 @@ impl Default for DependencyConfig {
             rate_limit: None,
             hedge: None,
             mode: Mode::Pool,
+            reserved_for_critical: 0,
         }
     }
 }
@@ -146,6 +150,13 @@ impl DependencyConfig {
                 "queue",
                 "0 in caller_thread mode (callers wait, at most max_wait, for a permit)",
                 self.queue,
+            ));
+        }
+        if self.reserved_for_critical >= self.workers {
+            return Err(ConfigError::new(
+                "reserved_for_critical",
+                "less than the workers (other calls need one at least)",
+                format_args!("{} >= {}", self.reserved_for_critical, self.workers),
             ));
         }
         self.breaker.validate()?;
@@ -186,6 +197,7 @@ pub(super) struct Live {
     admission: AtomicBool,
     retry: Mutex<Retry>,
     hedge: Mutex<Option<Hedge>>,
+    reserved: std::sync::atomic::AtomicUsize,
 }
 
 impl Live {
@@ -198,6 +210,7 @@ impl Live {
             admission: AtomicBool::new(config.deadline_aware_admission),
             retry: Mutex::new(config.retry.clone()),
             hedge: Mutex::new(config.hedge),
+            reserved: std::sync::atomic::AtomicUsize::new(config.reserved_for_critical),
         }
     }
 
@@ -230,6 +243,10 @@ impl Live {
         self.retry.lock().clone()
     }
 
+    pub(super) fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
     pub(super) fn hedge(&self) -> Option<Hedge> {
         *self.hedge.lock()
     }
@@ -251,6 +268,7 @@ impl Dependency {
             rate_limit: inner.live.rate_on().then(|| inner.rate.config()),
             hedge: inner.live.hedge(),
             mode: inner.exec.mode(),
+            reserved_for_critical: inner.live.reserved(),
         }
     }
 
@@ -274,6 +292,7 @@ impl Dependency {
     ///   the new rate ([`RateLimiter::reconfigure`](crate::limit::RateLimiter::reconfigure));
     ///   no thread is involved and nobody is blocked; `None` turns it off.
     ///
+    /// - `reserved_for_critical`: calls admitted from now on.
     /// - `hedge`: hedged calls made from now on; `None` makes them single attempts.
     ///
     /// Every call made at any moment of a reconfiguration gets exactly one
@@ -314,6 +333,7 @@ impl Dependency {
             None => inner.live.rate_on.store(false, Ordering::Relaxed),
         }
         *inner.live.hedge.lock() = new.hedge;
+        inner.live.reserved.store(new.reserved_for_critical, Ordering::Relaxed);
         inner.budget.retune(&new.retry);
         *inner.live.retry.lock() = new.retry;
         inner.live.slow_ns.store(saturating_nanos(slow), Ordering::Relaxed);

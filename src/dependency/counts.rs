@@ -90,7 +90,7 @@ pub struct DependencyLatency {
 /// ```text
 /// attempts = successful + failed + ignored + timed_out + panicked
 ///          + not_permitted + queue_full + deadline_unmeetable + shutting_down
-///          + limit_exceeded + rate_limited
+///          + limit_exceeded + rate_limited + shed
 /// ```
 ///
 /// ([`CallCounts::total`]). A retried call (`with().retry()`) makes one attempt per
@@ -134,6 +134,8 @@ pub struct CallCounts {
     pub limit_exceeded: u64,
     /// [`Outcome::RateLimited`].
     pub rate_limited: u64,
+    /// [`Outcome::Shed`].
+    pub shed: u64,
     /// Recorded attempts slower than the breaker's `slow_call_duration`
     /// (overlaps the recorded outcomes).
     pub slow: u64,
@@ -170,12 +172,13 @@ impl CallCounts {
             Outcome::ShuttingDown => self.shutting_down,
             Outcome::LimitExceeded => self.limit_exceeded,
             Outcome::RateLimited => self.rate_limited,
+            Outcome::Shed => self.shed,
         }
     }
 
     /// Every outcome with its count, in [`Outcome::ALL`]'s order: the `kind`
     /// samples of `watertight_calls_total`. Their sum is [`total`](Self::total).
-    pub fn by_outcome(&self) -> [(Outcome, u64); 11] {
+    pub fn by_outcome(&self) -> [(Outcome, u64); 12] {
         Outcome::ALL.map(|o| (o, self.get(o)))
     }
 }
@@ -185,7 +188,7 @@ impl CallCounts {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     /// Indexed by the outcome's position in [`Outcome::ALL`].
-    outcomes: [AtomicU64; 11],
+    outcomes: [AtomicU64; 12],
     slow: AtomicU64,
     retried: AtomicU64,
     hedged: AtomicU64,
@@ -214,6 +217,7 @@ impl Counters {
             Outcome::ShuttingDown => 8,
             Outcome::LimitExceeded => 9,
             Outcome::RateLimited => 10,
+            Outcome::Shed => 11,
         }
     }
 
@@ -256,6 +260,7 @@ impl Counters {
             shutting_down: o(Outcome::ShuttingDown),
             limit_exceeded: o(Outcome::LimitExceeded),
             rate_limited: o(Outcome::RateLimited),
+            shed: o(Outcome::Shed),
             slow: self.slow.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             hedged: self.hedged.load(Ordering::Relaxed),

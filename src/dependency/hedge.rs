@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::Priority;
 use super::call::Classifier;
 use super::config::MAX_TIMEOUT;
 use super::{Dependency, Inner};
@@ -226,7 +227,7 @@ impl Dependency {
         let inner = &*self.inner;
         // No policy, or no pool to hedge on: one attempt.
         let (Some(policy), Some(pool)) = (inner.live.hedge(), inner.exec.pool()) else {
-            return self.once(caller, &|r: &Result<T, E>| classify.verdict(r), job);
+            return self.once(caller, Priority::Normal, &|r: &Result<T, E>| classify.verdict(r), job);
         };
         let now = Instant::now();
         let deadline = super::attempt::Deadline::new(now, inner.live.timeout(), caller);

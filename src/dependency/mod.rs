@@ -38,6 +38,7 @@ mod detached;
 mod events;
 mod hang;
 mod hedge;
+mod priority;
 
 use std::fmt;
 use std::sync::Arc;
@@ -52,6 +53,7 @@ pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
 pub use self::hedge::Hedge;
+pub use self::priority::Priority;
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 use crate::clock::Clock;
@@ -112,6 +114,8 @@ struct Inner {
     call_time: LatencyHistogram,
     /// The provider's normal latency, for the hang and stall thresholds.
     normal: self::hang::Normal,
+    /// Calls admitted by priority and not done (`priority.rs`).
+    occupancy: Arc<self::priority::Occupancy>,
 }
 
 impl Inner {

@@ -14,5 +14,6 @@ mod dependency;
 mod detached;
 mod hang;
 mod hedge;
+mod priority;
 mod reconfigure;
 mod vocabulary;
