@@ -1,6 +1,9 @@
 //! Named dependencies: [`Registry`], their snapshots, the capacity check
 //! ([`Registry::check_capacity`]), and the gauges of the request pool that
-//! serves them ([`RequestPoolGauges`]).
+//! serves them ([`RequestPoolGauges`]), and the rolling history of every
+//! dependency ([`Registry::start_history`], `history.rs`).
+
+mod history;
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,6 +15,8 @@ use parking_lot::{Mutex, RwLock};
 use crate::dependency::Dependency;
 use crate::dependency::{DependencyConfig, DependencySnapshot};
 use crate::error::ConfigError;
+
+pub use self::history::{DependencyHistory, HistoryPoint};
 
 /// A set of uniquely named [`Dependency`] handles. Cheap to clone; clones
 /// share the set.
@@ -35,6 +40,8 @@ pub struct Registry {
     /// does (see [`Registry::request_pool`]). Locked only to attach, detach
     /// and clone the handle; the gauges are read after it is released.
     request_pool: Arc<Mutex<Option<RequestPoolGauges>>>,
+    /// The history's points, shared with its sampler (weakly, see `history.rs`).
+    history: Arc<self::history::HistoryState>,
 }
 
 impl Registry {

@@ -286,6 +286,7 @@ impl DependencyBuilder {
         }
         let breaker = Breaker::build(name.clone(), config.breaker.clone(), self.clock.clone())?;
         crate::trace::watch_transitions(&breaker);
+        let ring = super::recorded::EventRing::watching(&breaker);
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
             let owner = name.clone();
@@ -308,6 +309,7 @@ impl DependencyBuilder {
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
                 normal: super::hang::Normal::default(),
                 occupancy: Arc::default(),
+                ring,
             }),
         })
     }

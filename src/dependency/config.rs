@@ -338,6 +338,7 @@ impl Dependency {
         *inner.live.retry.lock() = new.retry;
         inner.live.slow_ns.store(saturating_nanos(slow), Ordering::Relaxed);
         inner.live.timeout_ns.store(saturating_nanos(new.timeout), Ordering::Relaxed);
+        inner.ring.reconfigured(new.workers, new.queue, new.timeout);
         log::info!("dependency {}: reconfigured", inner.name);
         Ok(())
     }

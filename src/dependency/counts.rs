@@ -176,6 +176,32 @@ impl CallCounts {
         }
     }
 
+    /// What was counted after `earlier`, an older snapshot of the same
+    /// counters: field by field, `self - earlier` (zero where a count went
+    /// down, which the dependency's monotonic counters never do).
+    pub fn since(&self, earlier: &CallCounts) -> CallCounts {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        CallCounts {
+            successful: d(self.successful, earlier.successful),
+            failed: d(self.failed, earlier.failed),
+            ignored: d(self.ignored, earlier.ignored),
+            timed_out: d(self.timed_out, earlier.timed_out),
+            panicked: d(self.panicked, earlier.panicked),
+            not_permitted: d(self.not_permitted, earlier.not_permitted),
+            queue_full: d(self.queue_full, earlier.queue_full),
+            deadline_unmeetable: d(self.deadline_unmeetable, earlier.deadline_unmeetable),
+            shutting_down: d(self.shutting_down, earlier.shutting_down),
+            limit_exceeded: d(self.limit_exceeded, earlier.limit_exceeded),
+            rate_limited: d(self.rate_limited, earlier.rate_limited),
+            shed: d(self.shed, earlier.shed),
+            slow: d(self.slow, earlier.slow),
+            retried: d(self.retried, earlier.retried),
+            hedged: d(self.hedged, earlier.hedged),
+            hedges_won: d(self.hedges_won, earlier.hedges_won),
+            expired: d(self.expired, earlier.expired),
+        }
+    }
+
     /// Every outcome with its count, in [`Outcome::ALL`]'s order: the `kind`
     /// samples of `watertight_calls_total`. Their sum is [`total`](Self::total).
     pub fn by_outcome(&self) -> [(Outcome, u64); 12] {

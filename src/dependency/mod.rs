@@ -39,6 +39,7 @@ mod events;
 mod hang;
 mod hedge;
 mod priority;
+mod recorded;
 
 use std::fmt;
 use std::sync::Arc;
@@ -54,6 +55,8 @@ pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percen
 pub use self::events::Event;
 pub use self::hedge::Hedge;
 pub use self::priority::Priority;
+pub(crate) use self::recorded::millis_since_epoch;
+pub use self::recorded::{RecordedEvent, RecordedKind};
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 use crate::clock::Clock;
@@ -116,6 +119,8 @@ struct Inner {
     normal: self::hang::Normal,
     /// Calls admitted by priority and not done (`priority.rs`).
     occupancy: Arc<self::priority::Occupancy>,
+    /// The last events, for `recent_events`.
+    ring: Arc<self::recorded::EventRing>,
 }
 
 impl Inner {
@@ -272,6 +277,20 @@ impl Dependency {
             },
             hedge_lost_time: inner.counters.hedge_lost_time(),
         }
+    }
+
+    /// Its last 100 events, oldest first: breaker transitions,
+    /// reconfigurations, and, while a [`Registry`](crate::Registry) samples
+    /// its history ([`start_history`](crate::Registry::start_history)), one
+    /// summary for each second in which calls were rejected or timed out.
+    /// A copy, taken under a short lock.
+    pub fn recent_events(&self) -> Vec<RecordedEvent> {
+        self.inner.ring.recent()
+    }
+
+    /// Records `kind` in the ring of [`recent_events`](Self::recent_events).
+    pub(crate) fn record_event(&self, at: std::time::SystemTime, kind: RecordedKind) {
+        self.inner.ring.record(at, kind);
     }
 
     /// Stops admitting calls (they are answered `ShuttingDown`, counted as

@@ -1,0 +1,228 @@
+//! [`RecordedEvent`]: the ring of a dependency's last events, kept for a view
+//! opened after the fact (a dashboard opened in the middle of an incident).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+use crate::breaker::{Breaker, Transition};
+use crate::error::Rejection;
+
+/// Events a dependency keeps; the oldest goes when a new one comes.
+pub(crate) const RING_CAPACITY: usize = 100;
+
+/// One event of a dependency's recent past, from
+/// [`Dependency::recent_events`](crate::Dependency::recent_events).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RecordedEvent {
+    /// Its number in the dependency's sequence of events, from 1: a later
+    /// event has a larger one, and a reader that saw `seq` so far has seen
+    /// everything up to it.
+    pub seq: u64,
+    /// When it was recorded, by the wall clock (for display; the breaker's
+    /// own clock may be a manual one).
+    pub at: SystemTime,
+    /// What happened.
+    pub kind: RecordedKind,
+}
+
+impl RecordedEvent {
+    /// [`at`](Self::at) in milliseconds since the Unix epoch (0 before it),
+    /// as JSON and JavaScript's `Date` count time.
+    pub fn at_millis(&self) -> u64 {
+        millis_since_epoch(self.at)
+    }
+}
+
+/// What a [`RecordedEvent`] records.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RecordedKind {
+    /// The breaker changed state.
+    Transition(Transition),
+    /// [`Dependency::reconfigure`](crate::Dependency::reconfigure) applied a
+    /// new configuration; its pool and timeout are these.
+    Reconfigured {
+        /// Worker threads.
+        workers: usize,
+        /// The queue's bound.
+        queue: usize,
+        /// The per-attempt timeout.
+        timeout: Duration,
+    },
+    /// A second (or so) in which calls were rejected or timed out: what a
+    /// registry's history sampler counted over `over`
+    /// ([`Registry::start_history`](crate::Registry::start_history)). Seconds
+    /// without either record nothing.
+    Summary {
+        /// The time the counts cover.
+        over: Duration,
+        /// Callers that stopped waiting at the deadline.
+        timed_out: u64,
+        /// Rejections by kind, in [`Rejection::ALL`]'s order; only kinds
+        /// that happened.
+        rejected: Vec<(Rejection, u64)>,
+    },
+}
+
+impl RecordedKind {
+    /// Its label: `transition`, `reconfigured` or `summary`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RecordedKind::Transition(_) => "transition",
+            RecordedKind::Reconfigured { .. } => "reconfigured",
+            RecordedKind::Summary { .. } => "summary",
+        }
+    }
+}
+
+/// The ring itself: one short lock, taken to record an event (rare: a
+/// transition, a reconfiguration, at most one summary a second) and to copy
+/// the ring out.
+#[derive(Debug, Default)]
+pub(crate) struct EventRing {
+    state: Mutex<Ring>,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    events: VecDeque<RecordedEvent>,
+    /// The last `seq` given out.
+    last: u64,
+}
+
+impl EventRing {
+    /// A ring that records every transition of `breaker`.
+    pub(crate) fn watching(breaker: &Breaker) -> Arc<EventRing> {
+        let ring = Arc::new(EventRing::default());
+        let recorder = Arc::clone(&ring);
+        // Listeners run after the breaker's lock is released, one transition
+        // at a time and in order, so `seq` follows the breaker's order.
+        breaker
+            .on_transition(move |t| recorder.record(SystemTime::now(), RecordedKind::Transition(t.clone())));
+        ring
+    }
+
+    /// Records `kind` as happened `at`.
+    pub(crate) fn record(&self, at: SystemTime, kind: RecordedKind) {
+        let mut ring = self.state.lock();
+        ring.last += 1;
+        let seq = ring.last;
+        if ring.events.len() == RING_CAPACITY {
+            ring.events.pop_front();
+        }
+        ring.events.push_back(RecordedEvent { seq, at, kind });
+    }
+
+    /// Records a reconfiguration, now.
+    pub(crate) fn reconfigured(&self, workers: usize, queue: usize, timeout: Duration) {
+        self.record(SystemTime::now(), RecordedKind::Reconfigured { workers, queue, timeout });
+    }
+
+    /// Every event kept, oldest first.
+    pub(crate) fn recent(&self) -> Vec<RecordedEvent> {
+        self.state.lock().events.iter().cloned().collect()
+    }
+}
+
+/// `at` in milliseconds since the Unix epoch, 0 before it.
+pub(crate) fn millis_since_epoch(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(timed_out: u64) -> RecordedKind {
+        RecordedKind::Summary { over: Duration::from_secs(1), timed_out, rejected: Vec::new() }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_last_hundred_in_order() {
+        let ring = EventRing::default();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000);
+        for i in 0..250u64 {
+            ring.record(t0 + Duration::from_millis(i), summary(i));
+            let kept = ring.recent();
+            assert_eq!(kept.len(), (i as usize + 1).min(RING_CAPACITY), "after {} events", i + 1);
+        }
+        let kept = ring.recent();
+        let seqs: Vec<u64> = kept.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (151..=250).collect::<Vec<u64>>(), "the newest hundred, oldest first");
+        for e in &kept {
+            assert_eq!(e.kind, summary(e.seq - 1), "each event kept whole, with its own seq");
+            assert_eq!(e.at_millis(), 1_000_000 + e.seq - 1);
+        }
+    }
+
+    #[test]
+    fn an_empty_ring_and_times_before_the_epoch() {
+        let ring = EventRing::default();
+        assert!(ring.recent().is_empty());
+        ring.record(UNIX_EPOCH - Duration::from_secs(1), summary(0));
+        assert_eq!(ring.recent()[0].at_millis(), 0);
+        assert_eq!(ring.recent()[0].seq, 1);
+        assert_eq!(ring.recent()[0].kind.as_str(), "summary");
+    }
+
+    #[test]
+    fn a_dependency_records_its_transitions_and_reconfigurations() {
+        use crate::Dependency;
+        use crate::breaker::State;
+        let dep = Dependency::builder("fraud").workers(2).build().expect("a dependency");
+        assert!(dep.recent_events().is_empty());
+        let mut config = dep.config();
+        config.workers = 3;
+        config.queue = 4;
+        config.timeout = Duration::from_millis(700);
+        dep.reconfigure(config).expect("a valid configuration");
+        dep.breaker().transition_to(State::Open);
+        let events = dep.recent_events();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(
+            events[0].kind,
+            RecordedKind::Reconfigured { workers: 3, queue: 4, timeout: Duration::from_millis(700) }
+        );
+        assert!(matches!(&events[1].kind, RecordedKind::Transition(t) if t.to() == State::Open));
+        assert_eq!((events[0].seq, events[1].seq), (1, 2));
+        assert!(events[0].at <= events[1].at);
+        // A refused configuration changes nothing, and records nothing.
+        let mut bad = dep.config();
+        bad.workers = 0;
+        assert!(dep.reconfigure(bad).is_err());
+        assert_eq!(dep.recent_events().len(), 2);
+        dep.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn transitions_are_recorded_in_the_order_they_happened() {
+        use crate::breaker::{BreakerConfig, State};
+        let breaker = Breaker::build("b", BreakerConfig::default(), None).expect("a breaker");
+        let ring = EventRing::watching(&breaker);
+        for to in [State::ForcedOpen, State::Closed, State::Open, State::HalfOpen, State::Closed] {
+            breaker.transition_to(to);
+        }
+        let moves: Vec<(State, State)> = ring
+            .recent()
+            .iter()
+            .map(|e| match &e.kind {
+                RecordedKind::Transition(t) => (t.from(), t.to()),
+                other => panic!("not a transition: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            moves,
+            [
+                (State::Closed, State::ForcedOpen),
+                (State::ForcedOpen, State::Closed),
+                (State::Closed, State::Open),
+                (State::Open, State::HalfOpen),
+                (State::HalfOpen, State::Closed),
+            ]
+        );
+    }
+}
