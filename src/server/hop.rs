@@ -207,7 +207,10 @@ pub(super) fn exchange(
         })?
     };
     let relay = parsed.relay(head, close_after);
-    let mut sink = ClientSink { client, out: relay.head, ok: true };
+    let stream = parsed.headers.iter().any(|(name, value)| {
+        name.eq_ignore_ascii_case("content-type") && value.starts_with(b"text/event-stream")
+    });
+    let mut sink = ClientSink { client, out: relay.head, ok: true, stream: stream.then_some(answer.hop) };
     // Verbatim, but for an HTTP/1.0 client a chunked body's data only.
     let verbatim = !relay.dechunk;
     let fill = |buf: &mut Vec<u8>| wire::read_some(answer.hop, buf);
@@ -224,10 +227,17 @@ pub(super) fn exchange(
 
 /// Collects the answer for the client, writing it out once it passes
 /// [`BUFFER_ANSWER`]; after a failed write it only discards.
+///
+/// An event stream (`Content-Type: text/event-stream`) is written out as it
+/// comes off the hop instead, each piece at once; and once a write to its
+/// client fails, the hop is shut down, so that the handler's next write fails
+/// and its request thread is freed instead of writing to nobody.
 struct ClientSink<'a> {
     client: &'a TcpStream,
     out: Vec<u8>,
     ok: bool,
+    /// The hop of an event stream.
+    stream: Option<&'a HopStream>,
 }
 
 impl ClientSink<'_> {
@@ -236,7 +246,7 @@ impl ClientSink<'_> {
             return;
         }
         self.out.extend_from_slice(bytes);
-        if self.out.len() >= BUFFER_ANSWER {
+        if self.out.len() >= BUFFER_ANSWER || self.stream.is_some() {
             self.flush();
         }
     }
@@ -244,6 +254,9 @@ impl ClientSink<'_> {
     fn flush(&mut self) {
         if self.ok && !self.out.is_empty() {
             self.ok = (&mut &*self.client).write_all(&self.out).is_ok();
+            if let (false, Some(hop)) = (self.ok, self.stream) {
+                let _ = hop.shutdown(std::net::Shutdown::Both);
+            }
         }
         self.out.clear();
     }

@@ -130,7 +130,9 @@
 //!   reader), and writes it to the client within
 //!   [`write_timeout`](ServerConfig::write_timeout) per write, framed for the
 //!   client's HTTP version (an HTTP/1.0 client gets a chunked answer de-chunked,
-//!   then the close). Keep-alive works as the client asks.
+//!   then the close). Keep-alive works as the client asks. An event stream
+//!   (`Content-Type: text/event-stream`) goes on piece by piece as the handler
+//!   writes it, and a client gone ends it: the handler's next write fails.
 //! - **Stopping.** [`ServerHandle::shutdown`] stops the accept loop, closes the
 //!   connections waiting for a request, lets every other connection finish the
 //!   request it is on (closing after its answer), then stops the request
