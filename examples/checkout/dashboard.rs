@@ -1,6 +1,6 @@
 //! `GET /dashboard`: one self-contained HTML page (embedded at build time) that
-//! polls `/circuits` every second; and the time each breaker entered its state,
-//! which `/circuits` reports as `state_for_ms`.
+//! draws from `/circuits/stream` (see `stream.rs`); and the time each breaker
+//! entered its state, which `/circuits` reports as `state_for_ms`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

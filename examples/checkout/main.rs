@@ -21,6 +21,8 @@ mod dashboard;
 mod demo;
 mod live;
 mod routes;
+mod sse;
+mod stream;
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
@@ -58,7 +60,11 @@ ROUTES:
   GET  /health            liveness: 200 whatever the breakers say
   GET  /circuits          every dependency's breaker, counters and pool, as JSON
   GET  /metrics           Prometheus text
-  GET  /dashboard         a live page over /circuits (breakers, pools, calls/s, latency)
+  GET  /circuits/events  every dependency's last 100 events (transitions, reconfigurations,
+                          per-second summaries of rejections and timeouts), as JSON
+  GET  /circuits/stream  Server-Sent Events: the last 5 minutes at once, then a snapshot a second
+                          (at most 2 streams at once, each for 2 minutes; EventSource reconnects)
+  GET  /dashboard         a live page over /circuits/stream (breakers, pools, calls/s, latency)
   GET  /_faults           the embedded providers' faults                        (admin)
   POST /_faults/{name}    body: a FAULT, e.g. `curl -d hang localhost:8080/_faults/fraud`   (admin)
   GET  /_config           every dependency's live configuration, as JSON        (admin)
@@ -265,6 +271,9 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         }
         Mode::Bulkhead(deps)
     };
+    // One point a second of every dependency, the last 5 minutes: what the
+    // dashboard shows the moment it opens.
+    registry.start_history()?;
     let direct_timeout = (args.direct_timeout > 0).then(|| Duration::from_secs(args.direct_timeout));
     let backends = Arc::new(Backends::new(mode, fraud_url, account_url, notification_url, direct_timeout));
     let gate = AccessGate::new(Duration::from_secs(60), Duration::from_secs(10), {
@@ -368,6 +377,8 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// then shuts the dependencies down within [`STOP_GRACE`].
 fn graceful_stop(running: Running) {
     let Running { handle, app, providers, .. } = running;
+    // Streams would hold their request threads to the end of their life.
+    app.streams.stop();
     handle.shutdown();
     log::info!("every request answered");
     if let Some(deps) = app.backends.deps() {

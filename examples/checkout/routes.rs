@@ -8,7 +8,9 @@
 //! | `GET /health`           | liveness: 200 whatever the breakers say                       |
 //! | `GET /circuits`         | every dependency's state, counters and pool, as JSON          |
 //! | `GET /metrics`          | Prometheus text                                               |
-//! | `GET /dashboard`        | a live page polling `/circuits` every second                  |
+//! | `GET /circuits/events`  | every dependency's last events (transitions, reconfigurations, summaries) |
+//! | `GET /circuits/stream`  | Server-Sent Events: the history, then a snapshot every second |
+//! | `GET /dashboard`        | a live page over `/circuits/stream`                           |
 //! | `GET /_faults`          | the embedded providers' faults (admin)                        |
 //! | `POST /_faults/{name}`  | sets an embedded provider's fault (body: `hang`, `slow:500`...) (admin) |
 //! | `GET /_config`          | every dependency's live configuration (admin)                 |
@@ -37,6 +39,7 @@ use crate::admin::{self, TOKEN_HEADER};
 use crate::backends::{Backends, FraudVerdict};
 use crate::dashboard::{self, StateClock};
 use crate::live::{LiveConfig, LiveError};
+use crate::stream::{self, Streams};
 use watertight::server::RequestContext;
 use watertight::testing::{FakeProvider, Fault};
 use watertight::{DependencyConfig, Registry};
@@ -97,6 +100,8 @@ pub struct App {
     pub live: LiveConfig,
     /// The token that opens the admin routes to non-loopback clients.
     admin_token: Option<String>,
+    /// The open `/circuits/stream`s, and their stop.
+    pub streams: Arc<Streams>,
 }
 
 impl App {
@@ -127,19 +132,20 @@ impl App {
             in_flight: AtomicUsize::new(0),
             live,
             admin_token,
+            streams: Arc::default(),
         }
     }
 
     /// Answers one request, every provider call by `ctx`'s deadline (the
     /// server's request budget, or less if the client asked for less).
-    pub fn handle(&self, req: &mut Request, ctx: &RequestContext) -> ResponseBox {
+    pub fn handle(self: &Arc<Self>, req: &mut Request, ctx: &RequestContext) -> ResponseBox {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let response = self.route(req, ctx);
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         response
     }
 
-    fn route(&self, req: &mut Request, ctx: &RequestContext) -> ResponseBox {
+    fn route(self: &Arc<Self>, req: &mut Request, ctx: &RequestContext) -> ResponseBox {
         let deadline = ctx.deadline();
         let url = req.url().to_owned();
         let path = url.split(['?', '#']).next().unwrap_or("");
@@ -164,6 +170,13 @@ impl App {
             ["health"] => method_not_allowed("GET"),
             ["circuits"] if get => self.circuits(),
             ["circuits"] => method_not_allowed("GET"),
+            ["circuits", "events"] if get => stream::events(&self.registry),
+            ["circuits", "events"] => method_not_allowed("GET"),
+            ["circuits", "stream"] if get => {
+                let app = Arc::clone(self);
+                stream::stream(&self.streams, &self.registry, move || app.circuits_json())
+            }
+            ["circuits", "stream"] => method_not_allowed("GET"),
             ["metrics"] if get => self.metrics(),
             ["metrics"] => method_not_allowed("GET"),
             ["dashboard"] if get => dashboard::page(),
@@ -290,6 +303,11 @@ impl App {
     }
 
     fn circuits(&self) -> ResponseBox {
+        json_response(200, &self.circuits_json())
+    }
+
+    /// The body of `GET /circuits`.
+    pub fn circuits_json(&self) -> Value {
         let deps: Vec<Value> = self
             .registry
             .snapshot()
@@ -334,18 +352,15 @@ impl App {
             })
             .collect();
         let mode = if self.backends.deps().is_some() { "bulkhead" } else { "direct" };
-        json_response(
-            200,
-            &json!({
-                "mode": mode,
-                "uptime_ms": self.started.elapsed().as_millis() as u64,
-                "request_pool": {
-                    "threads": self.request_threads,
-                    "busy": self.in_flight.load(Ordering::Relaxed),
-                },
-                "dependencies": deps,
-            }),
-        )
+        json!({
+            "mode": mode,
+            "uptime_ms": self.started.elapsed().as_millis() as u64,
+            "request_pool": {
+                "threads": self.request_threads,
+                "busy": self.in_flight.load(Ordering::Relaxed),
+            },
+            "dependencies": deps,
+        })
     }
 
     fn metrics(&self) -> ResponseBox {

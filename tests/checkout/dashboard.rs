@@ -1,10 +1,19 @@
 //! The checkout example's `GET /dashboard`, rendered by a real browser.
 //!
-//! Starts the checkout binary with its embedded config, hangs its fraud provider,
-//! drives checkouts until the fraud breaker opens, then loads the page in headless
-//! Chromium and reads the rendered DOM: fraud must show OPEN and the other circuits
-//! CLOSED, and no card may show an empty or stale field (every value the page reads
-//! must be one `/circuits` serves: fraud's timeout reads `3s`, never `deadline –`).
+//! Starts the checkout binary with its embedded config under a steady load of
+//! checkouts, hangs its fraud provider, and opens the page in headless Chromium 10 s
+//! later, as an operator would in the middle of the incident. The page draws from
+//! `GET /circuits/stream`, whose first event is the history, so the DOM it shows on
+//! that first event alone must already hold the incident's onset: fraud OPEN, its
+//! CLOSED -> OPEN transition, and its call rate dropped from what it was before the
+//! hang; and no card may show an empty or stale field (fraud's timeout reads `3s`,
+//! never `deadline –`).
+//!
+//! Headless Chromium's virtual time stands still while a connection is open, so the
+//! page is opened as `/dashboard?frames=N`, which closes the stream after N
+//! snapshots (0: right after the history); the DOM is then dumped at once. The
+//! virtual-time budget must outlast the stream: one that runs out while the stream
+//! is still open never ends.
 //!
 //! Skipped, with a message saying so, when no `chromium` (or `chromium-browser`) is
 //! on `PATH`; `.ci/run` installs Debian's `chromium`. `WATERTIGHT_CHROMIUM` names
@@ -12,8 +21,7 @@
 //!
 //! The README's screenshot is made here too: with `WATERTIGHT_WRITE_SCREENSHOT=1`
 //! the test writes `examples/checkout/dashboard.png` (or the path in
-//! `WATERTIGHT_DASHBOARD_SCREENSHOT`) of the incident as it runs, under a steady
-//! load, right after the fraud breaker opened:
+//! `WATERTIGHT_DASHBOARD_SCREENSHOT`) of the same page, right after the DOM is read:
 //!
 //! ```text
 //! WATERTIGHT_WRITE_SCREENSHOT=1 cargo test --all-features --test checkout dashboard::
@@ -21,26 +29,31 @@
 
 use crate::checkout_bin;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use checkout_bin::{Checkout, exchange, get};
 use serde_json::Value;
 
-/// Checkouts sent at once: fraud's hold in the embedded config (6 workers and a
-/// queue of 2), so that each reaches the hung provider and times out; one round
-/// is its `minimum_calls` (8), enough to open it (its stall rule may open it
-/// sooner, and a caller that then finds it open is answered at once).
-const CHECKOUTS_PER_ROUND: usize = 8;
-
-/// Polls of `/circuits` the screenshot's page makes, one a second of real time.
-const SCREENSHOT_POLLS: u64 = 10;
+/// Checkout clients of the steady load: fraud's hold in the embedded config (6
+/// workers and a queue of 2), so that when fraud hangs every worker is stuck at
+/// once and its breaker opens within a second (the stall rule), long before the
+/// page is opened.
+const CHECKOUT_CLIENTS: usize = 8;
+/// Each checkout client sends one checkout this often (when answered in time).
+const CHECKOUT_EVERY: Duration = Duration::from_millis(250);
+/// The load before fraud hangs: the healthy part of the history.
+const HEALTHY: Duration = Duration::from_secs(5);
+/// How long after the hang the page is opened.
+const OPENED_AFTER: Duration = Duration::from_secs(10);
+/// Snapshots the screenshot's page draws after the history (a second each).
+const SCREENSHOT_FRAMES: u64 = 2;
 
 fn find_browser() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("WATERTIGHT_CHROMIUM") {
@@ -141,51 +154,6 @@ fn checkout(addr: SocketAddr) -> Result<u16, String> {
     send(addr, "POST", "/checkout", "alice", r#"{"customer_id":"c-1","amount":42}"#)
 }
 
-/// A loopback proxy in front of `target` that forwards each request on a
-/// connection of its own, holding every `/circuits` request for `pace`
-/// first. Headless Chromium's virtual time stands still while a fetch is
-/// pending, so the page's polls, a virtual second apart, then come a real
-/// `pace` apart, and the rates it computes between them (over the server's
-/// `uptime_ms`) are those of whole seconds, as in a browser a person watches.
-fn pacing_proxy(target: SocketAddr, pace: Duration) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
-    let addr = listener.local_addr().expect("the proxy's address");
-    thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            thread::spawn(move || forward(client, target, pace));
-        }
-    });
-    addr
-}
-
-/// One request from `client` (a GET: a head and no body) to `target`, and
-/// its answer back; then both connections close.
-fn forward(mut client: TcpStream, target: SocketAddr, pace: Duration) {
-    let _ = client.set_read_timeout(Some(Duration::from_secs(30)));
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match client.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => return,
-        }
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let path = text.split(' ').nth(1).unwrap_or("/").to_owned();
-    if path.starts_with("/circuits") {
-        thread::sleep(pace);
-    }
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    let mut answer = Vec::new();
-    if let Ok(mut upstream) = TcpStream::connect(target) {
-        let _ = upstream.set_read_timeout(Some(Duration::from_secs(30)));
-        if upstream.write_all(request.as_bytes()).is_ok() {
-            let _ = upstream.read_to_end(&mut answer);
-        }
-    }
-    let _ = client.write_all(&answer);
-}
-
 /// Where the screenshot goes, if one is asked for.
 fn screenshot_path() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("WATERTIGHT_DASHBOARD_SCREENSHOT") {
@@ -195,41 +163,83 @@ fn screenshot_path() -> Option<PathBuf> {
     write.then(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/checkout/dashboard.png"))
 }
 
-/// Takes the screenshot at `png` of the page under a steady load (checkouts,
-/// which the open breaker answers at once, profile reads through
-/// account-read, and reads of order `order_id`, which call nothing), and
-/// checks that the breaker stayed OPEN all along.
-fn screenshot(browser: &Path, server: &Checkout, png: &Path, order_id: &str) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let addr = server.addr;
-    let order = format!("/orders/{order_id}");
-    let load = {
-        let stop = Arc::clone(&stop);
-        thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                assert_eq!(checkout(addr), Ok(202), "an open fraud breaker means manual review");
+/// The steady load: checkout clients, and one client reading a profile
+/// (through account-read) and an order (which calls nothing). Bounded: each
+/// stops at `stop` or after two minutes, whichever comes first.
+struct Load {
+    stop: Arc<AtomicBool>,
+    clients: Vec<JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr, order_id: &str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let give_up = Instant::now() + Duration::from_secs(120);
+        let mut clients: Vec<JoinHandle<()>> = (0..CHECKOUT_CLIENTS)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < give_up {
+                        let began = Instant::now();
+                        let status = checkout(addr);
+                        // 201 while fraud is healthy; 202 (manual review) once it is not.
+                        assert!(matches!(status, Ok(201) | Ok(202)), "a checkout answered {status:?}");
+                        thread::sleep(CHECKOUT_EVERY.saturating_sub(began.elapsed()));
+                    }
+                })
+            })
+            .collect();
+        let order = format!("/orders/{order_id}");
+        let reader_stop = Arc::clone(&stop);
+        clients.push(thread::spawn(move || {
+            while !reader_stop.load(Ordering::Relaxed) && Instant::now() < give_up {
                 assert_eq!(send(addr, "GET", "/me", "alice", ""), Ok(200));
                 assert_eq!(send(addr, "GET", &order, "alice", ""), Ok(200));
-                // About ten of each a second: a load to draw, not a stress.
                 thread::sleep(Duration::from_millis(100));
             }
-        })
-    };
-    let proxy = pacing_proxy(server.addr, Duration::from_secs(1));
+        }));
+        Load { stop, clients }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for client in self.clients {
+            client.join().expect("a load client");
+        }
+    }
+}
+
+/// Renders `/dashboard?frames=<frames>` with `args`, retried (bounded) in case
+/// the browser is slow to start; its stdout and how long the last try took.
+fn render(browser: &Path, server: &Checkout, frames: u64, args: &[String]) -> (String, Duration) {
+    let url = server.url(&format!("/dashboard?frames={frames}"));
+    let mut args = args.to_vec();
+    args.push(format!("--virtual-time-budget={}", (frames + 5) * 1000));
+    let give_up = Instant::now() + Duration::from_secs(90);
+    loop {
+        let began = Instant::now();
+        let attempt = browse(browser, &url, &args, Duration::from_secs(30));
+        match attempt {
+            Ok(out)
+                if args.iter().any(|a| a.starts_with("--screenshot"))
+                    || text_of(&out, "state-fraud").is_some() =>
+            {
+                return (out, began.elapsed());
+            }
+            other => assert!(Instant::now() < give_up, "no rendered dashboard in 90 s; last: {other:?}"),
+        }
+    }
+}
+
+/// Takes the screenshot at `png`, and checks that the breaker stayed OPEN all
+/// along.
+fn screenshot(browser: &Path, server: &Checkout, png: &Path) {
     let tmp = std::env::temp_dir().join(format!("watertight-dashboard-{}.png", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let began = Instant::now();
-    let args = [
-        format!("--virtual-time-budget={}", SCREENSHOT_POLLS * 1000),
-        "--window-size=1280,1280".to_owned(),
-        format!("--screenshot={}", tmp.display()),
-    ];
-    let shot = browse(browser, &format!("http://{proxy}/dashboard"), &args, Duration::from_secs(60));
-    stop.store(true, Ordering::Relaxed);
-    load.join().expect("the load thread");
-    shot.expect("a screenshot");
+    let args = ["--window-size=1280,1400".to_owned(), format!("--screenshot={}", tmp.display())];
+    render(browser, server, SCREENSHOT_FRAMES, &args);
     let took = began.elapsed();
-
     let fraud = dependency(&circuits(server), "fraud").clone();
     let open_for = Duration::from_millis(fraud["state_for_ms"].as_u64().unwrap_or(0));
     assert!(
@@ -244,11 +254,29 @@ fn screenshot(browser: &Path, server: &Checkout, png: &Path, order_id: &str) {
     );
     std::fs::write(png, &bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", png.display()));
     let _ = std::fs::remove_file(&tmp);
-    eprintln!("dashboard screenshot: {} ({} polls in {took:.1?})", png.display(), SCREENSHOT_POLLS);
+    eprintln!(
+        "dashboard screenshot: {} ({SCREENSHOT_FRAMES} snapshots after the history, {took:.1?})",
+        png.display()
+    );
+}
+
+/// A number the page shows, as `text_of` finds it.
+fn number(dom: &str, id: &str) -> f64 {
+    let text = text_of(dom, id).unwrap_or_else(|| panic!("no #{id}"));
+    text.parse().unwrap_or_else(|_| panic!("#{id} is not a number: {text:?}"))
+}
+
+/// An attribute of the element whose `id` is `id`.
+fn attribute_of<'a>(dom: &'a str, id: &str, name: &str) -> Option<&'a str> {
+    let at = dom.find(&format!("id=\"{id}\""))?;
+    let open = dom[..at].rfind('<')?;
+    let tag = &dom[open..at + dom[at..].find('>')?];
+    let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    Some(&tag[start..start + tag[start..].find('"')?])
 }
 
 #[test]
-fn dashboard_shows_the_incident_with_every_field_filled() {
+fn dashboard_opened_during_a_hang_shows_its_onset_at_once() {
     let Some(browser) = find_browser() else {
         eprintln!(
             "SKIPPED dashboard browser test: no `chromium` or `chromium-browser` on PATH \
@@ -267,70 +295,74 @@ fn dashboard_shows_the_incident_with_every_field_filled() {
     }
 
     // One checkout while fraud is healthy caches alice's access (60 s), so the
-    // concurrent checkouts below all get past the access gate to fraud; it is
-    // approved, so notification has a call too; and one profile read gives
-    // account-read one.
+    // checkouts below all get past the access gate to fraud; it is approved, so
+    // notification has a call too.
     let order = checkout_bin::place_order(server.addr, "alice").expect("a checkout with healthy providers");
-    assert_eq!(send(server.addr, "GET", "/me", "alice", ""), Ok(200));
+    let load = Load::start(server.addr, &order);
+    thread::sleep(HEALTHY);
 
     let hang =
         b"POST /_faults/fraud HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nConnection: close\r\n\r\nhang";
     let set = exchange(server.addr, hang, Duration::from_secs(5)).expect("POST /_faults/fraud");
     assert_eq!(set.status, 200, "{}", set.body);
+    let hung = Instant::now();
+    thread::sleep(OPENED_AFTER);
+    assert_eq!(
+        fraud_state(&server).as_deref(),
+        Some("open"),
+        "fraud's breaker {OPENED_AFTER:?} into the hang"
+    );
 
-    // Rounds of concurrent checkouts, each held by the hung provider until fraud's
-    // 3 s timeout, until the breaker has seen enough of them to open. A burst may
-    // also meet a full queue (not recorded by the breaker), hence rounds, bounded.
-    let addr = server.addr;
-    let give_up = Instant::now() + Duration::from_secs(60);
-    for round in 1.. {
-        let clients: Vec<_> =
-            (0..CHECKOUTS_PER_ROUND).map(|_| thread::spawn(move || checkout(addr))).collect();
-        for client in clients {
-            let status = client.join().expect("a client thread").expect("a checkout answer");
-            assert_eq!(status, 202, "a hung fraud provider means manual review");
-        }
-        if fraud_state(&server).as_deref() == Some("open") {
-            break;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "the fraud breaker did not open in {round} rounds; /circuits: {:?}",
-            fraud_state(&server)
-        );
-    }
+    // The page as it is the moment its first event, the history, has arrived.
+    let args = ["--dump-dom".to_owned()];
+    let (dom, took) = render(&browser, &server, 0, &args);
+    eprintln!("dashboard opened {:.1?} into the hang, rendered in {took:.1?}", hung.elapsed());
+    assert!(took < Duration::from_secs(30), "the browser took {took:?}");
+    let first_ms: u64 = dom
+        .split("data-first-render-ms=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|ms| ms.parse().ok())
+        .expect("the page says when it first rendered");
+    assert!(first_ms < 1000, "the page first rendered {first_ms} ms after it opened");
+    assert!(
+        text_of(&dom, "status").is_some_and(|s| s.contains("stream closed after 0 snapshots")),
+        "what is shown came from the history alone: {:?}",
+        text_of(&dom, "status")
+    );
 
-    // First, while the breaker has only just opened (it stays OPEN for 15 s
-    // under load; without calls it stays until the next one).
-    if let Some(png) = screenshot_path() {
-        screenshot(&browser, &server, &png, &order);
-    }
-
-    // The page renders after its first poll of /circuits; virtual time lets a few
-    // polls run. Retried (bounded) in case the browser is slow to start.
-    let url = server.url("/dashboard");
-    let args = ["--virtual-time-budget=3000".to_owned(), "--dump-dom".to_owned()];
-    let give_up = Instant::now() + Duration::from_secs(90);
-    let dom = loop {
-        let attempt = browse(&browser, &url, &args, Duration::from_secs(30));
-        match attempt {
-            Ok(dom) if text_of(&dom, "state-fraud").is_some() => break dom,
-            other => {
-                assert!(Instant::now() < give_up, "no rendered dashboard in 90 s; last: {other:?}");
-            }
-        }
-    };
-    let circuits = circuits(&server);
+    // The onset: OPEN, the transition that opened it, and the call rate's drop.
     assert_eq!(text_of(&dom, "state-fraud"), Some("OPEN"), "fraud's state as rendered");
+    let events = &dom[dom.find("id=\"events-fraud\"").expect("fraud's events")..];
+    let events = &events[..events.find("</ul>").expect("the end of the list")];
+    assert!(events.contains("CLOSED → OPEN"), "fraud's events show its opening: {events}");
+    let peak = number(&dom, "calls-peak-fraud");
+    let now = number(&dom, "calls-now-fraud");
+    assert!(peak >= 5.0, "fraud took {peak} calls/s at most before the hang");
+    assert!(now <= peak / 4.0, "fraud's call rate dropped: {now} calls/s now, {peak} at most");
+    assert!(number(&dom, "refused-now-fraud") > 0.0, "the open breaker refuses the checkouts' calls");
+    assert_eq!(attribute_of(&dom, "health-fraud", "class"), Some("health bad"), "fraud's health colour");
+    let points: usize = attribute_of(&dom, "spark-fraud", "data-points")
+        .and_then(|n| n.parse().ok())
+        .expect("fraud's sparkline says how many points it drew");
+    let healthy_and_hung = (HEALTHY + OPENED_AFTER).as_secs() as usize;
+    assert!(points + 3 >= healthy_and_hung, "the sparkline draws the whole history: {points} points");
     for name in ["account-access", "account-read", "notification"] {
         assert_eq!(text_of(&dom, &format!("state-{name}")), Some("CLOSED"), "{name}");
     }
+
+    if let Some(png) = screenshot_path() {
+        screenshot(&browser, &server, &png);
+    }
+    load.stop();
+
     let since = text_of(&dom, "since-fraud").expect("fraud's time in state");
     assert!(since.starts_with("in OPEN for ") && since.contains(" s · "), "{since}");
     // A breaker opens on its rates or on a stall, and says which it has.
     assert!(since.contains(" s · failure rate ") || since.contains(" s · no rate until 8 calls"), "{since}");
 
     // Every card's settings, as /circuits serves them: nothing empty, nothing stale.
+    let circuits = circuits(&server);
     let rendered = &dom[..dom.find("<script").unwrap_or(dom.len())];
     for stale in ["deadline ", "undefined", "NaN", "null", "[object"] {
         assert!(!rendered.contains(stale), "the page shows {stale:?}:\n{rendered}");
@@ -343,7 +375,7 @@ fn dashboard_shows_the_incident_with_every_field_filled() {
         let timeout = dep["timeout_ms"].as_u64().unwrap_or_else(|| panic!("no timeout_ms in {dep}"));
         assert_eq!(text_of(&dom, &format!("timeout-{name}")), Some(setting(timeout).as_str()), "{name}");
         // Each had a call in the recent window (the checkouts, the notification
-        // of the approved one, the profile read).
+        // of the approved ones, the profile reads).
         let p99 = text_of(&dom, &format!("p99-{name}")).expect("a p99");
         assert!(p99.ends_with(" ms") || p99.ends_with(" s"), "{name}'s call time p99: {p99:?}");
         assert!(text_of(&dom, &format!("mean-run-{name}")).is_some(), "{name}");
