@@ -106,7 +106,8 @@ fn run() -> bool {
             seconds_ok = false;
         }
     }
-    let ms = |d: Option<Duration>| d.map_or("never".to_owned(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3));
+    let ms =
+        |d: Option<Duration>| d.map_or("never".to_owned(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3));
     let order_ok = match (first[Priority::Sheddable as usize], first[Priority::Normal as usize]) {
         (Some(s), Some(n)) => s <= n,
         (_, None) => true,
