@@ -14,3 +14,4 @@ mod checkout_input;
 mod checkout_notification;
 mod dashboard;
 mod quote;
+mod reserve;
