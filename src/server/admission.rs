@@ -127,7 +127,7 @@ mod tests {
                 tx.send(i).unwrap();
             }
             drop(tx);
-            let reserved_of = |i: usize| i % 3 == 0;
+            let reserved_of = |i: usize| i.is_multiple_of(3);
             let ordinary_now = Arc::new(AtomicUsize::new(0));
             let all_now = Arc::new(AtomicUsize::new(0));
             let answered: Arc<Vec<AtomicBool>> =
@@ -165,7 +165,7 @@ mod tests {
                             for _ in 0..(i % 64) {
                                 std::hint::spin_loop();
                             }
-                            if i % 4 == 0 {
+                            if i.is_multiple_of(4) {
                                 std::thread::yield_now();
                             }
                             assert!(!answered[i].swap(true, Ordering::SeqCst), "request {i} answered twice");
