@@ -8,7 +8,10 @@
 //! so the pool is fixed and its occupancy is observable through
 //! [`ServerHandle::busy`]: put every dependency behind a
 //! [`Dependency`](crate::Dependency) and this pool keeps room for the routes
-//! that do not call it.
+//! that do not call it. Where the dependencies' holds together can still
+//! fill it, a [`Reserve`] ([`ServerConfigBuilder::reserve`]) keeps a few of
+//! its threads for the routes you name, liveness say, that ordinary requests
+//! can never take.
 //!
 //! ```no_run
 //! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -366,7 +369,7 @@ fn start_pool(
         handler,
         budget: config.request_budget(),
         threads,
-        admission: Admission::new(threads - reserved),
+        admission: Admission::new(threads.saturating_sub(reserved)),
         reserve,
     });
     let mut joins = Vec::with_capacity(threads);

@@ -153,12 +153,16 @@ fn every_ordinary_thread_held_by_a_hung_provider_and_health_and_order_status_sti
     let (fraud, pool) = fraud_busy();
     assert_eq!(fraud, ORDINARY);
     assert_eq!((&pool["threads"], &pool["busy"]), (&json!(THREADS), &json!(ORDINARY + 1)), "{pool}");
-    let metrics = agent.get(server.url("/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
-    assert!(
-        metrics.contains(&format!("\nwatertight_request_pool_busy {}\n", ORDINARY + 1)),
-        "the request pool's gauge: {}",
-        metrics.lines().filter(|l| l.starts_with("watertight_request_pool")).collect::<Vec<_>>().join("; ")
-    );
+    // The gauge counts a thread busy until its `respond` has returned, which
+    // may be a moment after the previous answer was read: poll, bounded.
+    let mut metrics = String::new();
+    let gauge = wait_until(Duration::from_secs(5), || {
+        metrics = agent.get(server.url("/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
+        metrics.contains(&format!("\nwatertight_request_pool_busy {}\n", ORDINARY + 1))
+    });
+    let pool_lines =
+        || metrics.lines().filter(|l| l.starts_with("watertight_request_pool")).collect::<Vec<_>>();
+    assert!(gauge, "the request pool's gauge: {}", pool_lines().join("; "));
 
     // The reserved routes, 10 times each over a kept-alive connection and 10
     // times on a new one (guard, hop and request thread each time).
@@ -190,14 +194,16 @@ fn every_ordinary_thread_held_by_a_hung_provider_and_health_and_order_status_sti
          GET /orders/{{id}} p50 {o50:?} max {omax:?} (20 each)"
     );
     let within = |took: &[Duration]| took.iter().filter(|t| **t < BOUND).count();
-    // Real time on a shared machine: each median is held to the 50 ms bound,
-    // every answer to a generous 1 s (the figures are printed above).
+    let (health_within, orders_within) = (within(&health), within(&orders));
+    eprintln!("under 50 ms: /health {health_within} of 20, /orders {orders_within} of 20");
+    // Real time on a shared machine: 18 of each 20 are held to the 50 ms
+    // bound (a descheduled client may miss it), every answer to 1 s.
+    assert!(health_within >= 18 && orders_within >= 18, "over 50 ms: {health:?} {orders:?}");
     assert!(h50 < BOUND && o50 < BOUND, "medians over 50 ms: /health {h50:?}, /orders {o50:?}");
     assert!(
         hmax < Duration::from_secs(1) && omax < Duration::from_secs(1),
         "/health {hmax:?}, /orders {omax:?}"
     );
-    eprintln!("under 50 ms: /health {} of 20, /orders {} of 20", within(&health), within(&orders));
 
     // fraud's timeout frees the held threads (manual review); only then do
     // the late requests get an ordinary thread, and account, still hung,
