@@ -146,6 +146,11 @@ pub struct Args {
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub direct_timeout: u64,
 
+    /// Serve without the config's reserved share of the request pool
+    /// (server.reserve: threads only its routes may take), for comparison.
+    #[arg(long)]
+    pub no_reserve: bool,
+
     /// Serve with tiny_http reading from the clients itself, without the
     /// guard (no read timeouts, no caps on heads or declared bodies), for
     /// comparison.
@@ -278,7 +283,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     watertight::metrics::register(&registry, &mut prometheus);
     // The reserved share: threads no route that calls a provider can take
     // (none in the incident's server).
-    let reserve = if args.no_bulkhead { None } else { config.server.reserve.clone() };
+    let reserve = if args.no_bulkhead || args.no_reserve { None } else { config.server.reserve.clone() };
     let mut server_config = ServerConfig::builder().request_budget(args.request_budget).registry(&registry);
     if let Some(reserve) = &reserve {
         if reserve.threads >= threads {

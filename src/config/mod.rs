@@ -97,13 +97,13 @@ pub struct ServerConfigFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_threads: Option<usize>,
     /// A reserved share of the request pool (`[server.reserve]`, feature
-    /// `tiny_http`): the type
+    /// `tiny_http`): the [`Reserve`](crate::server::Reserve)
     /// [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve)
     /// takes. [`Config::validate`] checks it, and against `request_threads`
     /// when that is set.
     #[cfg(feature = "tiny_http")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reserve: Option<crate::server::Reserve>,
+    pub reserve: Option<crate::reserve::Reserve>,
 }
 
 impl Config {
@@ -124,7 +124,7 @@ impl Config {
         #[cfg(feature = "tiny_http")]
         if let Some(reserve) = &self.server.reserve {
             let checked = reserve.validate().and_then(|()| match self.server.request_threads {
-                Some(threads) => crate::server::check_reserve(reserve.threads, threads),
+                Some(threads) => crate::reserve::check_threads(reserve.threads, threads),
                 None => Ok(()),
             });
             // The builder names `reserve.threads`; the file, `server.reserve.threads`.

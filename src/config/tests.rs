@@ -63,7 +63,8 @@ fn everything() -> Config {
     let mut server = ServerConfigFile { request_threads: Some(32), ..ServerConfigFile::default() };
     #[cfg(feature = "tiny_http")]
     {
-        server.reserve = Some(crate::server::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]));
+        server.reserve =
+            Some(crate::reserve::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]));
     }
     let mut config = Config { server, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);

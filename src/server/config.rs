@@ -5,9 +5,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::reserve::{Reserve, Route};
 use crate::ConfigError;
 use crate::registry::Registry;
+use crate::reserve::{Reserve, Route};
 
 /// The server's settings, validated: what [`serve`](super::serve) uses by
 /// default and [`serve_with`](super::serve_with) takes: the guard's

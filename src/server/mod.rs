@@ -167,12 +167,10 @@ mod conn;
 mod guard;
 mod hop;
 mod request;
-mod reserve;
 
+pub use crate::reserve::Reserve;
 pub use config::{ServerConfig, ServerConfigBuilder};
 pub use request::RequestContext;
-pub use reserve::Reserve;
-pub(crate) use reserve::check_threads as check_reserve;
 
 use std::fmt;
 use std::io;
@@ -299,7 +297,7 @@ where
 /// Refuses a reserve that leaves a pool of `threads` no ordinary thread.
 fn check_reserve_of(config: &ServerConfig, threads: usize) -> io::Result<()> {
     match config.reserve() {
-        Some(reserve) => check_reserve(reserve.threads, threads)
+        Some(reserve) => crate::reserve::check_threads(reserve.threads, threads)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)),
         None => Ok(()),
     }

@@ -1,12 +1,14 @@
 //! [`Reserve`]: a few request threads kept for the requests you name, and the
-//! route patterns that name them.
+//! route patterns that name them. Public as `server::Reserve`; its own
+//! module, below the edges, because both the server and the file config
+//! (`[server.reserve]`) name it, and edges never import each other.
 //!
 //! The share is a count, not a set of threads: ordinary requests may hold at
 //! most `threads - reserve.threads` request threads at once, and reserved
 //! requests may take any free thread. So an idle pool serves either kind on
 //! every thread, and a pool whose ordinary requests all hang still has
 //! `reserve.threads` threads for the reserved ones. The admission that keeps
-//! that count is in `admission.rs`.
+//! that count is in `server/admission.rs`.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -22,7 +24,7 @@ type Classifier = Arc<dyn Fn(&Request) -> bool + Send + Sync>;
 /// A reserved share of the request pool: `threads` request threads that
 /// ordinary requests can never take, kept for the requests that match one of
 /// `routes` or that a classifier ([`for_requests`](Self::for_requests))
-/// picks. Given to [`ServerConfigBuilder::reserve`](super::ServerConfigBuilder::reserve).
+/// picks. Given to [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve).
 ///
 /// Reserved requests are not confined to the share: while the ordinary
 /// requests leave threads free, a reserved request takes any of them, so no
@@ -83,7 +85,7 @@ impl Reserve {
 
     /// Adds `routes` (`GET /health`, `GET /orders/{id}`, `* /static/*`) to
     /// the reserved ones. Checked by
-    /// [`ServerConfigBuilder::build`](super::ServerConfigBuilder::build).
+    /// [`ServerConfigBuilder::build`](crate::server::ServerConfigBuilder::build).
     pub fn for_routes<I, S>(mut self, routes: I) -> Reserve
     where
         I: IntoIterator<Item = S>,
@@ -120,7 +122,7 @@ impl Reserve {
     }
 
     /// The routes parsed, or the first error.
-    pub(super) fn compile(&self) -> Result<Vec<Route>, ConfigError> {
+    pub(crate) fn compile(&self) -> Result<Vec<Route>, ConfigError> {
         if self.threads == 0 {
             return Err(ConfigError::new("reserve.threads", "at least 1", 0));
         }
@@ -148,7 +150,7 @@ impl Reserve {
 
     /// Whether `request` is reserved: it matches one of `routes` (parsed from
     /// `self.routes`), or the classifier says so.
-    pub(super) fn takes(&self, routes: &[Route], request: &Request) -> bool {
+    pub(crate) fn takes(&self, routes: &[Route], request: &Request) -> bool {
         let method = request.method().as_str();
         let url = request.url();
         let path = url.split(['?', '#']).next().unwrap_or("");
@@ -207,7 +209,7 @@ impl fmt::Debug for Reserve {
 
 /// A parsed `METHOD /path` pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Route {
+pub(crate) struct Route {
     /// `None` for `*`, any method.
     method: Option<String>,
     segments: Vec<Segment>,
