@@ -86,6 +86,10 @@ pub mod limit;
 pub mod pool;
 pub mod registry;
 pub mod retry;
+// The request pool's reserved share, described: what both the server and the
+// file config name (feature `tiny_http`; public as `server::Reserve`).
+#[cfg(feature = "tiny_http")]
+mod reserve;
 
 // The edges, behind features.
 #[cfg(feature = "serde")]

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use parking_lot::Mutex;
 use watertight::config::{Config, ConfigFileError};
+use watertight::server::Reserve;
 use watertight::{
     Dependency, DependencyConfig, Registry,
     registry::{CapacityError, CapacityReport, ReconfigureError},
@@ -133,15 +134,22 @@ pub enum LiveError {
 /// against a request pool of `request_threads`.
 pub struct LiveConfig {
     request_threads: usize,
+    /// The request pool's reserved share, read back with the rest.
+    reserve: Option<Reserve>,
     /// One change at a time, so that two `PUT`s to one dependency cannot
     /// interleave their read-back with each other's change.
     changing: Mutex<()>,
 }
 
 impl LiveConfig {
-    /// For a request pool of `request_threads`.
-    pub fn new(request_threads: usize) -> LiveConfig {
-        LiveConfig { request_threads, changing: Mutex::new(()) }
+    /// For a request pool of `request_threads` with `reserve`.
+    pub fn new(request_threads: usize, reserve: Option<Reserve>) -> LiveConfig {
+        LiveConfig { request_threads, reserve, changing: Mutex::new(()) }
+    }
+
+    /// The request pool's reserved share, if it keeps one.
+    pub fn reserve(&self) -> Option<&Reserve> {
+        self.reserve.as_ref()
     }
 
     /// The running dependency's configuration: the type a file's section is.
@@ -153,6 +161,7 @@ impl LiveConfig {
     pub fn snapshot(&self, registry: &Registry) -> Config {
         let mut config = Config::default();
         config.server.request_threads = Some(self.request_threads);
+        config.server.reserve = self.reserve.clone();
         for dep in registry.dependencies() {
             config.dependencies.insert(dep.name().to_owned(), self.current(&dep));
         }

@@ -140,7 +140,8 @@ pub struct Args {
     pub notification_url: Option<String>,
 
     /// Call the providers directly on the request threads (no breaker, no
-    /// pool, no deadline), as in the incident, for comparison. Notifications
+    /// pool, no deadline), and keep no reserved share of the request pool
+    /// (the config's server.reserve), as in the incident, for comparison. Notifications
     /// stay fire-and-forget: each is sent from a new thread of its own, with
     /// the client timeout and nothing bounding those threads.
     #[arg(long)]
@@ -150,6 +151,11 @@ pub struct Args {
     /// default, which is what the incident had).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub direct_timeout: u64,
+
+    /// Serve without the config's reserved share of the request pool
+    /// (server.reserve: threads only its routes may take), for comparison.
+    #[arg(long)]
+    pub no_reserve: bool,
 
     /// Serve with tiny_http reading from the clients itself, without the
     /// guard (no read timeouts, no caps on heads or declared bodies), for
@@ -284,10 +290,24 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     // below has attached them to the registry (ServerConfig::registry).
     let mut prometheus = watertight::metrics::PrometheusRegistry::default();
     watertight::metrics::register(&registry, &mut prometheus);
-    let server_config =
-        ServerConfig::builder().request_budget(args.request_budget).registry(&registry).build()?;
+    // The reserved share: threads no route that calls a provider can take
+    // (none in the incident's server).
+    let reserve = if args.no_bulkhead || args.no_reserve { None } else { config.server.reserve.clone() };
+    let mut server_config = ServerConfig::builder().request_budget(args.request_budget).registry(&registry);
+    if let Some(reserve) = &reserve {
+        if reserve.threads >= threads {
+            return Err(format!(
+                "server.reserve.threads = {} leaves no thread of {threads} for the other routes \
+                 (--request-threads)",
+                reserve.threads
+            )
+            .into());
+        }
+        server_config = server_config.reserve(reserve.clone());
+    }
+    let server_config = server_config.build()?;
 
-    let live = LiveConfig::new(threads);
+    let live = LiveConfig::new(threads, reserve);
     let app = Arc::new(App::new(
         backends,
         gate,
@@ -343,6 +363,9 @@ fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
         );
     } else {
         println!("mode: bulkhead, {threads} request threads");
+    }
+    if let Some(reserve) = running.app.live.reserve() {
+        println!("reserved: {} request threads for {}", reserve.threads, reserve.routes.join(", "));
     }
     for p in &running.providers {
         println!("provider {:<8} {} (embedded, fault {})", p.name(), p.url(), p.fault());

@@ -96,6 +96,14 @@ pub struct ServerConfigFile {
     /// that could hold every request thread.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_threads: Option<usize>,
+    /// A reserved share of the request pool (`[server.reserve]`, feature
+    /// `tiny_http`): the [`Reserve`](crate::server::Reserve)
+    /// [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve)
+    /// takes. [`Config::validate`] checks it, and against `request_threads`
+    /// when that is set.
+    #[cfg(feature = "tiny_http")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<crate::reserve::Reserve>,
 }
 
 impl Config {
@@ -109,9 +117,19 @@ impl Config {
     }
 
     /// Checks every field of every dependency that can be checked without
-    /// starting threads ([`DependencyConfig::validate`]), naming its path.
-    /// The capacity rule is checked by [`build`](Self::build).
+    /// starting threads ([`DependencyConfig::validate`]), and the server's
+    /// reserve, naming its path. The capacity rule is checked by
+    /// [`build`](Self::build).
     pub fn validate(&self) -> Result<(), ConfigFileError> {
+        #[cfg(feature = "tiny_http")]
+        if let Some(reserve) = &self.server.reserve {
+            let checked = reserve.validate().and_then(|()| match self.server.request_threads {
+                Some(threads) => crate::reserve::check_threads(reserve.threads, threads),
+                None => Ok(()),
+            });
+            // The builder names `reserve.threads`; the file, `server.reserve.threads`.
+            checked.map_err(|e| ConfigFileError::invalid(&format!("server.{}", e.field()), &e))?;
+        }
         for (name, dep) in &self.dependencies {
             dep.validate().map_err(|e| ConfigFileError::of_dependency(&e).within(&dependency_path(name)))?;
         }

@@ -67,7 +67,14 @@ fn everything() -> Config {
         mode: crate::dependency::Mode::Pool,
         reserved_for_critical: 2,
     };
-    let mut config = Config { server: ServerConfigFile { request_threads: Some(32) }, ..Config::default() };
+    #[allow(unused_mut)] // the reserve is there with tiny_http
+    let mut server = ServerConfigFile { request_threads: Some(32), ..ServerConfigFile::default() };
+    #[cfg(feature = "tiny_http")]
+    {
+        server.reserve =
+            Some(crate::reserve::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]));
+    }
+    let mut config = Config { server, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);
     config.dependencies.insert("account-read".into(), DependencyConfig::default());
     config
@@ -276,6 +283,31 @@ fn read_errors_name_the_path() {
         assert!(err.message().contains(words), "{text}\n{err}");
         let shown = err.to_string();
         assert!(shown.starts_with(path), "{shown}");
+    }
+}
+
+/// The server's reserve, checked on reading, against `request_threads` too.
+#[cfg(feature = "tiny_http")]
+#[test]
+fn reserve_errors_name_the_path() {
+    let text = "[server]\nrequest_threads = 8\n[server.reserve]\nthreads = 2\nroutes = [\"GET /health\"]";
+    let reserve = from_toml(text).unwrap().server.reserve.unwrap();
+    assert_eq!((reserve.threads, reserve.routes.as_slice()), (2, ["GET /health".to_owned()].as_slice()));
+    let cases: &[(&str, &str, &str)] = &[
+        ("[server.reserve]\nthreads = 0\nroutes = [\"GET /health\"]", "server.reserve.threads", "at least 1"),
+        ("[server.reserve]\nthreads = 2", "server.reserve.routes", "at least one route"),
+        ("[server.reserve]\nthreads = 2\nroutes = [\"health\"]", "server.reserve.routes", "got \"health\""),
+        (
+            "[server]\nrequest_threads = 2\n[server.reserve]\nthreads = 2\nroutes = [\"GET /health\"]",
+            "server.reserve.threads",
+            "got 2 of 2 request threads",
+        ),
+        ("[server.reserve]\nthreads = 2\npaths = []", "server.reserve.paths", "unknown field"),
+    ];
+    for &(text, path, words) in cases {
+        let err = from_toml(text).expect_err(text);
+        assert_eq!(err.path(), path, "{text}\n{err}");
+        assert!(err.message().contains(words), "{text}\n{err}");
     }
 }
 

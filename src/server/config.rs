@@ -1,17 +1,19 @@
 //! The server's settings: the guard's timeouts, caps and bounds, the
-//! request budget, and the registry that carries the request pool's gauges,
-//! validated by `build()`.
+//! request budget, the reserved share of the request pool, and the registry
+//! that carries the request pool's gauges, validated by `build()`.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::ConfigError;
 use crate::registry::Registry;
+use crate::reserve::{Reserve, Route};
 
 /// The server's settings, validated: what [`serve`](super::serve) uses by
 /// default and [`serve_with`](super::serve_with) takes: the guard's
-/// timeouts, caps and bounds, each request's time budget, and the
-/// [`Registry`] that carries the request pool's gauges.
+/// timeouts, caps and bounds, each request's time budget, the
+/// [reserved share](Reserve) of the request pool, and the [`Registry`] that
+/// carries the request pool's gauges.
 ///
 /// Built by [`ServerConfig::builder`]; [`ServerConfig::default`] is the builder's
 /// defaults. Every timeout is a `Duration` measured from the moment the step
@@ -26,8 +28,25 @@ pub struct ServerConfig {
     max_body_bytes: u64,
     max_connections: usize,
     request_budget: Duration,
+    reserve: Option<CompiledReserve>,
     gauges: Gauges,
 }
+
+/// A checked [`Reserve`] with its routes parsed once. Two are equal when
+/// their reserves are.
+#[derive(Debug, Clone)]
+pub(super) struct CompiledReserve {
+    pub(super) share: Reserve,
+    pub(super) routes: Vec<Route>,
+}
+
+impl PartialEq for CompiledReserve {
+    fn eq(&self, other: &CompiledReserve) -> bool {
+        self.share == other.share
+    }
+}
+
+impl Eq for CompiledReserve {}
 
 /// The registry a server attaches its request pool's gauges to. Two configs
 /// are equal when they name the same registry (or none): a registry is a
@@ -107,6 +126,16 @@ impl ServerConfig {
         self.request_budget
     }
 
+    /// The reserved share of the request pool, if any (see
+    /// [`ServerConfigBuilder::reserve`]).
+    pub fn reserve(&self) -> Option<&Reserve> {
+        self.reserve.as_ref().map(|r| &r.share)
+    }
+
+    pub(super) fn compiled_reserve(&self) -> Option<&CompiledReserve> {
+        self.reserve.as_ref()
+    }
+
     /// The registry the server attaches its request pool's gauges to, if
     /// any (see [`ServerConfigBuilder::registry`]).
     pub fn registry(&self) -> Option<&Registry> {
@@ -139,6 +168,7 @@ impl ServerConfigBuilder {
                 max_body_bytes: 1024 * 1024,
                 max_connections: 256,
                 request_budget: Duration::from_secs(30),
+                reserve: None,
                 gauges: Gauges(None),
             },
         }
@@ -205,6 +235,25 @@ impl ServerConfigBuilder {
         self
     }
 
+    /// Keeps a reserved share of the request pool: `reserve.threads` request
+    /// threads that ordinary requests can never take, for the requests its
+    /// routes or its classifier name (see [`Reserve`]). When every other
+    /// thread is busy, those requests still get a thread; while threads are
+    /// free, they take any. Checked by [`build`](Self::build) (fields
+    /// `reserve.threads` and `reserve.routes`), and against the pool's size
+    /// when the server starts: at least one thread must be left for the
+    /// ordinary requests. Defaults to none: every request may take any
+    /// thread.
+    ///
+    /// Meant for liveness and for routes that call no dependency that could
+    /// hang, so that a hung provider holding every ordinary thread does not
+    /// take them down too.
+    pub fn reserve(mut self, reserve: Reserve) -> Self {
+        // Parsed by `build`; kept as given until then.
+        self.cfg.reserve = Some(CompiledReserve { share: reserve, routes: Vec::new() });
+        self
+    }
+
     /// The registry of the service's dependencies, to carry the request
     /// pool's gauges too: while the server runs,
     /// [`Registry::request_pool`](crate::Registry::request_pool) reads its
@@ -246,7 +295,11 @@ impl ServerConfigBuilder {
         if !(1..=65_536).contains(&c.max_connections) {
             return Err(ConfigError::new("max_connections", "in [1, 65536]", c.max_connections));
         }
-        Ok(self.cfg)
+        let mut cfg = self.cfg;
+        if let Some(reserve) = &mut cfg.reserve {
+            reserve.routes = reserve.share.compile()?;
+        }
+        Ok(cfg)
     }
 
     fn checked(self) -> ServerConfig {
@@ -291,5 +344,22 @@ mod tests {
         }
         let ok = ServerConfig::builder().max_body_bytes(0).max_connections(1).build().unwrap();
         assert_eq!(ok.max_body_bytes(), 0);
+        assert_eq!(ok.reserve(), None);
+    }
+
+    #[test]
+    fn a_reserve_is_checked_and_read_back() {
+        let reserve = Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]);
+        let cfg = ServerConfig::builder().reserve(reserve.clone()).build().unwrap();
+        assert_eq!(cfg.reserve(), Some(&reserve));
+        assert_eq!(cfg.compiled_reserve().map(|r| r.routes.len()), Some(2));
+        for (bad, field) in [
+            (Reserve::new(0).for_routes(["GET /health"]), "reserve.threads"),
+            (Reserve::new(2), "reserve.routes"),
+            (Reserve::new(2).for_routes(["/health"]), "reserve.routes"),
+        ] {
+            let err = ServerConfig::builder().reserve(bad).build().unwrap_err();
+            assert_eq!(err.field(), field, "{err}");
+        }
     }
 }

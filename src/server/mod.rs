@@ -8,7 +8,10 @@
 //! so the pool is fixed and its occupancy is observable through
 //! [`ServerHandle::busy`]: put every dependency behind a
 //! [`Dependency`](crate::Dependency) and this pool keeps room for the routes
-//! that do not call it.
+//! that do not call it. Where the dependencies' holds together can still
+//! fill it, a [`Reserve`] ([`ServerConfigBuilder::reserve`]) keeps a few of
+//! its threads for the routes you name, liveness say, that ordinary requests
+//! can never take.
 //!
 //! ```no_run
 //! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -159,6 +162,7 @@
 //! guard's private `X-Watertight-*` headers mean nothing there: a request's
 //! client and arrival come from its TCP connection and its request thread.
 
+mod admission;
 mod client;
 mod config;
 mod conn;
@@ -166,6 +170,7 @@ mod guard;
 mod hop;
 mod request;
 
+pub use crate::reserve::Reserve;
 pub use config::{ServerConfig, ServerConfigBuilder};
 pub use request::RequestContext;
 
@@ -182,6 +187,7 @@ use tiny_http::{Header, Request, Response, ResponseBox, Server};
 
 use crate::error::panic_message;
 use crate::registry::{Registry, RequestPoolGauges};
+use admission::Admission;
 use request::Origin;
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
@@ -216,7 +222,10 @@ where
 ///
 /// # Errors
 ///
-/// As [`serve`]; and `AlreadyExists` if the config's registry already
+/// As [`serve`]; `InvalidInput` if the config's [`reserve`](ServerConfig::reserve)
+/// leaves no thread for ordinary requests (the error's inner error is the
+/// [`ConfigError`](crate::ConfigError), field `reserve.threads`), before
+/// anything starts; and `AlreadyExists` if the config's registry already
 /// carries the gauges of another running request pool.
 pub fn serve_with<H>(
     listener: TcpListener,
@@ -228,21 +237,15 @@ where
     H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
+    check_reserve_of(&guard, threads)?;
     // First, as it is the one check that needs nothing started: dropping
     // `gauges` on any error below detaches them again.
     let (busy, gauges) = attach_gauges(guard.registry(), threads)?;
     // Fix the arrival header's base before the guard reads any request.
     request::base();
     let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
-    let (shared, joins) = start_pool(
-        server,
-        Origin::Guard,
-        threads,
-        guard.request_budget(),
-        busy,
-        Box::new(handler),
-        spawn_named,
-    )?;
+    let (shared, joins) =
+        start_pool(server, Origin::Guard, threads, &guard, busy, Box::new(handler), spawn_named)?;
     let mut handle =
         ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: Some(hop_dir) };
     match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
@@ -256,8 +259,9 @@ where
 /// Serves `server` on `threads` request threads *without* the guard: tiny_http
 /// 0.12 reads from the clients itself, with the limits listed in the
 /// [module docs](self). For comparison, or behind a proxy that buffers
-/// requests and caps their bodies. Of `config`, only the request budget
-/// and the [`registry`](ServerConfig::registry) apply.
+/// requests and caps their bodies. Of `config`, only the request budget,
+/// the [`reserve`](ServerConfig::reserve) and the
+/// [`registry`](ServerConfig::registry) apply.
 ///
 /// Every request is taken as coming straight from a client. Its
 /// [`RequestContext`] has the TCP peer (`Request::remote_addr`) as its
@@ -274,7 +278,7 @@ where
 /// # Errors
 ///
 /// If a thread cannot be started; every thread already started is stopped
-/// first. `AlreadyExists` as in [`serve_with`].
+/// first. `InvalidInput` and `AlreadyExists` as in [`serve_with`].
 pub fn serve_unguarded<H>(
     server: Server,
     threads: usize,
@@ -285,17 +289,20 @@ where
     H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
+    check_reserve_of(&config, threads)?;
     let (busy, gauges) = attach_gauges(config.registry(), threads)?;
-    let (shared, joins) = start_pool(
-        server,
-        Origin::Client,
-        threads,
-        config.request_budget(),
-        busy,
-        Box::new(handler),
-        spawn_named,
-    )?;
+    let (shared, joins) =
+        start_pool(server, Origin::Client, threads, &config, busy, Box::new(handler), spawn_named)?;
     Ok(ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: None })
+}
+
+/// Refuses a reserve that leaves a pool of `threads` no ordinary thread.
+fn check_reserve_of(config: &ServerConfig, threads: usize) -> io::Result<()> {
+    match config.reserve() {
+        Some(reserve) => crate::reserve::check_threads(reserve.threads, threads)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)),
+        None => Ok(()),
+    }
 }
 
 /// The busy count of a new request pool of `threads`, and, when `registry`
@@ -347,13 +354,24 @@ fn start_pool(
     server: Server,
     origin: Origin,
     threads: usize,
-    budget: Duration,
+    config: &ServerConfig,
     busy: Arc<AtomicUsize>,
     handler: Handler,
     spawn: Spawn,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
-    let shared =
-        Arc::new(Shared { server, origin, busy, stopping: AtomicBool::new(false), handler, budget, threads });
+    let reserve = config.compiled_reserve().cloned();
+    let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
+    let shared = Arc::new(Shared {
+        server,
+        origin,
+        busy,
+        stopping: AtomicBool::new(false),
+        handler,
+        budget: config.request_budget(),
+        threads,
+        admission: Admission::new(threads.saturating_sub(reserved)),
+        reserve,
+    });
     let mut joins = Vec::with_capacity(threads);
     for i in 0..threads {
         match spawn(i, Arc::clone(&shared)) {
@@ -393,8 +411,10 @@ struct Shared {
     /// Whether `server`'s requests come over the guard's hop, whose private
     /// headers are believed, or straight from clients, whose are not.
     origin: Origin,
-    /// Requests taken off the server and not yet answered: incremented right
-    /// after `recv` returns one, decremented after `respond` returns (a
+    /// Requests being handled: incremented when a thread starts on one (right
+    /// after `recv` returns it, or, for an ordinary request that waited for
+    /// an ordinary thread, when one takes it), decremented after `respond`
+    /// returns (a
     /// [`BusyGuard`] does it, so a panic cannot leak a count). Relaxed: it is
     /// a gauge read for display and tests, it orders nothing. Shared with the
     /// [`RequestPoolGauges`] a registry carries, if any.
@@ -406,48 +426,90 @@ struct Shared {
     /// Each request's time budget.
     budget: Duration,
     threads: usize,
+    /// Which request a free thread handles next (see `admission.rs`).
+    admission: Admission<Taken>,
+    /// The reserved share, if any, with its routes parsed.
+    reserve: Option<config::CompiledReserve>,
+}
+
+/// A request taken from tiny_http and classified.
+struct Taken {
+    request: Request,
+    /// When the request pool took it, before any wait for an ordinary thread.
+    at: Instant,
+    /// Whether it is of the reserved share.
+    reserved: bool,
 }
 
 impl Shared {
     fn run(&self) {
+        let mut next = None;
         loop {
-            let mut request = match self.server.recv() {
+            let taken = match next.take() {
+                Some(taken) => taken,
+                None => match self.take() {
+                    Some(taken) => taken,
+                    None => return,
+                },
+            };
+            let reserved = taken.reserved;
+            self.answer(taken);
+            next = self.admission.done(reserved);
+        }
+    }
+
+    /// The next request from tiny_http that this (free) thread may handle;
+    /// ordinary requests it may not handle are left waiting for an ordinary
+    /// thread. `None` once the pool is stopping.
+    fn take(&self) -> Option<Taken> {
+        loop {
+            let request = match self.server.recv() {
                 Ok(request) => request,
                 // `recv` fails when `unblock` was called (one wake-up per
                 // call, consumed by exactly one thread) or on an accept error.
                 Err(err) => {
                     if self.stopping.load(Ordering::Acquire) {
-                        return;
+                        return None;
                     }
                     log::warn!("request pool: receiving a request failed: {err}");
                     continue;
                 }
             };
-            let taken = Instant::now();
-            let busy = BusyGuard::enter(&self.busy);
-            let context =
-                request::context(&request, self.origin, self.budget, taken, busy.count(), self.threads);
-            let ctx = match context {
-                Ok(ctx) => ctx,
-                Err(message) => {
-                    if let Err(err) = request.respond(json_error(400, "INVALID_REQUEST_TIMEOUT", &message)) {
-                        log::debug!("request pool: sending a response failed: {err}");
-                    }
-                    continue;
-                }
-            };
-            let response = match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
-                Ok(response) => response,
-                Err(payload) => {
-                    let msg = panic_message(&*payload);
-                    log::error!("request handler panicked on {} {}: {msg}", request.method(), request.url());
-                    internal_error()
-                }
-            };
-            // A client that went away is not the server's error.
-            if let Err(err) = request.respond(response) {
-                log::debug!("request pool: sending a response failed: {err}");
+            let at = Instant::now();
+            let reserved = self.reserve.as_ref().is_some_and(|r| r.share.takes(&r.routes, &request));
+            if let Some(taken) = self.admission.admit(Taken { request, at, reserved }, reserved) {
+                return Some(taken);
             }
+        }
+    }
+
+    /// Calls the handler on `taken` and sends its answer. Never panics: the
+    /// admission's count must see the request finish.
+    fn answer(&self, taken: Taken) {
+        let Taken { mut request, at, reserved } = taken;
+        let busy = BusyGuard::enter(&self.busy);
+        let context =
+            request::context(&request, self.origin, self.budget, at, busy.count(), self.threads, reserved);
+        let ctx = match context {
+            Ok(ctx) => ctx,
+            Err(message) => {
+                if let Err(err) = request.respond(json_error(400, "INVALID_REQUEST_TIMEOUT", &message)) {
+                    log::debug!("request pool: sending a response failed: {err}");
+                }
+                return;
+            }
+        };
+        let response = match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
+            Ok(response) => response,
+            Err(payload) => {
+                let msg = panic_message(&*payload);
+                log::error!("request handler panicked on {} {}: {msg}", request.method(), request.url());
+                internal_error()
+            }
+        };
+        // A client that went away is not the server's error.
+        if let Err(err) = request.respond(response) {
+            log::debug!("request pool: sending a response failed: {err}");
         }
     }
 }
@@ -513,8 +575,9 @@ pub struct ServerHandle {
 }
 
 impl ServerHandle {
-    /// Requests being handled right now (taken off the server, not yet
-    /// answered). At most [`threads`](ServerHandle::threads).
+    /// Requests being handled right now (a thread is on them, not yet
+    /// answered). At most [`threads`](ServerHandle::threads); at most
+    /// `threads - reserved_threads` of them ordinary.
     pub fn busy(&self) -> usize {
         self.shared.busy.load(Ordering::Relaxed)
     }
@@ -522,6 +585,25 @@ impl ServerHandle {
     /// The number of request threads.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The request threads ordinary requests can never take (the
+    /// [reserve](ServerConfig::reserve)'s threads; 0 without one).
+    pub fn reserved_threads(&self) -> usize {
+        self.shared.reserve.as_ref().map_or(0, |r| r.share.threads)
+    }
+
+    /// Reserved requests being handled right now, on any thread (part of
+    /// [`busy`](Self::busy)).
+    pub fn reserved_busy(&self) -> usize {
+        self.shared.admission.reserved_busy()
+    }
+
+    /// Ordinary requests taken off tiny_http that wait for an ordinary
+    /// thread, because every thread but the reserved ones is busy with one.
+    /// Requests no thread has taken yet are not counted.
+    pub fn waiting(&self) -> usize {
+        self.shared.admission.waiting()
     }
 
     /// A handle on the request pool's gauges that outlives this borrow (for
@@ -586,6 +668,25 @@ impl RequestPool {
     pub fn threads(&self) -> usize {
         self.shared.threads
     }
+
+    /// The request threads ordinary requests can never take (the
+    /// [reserve](ServerConfig::reserve)'s threads; 0 without one).
+    pub fn reserved_threads(&self) -> usize {
+        self.shared.reserve.as_ref().map_or(0, |r| r.share.threads)
+    }
+
+    /// Reserved requests being handled right now, on any thread (part of
+    /// [`busy`](Self::busy)).
+    pub fn reserved_busy(&self) -> usize {
+        self.shared.admission.reserved_busy()
+    }
+
+    /// Ordinary requests taken off tiny_http that wait for an ordinary
+    /// thread, because every thread but the reserved ones is busy with one.
+    /// Requests no thread has taken yet are not counted.
+    pub fn waiting(&self) -> usize {
+        self.shared.admission.waiting()
+    }
 }
 
 /// With the `prometheus` feature, a [`RequestPool`] is a `prometheus-client`
@@ -615,7 +716,13 @@ impl prometheus_client::collector::Collector for RequestPool {
 
 impl fmt::Debug for RequestPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RequestPool").field("threads", &self.threads()).field("busy", &self.busy()).finish()
+        f.debug_struct("RequestPool")
+            .field("threads", &self.threads())
+            .field("busy", &self.busy())
+            .field("reserved_threads", &self.reserved_threads())
+            .field("reserved_busy", &self.reserved_busy())
+            .field("waiting", &self.waiting())
+            .finish()
     }
 }
 
@@ -660,10 +767,10 @@ mod tests {
         let handler: Handler =
             Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
         let busy = Arc::new(AtomicUsize::new(0));
-        let err =
-            start_pool(server, Origin::Client, 4, Duration::from_secs(1), busy, handler, two_then_refuse)
-                .err()
-                .expect("the spawn error");
+        let config = ServerConfig::default();
+        let err = start_pool(server, Origin::Client, 4, &config, busy, handler, two_then_refuse)
+            .err()
+            .expect("the spawn error");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         // Both started threads were joined before the error came back.
         assert_eq!(EXITED.load(Ordering::SeqCst), 2);

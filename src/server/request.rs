@@ -78,6 +78,7 @@ pub struct RequestContext {
     peer: Option<SocketAddr>,
     busy: usize,
     threads: usize,
+    reserved: bool,
 }
 
 impl RequestContext {
@@ -116,6 +117,13 @@ impl RequestContext {
     pub fn threads(&self) -> usize {
         self.threads
     }
+
+    /// Whether the request is of the pool's reserved share (its route or its
+    /// classifier is the [reserve](super::ServerConfig::reserve)'s): a thread
+    /// ordinary requests cannot take was there for it.
+    pub fn reserved(&self) -> bool {
+        self.reserved
+    }
 }
 
 /// Where the request pool's requests come from, which decides whether the
@@ -132,10 +140,10 @@ pub(super) enum Origin {
     Client,
 }
 
-/// The context of `request`, which came from `origin` and was taken by a
-/// request thread at `taken` with `busy` of `threads` threads busy; or a
-/// client error (a malformed `X-Request-Timeout`) to answer instead of
-/// calling the handler.
+/// The context of `request`, which came from `origin`, was taken off
+/// tiny_http at `taken`, and is handled with `busy` of `threads` threads
+/// busy (`reserved`: of the reserved share); or a client error (a malformed
+/// `X-Request-Timeout`) to answer instead of calling the handler.
 pub(super) fn context(
     request: &Request,
     origin: Origin,
@@ -143,6 +151,7 @@ pub(super) fn context(
     taken: Instant,
     busy: usize,
     threads: usize,
+    reserved: bool,
 ) -> Result<RequestContext, String> {
     let header =
         |name: &'static str| request.headers().iter().find(|h| h.field.equiv(name)).map(|h| h.value.as_str());
@@ -159,7 +168,7 @@ pub(super) fn context(
         None => budget,
         Some(asked) => parse_timeout(asked)?.min(budget),
     };
-    Ok(RequestContext { received, deadline: received + budget, peer, busy, threads })
+    Ok(RequestContext { received, deadline: received + budget, peer, busy, threads, reserved })
 }
 
 /// `X-Request-Timeout`: `250ms`, `2s`, or a number of milliseconds.

@@ -64,6 +64,9 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
     let text = std::fs::read_to_string(FILE).expect("read watertight.toml");
     let config = parse(&text);
     assert_eq!(config.server.request_threads, Some(16));
+    let reserve = config.server.reserve.as_ref().expect("a reserved share");
+    assert_eq!(reserve.threads, 2);
+    assert_eq!(reserve.routes, ["GET /health", "GET /orders/{id}", "GET /circuits", "GET /metrics"]);
     let names: Vec<&str> = config.dependencies.keys().map(String::as_str).collect();
     assert_eq!(names, ["account-access", "account-read", "fraud", "notification"]);
 

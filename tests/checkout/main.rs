@@ -15,3 +15,4 @@ mod checkout_notification;
 mod dashboard;
 mod quote;
 mod stream;
+mod reserve;

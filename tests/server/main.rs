@@ -1,4 +1,4 @@
-//! The request pool and the guard: servers on loopback, hostile clients, nginx in front, the trust of private headers, stopping.
+//! The request pool and the guard: servers on loopback, the reserved share, hostile clients, nginx in front, the trust of private headers, stopping.
 //!
 //! One test binary for the area; each file is a module, with the shared
 //! `tests/support` helpers declared here once.
@@ -10,6 +10,7 @@ mod nginx;
 
 mod admin_policy;
 mod edge;
+mod reserve;
 mod server;
 mod slow_clients;
 mod stop;

@@ -8,9 +8,12 @@
 //! the probes started between the first and the third second (each could be
 //! answered before the trickle ends) that got a 200.
 //!
-//! This is tiny_http 0.12 *without* the guard (`--no-guard`): a record of what
-//! the guard in `watertight::server` is for. `tests/server/edge.rs` runs slow clients
-//! against the guarded server (the default).
+//! This is tiny_http 0.12 *without* the guard (`--no-guard`) and without the
+//! reserved share (`--no-reserve`): a record of what the guard in
+//! `watertight::server` is for. `tests/server/edge.rs` runs slow clients
+//! against the guarded server (the default). A last scenario runs the large
+//! bodies again with the example's reserve: the tricklers are ordinary
+//! requests, and `GET /orders/{id}` keeps its two reserved threads.
 //!
 //! What tiny_http 0.12 does with each (see RELIABILITY.md for the figures):
 //!
@@ -210,7 +213,7 @@ const POST_HEAD: &str =
 
 #[test]
 fn slow_clients_against_the_checkout_example() {
-    let mut server = Checkout::start(&["--no-guard"]);
+    let mut server = Checkout::start(&["--no-guard", "--no-reserve"]);
     let addr = server.addr;
     let order = checkout_bin::place_order(addr, "alice").expect("an order to look up");
     let path = format!("/orders/{order}");
@@ -232,8 +235,8 @@ fn slow_clients_against_the_checkout_example() {
         server.exited(),
         server.stderr()
     );
-    let head = format!("{POST_HEAD}Content-Length: 60000\r\n\r\n");
-    let large = trickle("body > 1 KiB", &server, CLIENTS, &head, b" ", &path);
+    let head_large = format!("{POST_HEAD}Content-Length: 60000\r\n\r\n");
+    let large = trickle("body > 1 KiB", &server, CLIENTS, &head_large, b" ", &path);
     assert!(
         recovers(addr, &path),
         "/orders answers again once the large-body tricklers stop: {:?}\n{}",
@@ -241,7 +244,7 @@ fn slow_clients_against_the_checkout_example() {
         server.stderr()
     );
     // Fewer tricklers than request threads: each holds one, the rest serve.
-    let few = trickle("body > 1 KiB", &server, FEW, &head, b" ", &path);
+    let few = trickle("body > 1 KiB", &server, FEW, &head_large, b" ", &path);
     assert!(
         recovers(addr, &path),
         "/orders answers after the few large-body tricklers: {:?}\n{}",
@@ -269,4 +272,14 @@ fn slow_clients_against_the_checkout_example() {
     assert!(few.availability() >= 90.0, "{few:?}");
     assert!(large.availability() <= 10.0, "{large:?}");
     assert!(chunked.availability() <= 10.0, "{chunked:?}");
+    drop(server);
+
+    // The same 32 large-body tricklers with the example's reserved share:
+    // they hold the 14 ordinary threads (the others wait for one), and
+    // `/orders` is answered on the 2 reserved ones.
+    let server = Checkout::start(&["--no-guard"]);
+    let order = checkout_bin::place_order(server.addr, "alice").expect("an order to look up");
+    let path = format!("/orders/{order}");
+    let reserved = trickle("body > 1 KiB, reserve", &server, CLIENTS, &head_large, b" ", &path);
+    assert!(reserved.availability() >= 90.0, "{reserved:?}");
 }

@@ -1,0 +1,351 @@
+//! [`Reserve`]: a few request threads kept for the requests you name, and the
+//! route patterns that name them. Public as `server::Reserve`; its own
+//! module, below the edges, because both the server and the file config
+//! (`[server.reserve]`) name it, and edges never import each other.
+//!
+//! The share is a count, not a set of threads: ordinary requests may hold at
+//! most `threads - reserve.threads` request threads at once, and reserved
+//! requests may take any free thread. So an idle pool serves either kind on
+//! every thread, and a pool whose ordinary requests all hang still has
+//! `reserve.threads` threads for the reserved ones. The admission that keeps
+//! that count is in `server/admission.rs`.
+
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use tiny_http::Request;
+
+use crate::ConfigError;
+use crate::error::panic_message;
+
+type Classifier = Arc<dyn Fn(&Request) -> bool + Send + Sync>;
+
+/// A reserved share of the request pool: `threads` request threads that
+/// ordinary requests can never take, kept for the requests that match one of
+/// `routes` or that a classifier ([`for_requests`](Self::for_requests))
+/// picks. Given to [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve).
+///
+/// Reserved requests are not confined to the share: while the ordinary
+/// requests leave threads free, a reserved request takes any of them, so no
+/// idle thread is wasted. Ordinary requests may hold at most the pool's
+/// threads less `threads` at once; past that they wait for an ordinary
+/// thread, and a reserved request still gets one of the others. Name only
+/// routes that answer at once (liveness, reads from memory or a cache): a
+/// reserved route that calls a hung dependency holds a reserved thread.
+///
+/// A route is a method (or `*` for any), a space, and a path: `GET /health`,
+/// `GET /orders/{id}` (`{id}` is one non-empty segment), `GET /static/*` (a
+/// last `*` is anything under the prefix, or nothing). The query string does
+/// not count; anything else must match exactly: `/health/` is not
+/// `/health`, and `HEAD` is not `GET`.
+///
+/// With the `serde` feature it is also the `[server.reserve]` section of a
+/// [configuration file](crate::config): `threads = 2` and
+/// `routes = ["GET /health"]` (a classifier is code, and is not in a file).
+///
+/// ```
+/// use watertight::server::{Reserve, ServerConfig};
+///
+/// let config = ServerConfig::builder()
+///     .reserve(Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]))
+///     .build()?;
+/// assert_eq!(config.reserve().map(|r| r.threads), Some(2));
+///
+/// // Or decided by code, from the request's method, URL and headers.
+/// let probes = Reserve::new(1)
+///     .for_requests(|req: &tiny_http::Request| req.headers().iter().any(|h| h.field.equiv("X-Probe")));
+/// assert!(ServerConfig::builder().reserve(probes).build().is_ok());
+///
+/// // A reserve that names no request is refused.
+/// let err = ServerConfig::builder().reserve(Reserve::new(2)).build().unwrap_err();
+/// assert_eq!(err.field(), "reserve.routes");
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+#[derive(Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
+pub struct Reserve {
+    /// The request threads ordinary requests can never take: at least 1,
+    /// and fewer than the pool's.
+    pub threads: usize,
+    /// The routes whose requests are reserved, as `METHOD /path` patterns.
+    pub routes: Vec<String>,
+    #[cfg_attr(feature = "serde", serde(skip))]
+    classifier: Option<Classifier>,
+}
+
+impl Reserve {
+    /// A share of `threads` request threads, for no request yet: add routes
+    /// ([`for_routes`](Self::for_routes)) or a classifier
+    /// ([`for_requests`](Self::for_requests)).
+    pub fn new(threads: usize) -> Reserve {
+        Reserve { threads, routes: Vec::new(), classifier: None }
+    }
+
+    /// Adds `routes` (`GET /health`, `GET /orders/{id}`, `* /static/*`) to
+    /// the reserved ones. Checked by
+    /// [`ServerConfigBuilder::build`](crate::server::ServerConfigBuilder::build).
+    pub fn for_routes<I, S>(mut self, routes: I) -> Reserve
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.routes.extend(routes.into_iter().map(Into::into));
+        self
+    }
+
+    /// Also reserves every request `classifier` says `true` to, from what
+    /// the request pool has before the handler runs: the method, the URL
+    /// and the headers (the body is not read). It runs on the request thread
+    /// that took the request, once per request, and must be quick. A
+    /// classifier that panics classifies the request as ordinary (logged at
+    /// `error`). Replaces any classifier given before.
+    pub fn for_requests<F>(mut self, classifier: F) -> Reserve
+    where
+        F: Fn(&Request) -> bool + Send + Sync + 'static,
+    {
+        self.classifier = Some(Arc::new(classifier));
+        self
+    }
+
+    /// Whether a classifier was given.
+    pub fn has_classifier(&self) -> bool {
+        self.classifier.is_some()
+    }
+
+    /// Checks what can be checked without the pool's size: at least one
+    /// thread, at least one route or a classifier, every route a pattern.
+    /// The field is `reserve.threads` or `reserve.routes`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.compile().map(drop)
+    }
+
+    /// The routes parsed, or the first error.
+    pub(crate) fn compile(&self) -> Result<Vec<Route>, ConfigError> {
+        if self.threads == 0 {
+            return Err(ConfigError::new("reserve.threads", "at least 1", 0));
+        }
+        if self.routes.is_empty() && self.classifier.is_none() {
+            return Err(ConfigError::new(
+                "reserve.routes",
+                "at least one route, or a classifier (Reserve::for_requests)",
+                "none",
+            ));
+        }
+        self.routes
+            .iter()
+            .map(|text| {
+                Route::parse(text).ok_or_else(|| {
+                    ConfigError::new(
+                        "reserve.routes",
+                        "patterns like `GET /health` or `GET /orders/{id}`: a method or *, a space, \
+                         and a path of literal segments, {name} segments and a last *",
+                        format!("{text:?}"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Whether `request` is reserved: it matches one of `routes` (parsed from
+    /// `self.routes`), or the classifier says so.
+    pub(crate) fn takes(&self, routes: &[Route], request: &Request) -> bool {
+        let method = request.method().as_str();
+        let url = request.url();
+        let path = url.split(['?', '#']).next().unwrap_or("");
+        if routes.iter().any(|r| r.matches(method, path)) {
+            return true;
+        }
+        let Some(classifier) = &self.classifier else { return false };
+        match catch_unwind(AssertUnwindSafe(|| classifier(request))) {
+            Ok(reserved) => reserved,
+            Err(payload) => {
+                let msg = panic_message(&*payload);
+                log::error!("request pool: the reserve's classifier panicked on {method} {url}: {msg}");
+                false
+            }
+        }
+    }
+}
+
+/// Checks a reserve of `reserved` threads against a pool of `threads`: at
+/// least one thread must be left for ordinary requests.
+pub(crate) fn check_threads(reserved: usize, threads: usize) -> Result<(), ConfigError> {
+    if reserved >= threads {
+        return Err(ConfigError::new(
+            "reserve.threads",
+            "fewer than the request threads, so that ordinary requests keep at least one",
+            format!("{reserved} of {threads} request threads"),
+        ));
+    }
+    Ok(())
+}
+
+/// Two reserves are equal when their threads and routes are, and they have
+/// the same classifier (the same `Arc`) or none.
+impl PartialEq for Reserve {
+    fn eq(&self, other: &Reserve) -> bool {
+        let same_classifier = match (&self.classifier, &other.classifier) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        self.threads == other.threads && self.routes == other.routes && same_classifier
+    }
+}
+
+impl Eq for Reserve {}
+
+impl fmt::Debug for Reserve {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reserve")
+            .field("threads", &self.threads)
+            .field("routes", &self.routes)
+            .field("classifier", &self.classifier.as_ref().map(|_| "<fn>"))
+            .finish()
+    }
+}
+
+/// A parsed `METHOD /path` pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// `None` for `*`, any method.
+    method: Option<String>,
+    segments: Vec<Segment>,
+    /// A last `*`: anything under the prefix, or nothing.
+    rest: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    /// `{name}`: one non-empty segment.
+    Any,
+}
+
+impl Route {
+    fn parse(text: &str) -> Option<Route> {
+        let mut words = text.split_whitespace();
+        let (method, path) = (words.next()?, words.next()?);
+        if words.next().is_some() {
+            return None;
+        }
+        let method = match method {
+            "*" => None,
+            m if m.bytes().all(|b| b.is_ascii_uppercase()) => Some(m.to_owned()),
+            _ => return None,
+        };
+        let path = path.strip_prefix('/')?;
+        let mut segments = Vec::new();
+        let mut rest = false;
+        if !path.is_empty() {
+            let parts: Vec<&str> = path.split('/').collect();
+            for (i, part) in parts.iter().enumerate() {
+                let last = i + 1 == parts.len();
+                let segment = match *part {
+                    "*" if last => {
+                        rest = true;
+                        continue;
+                    }
+                    p if p.starts_with('{') && p.ends_with('}') && p.len() > 2 => {
+                        let name = &p[1..p.len() - 1];
+                        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                            return None;
+                        }
+                        Segment::Any
+                    }
+                    p if !p.is_empty() && !p.contains(['{', '}', '*', '?', '#']) => {
+                        Segment::Literal(p.to_owned())
+                    }
+                    _ => return None,
+                };
+                segments.push(segment);
+            }
+        }
+        Some(Route { method, segments, rest })
+    }
+
+    /// Whether a request for `method` and `path` (without its query) matches.
+    fn matches(&self, method: &str, path: &str) -> bool {
+        if self.method.as_deref().is_some_and(|m| m != method) {
+            return false;
+        }
+        let Some(path) = path.strip_prefix('/') else { return false };
+        let mut parts = (!path.is_empty()).then(|| path.split('/')).into_iter().flatten();
+        for segment in &self.segments {
+            match (segment, parts.next()) {
+                (Segment::Literal(want), Some(got)) if want == got => {}
+                (Segment::Any, Some(got)) if !got.is_empty() => {}
+                _ => return false,
+            }
+        }
+        self.rest || parts.next().is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(text: &str) -> Route {
+        Route::parse(text).unwrap_or_else(|| panic!("{text:?} does not parse"))
+    }
+
+    #[test]
+    fn routes_match_their_method_and_path_exactly() {
+        let health = route("GET /health");
+        assert!(health.matches("GET", "/health"));
+        for (method, path) in [("HEAD", "/health"), ("GET", "/health/"), ("GET", "/healthz"), ("GET", "/")] {
+            assert!(!health.matches(method, path), "{method} {path}");
+        }
+        let order = route("GET /orders/{id}");
+        assert!(order.matches("GET", "/orders/ord-1"));
+        for path in ["/orders", "/orders/", "/orders/1/items", "/order/1", "orders/1"] {
+            assert!(!order.matches("GET", path), "{path}");
+        }
+        let root = route("* /");
+        assert!(root.matches("POST", "/") && !root.matches("GET", "/x"));
+        let under = route("* /static/*");
+        for path in ["/static", "/static/", "/static/a/b.css"] {
+            assert!(under.matches("PUT", path), "{path}");
+        }
+        assert!(!under.matches("GET", "/staticx"));
+        assert!(route("GET /*").matches("GET", "/anything/at/all"));
+    }
+
+    #[test]
+    fn malformed_routes_are_refused() {
+        for text in [
+            "",
+            "/health",
+            "get /health",
+            "GET health",
+            "GET /health extra",
+            "GET //health",
+            "GET /health/",
+            "GET /{}",
+            "GET /{a-b}",
+            "GET /a*",
+            "GET /*/x",
+            "GET /x?y",
+        ] {
+            assert_eq!(Route::parse(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn reserves_are_checked_before_the_pool_size_is_known() {
+        assert_eq!(
+            Reserve::new(0).for_routes(["GET /health"]).validate().unwrap_err().field(),
+            "reserve.threads"
+        );
+        assert_eq!(Reserve::new(1).validate().unwrap_err().field(), "reserve.routes");
+        let bad = Reserve::new(1).for_routes(["GET /health", "health"]).validate().unwrap_err();
+        assert_eq!(bad.field(), "reserve.routes");
+        assert!(bad.to_string().ends_with("got \"health\""), "{bad}");
+        assert!(Reserve::new(1).for_requests(|_| true).validate().is_ok());
+        assert_eq!(check_threads(2, 2).unwrap_err().value(), "2 of 2 request threads");
+        assert!(check_threads(2, 3).is_ok());
+    }
+}
