@@ -14,5 +14,5 @@ mod checkout_input;
 mod checkout_notification;
 mod dashboard;
 mod quote;
-mod stream;
 mod reserve;
+mod stream;
