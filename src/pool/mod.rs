@@ -326,17 +326,46 @@ impl Pool {
         T: Send + 'static,
         E: Send + 'static,
     {
+        // No queue wait to estimate: only a deadline already past is unmeetable.
+        let call = self.offer(now, deadline, attempt.max(1), deadline <= now, true, job)?;
+        Ok(Ticket::new(call, now))
+    }
+
+    /// One call offered to the queue without waiting: into it, or (with
+    /// `idle_only`) to an idle worker only. `unmeetable` refuses it first.
+    /// The call, counted as submitted, or the job back with the reason.
+    fn offer<T, E, F>(
+        &self,
+        now: Instant,
+        deadline: Instant,
+        attempt: u32,
+        unmeetable: bool,
+        idle_only: bool,
+        job: F,
+    ) -> Result<Arc<Call<F, T, E>>, SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        if deadline <= now {
+        if unmeetable {
             stats.callers.rejected.fetch_add(1, Relaxed);
             return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
         }
-        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, attempt.max(1), job));
-        match h.shared.queue.push_to_idle(QueuedJob::new(call.clone()), &stats.workers.busy) {
+        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, attempt, job));
+        let queued = QueuedJob::new(call.clone());
+        let busy = &stats.workers.busy;
+        let pushed = if idle_only {
+            h.shared.queue.push_to_idle(queued, busy)
+        } else {
+            h.shared.queue.push(queued, busy)
+        };
+        match pushed {
             Ok(_) => {
                 stats.callers.submitted.fetch_add(1, Relaxed);
-                Ok(Ticket::new(call, now))
+                Ok(call)
             }
             Err((refused, queued)) => Err(self.take_back(call, queued, refused)),
         }
@@ -367,20 +396,7 @@ impl Pool {
         T: Send + 'static,
         E: Send + 'static,
     {
-        let h = &*self.inner;
-        let stats = &h.shared.stats;
-        if self.cannot_meet(now, deadline) {
-            stats.callers.rejected.fetch_add(1, Relaxed);
-            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
-        }
-        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, 1, job));
-        match h.shared.queue.push(QueuedJob::new(call.clone()), &stats.workers.busy) {
-            Ok(_) => {
-                stats.callers.submitted.fetch_add(1, Relaxed);
-                Ok(())
-            }
-            Err((refused, queued)) => Err(self.take_back(call, queued, refused)),
-        }
+        self.offer(now, deadline, 1, self.cannot_meet(now, deadline), false, job).map(drop)
     }
 
     /// A deadline already past, or (with admission on) one nearer than the

@@ -33,18 +33,21 @@ fn ample_budget() -> Retry {
     Retry::builder().budget(100.0, 1000).build().unwrap()
 }
 
+/// A dependency of `workers` workers, a 5 s timeout and an ample budget, hedging per `hedge`.
+fn hedging(name: &str, workers: usize, hedge: Hedge) -> watertight::DependencyBuilder {
+    Dependency::builder(name)
+        .workers(workers)
+        .timeout(Duration::from_secs(5))
+        .retry(ample_budget())
+        .hedge(hedge)
+}
+
 #[test]
 fn a_hedge_answers_for_a_slow_first_attempt_and_the_loser_is_cancelled_and_recorded() {
     let p = provider(Fault::Healthy);
     // The first request is held for 2 s; the hedge, 30 ms in, is answered at once.
     p.script([Fault::Slow(Duration::from_secs(2))]);
-    let dep = Dependency::builder("hedged")
-        .workers(4)
-        .timeout(Duration::from_secs(5))
-        .retry(ample_budget())
-        .hedge(Hedge::after(Duration::from_millis(30)))
-        .build()
-        .unwrap();
+    let dep = hedging("hedged", 4, Hedge::after(Duration::from_millis(30))).build().unwrap();
     let (agent, url) = (client(), p.url());
     let loser_cancelled = Arc::new(AtomicBool::new(false));
     let seen = Arc::clone(&loser_cancelled);
@@ -75,13 +78,7 @@ fn a_losers_failure_is_still_a_failure_to_the_breaker() {
     let p = provider(Fault::Healthy);
     // The first attempt is slow and then fails with a 503; the hedge succeeds.
     p.script([Fault::Slow(Duration::from_millis(400))]);
-    let dep = Dependency::builder("hedged")
-        .workers(2)
-        .timeout(Duration::from_secs(5))
-        .retry(ample_budget())
-        .hedge(Hedge::after(Duration::from_millis(30)))
-        .build()
-        .unwrap();
+    let dep = hedging("hedged", 2, Hedge::after(Duration::from_millis(30))).build().unwrap();
     let (agent, url) = (client(), p.url());
     let answer = dep.with().hedge().call(move |ctx: &CallContext| match ctx.attempt() {
         // The slow attempt's answer, whatever it is, reads as the provider failing.
@@ -99,12 +96,8 @@ fn a_losers_failure_is_still_a_failure_to_the_breaker() {
 #[test]
 fn a_hedge_never_queues_with_no_idle_worker_nothing_extra_starts() {
     let slow = provider(Fault::Slow(Duration::from_millis(300)));
-    let dep = Dependency::builder("one-worker")
-        .workers(1)
+    let dep = hedging("one-worker", 1, Hedge::after(Duration::from_millis(10)).max_hedges(3))
         .queue(4)
-        .timeout(Duration::from_secs(5))
-        .retry(ample_budget())
-        .hedge(Hedge::after(Duration::from_millis(10)).max_hedges(3))
         .build()
         .unwrap();
     let (agent, url) = (client(), slow.url());
@@ -142,12 +135,8 @@ fn a_hedge_never_queues_with_no_idle_worker_nothing_extra_starts() {
 #[test]
 fn no_hedge_once_the_breaker_has_left_closed_or_the_budget_is_spent() {
     let slow = provider(Fault::Slow(Duration::from_millis(150)));
-    let dep = Dependency::builder("guarded")
-        .workers(4)
-        .timeout(Duration::from_secs(5))
-        .retry(ample_budget())
+    let dep = hedging("guarded", 4, Hedge::after(Duration::from_millis(10)))
         .breaker(BreakerConfig::count_based(10).minimum_calls(5))
-        .hedge(Hedge::after(Duration::from_millis(10)))
         .build()
         .unwrap();
     let call = |dep: &Dependency| {
