@@ -84,6 +84,15 @@ impl<'b> Permit<'b> {
 }
 
 impl OwnedPermit {
+    /// Lets the permit go without recording anything, not even an ignored
+    /// call: for a permit taken for a call that was then never made (a hedge
+    /// with no worker to run it). Only for a permit issued in CLOSED, which
+    /// holds no half-open probe slot to hand back.
+    pub(crate) fn forget(mut self) {
+        debug_assert_eq!(state_of(self.issued), State::Closed);
+        self.reported = true;
+    }
+
     /// Reports the call's verdict and how long it took, as [`Permit::record`].
     #[inline]
     pub fn record(mut self, verdict: Verdict, elapsed: Duration) {

@@ -207,7 +207,8 @@ impl DependencyBuilder {
     /// [`Priority::Critical`](crate::dependency::Priority): once only this
     /// many are left, normal calls are refused [`Shed`](crate::Rejection::Shed),
     /// and sheddable ones already are once a call would queue. With room to
-    /// spare every priority is admitted. Blocking calls in pool mode only.
+    /// spare every priority is admitted. Every call of a pool-mode dependency:
+    /// blocking, retried, hedged (each hedge takes a place too) and detached.
     /// Defaults to 0: nothing reserved (a sheddable call still never queues).
     pub fn reserved_for_critical(mut self, places: usize) -> Self {
         self.config.reserved_for_critical = places;

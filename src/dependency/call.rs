@@ -171,8 +171,8 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
     /// [`Shed`](Rejection::Shed) first, then normal ones, and the places
     /// [reserved for critical calls](crate::DependencyBuilder::reserved_for_critical)
     /// are taken by critical calls only. Decided at once, before the call
-    /// would queue; never recorded by the breaker. Applies to blocking calls
-    /// (and their retries) of a pool-mode dependency.
+    /// would queue; never recorded by the breaker. Applies to every call of a
+    /// pool-mode dependency (blocking, retried, hedged and detached).
     ///
     /// Defaults to [`Priority::Normal`].
     ///
@@ -367,7 +367,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
         D: FnOnce(Result<T, Error<E>>) + Send + 'static,
     {
-        self.dependency.detach(self.deadline, self.classify, on_done, job)
+        self.dependency.detach(self.deadline, self.priority, self.classify, on_done, job)
     }
 }
 
@@ -396,7 +396,7 @@ impl<C> CallBuilder<'_, C, Hedging> {
         E: Send + 'static,
         F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
     {
-        self.dependency.hedged(self.deadline, self.classify, job)
+        self.dependency.hedged(self.deadline, self.priority, self.classify, job)
     }
 }
 

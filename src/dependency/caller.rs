@@ -102,6 +102,10 @@ impl CallerThread {
                 Rejection::QueueFull
             });
         };
+        // Shut down while this caller waited: it must not run after all.
+        if waited && self.shut.load(Ordering::Acquire) {
+            return Err(Rejection::ShuttingDown);
+        }
         let began = if waited { Instant::now() } else { now };
         if began >= deadline {
             return Err(Rejection::DeadlineUnmeetable);

@@ -104,6 +104,7 @@ impl Dependency {
     pub(super) fn detach<T, E, F, C, D>(
         &self,
         caller: Option<Instant>,
+        priority: super::Priority,
         classify: C,
         on_done: D,
         job: F,
@@ -145,6 +146,13 @@ impl Dependency {
             Some(granted) => granted,
             None => None,
         };
+        // Priority admission, as for a blocking call; the place is held until the job is done.
+        let Some(place) =
+            inner.occupancy.admit(priority, pool.workers(), pool.queue_capacity(), inner.live.reserved())
+        else {
+            drop((permit, limit));
+            return Err(reject(inner, Rejection::Shed));
+        };
         let armed = Arc::new(AtomicBool::new(true));
         let pending = Pending {
             answer: Some(Answer {
@@ -162,6 +170,7 @@ impl Dependency {
         };
         let parent_span = crate::trace::capture();
         let task = move |ctx: &CallContext| -> Result<(), ()> {
+            let _place = place;
             let mut pending = pending;
             let _span = crate::trace::enter(parent_span, ctx);
             let ran = catch_unwind(AssertUnwindSafe(|| job(ctx)));

@@ -41,6 +41,7 @@ use parking_lot::Mutex;
 use super::Priority;
 use super::call::Classifier;
 use super::config::MAX_TIMEOUT;
+use super::priority::Place;
 use super::{Dependency, Inner};
 use crate::breaker::OwnedPermit;
 use crate::classify::Verdict;
@@ -201,11 +202,16 @@ type Settle = Arc<Mutex<Option<Unsettled>>>;
 /// What a leg's job answers: the judged outcome and its verdict.
 type Judged<T, E> = (Result<T, Error<E>>, Verdict);
 
+/// What a leg's job hands back: the judged answer, and the leg's place
+/// (`priority.rs`), given back once the answer is dropped, after the worker
+/// is free again.
+type Answer<T, E> = (Judged<T, E>, Place);
+
 /// No winner yet.
 const NONE: usize = usize::MAX;
 
 struct Leg<T, E> {
-    ticket: Ticket<Judged<T, E>, Infallible>,
+    ticket: Ticket<Answer<T, E>, Infallible>,
     settle: Settle,
 }
 
@@ -215,6 +221,7 @@ impl Dependency {
     pub(super) fn hedged<T, E, F, C>(
         &self,
         caller: Option<Instant>,
+        priority: Priority,
         classify: C,
         job: F,
     ) -> Result<T, Error<E>>
@@ -227,7 +234,7 @@ impl Dependency {
         let inner = &*self.inner;
         // No policy, or no pool to hedge on: one attempt.
         let (Some(policy), Some(pool)) = (inner.live.hedge(), inner.exec.pool()) else {
-            return self.once(caller, Priority::Normal, &|r: &Result<T, E>| classify.verdict(r), job);
+            return self.once(caller, priority, &|r: &Result<T, E>| classify.verdict(r), job);
         };
         let now = Instant::now();
         let deadline = super::attempt::Deadline::new(now, inner.live.timeout(), caller);
@@ -245,18 +252,24 @@ impl Dependency {
             drop(permit);
             return Err(self.rejected(Rejection::LimitExceeded));
         };
+        let admit =
+            || inner.occupancy.admit(priority, pool.workers(), pool.queue_capacity(), inner.live.reserved());
+        let Some(place) = admit() else {
+            drop((permit, limit));
+            return Err(self.rejected(Rejection::Shed));
+        };
         let race = Arc::new(AtomicUsize::new(NONE));
         let job = Arc::new(job);
         let classify = Arc::new(classify);
-        let make = |index: usize, settle: &Settle| {
+        let make = |index: usize, settle: &Settle, place: Place| {
             leg_job(
                 Arc::downgrade(&self.inner),
                 Arc::clone(&job),
                 Arc::clone(&classify),
                 Arc::clone(settle),
-                Arc::clone(&race),
-                index,
+                (Arc::clone(&race), index),
                 deadline.callers,
+                place,
             )
         };
         let settle: Settle = Arc::new(Mutex::new(Some(Unsettled { permit, limit, start, submitted: now })));
@@ -266,7 +279,7 @@ impl Dependency {
             deadline.at,
             1,
             Some(stall),
-            make(0, &settle),
+            make(0, &settle, place),
         ) {
             Ok(ticket) => ticket,
             Err(refused) => {
@@ -295,12 +308,12 @@ impl Dependency {
             if let Some(index) = wait_any(&legs, until, std::mem::take(&mut spin)) {
                 let leg = legs[index].take().expect("a settled leg is still held");
                 let answer = match self.answer_of(leg, deadline.callers) {
-                    Some((result, verdict)) if verdict != Verdict::Failure => {
+                    Some((result, verdict)) if acceptable(&result, verdict) => {
                         race.store(index, Ordering::Release);
                         if index > 0 {
                             inner.counters.hedge_won();
                         }
-                        self.give_up(&mut legs, None, deadline.callers);
+                        let _ = self.give_up(&mut legs, None, deadline.callers);
                         return result;
                     }
                     Some((result, _)) => result,
@@ -314,8 +327,21 @@ impl Dependency {
             }
             let now = Instant::now();
             if now >= deadline.at {
-                self.give_up(&mut legs, Some(now), deadline.callers);
-                return Err(Error::Timeout { waited: now.saturating_duration_since(called) });
+                // A leg that answered just now still counts.
+                if legs.iter().flatten().any(|l| l.ticket.is_settled()) {
+                    continue;
+                }
+                if let Some(late) = self.give_up(&mut legs, Some(now), deadline.callers) {
+                    return late;
+                }
+                let waited = now.saturating_duration_since(called);
+                log::debug!("dependency {}: no answer within {waited:?}", inner.name);
+                crate::trace::timed_out(&inner.name, waited);
+                if !inner.listeners.is_empty() {
+                    let event = super::Event::TimedOut { dependency: Arc::clone(&inner.name), waited };
+                    inner.listeners.notify(&event, &inner.name);
+                }
+                return Err(Error::Timeout { waited });
             }
             if more && hedge_at.is_some_and(|at| now >= at) {
                 let delay = match delay {
@@ -333,8 +359,12 @@ impl Dependency {
                 };
                 let attempt = legs.len() as u32 + 1;
                 let settle: Settle = Arc::new(Mutex::new(None));
-                if let Some(ticket) =
-                    self.try_hedge(now, deadline.at, attempt, &settle, make(legs.len(), &settle))
+                // Nothing is taken for a hedge that cannot start: a worker must be
+                // idle, and the hedge takes a place of the call's priority too.
+                if pool.has_idle_worker()
+                    && let Some(place) = admit()
+                    && let Some(ticket) =
+                        self.try_hedge(now, deadline.at, attempt, &settle, make(legs.len(), &settle, place))
                 {
                     legs.push(Some(Leg { ticket, settle }));
                 }
@@ -342,6 +372,13 @@ impl Dependency {
             }
         }
     }
+}
+
+/// Whether an answer ends the call: not a failure, and not a timeout (an
+/// attempt its caller's deadline cut short is ignored by the breaker, but it
+/// answers nothing).
+fn acceptable<T, E>(result: &Result<T, Error<E>>, verdict: Verdict) -> bool {
+    verdict != Verdict::Failure && !matches!(result, Err(Error::Timeout { .. }))
 }
 
 /// Waits until one of `legs` has settled (its index) or `until` (`None`).
@@ -379,8 +416,8 @@ impl Dependency {
         let Leg { ticket, settle } = leg;
         let (answer, began) = ticket.wait_timed();
         match answer {
-            // Judged and recorded by the worker.
-            Ok(judged) => Some(judged),
+            // Judged and recorded by the worker; the place is given back here.
+            Ok((judged, _place)) => Some(judged),
             // The job panicked; the worker recorded that before unwinding.
             Err(Error::Panicked(msg)) => Some((Err(Error::Panicked(msg)), Verdict::Failure)),
             // Still queued at the deadline: a timeout, as for any call.
@@ -399,11 +436,25 @@ impl Dependency {
 
     /// Gives up every leg still held: at the deadline `now` (a timeout for
     /// each leg still queued or running), or once another leg won (`None`).
-    fn give_up<T, E>(&self, legs: &mut [Option<Leg<T, E>>], deadline: Option<Instant>, callers: bool) {
+    /// At the deadline, an acceptable answer that came in meanwhile is
+    /// returned rather than dropped.
+    fn give_up<T, E>(
+        &self,
+        legs: &mut [Option<Leg<T, E>>],
+        deadline: Option<Instant>,
+        callers: bool,
+    ) -> Option<Result<T, Error<E>>> {
+        let mut late = None;
         for leg in legs.iter_mut().filter_map(Option::take) {
             let Leg { ticket, settle } = leg;
             let began = ticket.began();
             match (ticket.leave(), deadline) {
+                // It answered just as the deadline came: the worker recorded it.
+                (Left::Answered(Ok(((result, verdict), _place))), Some(_))
+                    if late.is_none() && acceptable(&result, verdict) =>
+                {
+                    late = Some(result);
+                }
                 // Its answer came after all: the worker recorded it.
                 (Left::Answered(answer), _) => drop(answer),
                 // At the deadline: a timeout, unless the worker recorded first.
@@ -416,6 +467,7 @@ impl Dependency {
                 (Left::NeverRan, None) => drop(settle.lock().take()),
             }
         }
+        late
     }
 
     /// Records a timeout for a leg whose outcome is not recorded yet; its
@@ -442,11 +494,11 @@ impl Dependency {
         attempt: u32,
         settle: &Settle,
         job: F,
-    ) -> Option<Ticket<Judged<T, E>, Infallible>>
+    ) -> Option<Ticket<Answer<T, E>, Infallible>>
     where
         T: Send + 'static,
         E: Send + 'static,
-        F: FnOnce(&CallContext) -> Result<Judged<T, E>, Infallible> + Send + 'static,
+        F: FnOnce(&CallContext) -> Result<Answer<T, E>, Infallible> + Send + 'static,
     {
         let inner = &*self.inner;
         // The hedge must have at least the provider's normal latency left.
@@ -458,10 +510,15 @@ impl Dependency {
         let limit = self.limit_permit(start).ok()?;
         // Issued only in CLOSED, on one atomic load: no check-then-act.
         let permit = inner.breaker.try_acquire_owned_if_closed()?;
+        // A hedge refused from here on never was: what it took goes back
+        // unrecorded (not even as ignored).
         if !inner.budget.try_withdraw(start) {
+            permit.forget();
             return None;
         }
-        if inner.live.rate_on() && inner.rate.reserve(Duration::ZERO).is_err() {
+        let rate = inner.live.rate_on();
+        if rate && inner.rate.reserve(Duration::ZERO).is_err() {
+            permit.forget();
             inner.budget.refund(start);
             return None;
         }
@@ -473,9 +530,14 @@ impl Dependency {
                 Some(ticket)
             }
             Err(_) => {
-                // No idle worker: nothing extra starts, and nothing is recorded.
-                drop(settle.lock().take());
+                // The idle worker was taken meanwhile: nothing extra starts.
+                if let Some(u) = settle.lock().take() {
+                    u.permit.forget();
+                }
                 inner.budget.refund(start);
+                if rate {
+                    inner.rate.give_back();
+                }
                 None
             }
         }
@@ -490,10 +552,10 @@ fn leg_job<T, E, F, C>(
     job: Arc<F>,
     classify: Arc<C>,
     settle: Settle,
-    race: Arc<AtomicUsize>,
-    index: usize,
+    (race, index): (Arc<AtomicUsize>, usize),
     callers: bool,
-) -> impl FnOnce(&CallContext) -> Result<Judged<T, E>, Infallible> + Send + 'static
+    place: Place,
+) -> impl FnOnce(&CallContext) -> Result<Answer<T, E>, Infallible> + Send + 'static
 where
     T: Send + 'static,
     E: Send + 'static,
@@ -516,30 +578,31 @@ where
                 resume_unwind(payload)
             }
         };
-        let (result, verdict, outcome) = if ended >= ctx.deadline() {
+        let late = ended >= ctx.deadline();
+        if late {
             // Too late: the caller has its timeout (and has likely recorded it).
             let verdict = match (&inner, callers) {
                 (Some(inner), true) => inner.cut_short(Some(run)),
                 _ => Verdict::Failure,
             };
-            drop(result);
-            (
-                Err(Error::Timeout { waited: ended.saturating_duration_since(began) }),
-                verdict,
-                Outcome::TimedOut,
-            )
+            record(inner.as_deref(), &settle, Outcome::TimedOut, verdict, ended, None);
         } else {
-            (result, verdict, outcome)
-        };
-        let success = (verdict == Verdict::Success).then_some(run);
-        record(inner.as_deref(), &settle, outcome, verdict, ended, success);
+            let success = (verdict == Verdict::Success).then_some(run);
+            record(inner.as_deref(), &settle, outcome, verdict, ended, success);
+        }
         if let Some(inner) = &inner {
             let winner = race.load(Ordering::Acquire);
             if winner != NONE && winner != index {
                 inner.counters.hedge_lost(run);
             }
         }
-        Ok((result, verdict))
+        if late {
+            // Recorded first: a value whose `Drop` panics cannot skip the record.
+            let waited = ended.saturating_duration_since(began);
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(result)));
+            return Ok(((Err(Error::Timeout { waited }), verdict), place));
+        }
+        Ok(((result, verdict), place))
     }
 }
 

@@ -225,6 +225,13 @@ impl RateLimiter {
         Ok(wait)
     }
 
+    /// Gives back one permit taken at once by [`reserve`](Self::reserve)
+    /// for a call that was then not made (a hedge with no worker to run it).
+    pub(crate) fn give_back(&self) {
+        let mut st = self.inner.state.lock();
+        st.tat_ns = st.tat_ns.saturating_sub(st.interval_ns);
+    }
+
     /// The settings in force.
     pub fn config(&self) -> RateLimit {
         self.inner.state.lock().config

@@ -311,6 +311,11 @@ impl Pool {
         self.submit_at_with(now, deadline, attempt.max(1), stall, job)
     }
 
+    /// Whether a worker is idle right now (it may not be a moment later).
+    pub(crate) fn has_idle_worker(&self) -> bool {
+        self.inner.shared.queue.has_idle()
+    }
+
     /// Hands `job` to a worker that is idle right now, or refuses it
     /// (`QueueFull`) at once: never queued, never waiting for room. For a
     /// hedge, which must not take a place a first attempt could use.

@@ -219,6 +219,11 @@ impl<J> Queue<J> {
         Err((Refused::Full, job))
     }
 
+    /// Whether a worker waits in the idle stack right now.
+    pub fn has_idle(&self) -> bool {
+        !self.state.lock().idle.is_empty()
+    }
+
     /// Hands `job` to an idle worker, and only to one: a hedge, which must
     /// never wait in the queue. Refused (`Full`) when no worker is idle in
     /// the stack right now, even if one is about to come back.

@@ -183,6 +183,42 @@ fn the_same_breaker_and_labels_and_live_reconfiguration() {
     assert_eq!(dep.config().workers, 6, "a refused change changes nothing");
 }
 
+#[test]
+fn a_caller_waiting_through_a_shutdown_is_refused_not_run() {
+    let slow = provider(Fault::Slow(Duration::from_millis(300)));
+    let dep = Dependency::builder("caller-stop")
+        .mode(Mode::CallerThread)
+        .workers(1)
+        .max_wait(Duration::from_secs(2))
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let holder = {
+        let (dep, url) = (dep.clone(), slow.url());
+        thread::spawn(move || {
+            let agent = client();
+            dep.call(move |ctx: &CallContext| get(&agent, &url, ctx))
+        })
+    };
+    assert!(support::wait_until(Duration::from_secs(5), || dep.snapshot().pool.busy == 1));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let waiter = {
+        let (dep, ran) = (dep.clone(), Arc::clone(&ran));
+        thread::spawn(move || {
+            dep.call(move |_: &CallContext| {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(())
+            })
+        })
+    };
+    assert!(support::wait_until(Duration::from_secs(5), || dep.snapshot().pool.waiting == 1));
+    assert!(dep.shutdown(Duration::from_secs(1)));
+    assert_eq!(holder.join().unwrap().unwrap(), "ok", "a call inside finishes");
+    let refused = waiter.join().unwrap();
+    assert!(matches!(refused, Err(Error::Rejected(Rejection::ShuttingDown))), "{refused:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
 #[cfg(feature = "serde")]
 #[test]
 fn the_mode_in_a_file() {

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::{Fault, provider, wait_until};
-use watertight::dependency::Hedge;
+use watertight::dependency::{Hedge, Priority};
 use watertight::http::WithDeadline;
 use watertight::retry::Retry;
 use watertight::{
-    CallContext, Dependency, Error,
+    CallContext, Dependency, Error, Rejection,
     breaker::{BreakerConfig, State},
 };
 
@@ -130,6 +130,9 @@ fn a_hedge_never_queues_with_no_idle_worker_nothing_extra_starts() {
     assert!(matches!(answer, Err(Error::Timeout { .. })), "{answer:?}");
     assert_eq!(dep.snapshot().calls.hedged, 0, "no idle worker at any hedge point");
     assert!(holder.join().unwrap().is_err());
+    // A hedge that could not start took nothing: no permit dropped as ignored.
+    let m = dep.breaker().metrics();
+    assert_eq!((m.ignored, m.failed), (0, 2), "{m:?}");
 }
 
 #[test]
@@ -189,6 +192,45 @@ fn a_hung_provider_times_out_every_leg_at_the_deadline_and_records_each_once() {
     let calls = dep.snapshot().calls;
     assert_eq!(calls.timed_out, legs, "{calls:?}");
     assert_eq!(dep.breaker().metrics().failed, legs);
+}
+
+#[test]
+fn a_hedged_call_keeps_its_priority() {
+    let slow = provider(Fault::Slow(Duration::from_millis(300)));
+    // Three workers, the last free place reserved for critical calls; one held by a critical call.
+    let dep = hedging("prioritised", 3, Hedge::after(Duration::from_millis(10)))
+        .reserved_for_critical(1)
+        .build()
+        .unwrap();
+    let call = |priority: Priority, hedged: bool| {
+        let (dep, agent, url) = (dep.clone(), client(), slow.url());
+        std::thread::spawn(move || {
+            let job = move |ctx: &CallContext| get(&agent, &url, ctx);
+            match hedged {
+                true => dep.with().priority(priority).hedge().call(job),
+                false => dep.with().priority(priority).call(job),
+            }
+        })
+    };
+    let critical = call(Priority::Critical, false);
+    assert!(wait_until(SETTLE, || dep.snapshot().pool.busy == 1));
+    // A normal call takes the second worker; its hedge may not take the reserved third.
+    let normal = call(Priority::Normal, true);
+    assert!(wait_until(SETTLE, || dep.snapshot().pool.busy == 2));
+    // A sheddable call now would take the reserved place: shed at once.
+    let (agent, url) = (client(), slow.url());
+    let shed = dep
+        .with()
+        .priority(Priority::Sheddable)
+        .hedge()
+        .call(move |ctx: &CallContext| get(&agent, &url, ctx));
+    assert!(matches!(shed, Err(Error::Rejected(Rejection::Shed))), "{shed:?}");
+    assert_eq!(normal.join().unwrap().unwrap(), "ok");
+    assert_eq!(critical.join().unwrap().unwrap(), "ok");
+    let calls = dep.snapshot().calls;
+    // A worker was idle at the hedge point, but the only place left was the reserved one.
+    assert_eq!((calls.hedged, calls.shed), (0, 1), "{calls:?}");
+    assert_eq!(slow.hits(), 2);
 }
 
 #[test]
