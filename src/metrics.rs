@@ -145,6 +145,24 @@ fn encode_request_pool(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy
     Ok(())
 }
 
+/// The reserved share's three gauges (a [`RequestPool`](crate::server::RequestPool)
+/// exports the same).
+fn encode_reserve(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy: usize, waiting: usize) -> Res {
+    for (name, help, value) in [
+        (
+            "watertight_request_pool_reserved_threads",
+            "Request threads kept for the reserved routes.",
+            threads,
+        ),
+        ("watertight_request_pool_reserved_busy", "Reserved requests being handled now.", busy),
+        ("watertight_request_pool_waiting", "Ordinary requests waiting for an ordinary thread.", waiting),
+    ] {
+        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        metric.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
 /// A gauge family with one sample per dependency; `value` returning `None`
 /// leaves that dependency's sample out (a rate not yet computed).
 fn gauges<V: EncodeGaugeValue>(
@@ -233,6 +251,9 @@ impl prometheus_client::collector::Collector for Collector {
 
         if let Some(pool) = self.registry.request_pool() {
             encode_request_pool(enc, pool.threads(), pool.busy())?;
+            if let Some((threads, busy, waiting)) = pool.reserve() {
+                encode_reserve(enc, threads, busy, waiting)?;
+            }
         }
 
         histograms(
@@ -432,6 +453,7 @@ mod tests {
         assert!(text.contains("# TYPE watertight_request_pool_threads gauge\n"), "{text}");
         assert!(text.contains("\nwatertight_request_pool_threads 8\n"), "{text}");
         assert!(text.contains("\nwatertight_request_pool_busy 3\n"), "{text}");
+        assert!(!text.contains("reserved"), "no reserve, no reserve gauges: {text}");
         // A second pool is refused while the first is attached, and detaching
         // someone else's gauges leaves them.
         let other = RequestPoolGauges::new(4, Arc::new(AtomicUsize::new(0)));
@@ -441,5 +463,13 @@ mod tests {
         deps.detach_request_pool(&gauges);
         assert!(deps.request_pool().is_none());
         assert!(!encode_text(&deps).contains("watertight_request_pool"), "gone once detached");
+        // With a reserved share: its three gauges too.
+        let (reserved_busy, waiting) = (Arc::new(AtomicUsize::new(1)), Arc::new(AtomicUsize::new(4)));
+        let reserved = RequestPoolGauges::new(8, busy).with_reserve(2, reserved_busy, waiting);
+        deps.attach_request_pool(reserved).unwrap();
+        let text = encode_text(&deps);
+        assert!(text.contains("\nwatertight_request_pool_reserved_threads 2\n"), "{text}");
+        assert!(text.contains("\nwatertight_request_pool_reserved_busy 1\n"), "{text}");
+        assert!(text.contains("\nwatertight_request_pool_waiting 4\n"), "{text}");
     }
 }

@@ -308,12 +308,37 @@ pub struct RequestPoolGauges {
     /// The pool's own count of requests taken and not yet answered (the
     /// server increments and decrements it; this side only reads it).
     busy: Arc<AtomicUsize>,
+    /// The reserved share, if the pool has one: its threads, the reserved
+    /// requests being handled, and the ordinary requests waiting for an
+    /// ordinary thread (the server's counts, read here).
+    reserve: Option<(usize, Arc<AtomicUsize>, Arc<AtomicUsize>)>,
 }
 
 impl RequestPoolGauges {
     #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(crate) fn new(threads: usize, busy: Arc<AtomicUsize>) -> Self {
-        RequestPoolGauges { threads, busy }
+        RequestPoolGauges { threads, busy, reserve: None }
+    }
+
+    /// The same, for a pool with a reserved share of `threads`.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn with_reserve(
+        mut self,
+        threads: usize,
+        reserved_busy: Arc<AtomicUsize>,
+        waiting: Arc<AtomicUsize>,
+    ) -> Self {
+        self.reserve = Some((threads, reserved_busy, waiting));
+        self
+    }
+
+    /// The reserved share: its threads, the reserved requests being handled
+    /// now, and the ordinary requests waiting for an ordinary thread; `None`
+    /// for a pool without one.
+    pub fn reserve(&self) -> Option<(usize, usize, usize)> {
+        self.reserve.as_ref().map(|(threads, busy, waiting)| {
+            (*threads, busy.load(Ordering::Relaxed), waiting.load(Ordering::Relaxed))
+        })
     }
 
     /// The number of request threads.

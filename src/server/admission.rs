@@ -25,6 +25,7 @@
 //! answer it.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
@@ -37,9 +38,10 @@ pub(super) struct Admission<T> {
     ordinary_limit: usize,
     state: Mutex<State<T>>,
     /// Reserved requests being handled: a gauge, relaxed (it orders nothing).
-    reserved_busy: AtomicUsize,
+    /// Shared with the registry's gauges, if any.
+    reserved_busy: Arc<AtomicUsize>,
     /// `state.waiting.len()`, readable without the lock: a gauge, relaxed.
-    waiting: AtomicUsize,
+    waiting: Arc<AtomicUsize>,
 }
 
 struct State<T> {
@@ -50,12 +52,22 @@ struct State<T> {
 }
 
 impl<T> Admission<T> {
+    #[cfg(test)]
     pub(super) fn new(ordinary_limit: usize) -> Admission<T> {
+        Self::with_gauges(ordinary_limit, Arc::default(), Arc::default())
+    }
+
+    /// An admission whose two gauges are `reserved_busy` and `waiting`.
+    pub(super) fn with_gauges(
+        ordinary_limit: usize,
+        reserved_busy: Arc<AtomicUsize>,
+        waiting: Arc<AtomicUsize>,
+    ) -> Admission<T> {
         Admission {
             ordinary_limit: ordinary_limit.max(1),
             state: Mutex::new(State { ordinary: 0, waiting: VecDeque::new() }),
-            reserved_busy: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
+            reserved_busy,
+            waiting,
         }
     }
 

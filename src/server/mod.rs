@@ -240,12 +240,12 @@ where
     check_reserve_of(&guard, threads)?;
     // First, as it is the one check that needs nothing started: dropping
     // `gauges` on any error below detaches them again.
-    let (busy, gauges) = attach_gauges(guard.registry(), threads)?;
+    let (counts, gauges) = attach_gauges(&guard, threads)?;
     // Fix the arrival header's base before the guard reads any request.
     request::base();
     let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
     let (shared, joins) =
-        start_pool(server, Origin::Guard, threads, &guard, busy, Box::new(handler), spawn_named)?;
+        start_pool(server, Origin::Guard, threads, &guard, counts, Box::new(handler), spawn_named)?;
     let mut handle =
         ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: Some(hop_dir) };
     match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
@@ -290,9 +290,9 @@ where
 {
     let threads = threads.max(1);
     check_reserve_of(&config, threads)?;
-    let (busy, gauges) = attach_gauges(config.registry(), threads)?;
+    let (counts, gauges) = attach_gauges(&config, threads)?;
     let (shared, joins) =
-        start_pool(server, Origin::Client, threads, &config, busy, Box::new(handler), spawn_named)?;
+        start_pool(server, Origin::Client, threads, &config, counts, Box::new(handler), spawn_named)?;
     Ok(ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: None })
 }
 
@@ -308,15 +308,19 @@ fn check_reserve_of(config: &ServerConfig, threads: usize) -> io::Result<()> {
 /// The busy count of a new request pool of `threads`, and, when `registry`
 /// is given, its gauges attached to it (detached when the returned value is
 /// dropped).
-fn attach_gauges(
-    registry: Option<&Registry>,
-    threads: usize,
-) -> io::Result<(Arc<AtomicUsize>, Option<AttachedGauges>)> {
-    let busy = Arc::new(AtomicUsize::new(0));
-    let Some(registry) = registry else { return Ok((busy, None)) };
-    let gauges = RequestPoolGauges::new(threads, Arc::clone(&busy));
+fn attach_gauges(config: &ServerConfig, threads: usize) -> io::Result<(Counts, Option<AttachedGauges>)> {
+    let counts = Counts::default();
+    let Some(registry) = config.registry() else { return Ok((counts, None)) };
+    let mut gauges = RequestPoolGauges::new(threads, Arc::clone(&counts.busy));
+    if let Some(reserve) = config.reserve() {
+        gauges = gauges.with_reserve(
+            reserve.threads,
+            Arc::clone(&counts.reserved_busy),
+            Arc::clone(&counts.waiting),
+        );
+    }
     match registry.attach_request_pool(gauges.clone()) {
-        Ok(()) => Ok((busy, Some(AttachedGauges { registry: registry.clone(), gauges }))),
+        Ok(()) => Ok((counts, Some(AttachedGauges { registry: registry.clone(), gauges }))),
         Err(running) => Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
@@ -326,6 +330,14 @@ fn attach_gauges(
             ),
         )),
     }
+}
+
+/// The request pool's live counts, shared with its gauges in a registry.
+#[derive(Default)]
+struct Counts {
+    busy: Arc<AtomicUsize>,
+    reserved_busy: Arc<AtomicUsize>,
+    waiting: Arc<AtomicUsize>,
 }
 
 /// A request pool's gauges attached to a registry; dropping it (when the
@@ -355,7 +367,7 @@ fn start_pool(
     origin: Origin,
     threads: usize,
     config: &ServerConfig,
-    busy: Arc<AtomicUsize>,
+    counts: Counts,
     handler: Handler,
     spawn: Spawn,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
@@ -364,12 +376,16 @@ fn start_pool(
     let shared = Arc::new(Shared {
         server,
         origin,
-        busy,
+        busy: counts.busy,
         stopping: AtomicBool::new(false),
         handler,
         budget: config.request_budget(),
         threads,
-        admission: Admission::new(threads.saturating_sub(reserved)),
+        admission: Admission::with_gauges(
+            threads.saturating_sub(reserved),
+            counts.reserved_busy,
+            counts.waiting,
+        ),
         reserve,
     });
     let mut joins = Vec::with_capacity(threads);
@@ -703,10 +719,30 @@ impl prometheus_client::collector::Collector for RequestPool {
         use prometheus_client::metrics::MetricType;
         // The names and help of the metrics exporter's (`metrics::Collector`);
         // the edges do not import each other, so they are spelled twice.
-        for (name, help, value) in [
+        let mut gauges = vec![
             ("watertight_request_pool_threads", "Threads of the shared request pool.", self.threads()),
             ("watertight_request_pool_busy", "Request threads handling a request now.", self.busy()),
-        ] {
+        ];
+        if self.shared.reserve.is_some() {
+            gauges.extend([
+                (
+                    "watertight_request_pool_reserved_threads",
+                    "Request threads kept for the reserved routes.",
+                    self.reserved_threads(),
+                ),
+                (
+                    "watertight_request_pool_reserved_busy",
+                    "Reserved requests being handled now.",
+                    self.reserved_busy(),
+                ),
+                (
+                    "watertight_request_pool_waiting",
+                    "Ordinary requests waiting for an ordinary thread.",
+                    self.waiting(),
+                ),
+            ]);
+        }
+        for (name, help, value) in gauges {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             metric.encode_gauge(&value)?;
         }
@@ -766,9 +802,8 @@ mod tests {
         let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
         let handler: Handler =
             Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
-        let busy = Arc::new(AtomicUsize::new(0));
         let config = ServerConfig::default();
-        let err = start_pool(server, Origin::Client, 4, &config, busy, handler, two_then_refuse)
+        let err = start_pool(server, Origin::Client, 4, &config, Counts::default(), handler, two_then_refuse)
             .err()
             .expect("the spawn error");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);

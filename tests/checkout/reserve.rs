@@ -163,6 +163,15 @@ fn every_ordinary_thread_held_by_a_hung_provider_and_health_and_order_status_sti
     let pool_lines =
         || metrics.lines().filter(|l| l.starts_with("watertight_request_pool")).collect::<Vec<_>>();
     assert!(gauge, "the request pool's gauge: {}", pool_lines().join("; "));
+    // The reserve's own gauges: its 2 threads, and (the /metrics read itself
+    // being a reserved route) at most that one reserved request in flight.
+    assert!(
+        metrics.contains("\nwatertight_request_pool_reserved_threads 2\n"),
+        "{}",
+        pool_lines().join("; ")
+    );
+    assert!(metrics.contains("\nwatertight_request_pool_reserved_busy "), "{}", pool_lines().join("; "));
+    assert!(metrics.contains("\nwatertight_request_pool_waiting "), "{}", pool_lines().join("; "));
 
     // The reserved routes, 10 times each over a kept-alive connection and 10
     // times on a new one (guard, hop and request thread each time).
