@@ -107,24 +107,33 @@ fn a_hung_provider_answers_every_caller_within_its_deadline_and_never_more_than_
     assert_eq!(snap.pool.busy, 0);
 }
 
+/// A caller-thread dependency of one permit, callers waiting at most `max_wait` for it.
+fn one_permit(name: &str, max_wait: Duration) -> Dependency {
+    Dependency::builder(name)
+        .mode(Mode::CallerThread)
+        .workers(1)
+        .max_wait(max_wait)
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap()
+}
+
+/// A thread whose call to `url` holds `dep`'s one permit; returns once it is inside.
+fn hold_the_permit(dep: &Dependency, url: String) -> thread::JoinHandle<Result<String, Error<ureq::Error>>> {
+    let dep2 = dep.clone();
+    let holder = thread::spawn(move || {
+        let agent = client();
+        dep2.call(move |ctx: &CallContext| get(&agent, &url, ctx))
+    });
+    assert!(support::wait_until(Duration::from_secs(5), || dep.snapshot().pool.busy == 1));
+    holder
+}
+
 #[test]
 fn a_waiter_that_gives_up_frees_its_place_and_a_panic_releases_the_permit() {
     let slow = provider(Fault::Slow(Duration::from_millis(300)));
-    let dep = Dependency::builder("caller-one")
-        .mode(Mode::CallerThread)
-        .workers(1)
-        .max_wait(Duration::from_millis(40))
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let holder = {
-        let (dep, url) = (dep.clone(), slow.url());
-        thread::spawn(move || {
-            let agent = client();
-            dep.call(move |ctx: &CallContext| get(&agent, &url, ctx))
-        })
-    };
-    assert!(support::wait_until(Duration::from_secs(5), || dep.snapshot().pool.busy == 1));
+    let dep = one_permit("caller-one", Duration::from_millis(40));
+    let holder = hold_the_permit(&dep, slow.url());
     // Waits its 40 ms, gives up, and leaves the queue.
     let started = Instant::now();
     let refused = dep.call(|_: &CallContext| Ok::<_, std::io::Error>(1));
@@ -186,21 +195,8 @@ fn the_same_breaker_and_labels_and_live_reconfiguration() {
 #[test]
 fn a_caller_waiting_through_a_shutdown_is_refused_not_run() {
     let slow = provider(Fault::Slow(Duration::from_millis(300)));
-    let dep = Dependency::builder("caller-stop")
-        .mode(Mode::CallerThread)
-        .workers(1)
-        .max_wait(Duration::from_secs(2))
-        .timeout(Duration::from_secs(3))
-        .build()
-        .unwrap();
-    let holder = {
-        let (dep, url) = (dep.clone(), slow.url());
-        thread::spawn(move || {
-            let agent = client();
-            dep.call(move |ctx: &CallContext| get(&agent, &url, ctx))
-        })
-    };
-    assert!(support::wait_until(Duration::from_secs(5), || dep.snapshot().pool.busy == 1));
+    let dep = one_permit("caller-stop", Duration::from_secs(2));
+    let holder = hold_the_permit(&dep, slow.url());
     let ran = Arc::new(AtomicUsize::new(0));
     let waiter = {
         let (dep, ran) = (dep.clone(), Arc::clone(&ran));
