@@ -252,7 +252,6 @@ impl Dependency {
             Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
-                crate::trace::timed_out(&inner.name, waited);
                 let verdict = if deadline.callers { inner.cut_short(ran) } else { Verdict::Failure };
                 (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
             }
@@ -268,18 +267,10 @@ impl Dependency {
                 return (Err(self.rate_limited(retry_after)), None);
             }
         };
-        if verdict == Verdict::Success
-            && let Some(ran) = ran
-        {
-            inner.normal.record(ran);
-        }
         // The only place this attempt's permits are recorded: on the calling thread, once.
-        inner.settle_outcome(outcome, verdict, elapsed, |v, e| permit.record(v, e), limit);
-        // Listeners hear of a timeout only once it is counted and recorded, so that
-        // a slow or panicking listener cannot change what the breaker saw.
+        inner.settle_outcome(outcome, verdict, elapsed, ran, |v, e| permit.record(v, e), limit);
         if let Err(Error::Timeout { waited }) = &result {
-            let event = Event::TimedOut { dependency: Arc::clone(&inner.name), waited: *waited };
-            inner.listeners.notify(&event, &inner.name);
+            inner.announce_timeout(*waited);
         }
         (result, Some(verdict))
     }
@@ -352,19 +343,16 @@ impl Dependency {
             }
             Ok(result) if late => {
                 drop(result);
+                log::debug!("dependency {}: the job returned after its deadline, {waited:?} in", inner.name);
                 let verdict = if deadline.callers { inner.cut_short(Some(run)) } else { Verdict::Failure };
                 (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
             }
             Ok(result) => Self::classified(classify, result),
         };
-        if verdict == Verdict::Success {
-            inner.normal.record(run);
-        }
         let elapsed = inner.clock_now(ended).saturating_duration_since(start);
-        inner.settle_outcome(outcome, verdict, elapsed, |v, e| permit.record(v, e), limit);
+        inner.settle_outcome(outcome, verdict, elapsed, Some(run), |v, e| permit.record(v, e), limit);
         if let Err(Error::Timeout { waited }) = &result {
-            let event = Event::TimedOut { dependency: Arc::clone(&inner.name), waited: *waited };
-            inner.listeners.notify(&event, &inner.name);
+            inner.announce_timeout(*waited);
         }
         (result, Some(verdict))
     }

@@ -322,18 +322,21 @@ where
                 match &inner {
                     Some(inner) => {
                         inner.call_time.record_at(waited, ended);
-                        inner.settle_outcome(outcome, verdict, elapsed, |v, e| permit.record(v, e), limit);
+                        inner.settle_outcome(
+                            outcome,
+                            verdict,
+                            elapsed,
+                            None,
+                            |v, e| permit.record(v, e),
+                            limit,
+                        );
                     }
                     // The dependency is gone: only the breaker, which the permit keeps alive.
                     None => permit.record(verdict, elapsed),
                 }
                 if let (Some(inner), Err(Error::Timeout { waited })) = (&inner, &answer) {
                     log::debug!("dependency {}: detached call had no answer within {waited:?}", inner.name);
-                    crate::trace::timed_out(&inner.name, *waited);
-                    if !inner.listeners.is_empty() {
-                        let event = Event::TimedOut { dependency: Arc::clone(&inner.name), waited: *waited };
-                        inner.listeners.notify(&event, &inner.name);
-                    }
+                    inner.announce_timeout(*waited);
                 }
                 answer
             }

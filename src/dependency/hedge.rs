@@ -336,11 +336,7 @@ impl Dependency {
                 }
                 let waited = now.saturating_duration_since(called);
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
-                crate::trace::timed_out(&inner.name, waited);
-                if !inner.listeners.is_empty() {
-                    let event = super::Event::TimedOut { dependency: Arc::clone(&inner.name), waited };
-                    inner.listeners.notify(&event, &inner.name);
-                }
+                inner.announce_timeout(waited);
                 return Err(Error::Timeout { waited });
             }
             if more && hedge_at.is_some_and(|at| now >= at) {
@@ -363,8 +359,14 @@ impl Dependency {
                 // idle, and the hedge takes a place of the call's priority too.
                 if pool.has_idle_worker()
                     && let Some(place) = admit()
-                    && let Some(ticket) =
-                        self.try_hedge(now, deadline.at, attempt, &settle, make(legs.len(), &settle, place))
+                    && let Some(ticket) = self.try_hedge(
+                        pool,
+                        now,
+                        deadline.at,
+                        attempt,
+                        &settle,
+                        make(legs.len(), &settle, place),
+                    )
                 {
                     legs.push(Some(Leg { ticket, settle }));
                 }
@@ -480,7 +482,14 @@ impl Dependency {
         if let Some(u) = settle.lock().take() {
             inner.call_time.record_at(ended.saturating_duration_since(u.submitted), ended);
             let elapsed = inner.clock_now(ended).saturating_duration_since(u.start);
-            inner.settle_outcome(Outcome::TimedOut, verdict, elapsed, |v, e| u.permit.record(v, e), u.limit);
+            inner.settle_outcome(
+                Outcome::TimedOut,
+                verdict,
+                elapsed,
+                None,
+                |v, e| u.permit.record(v, e),
+                u.limit,
+            );
         }
         verdict
     }
@@ -489,6 +498,7 @@ impl Dependency {
     /// module docs); `None` and nothing taken otherwise.
     fn try_hedge<T, E, F>(
         &self,
+        pool: &crate::pool::Pool,
         now: Instant,
         deadline: Instant,
         attempt: u32,
@@ -523,7 +533,6 @@ impl Dependency {
             return None;
         }
         *settle.lock() = Some(Unsettled { permit, limit, start, submitted: now });
-        let pool = inner.exec.pool()?;
         match pool.submit_to_idle_at(now, deadline, attempt, job) {
             Ok(ticket) => {
                 inner.counters.hedged();
@@ -587,8 +596,7 @@ where
             };
             record(inner.as_deref(), &settle, Outcome::TimedOut, verdict, ended, None);
         } else {
-            let success = (verdict == Verdict::Success).then_some(run);
-            record(inner.as_deref(), &settle, outcome, verdict, ended, success);
+            record(inner.as_deref(), &settle, outcome, verdict, ended, Some(run));
         }
         if let Some(inner) = &inner {
             let winner = race.load(Ordering::Acquire);
@@ -606,25 +614,22 @@ where
     }
 }
 
-/// Records a leg's outcome unless it is recorded already. `success`: the
-/// run time of a success, for the provider's normal latency.
+/// Records a leg's outcome unless it is recorded already. `ran`: how long
+/// the job ran, when it did (a success's feeds the provider's normal latency).
 fn record(
     inner: Option<&Inner>,
     settle: &Settle,
     outcome: Outcome,
     verdict: Verdict,
     ended: Instant,
-    success: Option<Duration>,
+    ran: Option<Duration>,
 ) {
     let Some(u) = settle.lock().take() else { return };
     match inner {
         Some(inner) => {
             inner.call_time.record_at(ended.saturating_duration_since(u.submitted), ended);
-            if let Some(run) = success {
-                inner.normal.record(run);
-            }
             let elapsed = inner.clock_now(ended).saturating_duration_since(u.start);
-            inner.settle_outcome(outcome, verdict, elapsed, |v, e| u.permit.record(v, e), u.limit);
+            inner.settle_outcome(outcome, verdict, elapsed, ran, |v, e| u.permit.record(v, e), u.limit);
         }
         // The dependency is gone: only the breaker, which the permit keeps alive.
         None => u.permit.record(verdict, ended.saturating_duration_since(u.submitted)),

@@ -126,17 +126,24 @@ struct Inner {
 impl Inner {
     /// Counts an attempt's outcome (and `slow`), hands its verdict to the
     /// breaker through `record` (a borrowed or an owned permit) and to the
-    /// adaptive limit: one place for a blocking attempt and a detached call.
-    /// An ignored outcome says nothing about the provider's latency, so the
-    /// limit gets no sample of it.
+    /// adaptive limit: one place for every kind of attempt. An ignored
+    /// outcome says nothing about the provider's latency, so the limit gets
+    /// no sample of it. `ran`: how long the provider had the call, if known;
+    /// a success's feeds the provider's normal latency (`hang.rs`).
     fn settle_outcome(
         &self,
         outcome: crate::Outcome,
         verdict: crate::Verdict,
         elapsed: Duration,
+        ran: Option<Duration>,
         record: impl FnOnce(crate::Verdict, Duration),
         limit: Option<crate::limit::LimitPermit>,
     ) {
+        if verdict == crate::Verdict::Success
+            && let Some(ran) = ran
+        {
+            self.normal.record(ran);
+        }
         self.counters.outcome(outcome);
         if verdict != crate::Verdict::Ignore && self.live.is_slow(elapsed) {
             self.counters.slow();
@@ -146,6 +153,17 @@ impl Inner {
             && verdict != crate::Verdict::Ignore
         {
             limit.record(elapsed, verdict);
+        }
+    }
+
+    /// Tells the trace and the listeners of a timeout, once it is counted and
+    /// recorded (so that a slow or panicking listener cannot change what the
+    /// breaker saw).
+    fn announce_timeout(&self, waited: Duration) {
+        crate::trace::timed_out(&self.name, waited);
+        if !self.listeners.is_empty() {
+            let event = Event::TimedOut { dependency: Arc::clone(&self.name), waited };
+            self.listeners.notify(&event, &self.name);
         }
     }
 
