@@ -33,9 +33,13 @@ impl Refusal {
     /// Past `max_connections`, to a new connection.
     pub(super) const BUSY: Refusal =
         Refusal { status: 503, code: "SERVER_BUSY", message: "too many open connections, try again later" };
-    /// The hop gave no valid answer head.
+    /// The request pool gave no answer (it is stopping, or tiny_http refused
+    /// what crossed the hop).
     pub(super) const UPSTREAM: Refusal =
         Refusal { status: 502, code: "BAD_GATEWAY", message: "the request handler gave no valid answer" };
+    /// The handler did not answer within `answer_timeout`.
+    pub(super) const ANSWER_TIMEOUT: Refusal =
+        Refusal { status: 504, code: "GATEWAY_TIMEOUT", message: "the request handler did not answer in time" };
     /// Not an answer: the client is gone, there is no one to answer.
     pub(super) const GONE: Refusal = Refusal { status: 0, code: "", message: "" };
 
@@ -109,7 +113,8 @@ impl<'a> Client<'a> {
         if matches!(head.framing, Framing::None | Framing::Length(0)) {
             return Ok(Vec::new());
         }
-        if head.expect_continue && self.buf.is_empty() {
+        // HTTP/1.0 has no interim answers (RFC 9110 10.1.1).
+        if head.expect_continue && head.minor == 1 && self.buf.is_empty() {
             let mut stream = self.stream;
             stream.set_write_timeout(Some(cfg.write_timeout())).map_err(|_| Refusal::GONE)?;
             stream.write_all(wire::CONTINUE).map_err(|_| Refusal::GONE)?;

@@ -9,6 +9,8 @@ use crate::ConfigError;
 use crate::registry::Registry;
 use crate::reserve::{Reserve, Route};
 
+use super::proxy::TrustedProxies;
+
 /// The server's settings, validated: what [`serve`](super::serve) uses by
 /// default and [`serve_with`](super::serve_with) takes: the guard's
 /// timeouts, caps and bounds, each request's time budget, the
@@ -28,6 +30,8 @@ pub struct ServerConfig {
     max_body_bytes: u64,
     max_connections: usize,
     request_budget: Duration,
+    answer_timeout: Duration,
+    trusted_proxies: TrustedProxies,
     reserve: Option<CompiledReserve>,
     gauges: Gauges,
 }
@@ -126,6 +130,16 @@ impl ServerConfig {
         self.request_budget
     }
 
+    /// See [`ServerConfigBuilder::answer_timeout`].
+    pub fn answer_timeout(&self) -> Duration {
+        self.answer_timeout
+    }
+
+    /// See [`ServerConfigBuilder::trusted_proxies`].
+    pub fn trusted_proxies(&self) -> &TrustedProxies {
+        &self.trusted_proxies
+    }
+
     /// The reserved share of the request pool, if any (see
     /// [`ServerConfigBuilder::reserve`]).
     pub fn reserve(&self) -> Option<&Reserve> {
@@ -168,6 +182,8 @@ impl ServerConfigBuilder {
                 max_body_bytes: 1024 * 1024,
                 max_connections: 256,
                 request_budget: Duration::from_secs(30),
+                answer_timeout: Duration::from_secs(60),
+                trusted_proxies: TrustedProxies::none(),
                 reserve: None,
                 gauges: Gauges(None),
             },
@@ -235,6 +251,31 @@ impl ServerConfigBuilder {
         self
     }
 
+    /// The longest the guard waits for the handler's answer to a request, and
+    /// then for each next piece of it (an event stream's next event, say);
+    /// past it the client gets `504` (or, once part of the answer is out, the
+    /// close) and the connection is closed, so a handler that never returns
+    /// pins a request thread but not the client's connection. Without the
+    /// guard it does not apply. Default 60 s; at most one day.
+    pub fn answer_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.answer_timeout = timeout;
+        self
+    }
+
+    /// The peers believed to stand for other clients: reverse proxies in front
+    /// of this server, such as nginx on this host. Only a request whose TCP
+    /// peer is one of them has its client read from `X-Forwarded-For` (or
+    /// `Forwarded`) ([`RequestContext::client_ip`](super::RequestContext::client_ip));
+    /// from any other peer those headers are never believed, and they still
+    /// mark the request as having come through a proxy
+    /// ([`RequestContext::through_proxy`](super::RequestContext::through_proxy)).
+    /// Parse the list with [`TrustedProxies::parse`] (`["127.0.0.2",
+    /// "10.0.0.0/8"]`). Defaults to none.
+    pub fn trusted_proxies(mut self, proxies: TrustedProxies) -> Self {
+        self.cfg.trusted_proxies = proxies;
+        self
+    }
+
     /// Keeps a reserved share of the request pool: `reserve.threads` request
     /// threads that ordinary requests can never take, for the requests its
     /// routes or its classifier name (see [`Reserve`]). When every other
@@ -278,6 +319,7 @@ impl ServerConfigBuilder {
             ("idle_timeout", c.idle_timeout),
             ("write_timeout", c.write_timeout),
             ("request_budget", c.request_budget),
+            ("answer_timeout", c.answer_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::new(field, "greater than zero", format!("{value:?}")));

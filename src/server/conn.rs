@@ -1,14 +1,29 @@
 //! One client connection, on its own guard thread: read a request whole,
-//! pass it over the hop, relay the answer, and again while kept alive.
+//! hand it to the request pool (in process, or over the hop for one with a
+//! body), relay its answer, and again while kept alive.
+//!
+//! Each request is parsed once on its way in, by the guard (`httparse`,
+//! strictly): one without a body goes to the request pool as a
+//! `tiny_http::Request` built in process; one with a body is written again
+//! over the hop, where tiny_http parses it a second time, because tiny_http
+//! hands a handler a body only from a socket. Each answer is framed once, by
+//! tiny_http's own printer on the request thread, and relayed as bytes,
+//! never parsed again (`answer.rs`).
 
 use std::io::Write;
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use tiny_http::{HTTPVersion, Header, Method, Request, TestRequest};
+
+use super::answer::{self, Piece, Relayed};
 use super::client::Client;
 use super::guard::{Conn, GuardShared};
-use super::hop;
-use crate::wire::Refusal;
+use super::hop::{self, Hop, HopStream, Ticket};
+use super::request::{Arrival, Handed, Incoming, PRIVATE_PREFIX};
+use crate::wire::{Refusal, RequestHead};
 
 /// Serves `conn` until the client closes, a timeout or a refusal ends it, or
 /// the guard stops.
@@ -18,6 +33,7 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
     if stream.set_write_timeout(Some(cfg.write_timeout())).is_err() {
         return;
     }
+    let Ok(peer) = stream.peer_addr() else { return };
     let mut client = Client::new(stream);
     loop {
         // Between requests: the stop may close an idle connection; a
@@ -38,38 +54,140 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
             Ok(body) => body,
             Err(refusal) => return refuse(&mut client, refusal),
         };
-        let received = Instant::now();
         let close_after = !head.keep_alive || shared.stopping.load(Ordering::SeqCst);
-        let request = hop::forwarded(&head, &body, stream.peer_addr().ok(), received);
-        drop(body);
-        let (mut hop_stream, fresh) = match shared.hop.take() {
-            Ok(taken) => taken,
-            Err(e) => {
-                log::error!("guard: cannot reach the request pool: {e}");
-                return refuse(&mut client, Refusal::UPSTREAM);
-            }
+        let headers = head.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
+        let arrival = Arrival {
+            received: Instant::now(),
+            peer: Some(peer),
+            client: cfg.trusted_proxies().resolve(Some(peer), headers),
         };
-        match hop::exchange(
-            &shared.hop,
-            &mut hop_stream,
-            fresh,
-            &request,
-            &head,
-            client.stream(),
-            close_after,
-        ) {
-            Ok(relayed) => {
-                if relayed.hop_reusable {
-                    shared.hop.give(hop_stream);
-                }
-                if !relayed.client_ok {
-                    return;
-                }
-            }
-            Err(e) => {
-                log::warn!("guard: {} {}: no valid answer from the handler: {e}", head.method, head.target);
+        let (reply, rx) = answer::reply(close_after, head.minor);
+        let relayed = if body.is_empty() {
+            let Some(request) = in_process(&head, peer) else {
+                return refuse(&mut client, Refusal::bad("a header tiny_http cannot represent"));
+            };
+            let incoming = Incoming { request: Some(request), arrival, reply };
+            if shared.to_pool.send(Handed::Request(Box::new(incoming))).is_err() {
                 return refuse(&mut client, Refusal::UPSTREAM);
             }
+            answer::relay(rx, None, stream, cfg.answer_timeout())
+        } else {
+            let incoming = Incoming { request: None, arrival, reply };
+            through_hop(shared, &head, &body, incoming, rx, stream)
+        };
+        if !relayed.started && !relayed.ended {
+            log::warn!("guard: {} {}: no answer from the request handler", head.method, head.target);
+            let refusal = if relayed.timed_out { Refusal::ANSWER_TIMEOUT } else { Refusal::UPSTREAM };
+            return refuse(&mut client, refusal);
+        }
+        if !relayed.keep {
+            return;
+        }
+    }
+}
+
+/// The request as tiny_http would have built it, made in process: its
+/// method, target, version and end-to-end headers but the guard's private
+/// ones, and its client as the remote address. `None` for a header tiny_http
+/// cannot hold (the wire checked they are ASCII, so none in practice).
+fn in_process(head: &RequestHead, peer: SocketAddr) -> Option<Request> {
+    let method: Method = head.method.parse().ok()?;
+    let mut request = TestRequest::new()
+        .with_method(method)
+        .with_path(&head.target)
+        .with_http_version(HTTPVersion(1, head.minor))
+        .with_remote_addr(peer);
+    for (name, value) in &head.headers {
+        if !name.to_ascii_lowercase().starts_with(PRIVATE_PREFIX) {
+            request = request.with_header(Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()?);
+        }
+    }
+    Some(request.into())
+}
+
+/// Writes a request with a body over a hop connection and relays its answer.
+/// The hop goes back to the pool only once the answer has ended (tiny_http
+/// has dropped the request, so the connection is ready for the next one);
+/// after anything else it is closed.
+fn through_hop(
+    shared: &GuardShared,
+    head: &RequestHead,
+    body: &[u8],
+    incoming: Incoming,
+    rx: Receiver<Piece>,
+    client: &std::net::TcpStream,
+) -> Relayed {
+    let ticket = shared.hop.ticket(incoming, head, body);
+    let (hop_stream, fresh) = match shared.hop.take() {
+        Ok(taken) => taken,
+        Err(e) => {
+            log::error!("guard: cannot reach the request pool: {e}");
+            return none_relayed();
+        }
+    };
+    let bound = shared.cfg.answer_timeout();
+    let relay = |rx: Receiver<Piece>| match await_intake(&shared.hop, &ticket, &rx, fresh, &hop_stream, bound) {
+        Ok(first) => answer::relay(rx, first, client, bound),
+        Err(()) => none_relayed(),
+    };
+    let (relayed, sent) = if ticket.bytes.len() <= hop::INLINE_BODY {
+        match (&hop_stream).write_all(&ticket.bytes) {
+            Ok(()) => (relay(rx), true),
+            Err(_) => (none_relayed(), false),
+        }
+    } else {
+        std::thread::scope(|s| {
+            let writer = s.spawn(|| (&hop_stream).write_all(&ticket.bytes));
+            let relayed = relay(rx);
+            if !relayed.ended {
+                // A writer blocked on tiny_http that will never read.
+                let _ = hop_stream.shutdown(Shutdown::Both);
+            }
+            let sent = matches!(writer.join(), Ok(Ok(())));
+            (relayed, sent)
+        })
+    };
+    if relayed.ended && sent {
+        shared.hop.give(hop_stream);
+    }
+    relayed
+}
+
+fn none_relayed() -> Relayed {
+    Relayed { ended: false, keep: false, started: false, timed_out: false }
+}
+
+/// Waits until tiny_http has taken the request off the hop (its ticket is
+/// claimed) or its answer begins, kicking tiny_http after each of
+/// [`hop::KICKS`] on a fresh connection. `Ok(Some)`: the first piece of the
+/// answer. `Err`: tiny_http refused the request (it wrote to the hop, or
+/// closed it) or took none of it within `bound`.
+fn await_intake(
+    hop: &Hop,
+    ticket: &Ticket<'_>,
+    rx: &Receiver<Piece>,
+    fresh: bool,
+    hop_stream: &HopStream,
+    bound: Duration,
+) -> Result<Option<Piece>, ()> {
+    let give_up = Instant::now() + bound;
+    let mut kicks: &[Duration] = if fresh { &hop::KICKS } else { &[] };
+    loop {
+        let wait = kicks.first().copied().unwrap_or(Duration::from_millis(200));
+        match rx.recv_timeout(wait) {
+            Ok(piece) => return Ok(Some(piece)),
+            Err(RecvTimeoutError::Disconnected) => return Err(()),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if !ticket.pending() {
+            return Ok(None);
+        }
+        if hop::answered_itself(hop_stream) || Instant::now() >= give_up {
+            return Err(());
+        }
+        if let Some((_, rest)) = kicks.split_first() {
+            hop.kick();
+            kicks = rest;
         }
     }
 }

@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
 use super::config::ServerConfig;
 use super::hop::Hop;
+use super::request::Handed;
 use crate::wire::Refusal;
 
 /// Stack of a connection thread: it parses with fixed arrays of at most a
@@ -56,7 +58,10 @@ const LINGER: Duration = Duration::from_secs(1);
 /// What the accept loop and every connection thread share.
 pub(super) struct GuardShared {
     pub(super) cfg: ServerConfig,
-    pub(super) hop: Hop,
+    /// For requests with a body (see `hop.rs`).
+    pub(super) hop: Arc<Hop>,
+    /// Requests without a body go to the request pool straight.
+    pub(super) to_pool: Sender<Handed>,
     /// Set by [`Guard::stop`]; read by the accept loop after each accept and
     /// by each connection before it waits for another request.
     pub(super) stopping: AtomicBool,
@@ -95,13 +100,15 @@ impl Guard {
     pub(super) fn start(
         listener: TcpListener,
         cfg: ServerConfig,
-        hop: Hop,
+        hop: Arc<Hop>,
+        to_pool: Sender<Handed>,
         serve_conn: fn(&GuardShared, &Conn),
     ) -> io::Result<Guard> {
         let local = listener.local_addr()?;
         let shared = Arc::new(GuardShared {
             cfg,
             hop,
+            to_pool,
             stopping: AtomicBool::new(false),
             threads: Mutex::new(Threads::default()),
             ended: Condvar::new(),

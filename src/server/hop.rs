@@ -1,47 +1,62 @@
-//! The hop between the guard and tiny_http: a private socket to an inner
-//! `tiny_http::Server`, a pool of kept-alive connections over it, and the
-//! relay of each answer back to the client.
+//! The hop between the guard and tiny_http, for requests with a body: a
+//! private socket to an inner `tiny_http::Server`, kept-alive connections
+//! over it, and the thread that hands what tiny_http parses to the request
+//! pool.
+//!
+//! tiny_http 0.12 gives a handler a body to read only from a socket it reads
+//! itself, so a request with a body crosses the hop: written again by the
+//! guard as HTTP/1.1 with its body framed by `Content-Length` and one private
+//! header, its ticket. The answer never crosses back: the request thread
+//! prints it into the connection's [`Reply`](super::answer::Reply), in
+//! process, and drops tiny_http's writer unused. So nothing on a hop
+//! connection is ever read by the guard, and nothing on it can reach another
+//! client; a hop connection goes back to the pool only once its request has
+//! been answered (tiny_http reads the next request only then).
+//!
+//! The ticket names, in process, what the guard knows of the request (its
+//! client, its arrival, its reply), so no fact crosses as text. A client's
+//! own `X-Watertight-*` headers are dropped before the hop, so it cannot
+//! name another request's ticket.
 //!
 //! On Unix the inner server listens on a Unix socket in a directory only this
 //! user can enter (mode 0700), so no other user can reach tiny_http around the
 //! guard; elsewhere on a loopback TCP port.
 
-use std::io::{self, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
+use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::request;
-use crate::wire::{self, BodyDecoder, Framing, Limits, RequestHead, ResponseHead};
+use super::request::{Handed, Incoming, PRIVATE_PREFIX};
+use crate::wire::{self, RequestHead};
 
 #[cfg(unix)]
 pub(super) type HopStream = std::os::unix::net::UnixStream;
 #[cfg(not(unix))]
-pub(super) type HopStream = TcpStream;
+pub(super) type HopStream = std::net::TcpStream;
 
-/// Answers up to this size are read off the hop whole before the first byte
-/// goes to the client, so that a client slow to read never holds the request
-/// thread that wrote the answer (it writes into the hop's socket buffer).
-const BUFFER_ANSWER: usize = 256 * 1024;
-/// A request body up to this size is written to the hop before its answer is
-/// read; it fits in the socket's buffer whatever the handler does. A longer
-/// one is written from a scoped thread while the answer is read.
-const INLINE_BODY: usize = 64 * 1024;
-/// When a fresh hop connection has had no answer after each of these waits,
-/// the guard [kicks](Hop::kick) tiny_http once more; after the last it just
-/// waits.
+/// The header that carries a request's ticket over the hop.
+const TICKET_HEADER: &str = "X-Watertight-Ticket";
+/// A request body up to this size is written to the hop before the guard
+/// waits for its answer; it fits in the socket's buffer whatever the handler
+/// does. A longer one is written from a scoped thread meanwhile.
+pub(super) const INLINE_BODY: usize = 64 * 1024;
+/// While a request written to a fresh hop connection has not been taken up
+/// by tiny_http after each of these waits, the guard [kicks](Hop::kick)
+/// tiny_http once more; after the last it just waits.
 ///
 /// Why: tiny_http 0.12 hands each accepted connection to a task pool that
 /// can lose a wake-up. Two connections arriving while one pool thread is
 /// being woken both go to that thread's queue; the second then waits until
 /// some thread finishes its connection, and hop connections are kept open.
-/// A slow handler and a lost wake-up look the same from here, so a kick costs
-/// little either way: one connection opened and closed.
-const KICKS: [Duration; 3] =
+/// A kick costs one connection opened and closed.
+pub(super) const KICKS: [Duration; 3] =
     [Duration::from_millis(50), Duration::from_millis(200), Duration::from_millis(800)];
-/// The largest answer head accepted from tiny_http.
-const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
 /// Where the inner server listens, and the kept-alive connections to it.
 pub(super) struct Hop {
@@ -51,9 +66,22 @@ pub(super) struct Hop {
     addr: std::net::SocketAddr,
     idle: Mutex<Vec<HopStream>>,
     max_idle: usize,
+    /// Requests written to the hop and not yet taken up by tiny_http.
+    tickets: Mutex<HashMap<u64, Incoming>>,
+    next_ticket: AtomicU64,
 }
 
 impl Hop {
+    #[cfg(unix)]
+    fn new(path: std::path::PathBuf, max_idle: usize) -> Hop {
+        Hop { path, idle: Mutex::default(), max_idle, tickets: Mutex::default(), next_ticket: AtomicU64::new(0) }
+    }
+
+    #[cfg(not(unix))]
+    fn new(addr: std::net::SocketAddr, max_idle: usize) -> Hop {
+        Hop { addr, idle: Mutex::default(), max_idle, tickets: Mutex::default(), next_ticket: AtomicU64::new(0) }
+    }
+
     /// Binds the private socket and starts tiny_http on it. The [`HopDir`]
     /// must outlive the server: tiny_http's `Drop` connects to the socket to
     /// wake its accept thread, then removes the socket's file.
@@ -73,14 +101,14 @@ impl Hop {
                 let _ = std::fs::remove_dir(&dir);
             })?;
             let server = tiny_http::Server::from_listener(listener, None).map_err(io::Error::other)?;
-            Ok((Hop { path, idle: Mutex::new(Vec::new()), max_idle }, server, HopDir(Some(dir))))
+            Ok((Hop::new(path, max_idle), server, HopDir(Some(dir))))
         }
         #[cfg(not(unix))]
         {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             let addr = listener.local_addr()?;
             let server = tiny_http::Server::from_listener(listener, None).map_err(io::Error::other)?;
-            Ok((Hop { addr, idle: Mutex::new(Vec::new()), max_idle }, server, HopDir(None)))
+            Ok((Hop::new(addr, max_idle), server, HopDir(None)))
         }
     }
 
@@ -109,7 +137,7 @@ impl Hop {
     /// tiny_http's queue is taken up (see [`KICKS`]): a connection that closes
     /// at once ends the task of the thread that takes it, and that thread
     /// then takes the oldest queued one.
-    fn kick(&self) {
+    pub(super) fn kick(&self) {
         log::debug!("guard: a new hop connection got no answer yet; freeing a tiny_http thread");
         drop(self.connect());
     }
@@ -142,180 +170,135 @@ impl Drop for HopDir {
     }
 }
 
-/// The request as the guard passes it on: HTTP/1.1, kept alive, the body
-/// framed by its length, with the client's address and the request's
-/// arrival in the guard's private headers (see [`request`]). A client's own
-/// private headers are dropped, so it cannot choose its address or arrival.
-pub(super) fn forwarded(
-    head: &RequestHead,
-    body: &[u8],
-    peer: Option<SocketAddr>,
-    received: Instant,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256 + body.len());
-    out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, head.target).as_bytes());
-    if let Some(peer) = peer {
-        wire::put_header(&mut out, request::PEER_HEADER, peer.to_string().as_bytes());
-    }
-    wire::put_header(&mut out, request::RECEIVED_HEADER, request::encode_instant(received).as_bytes());
-    for (name, value) in &head.headers {
-        if !name.to_ascii_lowercase().starts_with(request::PRIVATE_PREFIX) {
-            wire::put_header(&mut out, name, value.as_bytes());
+
+impl Hop {
+    /// Keeps `incoming` (its request still to be built by tiny_http) under
+    /// a new ticket, and returns the request as written to the hop: HTTP/1.1,
+    /// kept alive, the body framed by its length, the ticket in its private
+    /// header, and none of the client's private headers.
+    pub(super) fn ticket(&self, incoming: Incoming, head: &RequestHead, body: &[u8]) -> Ticket<'_> {
+        let id = self.next_ticket.fetch_add(1, Ordering::Relaxed);
+        self.tickets.lock().insert(id, incoming);
+        let mut out = Vec::with_capacity(256 + body.len());
+        out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, head.target).as_bytes());
+        wire::put_header(&mut out, TICKET_HEADER, id.to_string().as_bytes());
+        for (name, value) in &head.headers {
+            if !name.to_ascii_lowercase().starts_with(PRIVATE_PREFIX) {
+                wire::put_header(&mut out, name, value.as_bytes());
+            }
         }
-    }
-    if head.framing != Framing::None {
         wire::put_header(&mut out, "Content-Length", body.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(body);
+        Ticket { hop: self, id, bytes: out }
     }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body);
-    out
+
+    /// The request kept under the ticket `id`, taken off the list.
+    fn claim(&self, id: u64) -> Option<Incoming> {
+        self.tickets.lock().remove(&id)
+    }
 }
 
-/// What became of one exchange.
-pub(super) struct Relayed {
-    /// The hop connection can carry the next request.
-    pub(super) hop_reusable: bool,
-    /// The client got the whole answer and may send another request.
-    pub(super) client_ok: bool,
-}
-
-/// Sends `request` (a head and its body, from [`forwarded`]) over `hop`,
-/// and relays the answer to `client`, framed for the client's HTTP version.
-/// `Err` when no valid answer head came back (nothing was sent to the client).
-pub(super) fn exchange(
-    pool: &Hop,
-    hop: &mut HopStream,
-    fresh: bool,
-    request: &[u8],
-    head: &RequestHead,
-    client: &TcpStream,
-    close_after: bool,
-) -> io::Result<Relayed> {
-    let mut answer =
-        AnswerReader { hop: &*hop, buf: Vec::new(), kicks: if fresh { Some(pool) } else { None } };
-    let parsed = if request.len() <= INLINE_BODY {
-        (&*hop).write_all(request)?;
-        answer.read_head()?
-    } else {
-        let writer = &*hop;
-        std::thread::scope(|s| {
-            let sending = s.spawn(move || (&*writer).write_all(request));
-            let parsed = answer.read_head();
-            let sent = sending.join().unwrap_or_else(|_| Err(io::Error::other("the writer panicked")));
-            let parsed = parsed?;
-            sent.map(|()| parsed)
-        })?
+/// Whether tiny_http wrote to (or closed) a hop connection it was given a
+/// request on: it does only to refuse the request, for the guard never reads
+/// an answer there.
+pub(super) fn answered_itself(stream: &HopStream) -> bool {
+    use std::io::Read;
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    let spoke = match (&*stream).read(&mut byte) {
+        Ok(_) => true,
+        Err(e) => e.kind() != io::ErrorKind::WouldBlock,
     };
-    let relay = parsed.relay(head, close_after);
-    let stream = parsed.headers.iter().any(|(name, value)| {
-        name.eq_ignore_ascii_case("content-type") && value.starts_with(b"text/event-stream")
-    });
-    let mut sink = ClientSink { client, out: relay.head, ok: true, stream: stream.then_some(answer.hop) };
-    // Verbatim, but for an HTTP/1.0 client a chunked body's data only.
-    let verbatim = !relay.dechunk;
-    let fill = |buf: &mut Vec<u8>| wire::read_some(answer.hop, buf);
-    let push = |used: &[u8], data: &[u8]| sink.push(if verbatim { used } else { data });
-    let complete = BodyDecoder::new(relay.framing, Limits::NONE).drive(&mut answer.buf, fill, push);
-    sink.flush();
-    // An answer until the close is never complete: the hop is spent.
-    let complete = complete.unwrap_or(false);
-    Ok(Relayed {
-        hop_reusable: complete && !parsed.close && answer.buf.is_empty(),
-        client_ok: complete && sink.ok && !relay.close,
-    })
+    spoke || stream.set_nonblocking(false).is_err()
 }
 
-/// Collects the answer for the client, writing it out once it passes
-/// [`BUFFER_ANSWER`]; after a failed write it only discards.
-///
-/// An event stream (`Content-Type: text/event-stream`) is written out as it
-/// comes off the hop instead, each piece at once; and once a write to its
-/// client fails, the hop is shut down, so that the handler's next write fails
-/// and its request thread is freed instead of writing to nobody.
-struct ClientSink<'a> {
-    client: &'a TcpStream,
-    out: Vec<u8>,
-    ok: bool,
-    /// The hop of an event stream.
-    stream: Option<&'a HopStream>,
+/// A request kept for tiny_http to take up; dropped, it takes its request
+/// off the list, so a request tiny_http never took is not kept for ever.
+pub(super) struct Ticket<'a> {
+    hop: &'a Hop,
+    id: u64,
+    /// The request as written to the hop.
+    pub(super) bytes: Vec<u8>,
 }
 
-impl ClientSink<'_> {
-    fn push(&mut self, bytes: &[u8]) {
-        if !self.ok {
-            return;
-        }
-        self.out.extend_from_slice(bytes);
-        if self.out.len() >= BUFFER_ANSWER || self.stream.is_some() {
-            self.flush();
-        }
+impl Ticket<'_> {
+    /// tiny_http has not yet taken the request up.
+    pub(super) fn pending(&self) -> bool {
+        self.hop.tickets.lock().contains_key(&self.id)
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.hop.tickets.lock().remove(&self.id);
+    }
+}
+
+/// The thread that takes what tiny_http parses off the hop and hands it,
+/// with what its ticket names, to the request pool.
+pub(super) struct Intake {
+    inner: Arc<tiny_http::Server>,
+    stopping: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl Intake {
+    pub(super) fn start(hop: Arc<Hop>, inner: tiny_http::Server, to_pool: Sender<Handed>) -> io::Result<Intake> {
+        let inner = Arc::new(inner);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let join = {
+            let (inner, stopping) = (Arc::clone(&inner), Arc::clone(&stopping));
+            std::thread::Builder::new()
+                .name("watertight-hop".to_owned())
+                .spawn(move || intake(&hop, &inner, &stopping, &to_pool))?
+        };
+        Ok(Intake { inner, stopping, join: Some(join) })
     }
 
-    fn flush(&mut self) {
-        if self.ok && !self.out.is_empty() {
-            self.ok = (&mut &*self.client).write_all(&self.out).is_ok();
-            if let (false, Some(hop)) = (self.ok, self.stream) {
-                let _ = hop.shutdown(std::net::Shutdown::Both);
+    pub(super) fn stop(&mut self) {
+        self.stopping.store(true, Ordering::Release);
+        self.inner.unblock();
+        if let Some(join) = self.join.take() {
+            let _ = join.join();
+        }
+    }
+}
+
+impl Drop for Intake {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn intake(hop: &Hop, inner: &tiny_http::Server, stopping: &AtomicBool, to_pool: &Sender<Handed>) {
+    loop {
+        let request = match inner.recv() {
+            Ok(request) => request,
+            Err(e) => {
+                if stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                log::warn!("guard: receiving from the hop failed: {e}");
+                continue;
             }
-        }
-        self.out.clear();
-    }
-}
-
-/// The hop's side of one answer: the bytes read off it and not yet used.
-struct AnswerReader<'a> {
-    hop: &'a HopStream,
-    buf: Vec<u8>,
-    /// Set while the connection is fresh: whom to kick when no answer comes.
-    kicks: Option<&'a Hop>,
-}
-
-impl AnswerReader<'_> {
-    fn fill(&mut self) -> io::Result<usize> {
-        wire::read_some(self.hop, &mut self.buf)
-    }
-
-    /// Waits for the first bytes of the answer, kicking tiny_http after each
-    /// of [`KICKS`] on a fresh connection.
-    fn first_bytes(&mut self) -> io::Result<()> {
-        let Some(pool) = self.kicks.take() else { return Ok(()) };
-        for wait in KICKS {
-            self.hop.set_read_timeout(Some(wait))?;
-            match self.fill() {
-                Ok(_) => return self.hop.set_read_timeout(None),
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    pool.kick()
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        self.hop.set_read_timeout(None)
-    }
-
-    /// Reads the answer head, and takes it off the buffer.
-    fn read_head(&mut self) -> io::Result<ResponseHead> {
-        self.first_bytes()?;
-        loop {
-            match wire::parse_response(&self.buf, MAX_ANSWER_HEAD) {
-                Ok(Some((head, used))) => {
-                    self.buf.drain(..used);
-                    return Ok(head);
-                }
-                Ok(None) => {
-                    if self.fill()? == 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "no answer from the handler",
-                        ));
-                    }
-                }
-                Err(what) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("the handler's answer has an invalid {what}"),
-                    ));
+        };
+        let id = request
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv(TICKET_HEADER))
+            .and_then(|h| h.value.as_str().parse::<u64>().ok());
+        match id.and_then(|id| hop.claim(id)) {
+            Some(mut incoming) => {
+                incoming.request = Some(request);
+                if to_pool.send(Handed::Request(Box::new(incoming))).is_err() {
+                    return;
                 }
             }
+            // The guard gave up on it already: nothing is written back.
+            None => drop(request.into_writer()),
         }
     }
 }

@@ -163,32 +163,32 @@
 //! client and arrival come from its TCP connection and its request thread.
 
 mod admission;
+mod answer;
 mod client;
 mod config;
 mod conn;
 mod guard;
 mod hop;
+mod pool;
+mod proxy;
 mod request;
 
 pub use crate::reserve::Reserve;
 pub use config::{ServerConfig, ServerConfigBuilder};
+pub use proxy::{ClientAddr, TrustedProxies};
 pub use request::RequestContext;
 
 use std::fmt;
 use std::io;
 use std::net::TcpListener;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use tiny_http::{Header, Request, Response, ResponseBox, Server};
+use tiny_http::{Request, ResponseBox, Server};
 
-use crate::error::panic_message;
 use crate::registry::{Registry, RequestPoolGauges};
-use admission::Admission;
-use request::Origin;
+use pool::{Counts, Shared, Source};
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
 /// `threads` fixed request threads (at least one), each taking the next
@@ -241,18 +241,22 @@ where
     // First, as it is the one check that needs nothing started: dropping
     // `gauges` on any error below detaches them again.
     let (counts, gauges) = attach_gauges(&guard, threads)?;
-    // Fix the arrival header's base before the guard reads any request.
-    request::base();
-    let (hop, server, hop_dir) = hop::Hop::bind(guard.max_connections())?;
-    let (shared, joins) =
-        start_pool(server, Origin::Guard, threads, &guard, counts, Box::new(handler), spawn_named)?;
-    let mut handle =
-        ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: Some(hop_dir) };
-    match guard::Guard::start(listener, guard, hop, conn::serve_conn) {
-        Ok(guard) => handle.guard = Some(guard),
-        // Dropping the handle stops the request threads.
-        Err(e) => return Err(e),
-    }
+    let (hop, inner, hop_dir) = hop::Hop::bind(guard.max_connections())?;
+    let hop = Arc::new(hop);
+    let (source, to_pool) = Source::guard();
+    let (shared, joins) = pool::start(source, threads, &guard, counts, Box::new(handler), pool::spawn_named)?;
+    let mut handle = ServerHandle {
+        shared,
+        joins,
+        threads,
+        guard: None,
+        intake: None,
+        _gauges: gauges,
+        _hop_dir: Some(hop_dir),
+    };
+    // Dropping the handle on an error stops whatever was started.
+    handle.intake = Some(hop::Intake::start(Arc::clone(&hop), inner, to_pool.clone())?);
+    handle.guard = Some(guard::Guard::start(listener, guard, hop, to_pool, conn::serve_conn)?);
     Ok(handle)
 }
 
@@ -291,9 +295,9 @@ where
     let threads = threads.max(1);
     check_reserve_of(&config, threads)?;
     let (counts, gauges) = attach_gauges(&config, threads)?;
-    let (shared, joins) =
-        start_pool(server, Origin::Client, threads, &config, counts, Box::new(handler), spawn_named)?;
-    Ok(ServerHandle { shared, joins, threads, guard: None, _gauges: gauges, _hop_dir: None })
+    let source = Source::Clients(server);
+    let (shared, joins) = pool::start(source, threads, &config, counts, Box::new(handler), pool::spawn_named)?;
+    Ok(ServerHandle { shared, joins, threads, guard: None, intake: None, _gauges: gauges, _hop_dir: None })
 }
 
 /// Refuses a reserve that leaves a pool of `threads` no ordinary thread.
@@ -332,14 +336,6 @@ fn attach_gauges(config: &ServerConfig, threads: usize) -> io::Result<(Counts, O
     }
 }
 
-/// The request pool's live counts, shared with its gauges in a registry.
-#[derive(Default)]
-struct Counts {
-    busy: Arc<AtomicUsize>,
-    reserved_busy: Arc<AtomicUsize>,
-    waiting: Arc<AtomicUsize>,
-}
-
 /// A request pool's gauges attached to a registry; dropping it (when the
 /// server stops, or fails to start) detaches them, so that a stopped pool
 /// does not linger in `/metrics`.
@@ -354,226 +350,6 @@ impl Drop for AttachedGauges {
     }
 }
 
-type Spawn = fn(usize, Arc<Shared>) -> io::Result<JoinHandle<()>>;
-
-fn spawn_named(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(format!("watertight-http-{i}")).spawn(move || shared.run())
-}
-
-/// Starts the request threads; if one cannot be started, stops those that
-/// were and returns the error.
-fn start_pool(
-    server: Server,
-    origin: Origin,
-    threads: usize,
-    config: &ServerConfig,
-    counts: Counts,
-    handler: Handler,
-    spawn: Spawn,
-) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
-    let reserve = config.compiled_reserve().cloned();
-    let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
-    let shared = Arc::new(Shared {
-        server,
-        origin,
-        busy: counts.busy,
-        stopping: AtomicBool::new(false),
-        handler,
-        budget: config.request_budget(),
-        threads,
-        admission: Admission::with_gauges(
-            threads.saturating_sub(reserved),
-            counts.reserved_busy,
-            counts.waiting,
-        ),
-        reserve,
-    });
-    let mut joins = Vec::with_capacity(threads);
-    for i in 0..threads {
-        match spawn(i, Arc::clone(&shared)) {
-            Ok(join) => joins.push(join),
-            Err(e) => {
-                log::error!("request pool: cannot start thread {i} of {threads}: {e}");
-                stop_threads(&shared, &mut joins);
-                return Err(e);
-            }
-        }
-    }
-    Ok((shared, joins))
-}
-
-/// Wakes and joins `joins`, the threads serving `shared`.
-fn stop_threads(shared: &Shared, joins: &mut Vec<JoinHandle<()>>) {
-    // Publish `stopping` before any wake-up, so that a thread woken by
-    // `unblock` sees it (Release here pairs with the Acquire in `run`).
-    shared.stopping.store(true, Ordering::Release);
-    // tiny_http's `unblock` queues one wake-up that exactly one `recv`
-    // consumes; every thread exits on the first one it sees, so one per
-    // thread wakes them all. They queue behind requests already
-    // received, which are answered first.
-    for _ in 0..joins.len() {
-        shared.server.unblock();
-    }
-    for join in joins.drain(..) {
-        // The loop catches handler panics, so a thread cannot end in one.
-        let _ = join.join();
-    }
-}
-
-type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
-
-struct Shared {
-    server: Server,
-    /// Whether `server`'s requests come over the guard's hop, whose private
-    /// headers are believed, or straight from clients, whose are not.
-    origin: Origin,
-    /// Requests being handled: incremented when a thread starts on one (right
-    /// after `recv` returns it, or, for an ordinary request that waited for
-    /// an ordinary thread, when one takes it), decremented after `respond`
-    /// returns (a
-    /// [`BusyGuard`] does it, so a panic cannot leak a count). Relaxed: it is
-    /// a gauge read for display and tests, it orders nothing. Shared with the
-    /// [`RequestPoolGauges`] a registry carries, if any.
-    busy: Arc<AtomicUsize>,
-    /// Set before `shutdown` unblocks the threads. A thread that sees `recv`
-    /// fail checks it: set means exit, clear means a transient accept error.
-    stopping: AtomicBool,
-    handler: Handler,
-    /// Each request's time budget.
-    budget: Duration,
-    threads: usize,
-    /// Which request a free thread handles next (see `admission.rs`).
-    admission: Admission<Taken>,
-    /// The reserved share, if any, with its routes parsed.
-    reserve: Option<config::CompiledReserve>,
-}
-
-/// A request taken from tiny_http and classified.
-struct Taken {
-    request: Request,
-    /// When the request pool took it, before any wait for an ordinary thread.
-    at: Instant,
-    /// Whether it is of the reserved share.
-    reserved: bool,
-}
-
-impl Shared {
-    fn run(&self) {
-        let mut next = None;
-        loop {
-            let taken = match next.take() {
-                Some(taken) => taken,
-                None => match self.take() {
-                    Some(taken) => taken,
-                    None => return,
-                },
-            };
-            let reserved = taken.reserved;
-            self.answer(taken);
-            next = self.admission.done(reserved);
-        }
-    }
-
-    /// The next request from tiny_http that this (free) thread may handle;
-    /// ordinary requests it may not handle are left waiting for an ordinary
-    /// thread. `None` once the pool is stopping.
-    fn take(&self) -> Option<Taken> {
-        loop {
-            let request = match self.server.recv() {
-                Ok(request) => request,
-                // `recv` fails when `unblock` was called (one wake-up per
-                // call, consumed by exactly one thread) or on an accept error.
-                Err(err) => {
-                    if self.stopping.load(Ordering::Acquire) {
-                        return None;
-                    }
-                    log::warn!("request pool: receiving a request failed: {err}");
-                    continue;
-                }
-            };
-            let at = Instant::now();
-            let reserved = self.reserve.as_ref().is_some_and(|r| r.share.takes(&r.routes, &request));
-            if let Some(taken) = self.admission.admit(Taken { request, at, reserved }, reserved) {
-                return Some(taken);
-            }
-        }
-    }
-
-    /// Calls the handler on `taken` and sends its answer. Never panics: the
-    /// admission's count must see the request finish.
-    fn answer(&self, taken: Taken) {
-        let Taken { mut request, at, reserved } = taken;
-        let busy = BusyGuard::enter(&self.busy);
-        let context =
-            request::context(&request, self.origin, self.budget, at, busy.count(), self.threads, reserved);
-        let ctx = match context {
-            Ok(ctx) => ctx,
-            Err(message) => {
-                if let Err(err) = request.respond(json_error(400, "INVALID_REQUEST_TIMEOUT", &message)) {
-                    log::debug!("request pool: sending a response failed: {err}");
-                }
-                return;
-            }
-        };
-        let response = match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
-            Ok(response) => response,
-            Err(payload) => {
-                let msg = panic_message(&*payload);
-                log::error!("request handler panicked on {} {}: {msg}", request.method(), request.url());
-                internal_error()
-            }
-        };
-        // A client that went away is not the server's error.
-        if let Err(err) = request.respond(response) {
-            log::debug!("request pool: sending a response failed: {err}");
-        }
-    }
-}
-
-struct BusyGuard<'a>(&'a AtomicUsize);
-
-impl<'a> BusyGuard<'a> {
-    fn enter(busy: &'a AtomicUsize) -> Self {
-        busy.fetch_add(1, Ordering::Relaxed);
-        BusyGuard(busy)
-    }
-
-    /// Busy threads now, this one included.
-    fn count(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for BusyGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-fn internal_error() -> ResponseBox {
-    // The panic message stays in the log: it may name internals the client
-    // has no business seeing.
-    json_error(500, "INTERNAL_ERROR", "the request handler failed")
-}
-
-/// `{"code": .., "message": ..}` with `status`.
-fn json_error(status: u16, code: &str, message: &str) -> ResponseBox {
-    let escaped: String = message
-        .chars()
-        .flat_map(|c| match c {
-            '"' => vec!['\\', '"'],
-            '\\' => vec!['\\', '\\'],
-            c if c.is_control() => vec![' '],
-            c => vec![c],
-        })
-        .collect();
-    let body = format!(r#"{{"code":"{code}","message":"{escaped}"}}"#);
-    Response::from_string(body)
-        .with_status_code(status)
-        .with_header(Header::from_bytes("Content-Type", "application/json").expect("a valid header"))
-        .boxed()
-}
-
 /// The running request pool returned by [`serve`].
 ///
 /// Dropping the handle shuts the pool down as [`ServerHandle::shutdown`]
@@ -583,6 +359,8 @@ pub struct ServerHandle {
     joins: Vec<JoinHandle<()>>,
     threads: usize,
     guard: Option<guard::Guard>,
+    /// The thread that takes requests with a body off the hop.
+    intake: Option<hop::Intake>,
     /// The gauges attached to the config's registry; detached when the
     /// handle drops, after the threads have stopped.
     _gauges: Option<AttachedGauges>,
@@ -633,7 +411,7 @@ impl ServerHandle {
     pub fn addr(&self) -> tiny_http::ListenAddr {
         match &self.guard {
             Some(guard) => tiny_http::ListenAddr::IP(guard.local_addr()),
-            None => self.shared.server.server_addr(),
+            None => self.shared.server_addr().expect("an unguarded pool serves its own server"),
         }
     }
 
@@ -662,7 +440,10 @@ impl ServerHandle {
         if let Some(mut guard) = self.guard.take() {
             guard.stop();
         }
-        stop_threads(&self.shared, &mut self.joins);
+        if let Some(mut intake) = self.intake.take() {
+            intake.stop();
+        }
+        pool::stop(&self.shared, &mut self.joins);
     }
 }
 
@@ -777,37 +558,5 @@ impl fmt::Debug for ServerHandle {
             .field("threads", &self.threads)
             .field("busy", &self.busy())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    static EXITED: AtomicUsize = AtomicUsize::new(0);
-
-    /// Starts two threads, then fails as an OS out of threads would.
-    fn two_then_refuse(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
-        if i >= 2 {
-            return Err(io::Error::new(io::ErrorKind::WouldBlock, "Resource temporarily unavailable"));
-        }
-        std::thread::Builder::new().spawn(move || {
-            shared.run();
-            EXITED.fetch_add(1, Ordering::SeqCst);
-        })
-    }
-
-    #[test]
-    fn a_failed_spawn_stops_the_threads_already_started_and_returns_the_error() {
-        let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
-        let handler: Handler =
-            Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
-        let config = ServerConfig::default();
-        let err = start_pool(server, Origin::Client, 4, &config, Counts::default(), handler, two_then_refuse)
-            .err()
-            .expect("the spawn error");
-        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
-        // Both started threads were joined before the error came back.
-        assert_eq!(EXITED.load(Ordering::SeqCst), 2);
     }
 }

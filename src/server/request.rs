@@ -1,61 +1,67 @@
 //! [`RequestContext`]: what the request pool knows of the request a handler
-//! answers: its deadline, its client, and the pool's own state.
+//! answers: its deadline, its client, and the pool's own state; and what the
+//! guard hands the request pool with each request ([`Incoming`]).
 //!
 //! With the guard, the connection thread knows the client's address and when
-//! the request was read whole, and the request thread needs both. They cross
-//! the hop as two private headers the guard sets after removing any a client
-//! sent (so a client cannot choose its own address or arrival): the peer as
-//! `ip:port`, and the arrival as nanoseconds since a process-wide base instant.
-//!
-//! Those headers are believed only on the guard's own hop, and the request
-//! pool says which side of it a request came from ([`Origin`]): it is never
-//! inferred from the request. A request straight from a client (without the
-//! guard) has its peer from its TCP connection and its arrival from the
-//! request thread, whatever private headers the client sent.
+//! the request was read whole, and the request thread needs both: they travel
+//! with the request in process, as an [`Arrival`], never as headers. A
+//! request straight from a client (without the guard) has its peer from its
+//! TCP connection and its arrival from the request thread, whatever private
+//! headers the client sent.
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tiny_http::Request;
 
-/// The header carrying the client's address over the hop.
-pub(super) const PEER_HEADER: &str = "X-Watertight-Peer";
-/// The header carrying the request's arrival over the hop.
-pub(super) const RECEIVED_HEADER: &str = "X-Watertight-Received";
+use super::answer::Reply;
+use super::proxy::{ClientAddr, TrustedProxies};
+
 /// The prefix of the guard's private headers, removed from what clients send.
 pub(super) const PRIVATE_PREFIX: &str = "x-watertight-";
 /// The header a client may shorten its budget with.
 const TIMEOUT_HEADER: &str = "X-Request-Timeout";
 
-/// The base instant of the arrival header: a fixed instant of this process,
-/// taken when the first guarded server starts (before any arrival it
-/// encodes, which it could not represent).
-pub(super) fn base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
+/// What the guard knows of a request and the request thread needs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Arrival {
+    /// When the guard had read it whole.
+    pub(super) received: Instant,
+    /// The TCP peer of its connection.
+    pub(super) peer: Option<SocketAddr>,
+    /// Who it came from, through the trusted proxies.
+    pub(super) client: ClientAddr,
 }
 
-/// `at` as the arrival header's value.
-pub(super) fn encode_instant(at: Instant) -> String {
-    crate::time::saturating_nanos(at.saturating_duration_since(base())).to_string()
+/// A request the guard hands the request pool: tiny_http's request (for one
+/// that crossed the hop, set once tiny_http has parsed it), what the guard
+/// knows of it, and where its answer goes.
+pub(super) struct Incoming {
+    pub(super) request: Option<Request>,
+    pub(super) arrival: Arrival,
+    pub(super) reply: Reply,
 }
 
-fn decode_instant(value: &str) -> Option<Instant> {
-    let nanos: u64 = value.trim().parse().ok()?;
-    base().checked_add(Duration::from_nanos(nanos))
+/// What a request thread of a guarded pool takes next.
+pub(super) enum Handed {
+    Request(Box<Incoming>),
+    /// Exit (one per thread, after every request already handed).
+    Stop,
 }
 
 /// What the request pool knows of the request a handler is answering.
 ///
-/// Its client and arrival are facts of the connection, never the client's
+/// Its peer and arrival are facts of the connection, never the client's
 /// word: behind the guard ([`serve`](super::serve)) they are what the guard
-/// saw (it drops any `X-Watertight-*` header a client sends and sets its own
-/// on the hop); without it ([`serve_unguarded`](super::serve_unguarded)) they
-/// are the TCP peer and the moment a request thread took the request, and any
-/// `X-Watertight-*` header is ignored. The only header a client has a say
-/// through is `X-Request-Timeout`, which can shorten the budget, never
-/// lengthen it.
+/// saw; without it ([`serve_unguarded`](super::serve_unguarded)) they are the
+/// TCP peer and the moment a request thread took the request. Its client
+/// ([`client_ip`](Self::client_ip)) is the peer, unless the peer is one of
+/// the [trusted proxies](super::ServerConfigBuilder::trusted_proxies): then
+/// it is read from the proxy's `X-Forwarded-For` (or `Forwarded`).
+/// Whether the request came through any proxy
+/// ([`through_proxy`](Self::through_proxy)) counts forwarding headers too,
+/// whoever sent them. The only other header a client has a say through is
+/// `X-Request-Timeout`, which can shorten the budget, never lengthen it.
 ///
 /// ```no_run
 /// use watertight::server::{RequestContext, serve};
@@ -76,6 +82,7 @@ pub struct RequestContext {
     received: Instant,
     deadline: Instant,
     peer: Option<SocketAddr>,
+    client: ClientAddr,
     busy: usize,
     threads: usize,
     reserved: bool,
@@ -101,11 +108,28 @@ impl RequestContext {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    /// The client's address: the peer of the guard's client connection, or
-    /// (without the guard) tiny_http's TCP peer. Never a client's claim.
-    /// `None` for a Unix-socket client.
+    /// The TCP peer of the request's connection: the client, or the proxy
+    /// in front of it. Never a client's claim. `None` for a Unix-socket
+    /// client.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
+    }
+
+    /// The client's address: the [peer](Self::peer_addr)'s, or, when the
+    /// peer is a trusted proxy, the first untrusted address of its
+    /// forwarding chain read from the right. A forwarding header from any
+    /// other peer is never believed. `None` for a Unix-socket client.
+    pub fn client_ip(&self) -> Option<std::net::IpAddr> {
+        self.client.ip
+    }
+
+    /// Whether the request came through a proxy: its peer is a trusted
+    /// proxy, or it carries a forwarding header (`X-Forwarded-For`,
+    /// `Forwarded`, `X-Real-IP`, `X-Forwarded-Host`, `X-Forwarded-Proto`),
+    /// whoever sent it. A request that did is not a local one, even from a
+    /// loopback peer: gate admin routes on a token then.
+    pub fn through_proxy(&self) -> bool {
+        self.client.through_proxy
     }
 
     /// Request threads busy when this request was taken, this one included.
@@ -126,49 +150,34 @@ impl RequestContext {
     }
 }
 
-/// Where the request pool's requests come from, which decides whether the
-/// guard's private headers are believed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Origin {
-    /// Over the guard's own hop ([`serve`](super::serve)): the guard removed
-    /// every private header a client sent and set its own, so they are the
-    /// client's real address and the request's real arrival.
-    Guard,
-    /// Straight from the clients ([`serve_unguarded`](super::serve_unguarded)):
-    /// any private header is the client's own and is ignored; the peer is the
-    /// TCP peer and the arrival is when a request thread took the request.
-    Client,
-}
-
-/// The context of `request`, which came from `origin`, was taken off
-/// tiny_http at `taken`, and is handled with `busy` of `threads` threads
-/// busy (`reserved`: of the reserved share); or a client error (a malformed
-/// `X-Request-Timeout`) to answer instead of calling the handler.
+/// The context of `request`, which arrived as `arrival` (without the guard:
+/// its TCP peer, when a request thread took it), handled with `busy` of
+/// `threads` threads busy (`reserved`: of the reserved share); or a client
+/// error (a malformed `X-Request-Timeout`) to answer instead of calling the
+/// handler.
 pub(super) fn context(
     request: &Request,
-    origin: Origin,
+    arrival: Arrival,
     budget: Duration,
-    taken: Instant,
     busy: usize,
     threads: usize,
     reserved: bool,
 ) -> Result<RequestContext, String> {
-    let header =
-        |name: &'static str| request.headers().iter().find(|h| h.field.equiv(name)).map(|h| h.value.as_str());
-    let (received, peer) = match origin {
-        // The guard always sets the arrival; it read the request before this
-        // thread took it, so a later one cannot be right.
-        Origin::Guard => (
-            header(RECEIVED_HEADER).and_then(decode_instant).map_or(taken, |at| at.min(taken)),
-            header(PEER_HEADER).and_then(|p| p.parse().ok()),
-        ),
-        Origin::Client => (taken, request.remote_addr().copied()),
-    };
-    let budget = match header(TIMEOUT_HEADER) {
+    let asked = request.headers().iter().find(|h| h.field.equiv(TIMEOUT_HEADER)).map(|h| h.value.as_str());
+    let budget = match asked {
         None => budget,
         Some(asked) => parse_timeout(asked)?.min(budget),
     };
-    Ok(RequestContext { received, deadline: received + budget, peer, busy, threads, reserved })
+    let Arrival { received, peer, client } = arrival;
+    Ok(RequestContext { received, deadline: received + budget, peer, client, busy, threads, reserved })
+}
+
+/// The arrival of a request straight from a client: now, from its TCP peer,
+/// through `proxies`.
+pub(super) fn unguarded_arrival(request: &Request, proxies: &TrustedProxies) -> Arrival {
+    let peer = request.remote_addr().copied();
+    let headers = request.headers().iter().map(|h| (h.field.as_str().as_str(), h.value.as_str()));
+    Arrival { received: Instant::now(), peer, client: proxies.resolve(peer, headers) }
 }
 
 /// `X-Request-Timeout`: `250ms`, `2s`, or a number of milliseconds.
@@ -197,14 +206,5 @@ mod tests {
         assert_eq!(parse_timeout("1500"), Ok(Duration::from_millis(1500)));
         assert!(parse_timeout("soon").unwrap_err().contains("X-Request-Timeout"));
         assert!(parse_timeout("-5ms").is_err());
-    }
-
-    #[test]
-    fn arrivals_cross_the_hop_to_the_nanosecond() {
-        base();
-        let now = Instant::now();
-        let back = decode_instant(&encode_instant(now)).unwrap();
-        assert!(back <= now && now - back < Duration::from_micros(1), "{:?}", now - back);
-        assert_eq!(decode_instant("not a number"), None);
     }
 }

@@ -18,7 +18,6 @@
 //!
 //! ```text
 //! request:  parse_request ──head──► BodyDecoder::new(head.framing) ──step…──► done
-//! answer:   parse_response ─head──► ResponseHead::relay ──► BodyDecoder ──step…──► done
 //! ```
 //!
 //! [`read_head`] and [`BodyDecoder::drive`] are those loops, with the read
@@ -29,13 +28,11 @@
 
 mod body;
 mod request;
-mod response;
 
 use std::io::{self, Read};
 
 pub(crate) use self::body::{BodyDecoder, Framing};
 pub(crate) use self::request::{Refusal, RequestHead, read_head};
-pub(crate) use self::response::{ResponseHead, parse_response};
 
 /// What a connection may send: the caps of the guard, or of the fake
 /// provider.

@@ -1,0 +1,229 @@
+//! An answer's way back from a request thread to the client's connection
+//! thread, in process: the request thread prints the handler's
+//! `tiny_http::Response` itself (tiny_http's own `raw_print` decides its
+//! framing, once), into a [`Reply`] whose pieces go over a small bounded
+//! channel; the connection thread writes them to its client as they come
+//! ([`relay`]) and never parses them.
+//!
+//! One reply belongs to one request of one connection and is made for it, so
+//! no answer can reach another client's exchange. An answer whose framing is
+//! in doubt (the handler set `Content-Length`, `Transfer-Encoding` or
+//! `Connection` itself, its body was shorter than its length, its reader
+//! failed, or a 1xx status) ends with the connection closed.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use tiny_http::{HTTPVersion, Header, Method, Request, Response, ResponseBox};
+
+/// Answers up to this size reach the connection thread as one piece, before
+/// a byte goes to the client, so that a client slow to read never holds the
+/// request thread that wrote them (the piece waits in the channel).
+const BUFFER_ANSWER: usize = 256 * 1024;
+/// Pieces in flight between a request thread and a connection thread: a
+/// longer answer waits for its client, a piece at a time.
+const PIECES: usize = 4;
+
+/// A piece of an answer.
+pub(super) enum Piece {
+    Data(Vec<u8>),
+    /// The answer is whole; `close`: the connection closes after it.
+    End { close: bool },
+}
+
+/// The request thread's side of one answer.
+pub(super) struct Reply {
+    tx: Sender<Piece>,
+    /// The connection closes after this answer, whatever the answer says.
+    close_after: bool,
+    /// 0 for an HTTP/1.0 client, 1 for HTTP/1.1.
+    minor: u8,
+}
+
+/// A reply for a request of HTTP/1.`minor`, and the connection thread's
+/// receiver of its pieces.
+pub(super) fn reply(close_after: bool, minor: u8) -> (Reply, Receiver<Piece>) {
+    let (tx, rx) = crossbeam_channel::bounded(PIECES);
+    (Reply { tx, close_after, minor }, rx)
+}
+
+impl Reply {
+    /// Prints `response` as the answer to `request`, then ends the reply.
+    /// `request` is dropped before the end is sent, with nothing written to
+    /// its own writer: for a request that came over the hop, tiny_http's
+    /// connection is free for the next request once the guard sees the end.
+    pub(super) fn send(self, request: Request, response: ResponseBox) {
+        let Reply { tx, close_after, minor } = self;
+        let bodiless = *request.method() == Method::Head;
+        let streaming = response.headers().iter().any(|h| {
+            h.field.equiv("Content-Type") && h.value.as_str().starts_with("text/event-stream")
+        });
+        let (response, doubt, short) = checked(response, close_after, minor);
+        let mut out = PieceWriter { tx: &tx, buf: Vec::new(), streaming };
+        let printed = response.raw_print(
+            &mut out,
+            // The client's version: one that crossed the hop reads 1.1 there.
+            HTTPVersion(1, minor),
+            request.headers(),
+            bodiless,
+            None,
+        );
+        let flushed = printed.and_then(|()| out.flush());
+        drop(out);
+        let close = close_after || doubt || flushed.is_err() || short.load(Ordering::Relaxed);
+        if let Err(e) = &flushed {
+            log::debug!("request pool: the answer to {} {} was cut short: {e}", request.method(), request.url());
+        }
+        // Drops the request's own writer unused (tiny_http would print a
+        // 500 into a request dropped with it).
+        drop(request.into_writer());
+        // A connection thread that gave up on the answer has gone.
+        let _ = tx.send(Piece::End { close });
+    }
+}
+
+/// `response` rebuilt for the guard to print: the framing headers a handler
+/// may have set through `Response::new` dropped (tiny_http sets its own),
+/// `Connection` said as the guard will do, the body held to its declared
+/// length. Also whether its framing is in doubt, and a flag set once the body
+/// turns out shorter than its length.
+fn checked(response: ResponseBox, close: bool, minor: u8) -> (ResponseBox, bool, Arc<AtomicBool>) {
+    let status = response.status_code();
+    let threshold = response.chunked_threshold();
+    let length = response.data_length();
+    let framing = |h: &Header| {
+        ["Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Trailer", "Upgrade"]
+            .iter()
+            .any(|name| h.field.equiv(name))
+    };
+    let mut doubt = status.0 < 200;
+    let mut headers: Vec<Header> = Vec::with_capacity(response.headers().len() + 1);
+    for h in response.headers() {
+        if framing(h) {
+            doubt = true;
+        } else {
+            headers.push(h.clone());
+        }
+    }
+    let close = close || doubt;
+    if close {
+        headers.push(Header::from_bytes("Connection", "close").expect("a valid header"));
+    } else if minor == 0 {
+        headers.push(Header::from_bytes("Connection", "keep-alive").expect("a valid header"));
+    }
+    let short = Arc::new(AtomicBool::new(false));
+    let body = Exact { inner: response.into_reader(), left: length, short: Arc::clone(&short) };
+    let rebuilt = Response::new(status, headers, Box::new(body) as Box<dyn Read + Send>, length, None)
+        .with_chunked_threshold(threshold);
+    (rebuilt, doubt, short)
+}
+
+/// A body held to its declared length: never more, and `short` set when the
+/// handler's reader ends before it.
+struct Exact {
+    inner: Box<dyn Read + Send>,
+    left: Option<usize>,
+    short: Arc<AtomicBool>,
+}
+
+impl Read for Exact {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(left) = self.left else { return self.inner.read(buf) };
+        if left == 0 {
+            return Ok(0);
+        }
+        let want = buf.len().min(left);
+        let n = self.inner.read(&mut buf[..want])?;
+        if n == 0 {
+            self.short.store(true, Ordering::Relaxed);
+        }
+        self.left = Some(left - n);
+        Ok(n)
+    }
+}
+
+/// Collects printed bytes into pieces of up to [`BUFFER_ANSWER`]; an event
+/// stream goes piece by piece as it is written. A write fails once the
+/// connection thread has gone (its client left, or it gave up).
+struct PieceWriter<'a> {
+    tx: &'a Sender<Piece>,
+    buf: Vec<u8>,
+    streaming: bool,
+}
+
+impl PieceWriter<'_> {
+    fn send(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let piece = std::mem::take(&mut self.buf);
+        self.tx
+            .send(Piece::Data(piece))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client's connection has gone"))
+    }
+}
+
+impl Write for PieceWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.streaming || self.buf.len() >= BUFFER_ANSWER {
+            self.send()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
+}
+
+/// How one answer went, on the connection thread's side.
+pub(super) struct Relayed {
+    /// Its end came: the request thread is done with it.
+    pub(super) ended: bool,
+    /// The client got all of it and the connection may carry another request.
+    pub(super) keep: bool,
+    /// Bytes were written to the client (or tried): nothing else may be.
+    pub(super) started: bool,
+    /// It stopped because no piece came within the bound.
+    pub(super) timed_out: bool,
+}
+
+/// Writes the pieces of one answer to `client` as they come, waiting at most
+/// `bound` for each. After a failed write it stops: dropping `rx` makes the
+/// request thread's next write fail.
+pub(super) fn relay(rx: Receiver<Piece>, first: Option<Piece>, client: &TcpStream, bound: Duration) -> Relayed {
+    let mut relayed = Relayed { ended: false, keep: false, started: false, timed_out: false };
+    let mut next = first;
+    loop {
+        let piece = match next.take() {
+            Some(piece) => piece,
+            None => match rx.recv_deadline(Instant::now() + bound) {
+                Ok(piece) => piece,
+                Err(RecvTimeoutError::Timeout) => {
+                    log::warn!("guard: no answer from the request handler within {bound:?}; closing");
+                    relayed.timed_out = true;
+                    return relayed;
+                }
+                Err(RecvTimeoutError::Disconnected) => return relayed,
+            },
+        };
+        match piece {
+            Piece::Data(bytes) => {
+                relayed.started = true;
+                if (&mut &*client).write_all(&bytes).is_err() {
+                    return relayed;
+                }
+            }
+            Piece::End { close } => {
+                relayed.ended = true;
+                relayed.keep = !close;
+                return relayed;
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The request threads: each takes the next request (from the guard, in
+//! process, or from tiny_http reading the clients itself), waits for an
+//! ordinary thread if it must (`admission.rs`), calls the handler, and sends
+//! its answer.
+
+use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use tiny_http::{Header, Request, Response, ResponseBox, Server};
+
+use super::admission::Admission;
+use super::answer::Reply;
+use super::config::{CompiledReserve, ServerConfig};
+use super::proxy::TrustedProxies;
+use super::request::{self, Arrival, Handed, RequestContext};
+use crate::error::panic_message;
+
+pub(super) type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
+
+/// Where a pool's requests come from.
+pub(super) enum Source {
+    /// From the guard, in process; the sender is kept to wake the threads
+    /// at the stop.
+    Guard { rx: Receiver<Handed>, tx: Sender<Handed> },
+    /// From tiny_http reading the clients itself.
+    Clients(Server),
+}
+
+impl Source {
+    /// A source fed by the guard, and the guard's side of it.
+    pub(super) fn guard() -> (Source, Sender<Handed>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        (Source::Guard { rx, tx: tx.clone() }, tx)
+    }
+}
+
+/// The request pool's live counts, shared with its gauges in a registry.
+#[derive(Default)]
+pub(super) struct Counts {
+    pub(super) busy: Arc<AtomicUsize>,
+    pub(super) reserved_busy: Arc<AtomicUsize>,
+    pub(super) waiting: Arc<AtomicUsize>,
+}
+
+pub(super) struct Shared {
+    source: Source,
+    /// Requests being handled: incremented when a thread starts on one (right
+    /// after it took it, or, for an ordinary request that waited for an
+    /// ordinary thread, when one takes it), decremented once its answer is
+    /// sent (a [`BusyGuard`] does it, so a panic cannot leak a count).
+    /// Relaxed: it is a gauge read for display and tests, it orders nothing.
+    /// Shared with the gauges a registry carries, if any.
+    pub(super) busy: Arc<AtomicUsize>,
+    /// Set before the stop wakes the threads. A thread that sees tiny_http's
+    /// `recv` fail checks it: set means exit, clear means an accept error.
+    stopping: AtomicBool,
+    handler: Handler,
+    /// Each request's time budget.
+    budget: Duration,
+    /// Believed to stand for other clients (read here without the guard).
+    proxies: TrustedProxies,
+    pub(super) threads: usize,
+    /// Which request a free thread handles next (see `admission.rs`).
+    pub(super) admission: Admission<Taken>,
+    /// The reserved share, if any, with its routes parsed.
+    pub(super) reserve: Option<CompiledReserve>,
+}
+
+/// A request taken and classified.
+pub(super) struct Taken {
+    request: Request,
+    arrival: Arrival,
+    /// `None` without the guard: tiny_http answers its own request.
+    reply: Option<Reply>,
+    /// Whether it is of the reserved share.
+    reserved: bool,
+}
+
+type Spawn = fn(usize, Arc<Shared>) -> io::Result<JoinHandle<()>>;
+
+pub(super) fn spawn_named(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("watertight-http-{i}")).spawn(move || shared.run())
+}
+
+/// Starts the request threads; if one cannot be started, stops those that
+/// were and returns the error.
+pub(super) fn start(
+    source: Source,
+    threads: usize,
+    config: &ServerConfig,
+    counts: Counts,
+    handler: Handler,
+    spawn: Spawn,
+) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
+    let reserve = config.compiled_reserve().cloned();
+    let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
+    let shared = Arc::new(Shared {
+        source,
+        busy: counts.busy,
+        stopping: AtomicBool::new(false),
+        handler,
+        budget: config.request_budget(),
+        proxies: config.trusted_proxies().clone(),
+        threads,
+        admission: Admission::with_gauges(
+            threads.saturating_sub(reserved),
+            counts.reserved_busy,
+            counts.waiting,
+        ),
+        reserve,
+    });
+    let mut joins = Vec::with_capacity(threads);
+    for i in 0..threads {
+        match spawn(i, Arc::clone(&shared)) {
+            Ok(join) => joins.push(join),
+            Err(e) => {
+                log::error!("request pool: cannot start thread {i} of {threads}: {e}");
+                stop(&shared, &mut joins);
+                return Err(e);
+            }
+        }
+    }
+    Ok((shared, joins))
+}
+
+/// Wakes and joins `joins`, the threads serving `shared`.
+pub(super) fn stop(shared: &Shared, joins: &mut Vec<JoinHandle<()>>) {
+    // Publish `stopping` before any wake-up, so that a thread woken sees it
+    // (Release here pairs with the Acquire in `take`).
+    shared.stopping.store(true, Ordering::Release);
+    // One wake-up per thread, each consumed by exactly one thread, which
+    // exits on it. They queue behind requests already received, which are
+    // answered first.
+    for _ in 0..joins.len() {
+        match &shared.source {
+            Source::Guard { tx, .. } => {
+                let _ = tx.send(Handed::Stop);
+            }
+            Source::Clients(server) => server.unblock(),
+        }
+    }
+    for join in joins.drain(..) {
+        // The loop catches handler panics, so a thread cannot end in one.
+        let _ = join.join();
+    }
+}
+
+impl Shared {
+    pub(super) fn server_addr(&self) -> Option<tiny_http::ListenAddr> {
+        match &self.source {
+            Source::Clients(server) => Some(server.server_addr()),
+            Source::Guard { .. } => None,
+        }
+    }
+
+    fn run(&self) {
+        let mut next = None;
+        loop {
+            let taken = match next.take() {
+                Some(taken) => taken,
+                None => match self.take() {
+                    Some(taken) => taken,
+                    None => return,
+                },
+            };
+            let reserved = taken.reserved;
+            self.answer(taken);
+            next = self.admission.done(reserved);
+        }
+    }
+
+    /// The next request that this (free) thread may handle; ordinary
+    /// requests it may not handle are left waiting for an ordinary thread.
+    /// `None` once the pool is stopping.
+    fn take(&self) -> Option<Taken> {
+        loop {
+            let (request, arrival, reply) = match &self.source {
+                Source::Guard { rx, .. } => match rx.recv() {
+                    Ok(Handed::Request(incoming)) => {
+                        let incoming = *incoming;
+                        // The hop sets it before it hands the request on.
+                        let Some(request) = incoming.request else { continue };
+                        (request, incoming.arrival, Some(incoming.reply))
+                    }
+                    Ok(Handed::Stop) | Err(_) => return None,
+                },
+                Source::Clients(server) => match server.recv() {
+                    Ok(request) => {
+                        let arrival = request::unguarded_arrival(&request, &self.proxies);
+                        (request, arrival, None)
+                    }
+                    // `recv` fails when `unblock` was called (one wake-up per
+                    // call, consumed by exactly one thread) or on an accept error.
+                    Err(err) => {
+                        if self.stopping.load(Ordering::Acquire) {
+                            return None;
+                        }
+                        log::warn!("request pool: receiving a request failed: {err}");
+                        continue;
+                    }
+                },
+            };
+            let reserved = self.reserve.as_ref().is_some_and(|r| r.share.takes(&r.routes, &request));
+            if let Some(taken) = self.admission.admit(Taken { request, arrival, reply, reserved }, reserved) {
+                return Some(taken);
+            }
+        }
+    }
+
+    /// Calls the handler on `taken` and sends its answer. Never panics: the
+    /// admission's count must see the request finish.
+    fn answer(&self, taken: Taken) {
+        let Taken { mut request, arrival, reply, reserved } = taken;
+        let busy = BusyGuard::enter(&self.busy);
+        let context = request::context(&request, arrival, self.budget, busy.count(), self.threads, reserved);
+        let response = match context {
+            Ok(ctx) => match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
+                Ok(response) => response,
+                Err(payload) => {
+                    let msg = panic_message(&*payload);
+                    log::error!("request handler panicked on {} {}: {msg}", request.method(), request.url());
+                    internal_error()
+                }
+            },
+            Err(message) => json_error(400, "INVALID_REQUEST_TIMEOUT", &message),
+        };
+        match reply {
+            Some(reply) => reply.send(request, response),
+            // A client that went away is not the server's error.
+            None => {
+                if let Err(err) = request.respond(response) {
+                    log::debug!("request pool: sending a response failed: {err}");
+                }
+            }
+        }
+    }
+}
+
+struct BusyGuard<'a>(&'a AtomicUsize);
+
+impl<'a> BusyGuard<'a> {
+    fn enter(busy: &'a AtomicUsize) -> Self {
+        busy.fetch_add(1, Ordering::Relaxed);
+        BusyGuard(busy)
+    }
+
+    /// Busy threads now, this one included.
+    fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn internal_error() -> ResponseBox {
+    // The panic message stays in the log: it may name internals the client
+    // has no business seeing.
+    json_error(500, "INTERNAL_ERROR", "the request handler failed")
+}
+
+/// `{"code": .., "message": ..}` with `status`.
+fn json_error(status: u16, code: &str, message: &str) -> ResponseBox {
+    let escaped: String = message
+        .chars()
+        .flat_map(|c| match c {
+            '"' => vec!['\\', '"'],
+            '\\' => vec!['\\', '\\'],
+            c if c.is_control() => vec![' '],
+            c => vec![c],
+        })
+        .collect();
+    let body = format!(r#"{{"code":"{code}","message":"{escaped}"}}"#);
+    Response::from_string(body)
+        .with_status_code(status)
+        .with_header(Header::from_bytes("Content-Type", "application/json").expect("a valid header"))
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static EXITED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Starts two threads, then fails as an OS out of threads would.
+    fn two_then_refuse(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
+        if i >= 2 {
+            return Err(io::Error::new(io::ErrorKind::WouldBlock, "Resource temporarily unavailable"));
+        }
+        std::thread::Builder::new().spawn(move || {
+            shared.run();
+            EXITED.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    #[test]
+    fn a_failed_spawn_stops_the_threads_already_started_and_returns_the_error() {
+        let server = Server::http("127.0.0.1:0").expect("bind a loopback port");
+        let handler: Handler =
+            Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
+        let config = ServerConfig::default();
+        let source = Source::Clients(server);
+        let err = start(source, 4, &config, Counts::default(), handler, two_then_refuse)
+            .err()
+            .expect("the spawn error");
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        // Both started threads were joined before the error came back.
+        assert_eq!(EXITED.load(Ordering::SeqCst), 2);
+    }
+}
