@@ -153,8 +153,7 @@ impl Reserve {
     pub(crate) fn takes(&self, routes: &[Route], request: &Request) -> bool {
         let method = request.method().as_str();
         let url = request.url();
-        let path = url.split(['?', '#']).next().unwrap_or("");
-        if routes.iter().any(|r| r.matches(method, path)) {
+        if routes_take(routes, method, url) {
             return true;
         }
         let Some(classifier) = &self.classifier else { return false };
@@ -167,6 +166,13 @@ impl Reserve {
             }
         }
     }
+}
+
+/// Whether one of `routes` takes a request for `method` and `url` (its
+/// query string does not count).
+pub(crate) fn routes_take(routes: &[Route], method: &str, url: &str) -> bool {
+    let path = url.split(['?', '#']).next().unwrap_or("");
+    routes.iter().any(|r| r.matches(method, path))
 }
 
 /// Checks a reserve of `reserved` threads against a pool of `threads`: at

@@ -1,6 +1,13 @@
 //! Who may use the admin routes (`/_faults`, `/_config`): they change how the
-//! server behaves, so they answer loopback clients, and anyone else only with
-//! the admin token given at start (`--admin-token`, header `X-Admin-Token`).
+//! server behaves, so they answer loopback clients that came through no
+//! proxy, and anyone else only with the admin token given at start
+//! (`--admin-token`, header `X-Admin-Token`).
+//!
+//! A proxy on this host (nginx in `nginx.conf`) connects from loopback for
+//! every client, so "the TCP peer is loopback" says nothing of the client
+//! behind it. A request that came through a proxy (its peer is a trusted
+//! proxy, or it carries a forwarding header, whoever sent it) needs the
+//! token, even from a loopback peer.
 //!
 //! The policy is a pure function of the client's address and the header, so
 //! that it can be tested with any address without sending it a packet.
@@ -14,7 +21,7 @@ pub const TOKEN_HEADER: &str = "X-Admin-Token";
 /// Why an admin request is let through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Granted {
-    /// The client is on this host.
+    /// The client is on this host and came through no proxy.
     Loopback,
     /// The client presented the admin token.
     Token,
@@ -23,11 +30,11 @@ pub enum Granted {
 /// Why an admin request is refused (answered 403).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
-    /// Not loopback, and no token was configured at start.
+    /// Not a local client, and no token was configured at start.
     NoTokenConfigured,
-    /// Not loopback, and the request carries no token.
+    /// Not a local client, and the request carries no token.
     NoToken,
-    /// Not loopback, and the token presented is not the admin token.
+    /// Not a local client, and the token presented is not the admin token.
     WrongToken,
 }
 
@@ -36,28 +43,31 @@ impl Refused {
     pub fn message(self) -> &'static str {
         match self {
             Refused::NoTokenConfigured => {
-                "admin routes answer loopback clients only (no --admin-token was given)"
+                "admin routes answer loopback clients that came through no proxy only (no --admin-token was given)"
             }
             Refused::NoToken => {
-                "admin routes answer loopback clients, or requests with the X-Admin-Token header"
+                "admin routes answer loopback clients that came through no proxy, or requests with the X-Admin-Token header"
             }
             Refused::WrongToken => "the X-Admin-Token header does not match the admin token",
         }
     }
 }
 
-/// Whether an admin request from `client` (unknown: `None`), carrying
-/// `presented` in `X-Admin-Token`, may go through, when the server was started
-/// with the admin token `configured`.
+/// Whether an admin request from the TCP peer `peer` (unknown: `None`),
+/// which came `through_proxy` or not, carrying `presented` in
+/// `X-Admin-Token`, may go through, when the server was started with the
+/// admin token `configured`.
 ///
-/// A loopback client always may; anyone else only with the configured token.
-/// An unknown client address is not loopback.
+/// A loopback peer that is no proxy, on a request with no forwarding header,
+/// always may; anyone else only with the configured token. An unknown peer
+/// address is not loopback.
 pub fn admin_access(
-    client: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    through_proxy: bool,
     presented: Option<&str>,
     configured: Option<&str>,
 ) -> Result<Granted, Refused> {
-    if client.is_some_and(|a| is_loopback(a.ip())) {
+    if !through_proxy && peer.is_some_and(|a| is_loopback(a.ip())) {
         return Ok(Granted::Loopback);
     }
     let Some(configured) = configured else { return Err(Refused::NoTokenConfigured) };

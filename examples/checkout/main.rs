@@ -72,7 +72,8 @@ ROUTES:
   PUT  /_config/{name}    body: one dependency's configuration (JSON, the schema of a
                           [dependencies.NAME] section of --config): changes it live   (admin)
 
-ADMIN ROUTES answer loopback clients, and others only with header X-Admin-Token: <--admin-token>.
+ADMIN ROUTES answer loopback clients that came through no proxy, and others only with header
+X-Admin-Token: <--admin-token> (a request with X-Forwarded-For or Forwarded came through a proxy).
 
 FAULTS (embedded providers):
   healthy, slow:<ms>, hang, error:<status>, refuse (also reset, garbage, trickle:<ms>, close, cut,
@@ -104,11 +105,18 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
-    /// Lets clients that are not on loopback use the admin routes
-    /// (/_faults, /_config) with the header `X-Admin-Token: <TOKEN>`.
-    /// Without it, only loopback clients may.
+    /// Lets clients that are not on loopback, or that come through a
+    /// proxy, use the admin routes (/_faults, /_config) with the header
+    /// `X-Admin-Token: <TOKEN>`. Without it, only loopback clients that came
+    /// through no proxy may.
     #[arg(long, value_name = "TOKEN", value_parser = parse_admin_token)]
     pub admin_token: Option<String>,
+
+    /// A reverse proxy in front of the server (an address or a CIDR
+    /// network; repeatable): only from such a peer is the client read from
+    /// `X-Forwarded-For`. Behind the nginx recipe: `--trusted-proxy 127.0.0.2`.
+    #[arg(long = "trusted-proxy", value_name = "ADDRESS")]
+    pub trusted_proxies: Vec<String>,
 
     /// Each request's time budget (`5s`, `800ms`): every provider call it
     /// makes ends by then. A client's `X-Request-Timeout` may only shorten it.
@@ -293,7 +301,12 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     // The reserved share: threads no route that calls a provider can take
     // (none in the incident's server).
     let reserve = if args.no_bulkhead || args.no_reserve { None } else { config.server.reserve.clone() };
-    let mut server_config = ServerConfig::builder().request_budget(args.request_budget).registry(&registry);
+    let proxies = watertight::server::TrustedProxies::parse(&args.trusted_proxies)
+        .map_err(|e| format!("--trusted-proxy: {e}"))?;
+    let mut server_config = ServerConfig::builder()
+        .request_budget(args.request_budget)
+        .registry(&registry)
+        .trusted_proxies(proxies);
     if let Some(reserve) = &reserve {
         if reserve.threads >= threads {
             return Err(format!(

@@ -17,7 +17,7 @@
 //! | `GET /_config/{name}`   | one dependency's live configuration (admin)                   |
 //! | `PUT /_config/{name}`   | changes one dependency live (body: its JSON section) (admin)  |
 //!
-//! The admin routes answer loopback clients, and others only with the admin
+//! The admin routes answer loopback clients that came through no proxy, and others only with the admin
 //! token (see `admin.rs`); anyone else gets 403.
 //!
 //! Every error is a JSON `{"code", "message"}`; nothing a client sends can
@@ -378,7 +378,7 @@ impl App {
     /// `Ok` when the client may use the admin routes, else the 403 answer.
     fn admin_allowed(&self, req: &Request, ctx: &RequestContext) -> Result<(), ResponseBox> {
         let presented = req.headers().iter().find(|h| h.field.equiv(TOKEN_HEADER)).map(|h| h.value.as_str());
-        match admin::admin_access(ctx.peer_addr(), presented, self.admin_token.as_deref()) {
+        match admin::admin_access(ctx.peer_addr(), ctx.through_proxy(), presented, self.admin_token.as_deref()) {
             Ok(_) => Ok(()),
             Err(refused) => Err(error(403, "ADMIN_FORBIDDEN", refused.message())),
         }

@@ -167,6 +167,7 @@ mod answer;
 mod client;
 mod config;
 mod conn;
+mod gate;
 mod guard;
 mod hop;
 mod pool;
@@ -175,6 +176,7 @@ mod request;
 
 pub use crate::reserve::Reserve;
 pub use config::{ServerConfig, ServerConfigBuilder};
+pub use gate::{EnterError, Entered, RequestPool};
 pub use proxy::{ClientAddr, TrustedProxies};
 pub use request::RequestContext;
 
@@ -187,8 +189,8 @@ use std::thread::JoinHandle;
 
 use tiny_http::{Request, ResponseBox, Server};
 
-use crate::registry::{Registry, RequestPoolGauges};
-use pool::{Counts, Shared, Source};
+use gate::{AttachedGauges, attach_gauges, check_reserve_of};
+use pool::{Shared, Source};
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
 /// `threads` fixed request threads (at least one), each taking the next
@@ -300,56 +302,6 @@ where
     Ok(ServerHandle { shared, joins, threads, guard: None, intake: None, _gauges: gauges, _hop_dir: None })
 }
 
-/// Refuses a reserve that leaves a pool of `threads` no ordinary thread.
-fn check_reserve_of(config: &ServerConfig, threads: usize) -> io::Result<()> {
-    match config.reserve() {
-        Some(reserve) => crate::reserve::check_threads(reserve.threads, threads)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e)),
-        None => Ok(()),
-    }
-}
-
-/// The busy count of a new request pool of `threads`, and, when `registry`
-/// is given, its gauges attached to it (detached when the returned value is
-/// dropped).
-fn attach_gauges(config: &ServerConfig, threads: usize) -> io::Result<(Counts, Option<AttachedGauges>)> {
-    let counts = Counts::default();
-    let Some(registry) = config.registry() else { return Ok((counts, None)) };
-    let mut gauges = RequestPoolGauges::new(threads, Arc::clone(&counts.busy));
-    if let Some(reserve) = config.reserve() {
-        gauges = gauges.with_reserve(
-            reserve.threads,
-            Arc::clone(&counts.reserved_busy),
-            Arc::clone(&counts.waiting),
-        );
-    }
-    match registry.attach_request_pool(gauges.clone()) {
-        Ok(()) => Ok((counts, Some(AttachedGauges { registry: registry.clone(), gauges }))),
-        Err(running) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!(
-                "ServerConfig::registry: the registry already carries the gauges of a running request pool \
-                 ({} threads); give each server its own registry",
-                running.threads()
-            ),
-        )),
-    }
-}
-
-/// A request pool's gauges attached to a registry; dropping it (when the
-/// server stops, or fails to start) detaches them, so that a stopped pool
-/// does not linger in `/metrics`.
-struct AttachedGauges {
-    registry: Registry,
-    gauges: RequestPoolGauges,
-}
-
-impl Drop for AttachedGauges {
-    fn drop(&mut self) {
-        self.registry.detach_request_pool(&self.gauges);
-    }
-}
-
 /// The running request pool returned by [`serve`].
 ///
 /// Dropping the handle shuts the pool down as [`ServerHandle::shutdown`]
@@ -403,7 +355,8 @@ impl ServerHandle {
     /// A handle on the request pool's gauges that outlives this borrow (for
     /// a metrics exporter, say).
     pub fn request_pool(&self) -> RequestPool {
-        RequestPool { shared: Arc::clone(&self.shared) }
+        let reserved = self.shared.reserve.as_ref().map(|r| r.share.threads);
+        RequestPool::of_server(self.threads, reserved, self.shared.counts.clone())
     }
 
     /// The address the server listens on (`to_ip()` gives the socket address
@@ -444,102 +397,6 @@ impl ServerHandle {
             intake.stop();
         }
         pool::stop(&self.shared, &mut self.joins);
-    }
-}
-
-/// The request pool's gauges, from [`ServerHandle::request_pool`]: cheap to
-/// clone, readable from any thread while the server runs (and after, as
-/// zero busy).
-#[derive(Clone)]
-pub struct RequestPool {
-    shared: Arc<Shared>,
-}
-
-impl RequestPool {
-    /// Requests being handled right now.
-    pub fn busy(&self) -> usize {
-        self.shared.busy.load(Ordering::Relaxed)
-    }
-
-    /// The number of request threads.
-    pub fn threads(&self) -> usize {
-        self.shared.threads
-    }
-
-    /// The request threads ordinary requests can never take (the
-    /// [reserve](ServerConfig::reserve)'s threads; 0 without one).
-    pub fn reserved_threads(&self) -> usize {
-        self.shared.reserve.as_ref().map_or(0, |r| r.share.threads)
-    }
-
-    /// Reserved requests being handled right now, on any thread (part of
-    /// [`busy`](Self::busy)).
-    pub fn reserved_busy(&self) -> usize {
-        self.shared.admission.reserved_busy()
-    }
-
-    /// Ordinary requests taken off tiny_http that wait for an ordinary
-    /// thread, because every thread but the reserved ones is busy with one.
-    /// Requests no thread has taken yet are not counted.
-    pub fn waiting(&self) -> usize {
-        self.shared.admission.waiting()
-    }
-}
-
-/// With the `prometheus` feature, a [`RequestPool`] is a `prometheus-client`
-/// collector of two gauges, `watertight_request_pool_threads` and
-/// `watertight_request_pool_busy`, for a `prometheus-client` registry built
-/// by hand: `prometheus.register_collector(Box::new(handle.request_pool()))`.
-/// A server whose [`ServerConfig::registry`] is set needs none of that:
-/// [`metrics::register`](crate::metrics::register) over that registry
-/// exports the same two gauges (register one or the other, not both, or
-/// each gauge is exported twice).
-#[cfg(feature = "prometheus")]
-impl prometheus_client::collector::Collector for RequestPool {
-    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> fmt::Result {
-        use prometheus_client::metrics::MetricType;
-        // The names and help of the metrics exporter's (`metrics::Collector`);
-        // the edges do not import each other, so they are spelled twice.
-        let mut gauges = vec![
-            ("watertight_request_pool_threads", "Threads of the shared request pool.", self.threads()),
-            ("watertight_request_pool_busy", "Request threads handling a request now.", self.busy()),
-        ];
-        if self.shared.reserve.is_some() {
-            gauges.extend([
-                (
-                    "watertight_request_pool_reserved_threads",
-                    "Request threads kept for the reserved routes.",
-                    self.reserved_threads(),
-                ),
-                (
-                    "watertight_request_pool_reserved_busy",
-                    "Reserved requests being handled now.",
-                    self.reserved_busy(),
-                ),
-                (
-                    "watertight_request_pool_waiting",
-                    "Ordinary requests waiting for an ordinary thread.",
-                    self.waiting(),
-                ),
-            ]);
-        }
-        for (name, help, value) in gauges {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            metric.encode_gauge(&value)?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for RequestPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RequestPool")
-            .field("threads", &self.threads())
-            .field("busy", &self.busy())
-            .field("reserved_threads", &self.reserved_threads())
-            .field("reserved_busy", &self.reserved_busy())
-            .field("waiting", &self.waiting())
-            .finish()
     }
 }
 

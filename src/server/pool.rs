@@ -16,6 +16,7 @@ use tiny_http::{Header, Request, Response, ResponseBox, Server};
 use super::admission::Admission;
 use super::answer::Reply;
 use super::config::{CompiledReserve, ServerConfig};
+use super::gate::Counts;
 use super::proxy::TrustedProxies;
 use super::request::{self, Arrival, Handed, RequestContext};
 use crate::error::panic_message;
@@ -39,14 +40,6 @@ impl Source {
     }
 }
 
-/// The request pool's live counts, shared with its gauges in a registry.
-#[derive(Default)]
-pub(super) struct Counts {
-    pub(super) busy: Arc<AtomicUsize>,
-    pub(super) reserved_busy: Arc<AtomicUsize>,
-    pub(super) waiting: Arc<AtomicUsize>,
-}
-
 pub(super) struct Shared {
     source: Source,
     /// Requests being handled: incremented when a thread starts on one (right
@@ -56,6 +49,8 @@ pub(super) struct Shared {
     /// Relaxed: it is a gauge read for display and tests, it orders nothing.
     /// Shared with the gauges a registry carries, if any.
     pub(super) busy: Arc<AtomicUsize>,
+    /// Every count, for the gauges.
+    pub(super) counts: Counts,
     /// Set before the stop wakes the threads. A thread that sees tiny_http's
     /// `recv` fail checks it: set means exit, clear means an accept error.
     stopping: AtomicBool,
@@ -101,7 +96,8 @@ pub(super) fn start(
     let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
     let shared = Arc::new(Shared {
         source,
-        busy: counts.busy,
+        busy: Arc::clone(&counts.busy),
+        counts: counts.clone(),
         stopping: AtomicBool::new(false),
         handler,
         budget: config.request_budget(),

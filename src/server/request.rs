@@ -20,7 +20,7 @@ use super::proxy::{ClientAddr, TrustedProxies};
 /// The prefix of the guard's private headers, removed from what clients send.
 pub(super) const PRIVATE_PREFIX: &str = "x-watertight-";
 /// The header a client may shorten its budget with.
-const TIMEOUT_HEADER: &str = "X-Request-Timeout";
+pub(super) const TIMEOUT_HEADER: &str = "X-Request-Timeout";
 
 /// What the guard knows of a request and the request thread needs.
 #[derive(Debug, Clone, Copy)]
@@ -164,6 +164,18 @@ pub(super) fn context(
     reserved: bool,
 ) -> Result<RequestContext, String> {
     let asked = request.headers().iter().find(|h| h.field.equiv(TIMEOUT_HEADER)).map(|h| h.value.as_str());
+    context_asking(asked, arrival, budget, busy, threads, reserved)
+}
+
+/// [`context`], the client's `X-Request-Timeout` (if any) given as `asked`.
+pub(super) fn context_asking(
+    asked: Option<&str>,
+    arrival: Arrival,
+    budget: Duration,
+    busy: usize,
+    threads: usize,
+    reserved: bool,
+) -> Result<RequestContext, String> {
     let budget = match asked {
         None => budget,
         Some(asked) => parse_timeout(asked)?.min(budget),

@@ -21,7 +21,7 @@ fn loopback_clients_need_no_token() {
         for configured in [None, Some(TOKEN)] {
             for presented in [None, Some("wrong"), Some(TOKEN)] {
                 assert_eq!(
-                    admin_access(Some(addr(client)), presented, configured),
+                    admin_access(Some(addr(client)), false, presented, configured),
                     Ok(Granted::Loopback),
                     "{client} {presented:?} {configured:?}"
                 );
@@ -44,16 +44,28 @@ fn other_clients_need_the_token() {
     ];
     for client in others {
         let c = Some(addr(client));
-        assert_eq!(admin_access(c, Some(TOKEN), Some(TOKEN)), Ok(Granted::Token), "{client}");
-        assert_eq!(admin_access(c, None, Some(TOKEN)), Err(Refused::NoToken), "{client}");
-        assert_eq!(admin_access(c, Some("s3cret-admin-tokeN"), Some(TOKEN)), Err(Refused::WrongToken));
-        assert_eq!(admin_access(c, Some("s3cret"), Some(TOKEN)), Err(Refused::WrongToken), "a prefix");
-        assert_eq!(admin_access(c, Some(""), Some(TOKEN)), Err(Refused::WrongToken), "empty");
-        assert_eq!(admin_access(c, Some(TOKEN), None), Err(Refused::NoTokenConfigured), "{client}");
+        assert_eq!(admin_access(c, false, Some(TOKEN), Some(TOKEN)), Ok(Granted::Token), "{client}");
+        assert_eq!(admin_access(c, false, None, Some(TOKEN)), Err(Refused::NoToken), "{client}");
+        assert_eq!(admin_access(c, false, Some("s3cret-admin-tokeN"), Some(TOKEN)), Err(Refused::WrongToken));
+        assert_eq!(admin_access(c, false, Some("s3cret"), Some(TOKEN)), Err(Refused::WrongToken), "a prefix");
+        assert_eq!(admin_access(c, false, Some(""), Some(TOKEN)), Err(Refused::WrongToken), "empty");
+        assert_eq!(admin_access(c, false, Some(TOKEN), None), Err(Refused::NoTokenConfigured), "{client}");
     }
     // An unknown client address is not loopback.
-    assert_eq!(admin_access(None, None, None), Err(Refused::NoTokenConfigured));
-    assert_eq!(admin_access(None, Some(TOKEN), Some(TOKEN)), Ok(Granted::Token));
+    assert_eq!(admin_access(None, false, None, None), Err(Refused::NoTokenConfigured));
+    assert_eq!(admin_access(None, false, Some(TOKEN), Some(TOKEN)), Ok(Granted::Token));
+}
+
+#[test]
+fn a_loopback_peer_through_a_proxy_needs_the_token() {
+    // nginx on this host connects from loopback for every client.
+    for peer in ["127.0.0.1:50000", "127.0.0.2:1", "[::1]:443"] {
+        let p = Some(addr(peer));
+        assert_eq!(admin_access(p, true, None, Some(TOKEN)), Err(Refused::NoToken), "{peer}");
+        assert_eq!(admin_access(p, true, Some("wrong"), Some(TOKEN)), Err(Refused::WrongToken), "{peer}");
+        assert_eq!(admin_access(p, true, Some(TOKEN), Some(TOKEN)), Ok(Granted::Token), "{peer}");
+        assert_eq!(admin_access(p, true, Some(TOKEN), None), Err(Refused::NoTokenConfigured), "{peer}");
+    }
 }
 
 #[test]

@@ -9,7 +9,9 @@ mod checkout_bin;
 mod nginx;
 
 mod admin_policy;
+mod desync;
 mod edge;
+mod proxies;
 mod reserve;
 mod server;
 mod slow_clients;
