@@ -16,3 +16,4 @@ mod dashboard;
 mod quote;
 mod reserve;
 mod stream;
+mod trips;
