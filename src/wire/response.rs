@@ -72,10 +72,10 @@ impl ResponseHead {
     /// the close to end). The answer's own `Connection` and `Keep-Alive`
     /// are the hop's, not the client's, and are replaced.
     pub(crate) fn relay(&self, request: &RequestHead, close_after: bool) -> Relay {
-        let no_body = request.method.eq_ignore_ascii_case("HEAD")
-            || self.status < 200
-            || self.status == 204
-            || self.status == 304;
+        // Case-sensitive, as methods are (RFC 9110 9.1), and as the request
+        // pool (tiny_http) reads them: it answers `head` with a body.
+        let no_body =
+            request.method == "HEAD" || self.status < 200 || self.status == 204 || self.status == 304;
         let framing = if no_body { Framing::Length(0) } else { self.framing };
         let minor = request.minor;
         let dechunk = framing == Framing::Chunked && minor == 0;
@@ -146,5 +146,7 @@ mod tests {
         assert!(kept.head.ends_with(b"Connection: keep-alive\r\n\r\n"));
         let head = sized.relay(&request("HEAD / HTTP/1.1\r\n\r\n"), true);
         assert_eq!((head.framing, head.close), (Framing::Length(0), true));
+        let lower = sized.relay(&request("head / HTTP/1.1\r\n\r\n"), false);
+        assert_eq!((lower.framing, lower.close), (Framing::Length(2), false));
     }
 }
