@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::{Limits, Refusal};
+use super::{Limits, Refusal, chunk};
 
 /// How a body is framed, as its head says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +42,8 @@ enum State {
     Data(u64),
     /// The CRLF that ends a chunk's data is next.
     DataEnd,
-    /// Trailer lines, then the empty line that ends a chunked body;
-    /// `true` until the first step over them.
-    Trailers(bool),
+    /// Trailer lines, then the empty line that ends a chunked body.
+    Trailers,
     /// Everything until the connection closes.
     UntilClose,
     Done,
@@ -95,48 +94,52 @@ impl BodyDecoder {
                 self.state = if take == left { State::DataEnd } else { State::Data(left - take) };
                 (take as usize, take as usize)
             }
-            State::DataEnd => {
-                if input.len() < 2 {
-                    return Ok(None);
+            State::DataEnd => match input {
+                [] | [b'\r'] => return Ok(None),
+                [b'\r', b'\n', ..] => {
+                    self.state = State::Size;
+                    (2, 0)
                 }
-                if &input[..2] != b"\r\n" {
-                    return Err(Refusal::bad("a chunk does not end with CRLF"));
-                }
-                self.state = State::Size;
-                (2, 0)
-            }
-            State::Size => match httparse::parse_chunk_size(input) {
-                Ok(httparse::Status::Complete((used, size))) => {
+                // Refused at the first wrong byte, not after a second one.
+                _ => return Err(Refusal::bad("a chunk does not end with CRLF")),
+            },
+            // A line longer than the cap is refused whole or in parts alike.
+            State::Size => match chunk::size_line(input) {
+                Err(why) => return Err(Refusal::bad(why)),
+                Ok(Some((used, size))) if used <= line_cap => {
                     if size > self.limits.max_body_bytes.saturating_sub(self.chunked) {
                         return Err(Refusal::BODY_TOO_LARGE);
                     }
                     self.chunked += size;
-                    self.state = if size == 0 { State::Trailers(true) } else { State::Data(size) };
+                    self.state = if size == 0 { State::Trailers } else { State::Data(size) };
                     (used, 0)
                 }
-                Ok(httparse::Status::Partial) if input.len() <= line_cap => return Ok(None),
-                _ => return Err(Refusal::bad("invalid chunk size line")),
+                Ok(None) if input.len() <= line_cap => return Ok(None),
+                Ok(_) => return Err(Refusal::bad("invalid chunk size line")),
             },
-            State::Trailers(first) => {
-                // The trailers are dropped: nothing here has a use for them.
-                // Checked before each step but the first, so a line may end
-                // just at the cap.
-                if !first && self.trailers.saturating_add(input.len()) > line_cap {
+            // The trailers are dropped: nothing here has a use for them. The
+            // cap counts their lines, never the bytes after them (the next
+            // request's), and a line may end just at it.
+            State::Trailers => match chunk::trailer_line(input) {
+                Err(why) => return Err(Refusal::bad(why)),
+                // A lone CR may be the start of the empty line, which is not counted.
+                Ok(None) if input != b"\r" && self.trailers.saturating_add(input.len()) > line_cap => {
                     return Err(Refusal::HEAD_TOO_LARGE);
                 }
-                self.state = State::Trailers(false);
-                match input.windows(2).position(|w| w == b"\r\n") {
-                    Some(0) => {
-                        self.state = State::Done;
-                        (2, 0)
-                    }
-                    Some(end) => {
-                        self.trailers += end + 2;
-                        (end + 2, 0)
-                    }
-                    None => return Ok(None),
+                Ok(None) => return Ok(None),
+                // Only the empty line is this short.
+                Ok(Some(2)) => {
+                    self.state = State::Done;
+                    (2, 0)
                 }
-            }
+                Ok(Some(line)) if self.trailers.saturating_add(line) > line_cap => {
+                    return Err(Refusal::HEAD_TOO_LARGE);
+                }
+                Ok(Some(line)) => {
+                    self.trailers += line;
+                    (line, 0)
+                }
+            },
         };
         Ok(Some(Step { used, data: 0..data }))
     }
@@ -174,29 +177,55 @@ mod tests {
 
     const LIMITS: Limits = Limits { max_head_bytes: 64, max_body_bytes: 10 };
 
-    /// Decodes `input` fed one byte at a time: the data, the raw bytes
-    /// used, and whether the body ended.
-    fn trickled(framing: Framing, input: &[u8]) -> Result<(Vec<u8>, Vec<u8>, bool), Refusal> {
-        let (mut data, mut raw) = (Vec::new(), Vec::new());
+    /// What decoding made of an input: the data, the raw bytes used, and
+    /// whether the body ended, or the refusal.
+    struct Decoded {
+        data: Vec<u8>,
+        raw: Vec<u8>,
+        end: Result<bool, Refusal>,
+    }
+
+    /// Decodes `input` fed one byte at a time.
+    fn trickled(framing: Framing, input: &[u8]) -> Decoded {
         let mut rest = input.iter();
-        let mut buf = Vec::new();
-        let done = BodyDecoder::new(framing, LIMITS).drive(
+        decoded(framing, Vec::new(), move |buf| match rest.next() {
+            Some(b) => {
+                buf.push(*b);
+                1
+            }
+            None => 0,
+        })
+    }
+
+    /// Decodes `input` given whole.
+    fn whole(framing: Framing, input: &[u8]) -> Decoded {
+        decoded(framing, input.to_vec(), |_| 0)
+    }
+
+    fn decoded(framing: Framing, mut buf: Vec<u8>, mut fill: impl FnMut(&mut Vec<u8>) -> usize) -> Decoded {
+        let (mut data, mut raw) = (Vec::new(), Vec::new());
+        let end = BodyDecoder::new(framing, LIMITS).drive(
             &mut buf,
-            |buf| {
-                Ok::<_, Refusal>(match rest.next() {
-                    Some(b) => {
-                        buf.push(*b);
-                        1
-                    }
-                    None => 0,
-                })
-            },
+            |buf| Ok::<_, Refusal>(fill(buf)),
             |used, d| {
                 raw.extend_from_slice(used);
                 data.extend_from_slice(d);
             },
-        )?;
-        Ok((data, raw, done))
+        );
+        Decoded { data, raw, end }
+    }
+
+    /// Both ways, `input` is refused with `status` after using exactly
+    /// `used` bytes: what follows the refused line is left alone.
+    #[track_caller]
+    fn refused(input: &[u8], used: &[u8], status: u16) {
+        for (how, d) in
+            [("trickled", trickled(Framing::Chunked, input)), ("whole", whole(Framing::Chunked, input))]
+        {
+            let shown = String::from_utf8_lossy(input);
+            assert_eq!(d.end.map_err(|r| r.status), Err(status), "{how} {shown:?}");
+            assert_eq!(d.raw, used, "{how} {shown:?}");
+        }
     }
 
     #[test]
@@ -210,36 +239,112 @@ mod tests {
 
     #[test]
     fn chunks_arrive_whole_or_a_byte_at_a_time() {
-        let input = b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-T: 1\r\n\r\n";
-        let (data, raw, done) = trickled(Framing::Chunked, input).unwrap();
-        assert_eq!((data.as_slice(), raw.as_slice(), done), (&b"abcde"[..], &input[..], true));
-        let mut buf = input.to_vec();
-        let mut out = Vec::new();
-        let whole = BodyDecoder::new(Framing::Chunked, LIMITS).drive(
-            &mut buf,
-            |_| Ok::<_, Refusal>(0),
-            |_, d| out.extend_from_slice(d),
-        );
-        assert_eq!((whole, out.as_slice()), (Ok(true), &b"abcde"[..]));
-        assert!(buf.is_empty());
+        let input = b"3;ext=1\r\nabc\r\n2 ; a = \"b;c\"\r\nde\r\n0\r\nX-T: 1\r\n\r\n";
+        for d in [trickled(Framing::Chunked, input), whole(Framing::Chunked, input)] {
+            assert_eq!((d.data.as_slice(), d.raw.as_slice(), d.end), (&b"abcde"[..], &input[..], Ok(true)));
+        }
+        let mut buf = [&input[..], b"GET /next"].concat();
+        let mut d = BodyDecoder::new(Framing::Chunked, LIMITS);
+        assert_eq!(d.drive(&mut buf, |_| Ok::<_, Refusal>(0), |_, _| {}), Ok(true));
+        assert_eq!(buf, b"GET /next");
     }
 
     #[test]
     fn an_ended_stream_is_an_unfinished_body() {
-        assert!(!trickled(Framing::Chunked, b"3\r\nab").unwrap().2);
-        assert!(!trickled(Framing::Length(4), b"ab").unwrap().2);
-        let (data, _, done) = trickled(Framing::UntilClose, b"all of it").unwrap();
-        assert_eq!((data.as_slice(), done), (&b"all of it"[..], false));
+        assert_eq!(trickled(Framing::Chunked, b"3\r\nab").end, Ok(false));
+        assert_eq!(trickled(Framing::Length(4), b"ab").end, Ok(false));
+        let d = trickled(Framing::UntilClose, b"all of it");
+        assert_eq!((d.data.as_slice(), d.end), (&b"all of it"[..], Ok(false)));
     }
 
     #[test]
     fn chunked_errors_are_the_guards_answers() {
-        let status = |input: &[u8]| trickled(Framing::Chunked, input).unwrap_err().status;
-        assert_eq!(status(b"zz\r\n"), 400);
-        assert_eq!(status(b"3\r\nabcXY"), 400);
-        assert_eq!(status(b"6\r\nabcdef\r\n5\r\n"), 413);
-        assert_eq!(status(&[b"1".repeat(65), b"\r\n".to_vec()].concat()), 400);
+        refused(b"zz\r\n", b"", 400);
+        refused(b"3\r\nabcXY", b"3\r\nabc", 400);
+        refused(b"6\r\nabcdef\r\n5\r\n", b"6\r\nabcdef\r\n", 413);
         let long_trailer = [b"0\r\nX: ".to_vec(), b"y".repeat(70), b"\r\n\r\n".to_vec()].concat();
-        assert_eq!(status(&long_trailer), 431);
+        refused(&long_trailer, b"0\r\n", 431);
+    }
+
+    #[test]
+    fn a_size_line_past_the_cap_is_refused_whole_or_in_parts() {
+        // 64 bytes, the cap, pass; 65 do not.
+        let line = |len: usize| [b"1;".to_vec(), b"a".repeat(len - 4), b"\r\n".to_vec()].concat();
+        let at_cap = [line(64), b"x\r\n0\r\n\r\n".to_vec()].concat();
+        assert_eq!(whole(Framing::Chunked, &at_cap).end, Ok(true));
+        assert_eq!(trickled(Framing::Chunked, &at_cap).end, Ok(true));
+        refused(&[line(65), b"x\r\n0\r\n\r\n".to_vec()].concat(), b"", 400);
+        let unended = [b"1;".to_vec(), b"a".repeat(63)].concat();
+        assert_eq!(trickled(Framing::Chunked, &unended).end.map_err(|r| r.status), Err(400));
+        assert_eq!(trickled(Framing::Chunked, &unended[..64]).end, Ok(false));
+    }
+
+    #[test]
+    fn a_size_line_out_of_grammar_is_refused_where_it_starts() {
+        let first = b"1\r\nx\r\n";
+        for line in [
+            &b"\r\n"[..],
+            b"\n",
+            b" 1\r\n",
+            b"+1\r\n",
+            b"-1\r\n",
+            b"0x1\r\n",
+            b"00000000000000001\r\n",
+            b"1 \r\n",
+            b"1\n",
+            b"1\rx\n",
+            b"1\x00\r\n",
+            b"1;a\nb\r\n",
+            b"1;a=\"x\ny\"\r\n",
+            b"1;a=\x01\r\n",
+        ] {
+            // An empty line as the size was the last chunk to httparse: here
+            // what follows it is not taken as trailers or the end.
+            let input = [&first[..], line, b"y\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n"].concat();
+            refused(&input, first, 400);
+        }
+        // 16 digits are a size; too large a one is 413, not a wrap-around.
+        refused(b"FFFFFFFFFFFFFFFF\r\n", b"", 413);
+        assert_eq!(whole(Framing::Chunked, b"0000000000000001\r\nx\r\n0\r\n\r\n").end, Ok(true));
+    }
+
+    #[test]
+    fn a_chunks_data_ends_with_crlf_and_nothing_else() {
+        refused(b"1\r\nx\nGET / HTTP/1.1\r\n\r\n", b"1\r\nx", 400);
+        refused(b"1\r\nx\rGET / HTTP/1.1\r\n\r\n", b"1\r\nx", 400);
+        refused(b"1\r\nx0\r\n\r\n", b"1\r\nx", 400);
+        // Refused at the first wrong byte, with nothing after it.
+        assert_eq!(trickled(Framing::Chunked, b"1\r\nx\n").end.map_err(|r| r.status), Err(400));
+        assert_eq!(trickled(Framing::Chunked, b"1\r\nx\r").end, Ok(false));
+    }
+
+    #[test]
+    fn trailers_end_with_crlf_and_nothing_else() {
+        // A bare LF after the last chunk was httparse's (and the old scan's)
+        // cue to read the pipelined request as trailers, up to its CRLF.
+        refused(b"0\r\n\nGET / HTTP/1.1\r\n\r\n", b"0\r\n", 400);
+        refused(b"0\r\nX: 1\nGET / HTTP/1.1\r\n\r\n", b"0\r\n", 400);
+        refused(b"0\r\nX: 1\r\n\nGET / HTTP/1.1\r\n\r\n", b"0\r\nX: 1\r\n", 400);
+        refused(b"0\r\nX: 1\rY: 2\r\n\r\n", b"0\r\n", 400);
+        refused(b"0\r\n\rGET / HTTP/1.1\r\n\r\n", b"0\r\n", 400);
+        refused(b"0\r\nX : 1\r\n\r\n", b"0\r\n", 400);
+        refused(b"0\r\nX: 1\r\n folded\r\n\r\n", b"0\r\nX: 1\r\n", 400);
+        refused(b"0\r\nGET / HTTP/1.1\r\n\r\n", b"0\r\n", 400);
+    }
+
+    #[test]
+    fn the_trailer_cap_counts_trailers_only() {
+        // A long pipelined request after the trailers is not theirs.
+        let input = [&b"0\r\nX: 1\r\n\r\n"[..], &b"y".repeat(200)].concat();
+        let mut buf = input.clone();
+        let mut d = BodyDecoder::new(Framing::Chunked, LIMITS);
+        assert_eq!(d.drive(&mut buf, |_| Ok::<_, Refusal>(0), |_, _| {}), Ok(true));
+        assert_eq!(buf, b"y".repeat(200));
+        // Lines up to the cap together pass; one more byte does not.
+        let trailers =
+            |len: usize| [b"0\r\nX: ".to_vec(), b"y".repeat(len - 5), b"\r\n\r\n".to_vec()].concat();
+        assert_eq!(trickled(Framing::Chunked, &trailers(64)).end, Ok(true));
+        assert_eq!(whole(Framing::Chunked, &trailers(64)).end, Ok(true));
+        refused(&trailers(65), b"0\r\n", 431);
     }
 }

@@ -22,11 +22,23 @@
 //!
 //! [`read_head`] and [`BodyDecoder::drive`] are those loops, with the read
 //! passed in as a closure.
+//!
+//! # Strictness
+//!
+//! A proxy in front may read a request's framing more leniently or more
+//! strictly than this wire does; wherever the two could differ, the
+//! request is refused (400, then the close) instead of being guessed at:
+//! a bare LF or CR as a line's end, in the head or anywhere in a chunked
+//! body; a chunk-size line or a trailer line outside the grammar (`chunk.rs`);
+//! two `Content-Length` or two `Host` headers; `Transfer-Encoding` on
+//! HTTP/1.0. Otherwise one of the two would take as a body what the other
+//! takes as the next request.
 
 // The server uses every part; the fake provider reads requests only.
 #![cfg_attr(not(feature = "tiny_http"), allow(dead_code, unused_imports))]
 
 mod body;
+mod chunk;
 mod request;
 
 use std::io::{self, Read};

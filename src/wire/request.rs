@@ -44,13 +44,27 @@ pub(crate) fn parse_request(buf: &[u8], limits: Limits) -> Result<Option<(Reques
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) if n > limits.max_head_bytes => Err(Refusal::HEAD_TOO_LARGE),
-        Ok(httparse::Status::Complete(n)) => Ok(Some((RequestHead::from_parsed(&req, limits)?, n))),
+        Ok(httparse::Status::Complete(n)) => {
+            crlf_only(&buf[..n])?;
+            Ok(Some((RequestHead::from_parsed(&req, limits)?, n)))
+        }
         Ok(httparse::Status::Partial) if buf.len() > limits.max_head_bytes => Err(Refusal::HEAD_TOO_LARGE),
-        Ok(httparse::Status::Partial) => Ok(None),
+        Ok(httparse::Status::Partial) => crlf_only(buf).map(|()| None),
         Err(httparse::Error::TooManyHeaders) => Err(Refusal::HEAD_TOO_LARGE),
         Err(httparse::Error::Version) => Err(Refusal::VERSION),
         Err(e) => Err(Refusal::bad(parse_error(e))),
     }
+}
+
+/// httparse takes a bare LF for a line's end, in the request line, between
+/// headers and as the empty line; a proxy that does not would read
+/// `X: a\nTransfer-Encoding: chunked` as one header and frame the body by
+/// another. Every LF of a head (here, of the bytes so far) must follow a CR.
+/// A bare CR, obs-fold and whitespace before a header's colon are httparse's
+/// own errors.
+fn crlf_only(head: &[u8]) -> Result<(), Refusal> {
+    let bare = head.iter().enumerate().any(|(i, &b)| b == b'\n' && (i == 0 || head[i - 1] != b'\r'));
+    if bare { Err(Refusal::bad("a line of the request head ends with a bare LF")) } else { Ok(()) }
 }
 
 /// Takes a request head off the front of `buf`, calling `fill` to append
@@ -81,6 +95,7 @@ impl RequestHead {
             return Err(Refusal::bad("the request target is not ASCII"));
         }
         let (mut length, mut chunked, mut expect_continue) = (None::<u64>, false, false);
+        let mut host = false;
         let (mut close, mut keep) = (false, false);
         let mut headers = Vec::with_capacity(req.headers.len());
         for h in req.headers.iter() {
@@ -95,14 +110,20 @@ impl RequestHead {
                     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
                         return Err(Refusal::bad("Content-Length is not a number"));
                     }
-                    // All digits: too many of them for a u64 is simply too large.
-                    let n = value.parse::<u64>().unwrap_or(u64::MAX);
-                    if length.is_some_and(|l| l != n) {
-                        return Err(Refusal::bad("conflicting Content-Length headers"));
+                    // A second one is refused even when it agrees: a proxy
+                    // in front may have kept either, or joined them.
+                    if length.is_some() {
+                        return Err(Refusal::bad("more than one Content-Length header"));
                     }
-                    length = Some(n);
+                    // All digits: too many of them for a u64 is simply too large.
+                    length = Some(value.parse::<u64>().unwrap_or(u64::MAX));
                 }
                 "transfer-encoding" => {
+                    // RFC 9112 6.1: an HTTP/1.0 message's framing is faulty
+                    // with it, since an HTTP/1.0 hop in front does not dechunk.
+                    if minor == 0 {
+                        return Err(Refusal::bad("Transfer-Encoding on an HTTP/1.0 request"));
+                    }
                     if !value.eq_ignore_ascii_case("chunked") || chunked {
                         return Err(Refusal::UNSUPPORTED_CODING);
                     }
@@ -113,6 +134,13 @@ impl RequestHead {
                         return Err(Refusal::EXPECTATION);
                     }
                     expect_continue = true;
+                }
+                // RFC 9112 3.2: which of two hosts is meant is anyone's guess.
+                "host" => {
+                    if host {
+                        return Err(Refusal::bad("more than one Host header"));
+                    }
+                    host = true;
                 }
                 "connection" => {
                     for token in value.split(',').map(str::trim) {
@@ -257,6 +285,82 @@ mod tests {
         assert_eq!(status("GET / HTTP/1.1\r\nExpect: magic\r\n\r\n"), 417);
         assert_eq!(status("GET / HTTP/2.0\r\n\r\n"), 505);
         assert_eq!(status("GET / HTTP/1.1\r\nX: caf\u{e9}\r\n\r\n"), 400);
+    }
+
+    /// The refusal of `head`, which must be a 400.
+    #[track_caller]
+    fn bad(head: &str) -> &'static str {
+        let refusal = parsed(head).map(|_| ()).unwrap_err();
+        assert_eq!(refusal.status, 400, "{head:?}: {refusal:?}");
+        refusal.message
+    }
+
+    #[test]
+    fn a_head_frames_its_body_one_way_only() {
+        let twice = "more than one Content-Length header";
+        assert_eq!(bad("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n"), twice);
+        assert_eq!(bad("POST / HTTP/1.1\r\ncontent-length: 0\r\nContent-Length: 0\r\n\r\n"), twice);
+        for value in ["+1", "1 2", "1,1", "1, 1", "0x1", "1.0", ""] {
+            let head = format!("POST / HTTP/1.1\r\nContent-Length: {value}\r\n\r\n");
+            assert_eq!(bad(&head), "Content-Length is not a number", "{value:?}");
+        }
+        // Whitespace around the value is the field's, not the number's.
+        let (head, _) = parsed("POST / HTTP/1.1\r\nContent-Length:  3 \r\n\r\n").unwrap().unwrap();
+        assert_eq!(head.framing, Framing::Length(3));
+
+        let old = "Transfer-Encoding on an HTTP/1.0 request";
+        assert_eq!(bad("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), old);
+        assert_eq!(bad("POST / HTTP/1.0\r\nTransfer-Encoding: gzip\r\n\r\n"), old);
+        assert_eq!(bad("POST / HTTP/1.0\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"), old);
+        let (head, _) = parsed("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap().unwrap();
+        assert_eq!(head.framing, Framing::Chunked);
+    }
+
+    #[test]
+    fn a_head_names_one_host() {
+        assert_eq!(bad("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), "more than one Host header");
+        assert_eq!(bad("GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n"), "more than one Host header");
+    }
+
+    #[test]
+    fn a_head_has_crlf_lines_only() {
+        let bare = "a line of the request head ends with a bare LF";
+        // httparse takes each of these as a whole head.
+        assert_eq!(bad("GET / HTTP/1.1\r\nX: a\nTransfer-Encoding: chunked\r\n\r\n"), bare);
+        assert_eq!(bad("GET / HTTP/1.1\nHost: x\r\n\r\n"), bare);
+        assert_eq!(bad("GET / HTTP/1.1\r\nHost: x\r\n\n"), bare);
+        assert_eq!(bad("GET / HTTP/1.1\r\nHost: x\n\r\n"), bare);
+        assert_eq!(bad("\nGET / HTTP/1.1\r\n\r\n"), bare);
+        // Refused as soon as it is there, not at the end of the head.
+        assert_eq!(bad("GET / HTTP/1.1\nHost: x"), bare);
+        // One empty line before the request line is allowed (RFC 9112 2.2).
+        let (head, used) = parsed("\r\nGET / HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!((head.target.as_str(), used), ("/", 20));
+    }
+
+    #[test]
+    fn httparse_refuses_the_other_malformed_lines() {
+        // obs-fold: a line that starts with whitespace.
+        assert_eq!(bad("GET / HTTP/1.1\r\nX: a\r\n folded\r\n\r\n"), "invalid header name");
+        assert_eq!(bad("GET / HTTP/1.1\r\nX: a\r\n\tfolded\r\n\r\n"), "invalid header name");
+        assert_eq!(bad("GET / HTTP/1.1\r\n Host: x\r\n\r\n"), "invalid header name");
+        // Whitespace between a name and its colon.
+        assert_eq!(bad("GET / HTTP/1.1\r\nContent-Length : 5\r\n\r\n"), "invalid header name");
+        assert_eq!(bad("GET / HTTP/1.1\r\nContent-Length\t: 5\r\n\r\n"), "invalid header name");
+        // A bare CR, in a value, after the request line or as the empty line.
+        assert_eq!(bad("GET / HTTP/1.1\r\nX: a\rb\r\n\r\n"), "invalid header value");
+        assert_eq!(bad("GET / HTTP/1.1\r\r\n\r\n"), "invalid line ending");
+        assert_eq!(bad("GET / HTTP/1.1\r\nX: a\r\n\rX"), "invalid line ending");
+        assert_eq!(bad("\rGET / HTTP/1.1\r\n\r\n"), "invalid line ending");
+        // Other control bytes in a value.
+        assert_eq!(bad("GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n"), "invalid header value");
+    }
+
+    #[test]
+    fn a_method_is_kept_as_sent() {
+        // Methods are case-sensitive (RFC 9110 9.1): `get` is not `GET`.
+        let (head, _) = parsed("get / HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!(head.method, "get");
     }
 
     #[test]
