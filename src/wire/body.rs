@@ -14,8 +14,6 @@ pub(crate) enum Framing {
     Length(u64),
     /// `Transfer-Encoding: chunked`.
     Chunked,
-    /// Neither, on an answer: the body runs until the connection closes.
-    UntilClose,
 }
 
 /// Takes one body off the front of a buffer. Each [`step`](Self::step)
@@ -44,8 +42,6 @@ enum State {
     DataEnd,
     /// Trailer lines, then the empty line that ends a chunked body.
     Trailers,
-    /// Everything until the connection closes.
-    UntilClose,
     Done,
 }
 
@@ -66,7 +62,6 @@ impl BodyDecoder {
             Framing::None | Framing::Length(0) => State::Done,
             Framing::Length(n) => State::Length(n),
             Framing::Chunked => State::Size,
-            Framing::UntilClose => State::UntilClose,
         };
         BodyDecoder { state, limits, chunked: 0, trailers: 0 }
     }
@@ -82,13 +77,12 @@ impl BodyDecoder {
         let line_cap = self.limits.max_head_bytes;
         let (used, data) = match self.state {
             State::Done => (0, 0),
-            State::Length(_) | State::Data(_) | State::UntilClose if input.is_empty() => return Ok(None),
+            State::Length(_) | State::Data(_) if input.is_empty() => return Ok(None),
             State::Length(left) => {
                 let take = left.min(input.len() as u64);
                 self.state = if take == left { State::Done } else { State::Length(left - take) };
                 (take as usize, take as usize)
             }
-            State::UntilClose => (input.len(), input.len()),
             State::Data(left) => {
                 let take = left.min(input.len() as u64);
                 self.state = if take == left { State::DataEnd } else { State::Data(left - take) };
@@ -253,8 +247,6 @@ mod tests {
     fn an_ended_stream_is_an_unfinished_body() {
         assert_eq!(trickled(Framing::Chunked, b"3\r\nab").end, Ok(false));
         assert_eq!(trickled(Framing::Length(4), b"ab").end, Ok(false));
-        let d = trickled(Framing::UntilClose, b"all of it");
-        assert_eq!((d.data.as_slice(), d.end), (&b"all of it"[..], Ok(false)));
     }
 
     #[test]

@@ -58,11 +58,6 @@ pub(crate) struct Limits {
     pub(crate) max_body_bytes: u64,
 }
 
-impl Limits {
-    /// No caps: for the hop, which reads the request pool's own answers.
-    pub(crate) const NONE: Limits = Limits { max_head_bytes: usize::MAX, max_body_bytes: u64::MAX };
-}
-
 /// How much one read asks for.
 const READ_CHUNK: usize = 16 * 1024;
 
