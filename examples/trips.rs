@@ -16,7 +16,7 @@
 //! `cargo run --features testing --example trips -- [FLIGHTS_FAULT]` prints
 //! `listening on http://...`. Built as a crate of its own, it needs
 //! `watertight = { version = "0.1", features = ["testing"] }` and
-//! `rouille = "3.6"`.
+//! `rouille = { version = "3.6", default-features = false }`.
 //!
 //! rouille keeps its threads, so an ordinary request that finds the ordinary
 //! share full is answered `503` at once rather than waiting for a thread
@@ -84,7 +84,9 @@ impl App {
         let ctx = entered.context();
         match (req.method(), req.url().as_str()) {
             ("GET", "/health") => json(200, r#"{"status":"UP"}"#),
-            ("GET", "/metrics") => Response::from_data(metrics::CONTENT_TYPE, metrics::encode_text(&self.registry)),
+            ("GET", "/metrics") => {
+                Response::from_data(metrics::CONTENT_TYPE, metrics::encode_text(&self.registry))
+            }
             ("GET", "/search") => {
                 let url = format!("{}/flights?{}", self.provider.url(), req.raw_query_string());
                 let agent = self.agent.clone();
@@ -94,7 +96,9 @@ impl App {
                 match found {
                     Ok(list) => json(200, &format!(r#"{{"flights":{list}}}"#)),
                     // The reason, for the client and for the operator.
-                    Err(e) => json(503, &format!(r#"{{"code":"FLIGHTS_UNAVAILABLE","why":"{}"}}"#, e.outcome())),
+                    Err(e) => {
+                        json(503, &format!(r#"{{"code":"FLIGHTS_UNAVAILABLE","why":"{}"}}"#, e.outcome()))
+                    }
                 }
             }
             ("POST", "/_fault") if local(ctx.peer_addr(), ctx.through_proxy()) => {

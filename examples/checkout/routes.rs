@@ -378,7 +378,12 @@ impl App {
     /// `Ok` when the client may use the admin routes, else the 403 answer.
     fn admin_allowed(&self, req: &Request, ctx: &RequestContext) -> Result<(), ResponseBox> {
         let presented = req.headers().iter().find(|h| h.field.equiv(TOKEN_HEADER)).map(|h| h.value.as_str());
-        match admin::admin_access(ctx.peer_addr(), ctx.through_proxy(), presented, self.admin_token.as_deref()) {
+        match admin::admin_access(
+            ctx.peer_addr(),
+            ctx.through_proxy(),
+            presented,
+            self.admin_token.as_deref(),
+        ) {
             Ok(_) => Ok(()),
             Err(refused) => Err(error(403, "ADMIN_FORBIDDEN", refused.message())),
         }

@@ -32,7 +32,9 @@ const PIECES: usize = 4;
 pub(super) enum Piece {
     Data(Vec<u8>),
     /// The answer is whole; `close`: the connection closes after it.
-    End { close: bool },
+    End {
+        close: bool,
+    },
 }
 
 /// The request thread's side of one answer.
@@ -59,9 +61,10 @@ impl Reply {
     pub(super) fn send(self, request: Request, response: ResponseBox) {
         let Reply { tx, close_after, minor } = self;
         let bodiless = *request.method() == Method::Head;
-        let streaming = response.headers().iter().any(|h| {
-            h.field.equiv("Content-Type") && h.value.as_str().starts_with("text/event-stream")
-        });
+        let streaming = response
+            .headers()
+            .iter()
+            .any(|h| h.field.equiv("Content-Type") && h.value.as_str().starts_with("text/event-stream"));
         let (response, doubt, short) = checked(response, close_after, minor);
         let mut out = PieceWriter { tx: &tx, buf: Vec::new(), streaming };
         let printed = response.raw_print(
@@ -76,7 +79,11 @@ impl Reply {
         drop(out);
         let close = close_after || doubt || flushed.is_err() || short.load(Ordering::Relaxed);
         if let Err(e) = &flushed {
-            log::debug!("request pool: the answer to {} {} was cut short: {e}", request.method(), request.url());
+            log::debug!(
+                "request pool: the answer to {} {} was cut short: {e}",
+                request.method(),
+                request.url()
+            );
         }
         // Drops the request's own writer unused (tiny_http would print a
         // 500 into a request dropped with it).
@@ -196,7 +203,12 @@ pub(super) struct Relayed {
 /// Writes the pieces of one answer to `client` as they come, waiting at most
 /// `bound` for each. After a failed write it stops: dropping `rx` makes the
 /// request thread's next write fail.
-pub(super) fn relay(rx: Receiver<Piece>, first: Option<Piece>, client: &TcpStream, bound: Duration) -> Relayed {
+pub(super) fn relay(
+    rx: Receiver<Piece>,
+    first: Option<Piece>,
+    client: &TcpStream,
+    bound: Duration,
+) -> Relayed {
     let mut relayed = Relayed { ended: false, keep: false, started: false, timed_out: false };
     let mut next = first;
     loop {

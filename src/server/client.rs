@@ -38,8 +38,11 @@ impl Refusal {
     pub(super) const UPSTREAM: Refusal =
         Refusal { status: 502, code: "BAD_GATEWAY", message: "the request handler gave no valid answer" };
     /// The handler did not answer within `answer_timeout`.
-    pub(super) const ANSWER_TIMEOUT: Refusal =
-        Refusal { status: 504, code: "GATEWAY_TIMEOUT", message: "the request handler did not answer in time" };
+    pub(super) const ANSWER_TIMEOUT: Refusal = Refusal {
+        status: 504,
+        code: "GATEWAY_TIMEOUT",
+        message: "the request handler did not answer in time",
+    };
     /// Not an answer: the client is gone, there is no one to answer.
     pub(super) const GONE: Refusal = Refusal { status: 0, code: "", message: "" };
 

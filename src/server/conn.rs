@@ -126,7 +126,8 @@ fn through_hop(
         }
     };
     let bound = shared.cfg.answer_timeout();
-    let relay = |rx: Receiver<Piece>| match await_intake(&shared.hop, &ticket, &rx, fresh, &hop_stream, bound) {
+    let relay = |rx: Receiver<Piece>| match await_intake(&shared.hop, &ticket, &rx, fresh, &hop_stream, bound)
+    {
         Ok(first) => answer::relay(rx, first, client, bound),
         Err(()) => none_relayed(),
     };

@@ -218,8 +218,9 @@ impl RequestPool {
         let busy = self.inner.counts.busy.fetch_add(1, Ordering::Relaxed) + 1;
         // Counted in from here: dropped on the error below, it counts out.
         let mut entered = Entered { pool: self.clone(), reserved, context: None };
-        let context = request::context_asking(asked, arrival, gate.budget, busy, self.inner.threads, reserved)
-            .map_err(EnterError::InvalidRequestTimeout)?;
+        let context =
+            request::context_asking(asked, arrival, gate.budget, busy, self.inner.threads, reserved)
+                .map_err(EnterError::InvalidRequestTimeout)?;
         entered.context = Some(context);
         Ok(entered)
     }
@@ -326,9 +327,9 @@ impl fmt::Display for EnterError {
         match self {
             EnterError::Busy => f.write_str("every ordinary request thread is busy, try again later"),
             EnterError::InvalidRequestTimeout(message) => f.write_str(message),
-            EnterError::NotAGate => {
-                f.write_str("the gauges of a running server count its requests themselves; use RequestPool::new")
-            }
+            EnterError::NotAGate => f.write_str(
+                "the gauges of a running server count its requests themselves; use RequestPool::new",
+            ),
         }
     }
 }

@@ -74,12 +74,24 @@ pub(super) struct Hop {
 impl Hop {
     #[cfg(unix)]
     fn new(path: std::path::PathBuf, max_idle: usize) -> Hop {
-        Hop { path, idle: Mutex::default(), max_idle, tickets: Mutex::default(), next_ticket: AtomicU64::new(0) }
+        Hop {
+            path,
+            idle: Mutex::default(),
+            max_idle,
+            tickets: Mutex::default(),
+            next_ticket: AtomicU64::new(0),
+        }
     }
 
     #[cfg(not(unix))]
     fn new(addr: std::net::SocketAddr, max_idle: usize) -> Hop {
-        Hop { addr, idle: Mutex::default(), max_idle, tickets: Mutex::default(), next_ticket: AtomicU64::new(0) }
+        Hop {
+            addr,
+            idle: Mutex::default(),
+            max_idle,
+            tickets: Mutex::default(),
+            next_ticket: AtomicU64::new(0),
+        }
     }
 
     /// Binds the private socket and starts tiny_http on it. The [`HopDir`]
@@ -170,7 +182,6 @@ impl Drop for HopDir {
     }
 }
 
-
 impl Hop {
     /// Keeps `incoming` (its request still to be built by tiny_http) under
     /// a new ticket, and returns the request as written to the hop: HTTP/1.1,
@@ -246,7 +257,11 @@ pub(super) struct Intake {
 }
 
 impl Intake {
-    pub(super) fn start(hop: Arc<Hop>, inner: tiny_http::Server, to_pool: Sender<Handed>) -> io::Result<Intake> {
+    pub(super) fn start(
+        hop: Arc<Hop>,
+        inner: tiny_http::Server,
+        to_pool: Sender<Handed>,
+    ) -> io::Result<Intake> {
         let inner = Arc::new(inner);
         let stopping = Arc::new(AtomicBool::new(false));
         let join = {

@@ -90,9 +90,10 @@
 //! tiny_http (settings in [`ServerConfig`]; [`serve_with`] takes your own):
 //!
 //! ```text
-//! client ──TCP──► accept thread ──► connection thread ──hop──► tiny_http ──► request thread
-//!                 (watertight-accept) (watertight-conn, one     (private      (watertight-http-<i>,
-//!                 503 past the limit   per connection, bounded)  socket)       the handler)
+//! client ──TCP──► accept thread ──► connection thread ──in process──► request thread
+//!                 (watertight-accept) (watertight-conn, one    (no body)   (watertight-http-<i>,
+//!                 503 past the limit   per connection, bounded) ──hop──►    the handler)
+//!                                                  (a body: tiny_http on a private socket)
 //! ```
 //!
 //! - **Accepting.** The guard owns the `TcpListener` and its accept thread. An
@@ -120,22 +121,36 @@
 //!   what the client still sends for at most 1 s and 256 KiB (so that the close
 //!   does not reset the connection before the answer is read), and closes.
 //! - **Hand-off.** Only a complete head with its whole body, within the caps,
-//!   goes on: rewritten as HTTP/1.1 with the body framed by `Content-Length`
-//!   (a chunked body arrives de-chunked; `Connection`, `Keep-Alive`, `TE`,
-//!   `Trailer`, `Expect` and `Transfer-Encoding` are the guard's and are not
-//!   passed on), over a kept-alive connection to an inner `tiny_http::Server`
-//!   on a private socket (a Unix socket in a directory of mode 0700; loopback
-//!   TCP where there is none). tiny_http parses it from memory at once and
-//!   queues it for the request threads. `Request::remote_addr` is therefore
-//!   `None` in the handler.
-//! - **Answering.** The connection thread reads the answer back off the hop,
-//!   whole for answers up to 256 KiB (the request thread never waits on a slow
-//!   reader), and writes it to the client within
-//!   [`write_timeout`](ServerConfig::write_timeout) per write, framed for the
-//!   client's HTTP version (an HTTP/1.0 client gets a chunked answer de-chunked,
-//!   then the close). Keep-alive works as the client asks. An event stream
-//!   (`Content-Type: text/event-stream`) goes on piece by piece as the handler
-//!   writes it, and a client gone ends it: the handler's next write fails.
+//!   goes on. A request without a body goes to the request pool in process, as
+//!   a `tiny_http::Request` the guard builds (`Request::remote_addr` is the
+//!   client's TCP peer). One with a body is written again, as HTTP/1.1 with the
+//!   body framed by `Content-Length` (a chunked body arrives de-chunked;
+//!   `Connection`, `Keep-Alive`, `TE`, `Trailer`, `Expect` and
+//!   `Transfer-Encoding` are the guard's and are not passed on), over a
+//!   kept-alive connection to an inner `tiny_http::Server` on a private socket
+//!   (a Unix socket in a directory of mode 0700; loopback TCP where there is
+//!   none), because tiny_http hands a handler a body only from a socket it
+//!   reads itself; there `Request::remote_addr` is `None`
+//!   ([`RequestContext::peer_addr`] has the client either way). So each
+//!   request is parsed once by the guard, and a request with a body a second
+//!   time by tiny_http, from bytes the guard wrote.
+//! - **Answering.** The request thread prints the handler's response itself,
+//!   with tiny_http's own printer, for the client's HTTP version, and passes
+//!   the bytes back in process to the client's connection thread, which
+//!   writes them within [`write_timeout`](ServerConfig::write_timeout) per
+//!   write and never parses them: each answer is framed once, by one party,
+//!   and travels only on its own client's connection. Answers up to 256 KiB
+//!   reach the connection thread whole, so the request thread never waits on
+//!   a slow reader. Nothing is ever read back from the hop, and a hop
+//!   connection is reused only once its request has been answered. An event
+//!   stream (`Content-Type: text/event-stream`) goes on piece by piece as the
+//!   handler writes it, and a client gone ends it: the handler's next write
+//!   fails. The guard waits at most
+//!   [`answer_timeout`](ServerConfig::answer_timeout) for the answer and for
+//!   each next piece (then `504`, or the close). An answer whose framing is
+//!   in doubt (framing headers set by the handler through `Response::new`, a
+//!   body shorter than its length, a 1xx status) ends with the close.
+//!   Keep-alive works as the client asks.
 //! - **Stopping.** [`ServerHandle::shutdown`] stops the accept loop, closes the
 //!   connections waiting for a request, lets every other connection finish the
 //!   request it is on (closing after its answer), then stops the request
@@ -144,13 +159,13 @@
 //! Threads: one accept thread; at most `max_connections` connection threads
 //! serving connections, each of which waits a second for another connection
 //! before it exits (a stream of short connections costs no thread start
-//! each, and the accept loop keeps up with the listen backlog); tiny_http's
+//! each, and the accept loop keeps up with the listen backlog); one thread
+//! (`watertight-hop`) taking what tiny_http parses off the hop; tiny_http's
 //! accept thread, and one tiny_http thread per hop connection. Hop
-//! connections are opened as requests need them (one per request being
-//! handed over at once, so at most `max_connections`) and kept open.
+//! connections are opened as requests with a body need them and kept open.
 //! Keeping them open works around a lost wake-up in tiny_http 0.12's task
-//! pool, and a fresh one that gets no answer soon opens and closes one more
-//! to free a tiny_http thread.
+//! pool, and a request on a fresh one that tiny_http does not take up soon
+//! opens and closes one more connection to free a tiny_http thread.
 //!
 //! [`serve_unguarded`] serves a `tiny_http::Server` of your own without the
 //! guard, for comparison or behind a proxy. tiny_http 0.12 alone then shows
@@ -158,9 +173,10 @@
 //! declared body it drains into a buffer of the declared size (a request that
 //! declares `Content-Length: 1000000000000` aborts the process once
 //! answered), no cap on the head, an accept loop that ends for good on the
-//! first accept error, and one thread per connection without a limit. The
-//! guard's private `X-Watertight-*` headers mean nothing there: a request's
-//! client and arrival come from its TCP connection and its request thread.
+//! first accept error, one thread per connection without a limit, and the
+//! lost wake-up above, by which a new connection can wait seconds for a
+//! thread. A request's client and arrival come from its TCP connection and
+//! its request thread.
 
 mod admission;
 mod answer;
@@ -204,7 +220,7 @@ use pool::{Shared, Source};
 /// The threads are named `watertight-http-<i>`, `i` from 0. A panic in the
 /// handler is caught and answered with `500 {"code":"INTERNAL_ERROR",...}`;
 /// the thread survives and takes the next request. The handler may read the
-/// request's body (`request.as_reader()`; it is already in memory) but must
+/// request's body (`request.as_reader()`; the guard has read it whole) but must
 /// not respond itself: the pool sends what it returns.
 ///
 /// # Errors
@@ -219,8 +235,8 @@ where
 }
 
 /// [`serve`] with the server's settings given (the guard's, the request
-/// budget, and the [`registry`](ServerConfig::registry) that carries the
-/// request pool's gauges while it runs).
+/// budget, the trusted proxies, and the [`registry`](ServerConfig::registry)
+/// that carries the request pool's gauges while it runs).
 ///
 /// # Errors
 ///
@@ -266,7 +282,8 @@ where
 /// 0.12 reads from the clients itself, with the limits listed in the
 /// [module docs](self). For comparison, or behind a proxy that buffers
 /// requests and caps their bodies. Of `config`, only the request budget,
-/// the [`reserve`](ServerConfig::reserve) and the
+/// the [`reserve`](ServerConfig::reserve), the
+/// [trusted proxies](ServerConfig::trusted_proxies) and the
 /// [`registry`](ServerConfig::registry) apply.
 ///
 /// Every request is taken as coming straight from a client. Its
@@ -274,12 +291,11 @@ where
 /// [`peer_addr`](RequestContext::peer_addr), and the moment a request thread
 /// took it as its [`received`](RequestContext::received), from which the
 /// deadline runs: a client cannot choose its address or its arrival. Any
-/// `X-Watertight-Peer`, `X-Watertight-Received` or other `X-Watertight-*`
-/// header a client sends is ignored by the crate. tiny_http 0.12 cannot
-/// remove a header from a `Request`, so `request.headers()` still shows
-/// them to the handler: they are the client's word, never a fact to act on
-/// (use the context instead). Behind a proxy, the peer is the proxy's
-/// address.
+/// `X-Watertight-*` header a client sends is ignored by the crate (the
+/// handler still sees it in `request.headers()`: the client's word, never a
+/// fact to act on). Behind a proxy, the peer is the proxy's address, and the
+/// client is read from it only if it is one of the config's
+/// [trusted proxies](ServerConfigBuilder::trusted_proxies).
 ///
 /// # Errors
 ///
@@ -298,7 +314,8 @@ where
     check_reserve_of(&config, threads)?;
     let (counts, gauges) = attach_gauges(&config, threads)?;
     let source = Source::Clients(server);
-    let (shared, joins) = pool::start(source, threads, &config, counts, Box::new(handler), pool::spawn_named)?;
+    let (shared, joins) =
+        pool::start(source, threads, &config, counts, Box::new(handler), pool::spawn_named)?;
     Ok(ServerHandle { shared, joins, threads, guard: None, intake: None, _gauges: gauges, _hop_dir: None })
 }
 

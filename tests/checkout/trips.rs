@@ -75,7 +75,8 @@ fn probe_under_search(server: &Checkout) -> (f64, String) {
 #[test]
 fn the_reserved_health_of_a_rouille_service_holds_while_its_provider_hangs() {
     let server = Checkout::start_example("trips", &["healthy"]);
-    let found = agent().get(server.url("/search?from=LIS&to=OPO")).call().unwrap().body_mut().read_to_string();
+    let found =
+        agent().get(server.url("/search?from=LIS&to=OPO")).call().unwrap().body_mut().read_to_string();
     assert!(found.unwrap().contains("LIS-OPO"), "a healthy search finds flights");
     let (healthy, _) = probe_under_search(&server);
 

@@ -19,7 +19,7 @@ const PAD: usize = 5 * 1024;
 
 /// `/big?id=X`: `PAD` bytes and `id=X`, whatever the method; `/echo`: the
 /// body sent, then the id.
-fn start() -> (ServerHandle, SocketAddr) {
+pub(crate) fn start() -> (ServerHandle, SocketAddr) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     let handle = serve(listener, 4, |req: &mut Request, _: &RequestContext| {
         let url = req.url().to_owned();
@@ -37,7 +37,7 @@ fn start() -> (ServerHandle, SocketAddr) {
     (handle, addr)
 }
 
-fn connect(addr: SocketAddr) -> BufReader<TcpStream> {
+pub(crate) fn connect(addr: SocketAddr) -> BufReader<TcpStream> {
     let stream = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect");
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
     stream.set_write_timeout(Some(TIMEOUT)).unwrap();
@@ -46,7 +46,7 @@ fn connect(addr: SocketAddr) -> BufReader<TcpStream> {
 
 /// One answer off `conn`: its status and body (framed by its length or
 /// chunked; none when `bodiless`). `None` when the connection ended first.
-fn read_answer(conn: &mut BufReader<TcpStream>, bodiless: bool) -> Option<(u16, String)> {
+pub(crate) fn read_answer(conn: &mut BufReader<TcpStream>, bodiless: bool) -> Option<(u16, String)> {
     let mut line = String::new();
     if conn.read_line(&mut line).ok()? == 0 {
         return None;
@@ -90,7 +90,7 @@ fn read_answer(conn: &mut BufReader<TcpStream>, bodiless: bool) -> Option<(u16, 
 
 /// The victim's two requests, one with a body (across the hop) and one
 /// without, on its kept-alive connection: each gets its own answer.
-fn victim_round(victim: &mut BufReader<TcpStream>, round: usize, after: &str) {
+pub(crate) fn victim_round(victim: &mut BufReader<TcpStream>, round: usize, after: &str) {
     let body = format!("victim-{round}");
     let requests = format!(
         "POST /echo?id=v{round} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}\
@@ -150,7 +150,8 @@ fn lenient_chunk_framing_is_refused_and_never_reaches_another_client() {
     for round in 0..ROUNDS {
         let (case, body) = &cases[round % cases.len()];
         let mut attacker = connect(addr);
-        let request = format!("POST /echo?id=a{round} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+        let request =
+            format!("POST /echo?id=a{round} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
         attacker.get_mut().write_all(request.as_bytes()).expect("the attacker's request");
         // One answer, a refusal, and then the close: the pipelined request
         // is never read as one.

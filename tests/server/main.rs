@@ -15,5 +15,6 @@ mod proxies;
 mod reserve;
 mod server;
 mod slow_clients;
+mod smuggling;
 mod stop;
 mod unguarded_trust;

@@ -27,7 +27,9 @@ fn post_fault(addr: SocketAddr, extra: &str) -> u16 {
 #[test]
 fn admin_routes_through_nginx_need_the_token_and_forged_forwarding_is_not_believed() {
     if !nginx::installed() {
-        eprintln!("SKIPPED admin_routes_through_nginx...: `nginx` is not installed (apt-get install -y nginx)");
+        eprintln!(
+            "SKIPPED admin_routes_through_nginx...: `nginx` is not installed (apt-get install -y nginx)"
+        );
         return;
     }
     let checkout = Checkout::start(&["--trusted-proxy", "127.0.0.2", "--admin-token", TOKEN]);
