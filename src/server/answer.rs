@@ -7,9 +7,8 @@
 //!
 //! One reply belongs to one request of one connection and is made for it, so
 //! no answer can reach another client's exchange. An answer whose framing is
-//! in doubt (the handler set `Content-Length`, `Transfer-Encoding` or
-//! `Connection` itself, its body was shorter than its length, its reader
-//! failed, or a 1xx status) ends with the connection closed.
+//! in doubt (its body was shorter than its length, its reader failed, or a
+//! 1xx status) ends with the connection closed.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -18,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use tiny_http::{HTTPVersion, Header, Method, Request, Response, ResponseBox};
+use tiny_http::{HTTPVersion, Method, Request, Response, ResponseBox};
 
 /// Answers up to this size reach the connection thread as one piece, before
 /// a byte goes to the client, so that a client slow to read never holds the
@@ -65,8 +64,18 @@ impl Reply {
             .headers()
             .iter()
             .any(|h| h.field.equiv("Content-Type") && h.value.as_str().starts_with("text/event-stream"));
-        let (response, doubt, short) = checked(response, close_after, minor);
-        let mut out = PieceWriter { tx: &tx, buf: Vec::new(), streaming };
+        // A 1xx answer would be followed by another: not one this guard relays.
+        let doubt = response.status_code().0 < 200;
+        let close = close_after || doubt;
+        let connection: &[u8] = if close {
+            b"Connection: close\r\n"
+        } else if minor == 0 {
+            b"Connection: keep-alive\r\n"
+        } else {
+            b""
+        };
+        let (response, short) = checked(response);
+        let mut out = PieceWriter { tx: &tx, buf: Vec::new(), streaming, connection, head_done: false };
         let printed = response.raw_print(
             &mut out,
             // The client's version: one that crossed the hop reads 1.1 there.
@@ -77,7 +86,7 @@ impl Reply {
         );
         let flushed = printed.and_then(|()| out.flush());
         drop(out);
-        let close = close_after || doubt || flushed.is_err() || short.load(Ordering::Relaxed);
+        let close = close || flushed.is_err() || short.load(Ordering::Relaxed);
         if let Err(e) = &flushed {
             log::debug!(
                 "request pool: the answer to {} {} was cut short: {e}",
@@ -93,40 +102,21 @@ impl Reply {
     }
 }
 
-/// `response` rebuilt for the guard to print: the framing headers a handler
-/// may have set through `Response::new` dropped (tiny_http sets its own),
-/// `Connection` said as the guard will do, the body held to its declared
-/// length. Also whether its framing is in doubt, and a flag set once the body
-/// turns out shorter than its length.
-fn checked(response: ResponseBox, close: bool, minor: u8) -> (ResponseBox, bool, Arc<AtomicBool>) {
+/// `response` rebuilt for the guard to print, its body held to its declared
+/// length; and a flag set once the body turns out shorter than its length.
+/// (tiny_http's `Response` keeps no framing header of the handler's own:
+/// `add_header` turns `Content-Length` into the length and drops
+/// `Connection`, `Transfer-Encoding`, `Trailer` and `Upgrade`.)
+fn checked(response: ResponseBox) -> (ResponseBox, Arc<AtomicBool>) {
     let status = response.status_code();
     let threshold = response.chunked_threshold();
     let length = response.data_length();
-    let framing = |h: &Header| {
-        ["Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Trailer", "Upgrade"]
-            .iter()
-            .any(|name| h.field.equiv(name))
-    };
-    let mut doubt = status.0 < 200;
-    let mut headers: Vec<Header> = Vec::with_capacity(response.headers().len() + 1);
-    for h in response.headers() {
-        if framing(h) {
-            doubt = true;
-        } else {
-            headers.push(h.clone());
-        }
-    }
-    let close = close || doubt;
-    if close {
-        headers.push(Header::from_bytes("Connection", "close").expect("a valid header"));
-    } else if minor == 0 {
-        headers.push(Header::from_bytes("Connection", "keep-alive").expect("a valid header"));
-    }
+    let headers = response.headers().to_vec();
     let short = Arc::new(AtomicBool::new(false));
     let body = Exact { inner: response.into_reader(), left: length, short: Arc::clone(&short) };
     let rebuilt = Response::new(status, headers, Box::new(body) as Box<dyn Read + Send>, length, None)
         .with_chunked_threshold(threshold);
-    (rebuilt, doubt, short)
+    (rebuilt, short)
 }
 
 /// A body held to its declared length: never more, and `short` set when the
@@ -156,10 +146,18 @@ impl Read for Exact {
 /// Collects printed bytes into pieces of up to [`BUFFER_ANSWER`]; an event
 /// stream goes piece by piece as it is written. A write fails once the
 /// connection thread has gone (its client left, or it gave up).
+///
+/// tiny_http's printer writes no `Connection` header (its own server decides
+/// the connection apart from the answer), so the guard's is put in here, at
+/// the end of the head: the first empty line of what was printed.
 struct PieceWriter<'a> {
     tx: &'a Sender<Piece>,
     buf: Vec<u8>,
     streaming: bool,
+    /// The `Connection` header line to add to the head, or nothing.
+    connection: &'static [u8],
+    /// The head is whole in `buf` (or sent), its `Connection` added.
+    head_done: bool,
 }
 
 impl PieceWriter<'_> {
@@ -177,6 +175,15 @@ impl PieceWriter<'_> {
 impl Write for PieceWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         self.buf.extend_from_slice(bytes);
+        if !self.head_done {
+            // The buffer starts with the head until the head is done.
+            let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                return Ok(bytes.len());
+            };
+            let at = end + 2;
+            self.buf.splice(at..at, self.connection.iter().copied());
+            self.head_done = true;
+        }
         if self.streaming || self.buf.len() >= BUFFER_ANSWER {
             self.send()?;
         }

@@ -9,6 +9,7 @@ mod checkout_bin;
 mod nginx;
 
 mod admin_policy;
+mod answers;
 mod desync;
 mod edge;
 mod proxies;
