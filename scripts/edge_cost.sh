@@ -6,12 +6,12 @@
 # and the ratio guarded / tiny_http alone.
 #
 #   cargo build --release --all-features --example checkout
-#   bash scripts/edge_cost.sh [rounds] [requests]
+#   bash scripts/edge_cost.sh [rounds] [requests]   (CHECKOUT_BIN=path: another build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
 requests=${2:-20000}
-bin=target/release/examples/checkout
+bin=${CHECKOUT_BIN:-target/release/examples/checkout}
 command -v hey >/dev/null || { echo "hey is not installed (apt-get install -y hey)" >&2; exit 1; }
 [ -x "$bin" ] || { echo "build $bin first" >&2; exit 1; }
 
