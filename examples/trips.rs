@@ -77,7 +77,7 @@ impl App {
         // deadline; refused at once when the ordinary share is full.
         let headers: Vec<(&str, &str)> = req.headers().collect();
         let peer = Some(*req.remote_addr());
-        let entered = match self.pool.enter(req.method(), &req.raw_url(), peer, &headers) {
+        let entered = match self.pool.enter(req.method(), req.raw_url(), peer, &headers) {
             Ok(entered) => entered,
             Err(e) => return json(e.status(), &format!(r#"{{"code":"{}","message":"{e}"}}"#, e.code())),
         };

@@ -33,6 +33,17 @@ impl Deadline {
     }
 }
 
+/// How close to its deadline a failed answer may come and still be the
+/// deadline's doing: a job's own timeout set to the deadline (ureq's, by
+/// `with_deadline`) fires at it, give or take the rounding of its timer.
+const AT_DEADLINE: Duration = Duration::from_millis(2);
+
+/// Whether an answer that came back at `ended` came back at (or past) the
+/// attempt's deadline `at`.
+fn at_deadline(ended: Instant, at: Instant) -> bool {
+    ended + AT_DEADLINE >= at
+}
+
 impl Dependency {
     /// One attempt, under the caller's deadline if any.
     pub(super) fn once<T, E, F, C>(
@@ -249,7 +260,19 @@ impl Dependency {
         let ran = began.map(|b| ended.saturating_duration_since(b));
         let (result, verdict, outcome) = match answer {
             Ok(value) => Self::classified(classify, Ok(value)),
-            Err(Error::Failed(e)) => Self::classified(classify, Err(e)),
+            Err(Error::Failed(e)) => match Self::classified(classify, Err(e)) {
+                // The job's own timeout at the attempt's deadline (ureq's,
+                // set by `with_deadline`) is the caller's timeout, whichever
+                // fired first: one event, one outcome, the same cut-short
+                // judgement.
+                (Err(Error::Failed(_)), Verdict::Failure, _) if at_deadline(ended, deadline.at) => {
+                    let waited = ended.saturating_duration_since(now);
+                    log::debug!("dependency {}: the job failed at its deadline, {waited:?} in", inner.name);
+                    let verdict = if deadline.callers { inner.cut_short(ran) } else { Verdict::Failure };
+                    (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
+                }
+                judged => judged,
+            },
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
                 let verdict = if deadline.callers { inner.cut_short(ran) } else { Verdict::Failure };
@@ -347,7 +370,15 @@ impl Dependency {
                 let verdict = if deadline.callers { inner.cut_short(Some(run)) } else { Verdict::Failure };
                 (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
             }
-            Ok(result) => Self::classified(classify, result),
+            Ok(result) => match Self::classified(classify, result) {
+                // As on a pool: the job's own timeout at the deadline is the deadline's.
+                (Err(Error::Failed(_)), Verdict::Failure, _) if at_deadline(ended, deadline.at) => {
+                    let verdict =
+                        if deadline.callers { inner.cut_short(Some(run)) } else { Verdict::Failure };
+                    (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
+                }
+                judged => judged,
+            },
         };
         let elapsed = inner.clock_now(ended).saturating_duration_since(start);
         inner.settle_outcome(outcome, verdict, elapsed, Some(run), |v, e| permit.record(v, e), limit);

@@ -112,6 +112,50 @@ fn a_budget_shorter_than_the_providers_normal_latency_is_not_held_against_it() {
     assert_eq!((m.successful, m.failed, m.ignored), (5, 0, 10), "{m:?}");
 }
 
+/// The job's own timeout (ureq's, from `with_deadline`) and the caller's fire
+/// at the same instant: whichever comes first, the attempt is one timeout,
+/// cut short by a caller in a hurry, never a failure of the provider. 500
+/// calls with 60 ms budgets, 10 at a time, to a provider that needs 150 ms.
+#[test]
+fn a_jobs_own_timeout_at_the_deadline_is_the_callers_timeout() {
+    let p = provider(Fault::Slow(Duration::from_millis(150)));
+    // Twice the callers: an attempt's worker is freed a moment after its
+    // caller has its answer, and the caller's next call must not find the
+    // pool full (no queue).
+    let dep = Dependency::builder("hurried")
+        .workers(20)
+        .timeout(Duration::from_secs(2))
+        .breaker(BreakerConfig::count_based(20).minimum_calls(5))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        get(&dep, &p.url(), None).expect("a slow but healthy provider");
+    }
+    let start = Arc::new(Barrier::new(10));
+    let callers: Vec<_> = (0..10)
+        .map(|_| {
+            let (dep, url, start) = (dep.clone(), p.url(), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                (0..50)
+                    .map(|_| {
+                        get(&dep, &url, Some(Instant::now() + Duration::from_millis(60)))
+                            .unwrap_err()
+                            .outcome()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = callers.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    assert_eq!(outcomes.len(), 500);
+    let other: Vec<_> = outcomes.iter().filter(|o| **o != Outcome::TimedOut).collect();
+    assert!(other.is_empty(), "{} of 500 were not timeouts: {other:?}", other.len());
+    let m = dep.breaker().metrics();
+    assert_eq!(m.state, State::Closed, "{m:?}");
+    assert_eq!((m.successful, m.failed, m.ignored), (5, 0, 500), "{m:?}");
+}
+
 /// Seed 001 after a healthy period: a count window full of successes that
 /// one wave of hung calls (workers + queue) cannot tip by its rate. The pool
 /// itself is the evidence: once every worker has been stuck past the stall
