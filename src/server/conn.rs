@@ -12,7 +12,7 @@
 
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -126,19 +126,37 @@ fn through_hop(
         }
     };
     let bound = shared.cfg.answer_timeout();
-    let relay = |rx: Receiver<Piece>| match await_intake(&shared.hop, &ticket, &rx, fresh, &hop_stream, bound)
-    {
+    // Set once the whole request is on the hop: only then may the hop be
+    // looked at without blocking (that flag is the socket's, shared with
+    // the writer).
+    let written = AtomicBool::new(false);
+    let relay = |rx: Receiver<Piece>| match await_intake(
+        &shared.hop,
+        &ticket,
+        &rx,
+        fresh,
+        &hop_stream,
+        &written,
+        bound,
+    ) {
         Ok(first) => answer::relay(rx, first, client, bound),
         Err(()) => none_relayed(),
     };
     let (relayed, sent) = if ticket.bytes.len() <= hop::INLINE_BODY {
         match (&hop_stream).write_all(&ticket.bytes) {
-            Ok(()) => (relay(rx), true),
+            Ok(()) => {
+                written.store(true, Ordering::Release);
+                (relay(rx), true)
+            }
             Err(_) => (none_relayed(), false),
         }
     } else {
         std::thread::scope(|s| {
-            let writer = s.spawn(|| (&hop_stream).write_all(&ticket.bytes));
+            let writer = s.spawn(|| {
+                let sent = (&hop_stream).write_all(&ticket.bytes);
+                written.store(sent.is_ok(), Ordering::Release);
+                sent
+            });
             let relayed = relay(rx);
             if !relayed.ended {
                 // A writer blocked on tiny_http that will never read.
@@ -160,7 +178,8 @@ fn none_relayed() -> Relayed {
 
 /// Waits until tiny_http has taken the request off the hop (its ticket is
 /// claimed) or its answer begins, kicking tiny_http after each of
-/// [`hop::KICKS`] on a fresh connection. `Ok(Some)`: the first piece of the
+/// [`hop::KICKS`] on a fresh connection. The hop is looked at only once the
+/// request is `written` whole. `Ok(Some)`: the first piece of the
 /// answer. `Err`: tiny_http refused the request (it wrote to the hop, or
 /// closed it) or took none of it within `bound`.
 fn await_intake(
@@ -169,6 +188,7 @@ fn await_intake(
     rx: &Receiver<Piece>,
     fresh: bool,
     hop_stream: &HopStream,
+    written: &AtomicBool,
     bound: Duration,
 ) -> Result<Option<Piece>, ()> {
     let give_up = Instant::now() + bound;
@@ -183,7 +203,8 @@ fn await_intake(
         if !ticket.pending() {
             return Ok(None);
         }
-        if hop::answered_itself(hop_stream) || Instant::now() >= give_up {
+        let refused = written.load(Ordering::Acquire) && hop::answered_itself(hop_stream);
+        if refused || Instant::now() >= give_up {
             return Err(());
         }
         if let Some((_, rest)) = kicks.split_first() {

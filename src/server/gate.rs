@@ -218,9 +218,8 @@ impl RequestPool {
         let busy = self.inner.counts.busy.fetch_add(1, Ordering::Relaxed) + 1;
         // Counted in from here: dropped on the error below, it counts out.
         let mut entered = Entered { pool: self.clone(), reserved, context: None };
-        let context =
-            request::context_asking(asked, arrival, gate.budget, busy, self.inner.threads, reserved)
-                .map_err(EnterError::InvalidRequestTimeout)?;
+        let context = request::context(asked, arrival, gate.budget, busy, self.inner.threads, reserved)
+            .map_err(EnterError::InvalidRequestTimeout)?;
         entered.context = Some(context);
         Ok(entered)
     }

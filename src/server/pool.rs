@@ -213,7 +213,12 @@ impl Shared {
     fn answer(&self, taken: Taken) {
         let Taken { mut request, arrival, reply, reserved } = taken;
         let busy = BusyGuard::enter(&self.busy);
-        let context = request::context(&request, arrival, self.budget, busy.count(), self.threads, reserved);
+        let asked = request
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv(request::TIMEOUT_HEADER))
+            .map(|h| h.value.as_str());
+        let context = request::context(asked, arrival, self.budget, busy.count(), self.threads, reserved);
         let response = match context {
             Ok(ctx) => match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
                 Ok(response) => response,

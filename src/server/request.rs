@@ -150,25 +150,12 @@ impl RequestContext {
     }
 }
 
-/// The context of `request`, which arrived as `arrival` (without the guard:
-/// its TCP peer, when a request thread took it), handled with `busy` of
-/// `threads` threads busy (`reserved`: of the reserved share); or a client
-/// error (a malformed `X-Request-Timeout`) to answer instead of calling the
-/// handler.
+/// The context of a request which arrived as `arrival` (without the guard:
+/// its TCP peer, when a request thread took it) and whose client asked for
+/// `asked` in its `X-Request-Timeout`, handled with `busy` of `threads`
+/// threads busy (`reserved`: of the reserved share); or a client error (a
+/// malformed `X-Request-Timeout`) to answer instead of calling the handler.
 pub(super) fn context(
-    request: &Request,
-    arrival: Arrival,
-    budget: Duration,
-    busy: usize,
-    threads: usize,
-    reserved: bool,
-) -> Result<RequestContext, String> {
-    let asked = request.headers().iter().find(|h| h.field.equiv(TIMEOUT_HEADER)).map(|h| h.value.as_str());
-    context_asking(asked, arrival, budget, busy, threads, reserved)
-}
-
-/// [`context`], the client's `X-Request-Timeout` (if any) given as `asked`.
-pub(super) fn context_asking(
     asked: Option<&str>,
     arrival: Arrival,
     budget: Duration,

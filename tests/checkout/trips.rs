@@ -18,11 +18,7 @@ const SEARCHERS: usize = 16;
 const PROBES: usize = 200;
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
+    crate::support::agent_status_ok(Duration::from_secs(10))
 }
 
 fn gauge(text: &str, name: &str) -> Option<u64> {
@@ -42,6 +38,9 @@ fn probe_under_search(server: &Checkout) -> (f64, String) {
                 let give_up = Instant::now() + Duration::from_secs(30);
                 while !stop.load(Ordering::Relaxed) && Instant::now() < give_up {
                     let _ = agent.get(&url).call();
+                    // Paced, so that refusals answered at once do not make
+                    // a busy loop that measures the machine instead.
+                    thread::sleep(Duration::from_millis(10));
                 }
             })
         })
@@ -89,7 +88,8 @@ fn the_reserved_health_of_a_rouille_service_holds_while_its_provider_hangs() {
     let busy = gauge(&metrics, "watertight_request_pool_busy").expect("the busy gauge");
     assert!(busy >= 1, "the probe itself is busy: {metrics}");
     assert!(metrics.contains(r#"watertight_calls_total{dependency="flights""#), "{metrics}");
-    // Under 2x the healthy p99; 5 ms of slack for a loaded two-core runner,
-    // where a healthy p99 is a millisecond or two.
-    assert!(hung <= 2.0 * healthy + 5.0, "/health p99 {hung:.2} ms hung against {healthy:.2} ms healthy");
+    // Under 2x the healthy p99; 10 ms of slack for a two-core runner busy
+    // with the other tests, where a healthy p99 is a few milliseconds. Without
+    // the reserve, /health would wait for a thread held for up to 400 ms.
+    assert!(hung <= 2.0 * healthy + 10.0, "/health p99 {hung:.2} ms hung against {healthy:.2} ms healthy");
 }

@@ -32,6 +32,13 @@ fn start(config: ServerConfig) -> (ServerHandle, std::net::SocketAddr) {
             None,
         )
         .boxed(),
+        "/echo" => {
+            let mut body = Vec::new();
+            let _ = req.as_reader().read_to_end(&mut body);
+            Response::from_data(body).boxed()
+        }
+        // Many pieces: it waits for its client a piece at a time.
+        "/huge" => Response::from_data(vec![b'h'; 3 << 20]).boxed(),
         _ => Response::from_string(format!("{} ok", "y".repeat(40 * 1024))).boxed(),
     })
     .expect("start the server");
@@ -120,5 +127,26 @@ fn an_http_1_0_client_gets_no_interim_answer_and_a_length_framed_one() {
     assert!(!text.contains("100 Continue"), "an interim answer to HTTP/1.0");
     assert!(!text.contains("Transfer-Encoding"), "a chunked answer to HTTP/1.0");
     assert!(text.ends_with(" ok"), "the whole body, then the close");
+    handle.shutdown();
+}
+
+#[test]
+fn a_large_body_and_a_large_answer_cross_whole_and_the_connection_goes_on() {
+    let (handle, addr) = start(ServerConfig::default());
+    let mut conn = connect(addr);
+    // Over the hop's inline size: written from a thread of its own.
+    let body: String = (0..300 * 1024).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let request = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    conn.get_mut().write_all(request.as_bytes()).unwrap();
+    let echoed = read_answer(&mut conn, false).expect("the echo");
+    assert_eq!(echoed.0, 200);
+    assert!(echoed.1 == body, "the echo differs: {} bytes against {}", echoed.1.len(), body.len());
+    conn.get_mut().write_all(b"GET /huge HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let huge = read_answer(&mut conn, false).expect("the huge answer");
+    assert_eq!((huge.0, huge.1.len()), (200, 3 << 20));
+    assert!(huge.1.bytes().all(|b| b == b'h'));
+    conn.get_mut().write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let after = read_answer(&mut conn, false).expect("the next answer");
+    assert!(after.1.ends_with(" ok"), "the connection goes on");
     handle.shutdown();
 }
