@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use tiny_http::{HTTPVersion, Method, Request, Response, ResponseBox};
 
 /// Answers up to this size reach the connection thread as one piece, before
@@ -39,17 +39,21 @@ pub(super) enum Piece {
 /// The request thread's side of one answer.
 pub(super) struct Reply {
     tx: Sender<Piece>,
+    /// The longest a piece waits for room in the channel: the client's
+    /// write timeout, so that a client reading a byte now and then does not
+    /// hold the request thread of a long answer for ever.
+    wait: Duration,
     /// The connection closes after this answer, whatever the answer says.
     close_after: bool,
     /// 0 for an HTTP/1.0 client, 1 for HTTP/1.1.
     minor: u8,
 }
 
-/// A reply for a request of HTTP/1.`minor`, and the connection thread's
-/// receiver of its pieces.
-pub(super) fn reply(close_after: bool, minor: u8) -> (Reply, Receiver<Piece>) {
+/// A reply for a request of HTTP/1.`minor`, whose pieces wait at most `wait`
+/// for room, and the connection thread's receiver of its pieces.
+pub(super) fn reply(close_after: bool, minor: u8, wait: Duration) -> (Reply, Receiver<Piece>) {
     let (tx, rx) = crossbeam_channel::bounded(PIECES);
-    (Reply { tx, close_after, minor }, rx)
+    (Reply { tx, wait, close_after, minor }, rx)
 }
 
 impl Reply {
@@ -58,7 +62,19 @@ impl Reply {
     /// its own writer: for a request that came over the hop, tiny_http's
     /// connection is free for the next request once the guard sees the end.
     pub(super) fn send(self, request: Request, response: ResponseBox) {
-        let Reply { tx, close_after, minor } = self;
+        let Reply { tx, wait, close_after, minor } = self;
+        let response = match invalid_header(&response) {
+            None => response,
+            Some(name) => {
+                log::error!(
+                    "request handler answered {} {} with a header that is not valid HTTP ({name:?}): \
+                     answering 500 instead",
+                    request.method(),
+                    request.url()
+                );
+                super::pool::internal_error()
+            }
+        };
         let bodiless = *request.method() == Method::Head;
         let streaming = response
             .headers()
@@ -75,7 +91,15 @@ impl Reply {
             b""
         };
         let (response, short) = checked(response);
-        let mut out = PieceWriter { tx: &tx, buf: Vec::new(), streaming, connection, head_done: false };
+        let mut out = PieceWriter {
+            tx: &tx,
+            wait,
+            buf: Vec::new(),
+            streaming,
+            connection,
+            head_done: false,
+            sent: false,
+        };
         let printed = response.raw_print(
             &mut out,
             // The client's version: one that crossed the hop reads 1.1 there.
@@ -85,6 +109,7 @@ impl Reply {
             None,
         );
         let flushed = printed.and_then(|()| out.flush());
+        let sent = out.sent;
         drop(out);
         let close = close || flushed.is_err() || short.load(Ordering::Relaxed);
         if let Err(e) = &flushed {
@@ -97,6 +122,11 @@ impl Reply {
         // Drops the request's own writer unused (tiny_http would print a
         // 500 into a request dropped with it).
         drop(request.into_writer());
+        if flushed.is_err() && !sent {
+            // Nothing reached the client (the body's reader failed before a
+            // piece was full): no end, so the guard answers 502 itself.
+            return;
+        }
         // A connection thread that gave up on the answer has gone.
         let _ = tx.send(Piece::End { close });
     }
@@ -117,6 +147,20 @@ fn checked(response: ResponseBox) -> (ResponseBox, Arc<AtomicBool>) {
     let rebuilt = Response::new(status, headers, Box::new(body) as Box<dyn Read + Send>, length, None)
         .with_chunked_threshold(threshold);
     (rebuilt, short)
+}
+
+/// The first header of `response` that would not print as one valid header
+/// line: a name that is not a token, or a value with a control byte (a CR
+/// or LF there would end the head early, and whatever follows would be read
+/// as another answer). tiny_http's `Header` takes any ASCII.
+fn invalid_header(response: &ResponseBox) -> Option<String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    let field = |b: u8| b == b'\t' || (b' '..=b'~').contains(&b);
+    response.headers().iter().find_map(|h| {
+        let (name, value) = (h.field.as_str().as_bytes(), h.value.as_bytes());
+        let valid = !name.is_empty() && name.iter().all(|&b| token(b)) && value.iter().all(|&b| field(b));
+        (!valid).then(|| h.field.as_str().to_string())
+    })
 }
 
 /// A body held to its declared length: never more, and `short` set when the
@@ -152,7 +196,10 @@ impl Read for Exact {
 /// the end of the head: the first empty line of what was printed.
 struct PieceWriter<'a> {
     tx: &'a Sender<Piece>,
+    wait: Duration,
     buf: Vec<u8>,
+    /// A piece has gone to the connection thread.
+    sent: bool,
     streaming: bool,
     /// The `Connection` header line to add to the head, or nothing.
     connection: &'static [u8],
@@ -166,9 +213,15 @@ impl PieceWriter<'_> {
             return Ok(());
         }
         let piece = std::mem::take(&mut self.buf);
-        self.tx
-            .send(Piece::Data(piece))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client's connection has gone"))
+        self.sent = true;
+        self.tx.send_timeout(Piece::Data(piece), self.wait).map_err(|e| match e {
+            SendTimeoutError::Timeout(_) => {
+                io::Error::new(io::ErrorKind::TimedOut, "the client reads too slowly")
+            }
+            SendTimeoutError::Disconnected(_) => {
+                io::Error::new(io::ErrorKind::BrokenPipe, "the client's connection has gone")
+            }
+        })
     }
 }
 

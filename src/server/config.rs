@@ -270,7 +270,10 @@ impl ServerConfigBuilder {
     /// mark the request as having come through a proxy
     /// ([`RequestContext::through_proxy`](super::RequestContext::through_proxy)).
     /// Parse the list with [`TrustedProxies::parse`] (`["127.0.0.2",
-    /// "10.0.0.0/8"]`). Defaults to none.
+    /// "10.0.0.0/8"]`). A trusted proxy must set `X-Forwarded-For` itself,
+    /// replacing or appending to the client's (it is read before
+    /// `Forwarded`); one that writes only `Forwarded` must drop the client's
+    /// `X-Forwarded-For`. Defaults to none.
     pub fn trusted_proxies(mut self, proxies: TrustedProxies) -> Self {
         self.cfg.trusted_proxies = proxies;
         self

@@ -12,7 +12,7 @@
 
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -61,7 +61,7 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
             peer: Some(peer),
             client: cfg.trusted_proxies().resolve(Some(peer), headers),
         };
-        let (reply, rx) = answer::reply(close_after, head.minor);
+        let (reply, rx) = answer::reply(close_after, head.minor, cfg.write_timeout());
         let relayed = if body.is_empty() {
             let Some(request) = in_process(&head, peer) else {
                 return refuse(&mut client, Refusal::bad("a header tiny_http cannot represent"));
@@ -105,6 +105,13 @@ fn in_process(head: &RequestHead, peer: SocketAddr) -> Option<Request> {
     Some(request.into())
 }
 
+/// How far the request is on its way to the hop: only once it is whole may
+/// the hop be looked at without blocking (that flag is the socket's, shared
+/// with the writer).
+const WRITING: u8 = 0;
+const WRITTEN: u8 = 1;
+const FAILED: u8 = 2;
+
 /// Writes a request with a body over a hop connection and relays its answer.
 /// The hop goes back to the pool only once the answer has ended (tiny_http
 /// has dropped the request, so the connection is ready for the next one);
@@ -126,10 +133,12 @@ fn through_hop(
         }
     };
     let bound = shared.cfg.answer_timeout();
-    // Set once the whole request is on the hop: only then may the hop be
-    // looked at without blocking (that flag is the socket's, shared with
-    // the writer).
-    let written = AtomicBool::new(false);
+    // A write to tiny_http that cannot finish (a lost wake-up, a socket
+    // buffer smaller than Linux's) gives up with the answer's bound.
+    if fresh && hop_stream.set_write_timeout(Some(bound)).is_err() {
+        return none_relayed();
+    }
+    let written = AtomicU8::new(WRITING);
     let relay = |rx: Receiver<Piece>| match await_intake(
         &shared.hop,
         &ticket,
@@ -145,18 +154,23 @@ fn through_hop(
     let (relayed, sent) = if ticket.bytes.len() <= hop::INLINE_BODY {
         match (&hop_stream).write_all(&ticket.bytes) {
             Ok(()) => {
-                written.store(true, Ordering::Release);
+                written.store(WRITTEN, Ordering::Release);
                 (relay(rx), true)
             }
             Err(_) => (none_relayed(), false),
         }
     } else {
         std::thread::scope(|s| {
-            let writer = s.spawn(|| {
-                let sent = (&hop_stream).write_all(&ticket.bytes);
-                written.store(sent.is_ok(), Ordering::Release);
-                sent
-            });
+            let writing =
+                std::thread::Builder::new().name("watertight-hop-writer".to_owned()).spawn_scoped(s, || {
+                    let sent = (&hop_stream).write_all(&ticket.bytes);
+                    written.store(if sent.is_ok() { WRITTEN } else { FAILED }, Ordering::Release);
+                    sent
+                });
+            let Ok(writer) = writing else {
+                log::warn!("guard: cannot start a thread to write a large body to the hop");
+                return (none_relayed(), false);
+            };
             let relayed = relay(rx);
             if !relayed.ended {
                 // A writer blocked on tiny_http that will never read.
@@ -188,7 +202,7 @@ fn await_intake(
     rx: &Receiver<Piece>,
     fresh: bool,
     hop_stream: &HopStream,
-    written: &AtomicBool,
+    written: &AtomicU8,
     bound: Duration,
 ) -> Result<Option<Piece>, ()> {
     let give_up = Instant::now() + bound;
@@ -203,7 +217,11 @@ fn await_intake(
         if !ticket.pending() {
             return Ok(None);
         }
-        let refused = written.load(Ordering::Acquire) && hop::answered_itself(hop_stream);
+        let refused = match written.load(Ordering::Acquire) {
+            WRITTEN => hop::answered_itself(hop_stream),
+            FAILED => true,
+            _ => false,
+        };
         if refused || Instant::now() >= give_up {
             return Err(());
         }

@@ -69,6 +69,10 @@ pub(super) struct Hop {
     /// Requests written to the hop and not yet taken up by tiny_http.
     tickets: Mutex<HashMap<u64, Incoming>>,
     next_ticket: AtomicU64,
+    /// Written before each ticket and checked on the way back: where the hop
+    /// is a loopback port (not Unix), another local process could write to
+    /// it, but it cannot guess this.
+    secret: u64,
 }
 
 impl Hop {
@@ -80,6 +84,7 @@ impl Hop {
             max_idle,
             tickets: Mutex::default(),
             next_ticket: AtomicU64::new(0),
+            secret: secret(),
         }
     }
 
@@ -91,6 +96,7 @@ impl Hop {
             max_idle,
             tickets: Mutex::default(),
             next_ticket: AtomicU64::new(0),
+            secret: secret(),
         }
     }
 
@@ -192,7 +198,7 @@ impl Hop {
         self.tickets.lock().insert(id, incoming);
         let mut out = Vec::with_capacity(256 + body.len());
         out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, head.target).as_bytes());
-        wire::put_header(&mut out, TICKET_HEADER, id.to_string().as_bytes());
+        wire::put_header(&mut out, TICKET_HEADER, format!("{:016x}{id:016x}", self.secret).as_bytes());
         for (name, value) in &head.headers {
             if !name.to_ascii_lowercase().starts_with(PRIVATE_PREFIX) {
                 wire::put_header(&mut out, name, value.as_bytes());
@@ -204,9 +210,14 @@ impl Hop {
         Ticket { hop: self, id, bytes: out }
     }
 
-    /// The request kept under the ticket `id`, taken off the list.
-    fn claim(&self, id: u64) -> Option<Incoming> {
-        self.tickets.lock().remove(&id)
+    /// The request kept under the ticket `value` (as the header carried
+    /// it), taken off the list; `None` for a ticket this hop did not write.
+    fn claim(&self, value: &str) -> Option<Incoming> {
+        let (secret, id) = (value.get(..16)?, value.get(16..)?);
+        if u64::from_str_radix(secret, 16).ok()? != self.secret || id.len() != 16 {
+            return None;
+        }
+        self.tickets.lock().remove(&u64::from_str_radix(id, 16).ok()?)
     }
 }
 
@@ -224,6 +235,14 @@ pub(super) fn answered_itself(stream: &HopStream) -> bool {
         Err(e) => e.kind() != io::ErrorKind::WouldBlock,
     };
     spoke || stream.set_nonblocking(false).is_err()
+}
+
+/// A number no other process can guess: std's per-process random hash keys.
+fn secret() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(std::process::id().into());
+    hasher.finish()
 }
 
 /// A request kept for tiny_http to take up; dropped, it takes its request
@@ -300,12 +319,12 @@ fn intake(hop: &Hop, inner: &tiny_http::Server, stopping: &AtomicBool, to_pool: 
                 continue;
             }
         };
-        let id = request
+        let claimed = request
             .headers()
             .iter()
             .find(|h| h.field.equiv(TICKET_HEADER))
-            .and_then(|h| h.value.as_str().parse::<u64>().ok());
-        match id.and_then(|id| hop.claim(id)) {
+            .and_then(|h| hop.claim(h.value.as_str()));
+        match claimed {
             Some(mut incoming) => {
                 incoming.request = Some(request);
                 if to_pool.send(Handed::Request(Box::new(incoming))).is_err() {

@@ -85,9 +85,10 @@
 //!
 //! # The guard
 //!
-//! A slow or hostile client can cost a guard thread, never a request thread,
-//! and never the process. [`serve`] puts a guard between the clients and
-//! tiny_http (settings in [`ServerConfig`]; [`serve_with`] takes your own):
+//! A slow or hostile client can cost a guard thread (and a request thread at
+//! most `write_timeout` for each piece of a long answer), never the process.
+//! [`serve`] puts a guard between the clients and tiny_http (settings in
+//! [`ServerConfig`]; [`serve_with`] takes your own):
 //!
 //! ```text
 //! client ──TCP──► accept thread ──► connection thread ──in process──► request thread
@@ -143,14 +144,16 @@
 //!   reach the connection thread whole, so the request thread never waits on
 //!   a slow reader. Nothing is ever read back from the hop, and a hop
 //!   connection is reused only once its request has been answered. An event
-//!   stream (`Content-Type: text/event-stream`) goes on piece by piece as the
-//!   handler writes it, and a client gone ends it: the handler's next write
-//!   fails. The guard waits at most
+//!   stream (`Content-Type: text/event-stream`) goes on piece by piece as
+//!   tiny_http's chunked encoder writes it (in chunks of up to 8 KiB), and a
+//!   client gone ends it: the handler's next write fails. The guard waits at most
 //!   [`answer_timeout`](ServerConfig::answer_timeout) for the answer and for
 //!   each next piece (then `504`, or the close). An answer whose framing is
-//!   in doubt (framing headers set by the handler through `Response::new`, a
-//!   body shorter than its length, a 1xx status) ends with the close.
-//!   Keep-alive works as the client asks.
+//!   in doubt (a body shorter than its length, a failing reader, a 1xx
+//!   status) ends with the close; a header with a control byte in it, which
+//!   would end the head early, is answered `500` instead. Keep-alive works as
+//!   the client asks. A request thread waits at most `write_timeout` for its
+//!   client to take each next piece of a long answer.
 //! - **Stopping.** [`ServerHandle::shutdown`] stops the accept loop, closes the
 //!   connections waiting for a request, lets every other connection finish the
 //!   request it is on (closing after its answer), then stops the request
@@ -333,7 +336,8 @@ pub struct ServerHandle {
     /// The gauges attached to the config's registry; detached when the
     /// handle drops, after the threads have stopped.
     _gauges: Option<AttachedGauges>,
-    /// Last, so that it drops after `shared` (the inner tiny_http server).
+    /// Last, so that it drops after `intake` (which owns the inner tiny_http
+    /// server).
     _hop_dir: Option<hop::HopDir>,
 }
 
@@ -362,7 +366,7 @@ impl ServerHandle {
         self.shared.admission.reserved_busy()
     }
 
-    /// Ordinary requests taken off tiny_http that wait for an ordinary
+    /// Ordinary requests taken by a free thread that wait for an ordinary
     /// thread, because every thread but the reserved ones is busy with one.
     /// Requests no thread has taken yet are not counted.
     pub fn waiting(&self) -> usize {

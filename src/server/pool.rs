@@ -230,7 +230,11 @@ impl Shared {
             },
             Err(message) => json_error(400, "INVALID_REQUEST_TIMEOUT", &message),
         };
-        match reply {
+        // The response's body is the handler's code too, read while it is
+        // sent: a panic there is caught as the handler's is (a guarded
+        // client then gets 502, or the close mid-answer).
+        let (method, url) = (request.method().clone(), request.url().to_owned());
+        let sent = catch_unwind(AssertUnwindSafe(move || match reply {
             Some(reply) => reply.send(request, response),
             // A client that went away is not the server's error.
             None => {
@@ -238,6 +242,10 @@ impl Shared {
                     log::debug!("request pool: sending a response failed: {err}");
                 }
             }
+        }));
+        if let Err(payload) = sent {
+            let msg = panic_message(&*payload);
+            log::error!("the response body to {method} {url} panicked while it was sent: {msg}");
         }
     }
 }
@@ -262,7 +270,7 @@ impl Drop for BusyGuard<'_> {
     }
 }
 
-fn internal_error() -> ResponseBox {
+pub(super) fn internal_error() -> ResponseBox {
     // The panic message stays in the log: it may name internals the client
     // has no business seeing.
     json_error(500, "INTERNAL_ERROR", "the request handler failed")

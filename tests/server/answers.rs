@@ -32,6 +32,12 @@ fn start(config: ServerConfig) -> (ServerHandle, std::net::SocketAddr) {
             None,
         )
         .boxed(),
+        // A header value taken from the request, unchecked, CRLF and all.
+        "/split" => Response::from_string("x")
+            .with_header(
+                Header::from_bytes("Location", "/a\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK").unwrap(),
+            )
+            .boxed(),
         "/echo" => {
             let mut body = Vec::new();
             let _ = req.as_reader().read_to_end(&mut body);
@@ -148,5 +154,21 @@ fn a_large_body_and_a_large_answer_cross_whole_and_the_connection_goes_on() {
     conn.get_mut().write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let after = read_answer(&mut conn, false).expect("the next answer");
     assert!(after.1.ends_with(" ok"), "the connection goes on");
+    handle.shutdown();
+}
+
+#[test]
+fn a_header_that_would_split_the_answer_is_answered_500() {
+    let (handle, addr) = start(ServerConfig::default());
+    let mut conn = connect(addr);
+    conn.get_mut()
+        .write_all(b"GET /split HTTP/1.1\r\nHost: x\r\n\r\nGET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let answer = read_answer(&mut conn, false).expect("an answer");
+    assert_eq!(answer.0, 500, "{answer:?}");
+    assert!(answer.1.contains("INTERNAL_ERROR"), "{answer:?}");
+    // The next answer on the connection is the next request's, not a forged one.
+    let next = read_answer(&mut conn, false).expect("the next answer");
+    assert!(next.1.ends_with(" ok"), "{:?}", &next.1[..next.1.len().min(80)]);
     handle.shutdown();
 }
