@@ -37,11 +37,18 @@ impl Deadline {
 /// deadline's doing: a job's own timeout set to the deadline (ureq's, by
 /// `with_deadline`) fires at it, give or take the rounding of its timer.
 const AT_DEADLINE: Duration = Duration::from_millis(2);
+/// The least time a job must have had before its deadline for a failure at
+/// the deadline to be taken as its own timeout: a job started a moment
+/// before its deadline (the last attempt of a retry, say) that fails at once
+/// has failed, not timed out.
+const TIMED_BUDGET: Duration = Duration::from_millis(10);
 
-/// Whether an answer that came back at `ended` came back at (or past) the
-/// attempt's deadline `at`.
-fn at_deadline(ended: Instant, at: Instant) -> bool {
-    ended + AT_DEADLINE >= at
+/// Whether a failed answer that came back at `ended`, after running for
+/// `ran`, came back at (or past) the attempt's deadline `at`, having had the
+/// time to wait for it.
+fn at_deadline(ended: Instant, ran: Option<Duration>, at: Instant) -> bool {
+    let Some(began) = ran.and_then(|ran| ended.checked_sub(ran)) else { return false };
+    at.saturating_duration_since(began) >= TIMED_BUDGET && ended + AT_DEADLINE >= at
 }
 
 impl Dependency {
@@ -265,7 +272,7 @@ impl Dependency {
                 // set by `with_deadline`) is the caller's timeout, whichever
                 // fired first: one event, one outcome, the same cut-short
                 // judgement.
-                (Err(Error::Failed(_)), Verdict::Failure, _) if at_deadline(ended, deadline.at) => {
+                (Err(Error::Failed(_)), Verdict::Failure, _) if at_deadline(ended, ran, deadline.at) => {
                     let waited = ended.saturating_duration_since(now);
                     log::debug!("dependency {}: the job failed at its deadline, {waited:?} in", inner.name);
                     let verdict = if deadline.callers { inner.cut_short(ran) } else { Verdict::Failure };
@@ -275,7 +282,10 @@ impl Dependency {
             },
             Err(Error::Timeout { waited }) => {
                 log::debug!("dependency {}: no answer within {waited:?}", inner.name);
-                let verdict = if deadline.callers { inner.cut_short(ran) } else { Verdict::Failure };
+                // The provider had the call until the deadline cut it short,
+                // not until this thread happened to wake up after it.
+                let had = began.map(|b| deadline.at.min(ended).saturating_duration_since(b));
+                let verdict = if deadline.callers { inner.cut_short(had) } else { Verdict::Failure };
                 (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
             }
             Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
@@ -372,7 +382,9 @@ impl Dependency {
             }
             Ok(result) => match Self::classified(classify, result) {
                 // As on a pool: the job's own timeout at the deadline is the deadline's.
-                (Err(Error::Failed(_)), Verdict::Failure, _) if at_deadline(ended, deadline.at) => {
+                (Err(Error::Failed(_)), Verdict::Failure, _)
+                    if at_deadline(ended, Some(run), deadline.at) =>
+                {
                     let verdict =
                         if deadline.callers { inner.cut_short(Some(run)) } else { Verdict::Failure };
                     (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
