@@ -12,6 +12,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -100,14 +101,18 @@ impl Reply {
             head_done: false,
             sent: false,
         };
-        let printed = response.raw_print(
-            &mut out,
-            // The client's version: one that crossed the hop reads 1.1 there.
-            HTTPVersion(1, minor),
-            request.headers(),
-            bodiless,
-            None,
-        );
+        // The client's version: one that crossed the hop reads 1.1 there.
+        let version = HTTPVersion(1, minor);
+        // The body is the handler's code too: a panic in it is the answer's
+        // failure (502, or the close mid-answer), and the thread lives on.
+        let printed = catch_unwind(AssertUnwindSafe(|| {
+            response.raw_print(&mut out, version, request.headers(), bodiless, None)
+        }))
+        .unwrap_or_else(|payload| {
+            let msg = crate::error::panic_message(&*payload);
+            log::error!("the response body to {} {} panicked: {msg}", request.method(), request.url());
+            Err(io::Error::other("the response body panicked"))
+        });
         let flushed = printed.and_then(|()| out.flush());
         let sent = out.sent;
         drop(out);
@@ -227,13 +232,15 @@ impl PieceWriter<'_> {
 
 impl Write for PieceWriter<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        // Where the head's end may begin: it may straddle the last write.
+        let from = self.buf.len().saturating_sub(3);
         self.buf.extend_from_slice(bytes);
         if !self.head_done {
             // The buffer starts with the head until the head is done.
-            let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            let Some(end) = self.buf[from..].windows(4).position(|w| w == b"\r\n\r\n") else {
                 return Ok(bytes.len());
             };
-            let at = end + 2;
+            let at = from + end + 2;
             self.buf.splice(at..at, self.connection.iter().copied());
             self.head_done = true;
         }

@@ -230,22 +230,22 @@ impl Shared {
             },
             Err(message) => json_error(400, "INVALID_REQUEST_TIMEOUT", &message),
         };
-        // The response's body is the handler's code too, read while it is
-        // sent: a panic there is caught as the handler's is (a guarded
-        // client then gets 502, or the close mid-answer).
-        let (method, url) = (request.method().clone(), request.url().to_owned());
-        let sent = catch_unwind(AssertUnwindSafe(move || match reply {
+        match reply {
+            // Catches a panic of the response's body itself (see `Reply::send`).
             Some(reply) => reply.send(request, response),
-            // A client that went away is not the server's error.
             None => {
-                if let Err(err) = request.respond(response) {
-                    log::debug!("request pool: sending a response failed: {err}");
+                // The response's body is the handler's code too, read while
+                // it is sent: a panic there is caught as the handler's is.
+                match catch_unwind(AssertUnwindSafe(move || request.respond(response))) {
+                    // A client that went away is not the server's error.
+                    Ok(Err(err)) => log::debug!("request pool: sending a response failed: {err}"),
+                    Ok(Ok(())) => {}
+                    Err(payload) => {
+                        let msg = panic_message(&*payload);
+                        log::error!("request pool: a response body panicked while it was sent: {msg}");
+                    }
                 }
             }
-        }));
-        if let Err(payload) = sent {
-            let msg = panic_message(&*payload);
-            log::error!("the response body to {method} {url} panicked while it was sent: {msg}");
         }
     }
 }
