@@ -86,6 +86,8 @@ pub mod limit;
 pub mod pool;
 pub mod registry;
 pub mod retry;
+// `dependency::Hedge`, the hedging policy.
+mod hedge;
 // The request pool's reserved share, described: what both the server and the
 // file config name (feature `tiny_http`; public as `server::Reserve`).
 #[cfg(feature = "tiny_http")]

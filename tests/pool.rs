@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use watertight::{
     CallContext, Error, Rejection,
-    pool::{Pool, PoolStats},
+    pool::{Pool, PoolStats, Submit},
 };
 
 type Res<T> = Result<T, std::io::Error>;
@@ -561,7 +561,7 @@ fn context_tells_the_job_about_its_call() {
     let pool = Pool::builder("ctx").workers(1).queue(1).build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     let (d, rem, att, dep, cancelled) = pool
-        .call_deadline(deadline, |ctx: &CallContext| {
+        .submit(Submit::by(deadline), |ctx: &CallContext| {
             Res::Ok((
                 ctx.deadline(),
                 ctx.remaining(),
@@ -570,6 +570,8 @@ fn context_tells_the_job_about_its_call() {
                 ctx.is_cancelled(),
             ))
         })
+        .unwrap()
+        .wait()
         .unwrap();
     assert_eq!(d, deadline);
     assert!(rem <= Duration::from_secs(5) && rem > Duration::from_secs(3), "{rem:?}");

@@ -1,15 +1,32 @@
-//! One attempt through the call path, and the retry loop around attempts.
+//! One attempt: admitted by [`Inner::admit`], settled by [`Attempt::settle`].
+//!
+//! Every kind of call (once, retried, hedged, detached, on the caller's
+//! thread) is made of attempts, and every attempt goes through these two
+//! functions and no other:
+//!
+//! - **Admission**, in one fixed order: the deadline, the rate limit, the
+//!   breaker, the adaptive limit, the priority place; then the launch (the
+//!   submission to the pool, or the run on the caller's thread). A refusal
+//!   at any step is counted, logged and announced there, once; what the
+//!   attempt had taken is given back by the [`Attempt`]'s `Drop`.
+//! - **Settlement**, exactly once: classification under `catch_unwind`, the
+//!   late-answer rule (an answer after the deadline is a timeout), the
+//!   job's own timeout at the deadline (the same event as the caller's), the
+//!   cut-short rule, then the call-time sample, the outcome, the breaker,
+//!   the limit and the announcement. An attempt dropped unsettled never ran:
+//!   its permits drop unrecorded (as ignored).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::caller::{Exec, OnCaller};
-use super::priority::Priority;
-use super::{Dependency, Event};
+use super::priority::{Place, Priority};
+use super::{Event, Inner};
+use crate::breaker::OwnedPermit;
 use crate::classify::Verdict;
 use crate::error::{Error, Outcome, Rejection, panic_message};
-use crate::pool::CallContext;
+use crate::limit::LimitPermit;
+use crate::pool::{CallContext, SubmitError};
 
 /// An attempt's deadline, and whose it is.
 #[derive(Debug, Clone, Copy)]
@@ -24,13 +41,107 @@ pub(super) struct Deadline {
 impl Deadline {
     /// The earlier of `now + timeout` and the caller's deadline.
     /// (The builder caps the timeout at one day, so `now + timeout` fits.)
-    pub(super) fn new(now: Instant, timeout: std::time::Duration, caller: Option<Instant>) -> Deadline {
+    pub(super) fn new(now: Instant, timeout: Duration, caller: Option<Instant>) -> Deadline {
         let own = now + timeout;
         match caller {
             Some(caller) if caller < own => Deadline { at: caller, callers: true },
             _ => Deadline { at: own, callers: false },
         }
     }
+}
+
+/// The kind of call an attempt belongs to: what its admission may wait for,
+/// and whom a refusal concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// A caller waits for the answer: it may wait for a rate permit (within
+    /// its deadline) and for room.
+    Blocking,
+    /// Nobody waits: a rate limit with no permit free now refuses it.
+    Detached,
+    /// An extra attempt of a hedged call: only while the breaker is CLOSED,
+    /// with no wait for anything. A hedge that cannot start simply does not:
+    /// its refusal is no event, and what it took goes back unrecorded.
+    Hedge,
+}
+
+/// What one attempt asks to be admitted with.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ask {
+    /// Real time, just read.
+    pub(super) now: Instant,
+    pub(super) deadline: Deadline,
+    /// 1-based, shown to the job by `CallContext::attempt`.
+    pub(super) number: u32,
+    pub(super) priority: Priority,
+    pub(super) form: Form,
+}
+
+/// Why an attempt was not admitted.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Refusal {
+    pub(super) rejection: Rejection,
+    /// For the rate limit: when a permit would be free.
+    retry_after: Option<Duration>,
+}
+
+impl Refusal {
+    pub(super) fn into_error<E>(self) -> Error<E> {
+        match self.retry_after {
+            Some(retry_after) => Error::RateLimited { retry_after },
+            None => Error::Rejected(self.rejection),
+        }
+    }
+}
+
+/// Why a launch failed: the pool refused the job, or the caller-thread
+/// permits did.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unlaunched {
+    rejection: Rejection,
+    /// Refused for lack of room while every worker was stuck in its job.
+    stalled: bool,
+}
+
+impl<F> From<SubmitError<F>> for Unlaunched {
+    fn from(refused: SubmitError<F>) -> Self {
+        Unlaunched { rejection: refused.rejection(), stalled: refused.stalled() }
+    }
+}
+
+impl From<Rejection> for Unlaunched {
+    fn from(rejection: Rejection) -> Self {
+        Unlaunched { rejection, stalled: false }
+    }
+}
+
+/// An admitted attempt and what it holds until it is settled: the breaker
+/// permit, the limit permit, the priority place, the deadline and its start.
+#[must_use = "an attempt is settled with `settle`; dropped, it never ran"]
+pub(super) struct Attempt {
+    permit: OwnedPermit,
+    limit: Option<LimitPermit>,
+    /// Moved into the job by [`carry`](Self::carry), so that it is given back
+    /// once the job returns on its worker (or is dropped unrun).
+    place: Option<Place>,
+    pub(super) deadline: Deadline,
+    /// Real time at admission: where the caller's wait starts.
+    pub(super) called: Instant,
+    /// The injected clock's time at admission, for the breaker's elapsed time.
+    start: Instant,
+    pub(super) number: u32,
+}
+
+/// How an attempt ended.
+pub(super) enum End<T, E> {
+    /// The job returned this.
+    Returned(Result<T, E>),
+    /// The job panicked, with this message.
+    Panicked(String),
+    /// No answer by the deadline: still queued, or still running.
+    TimedOut,
+    /// It never ran, and not for its deadline: shutdown discarded it.
+    Discarded,
 }
 
 /// How close to its deadline a failed answer may come and still be the
@@ -42,421 +153,305 @@ const AT_DEADLINE: Duration = Duration::from_millis(2);
 /// before its deadline (the last attempt of a retry, say) that fails at once
 /// has failed, not timed out.
 const TIMED_BUDGET: Duration = Duration::from_millis(10);
+/// The least hang threshold: below it, a caller's deadline says nothing.
+pub(super) const HANG_FLOOR: Duration = Duration::from_millis(50);
 
-/// Whether a failed answer that came back at `ended`, after running for
-/// `ran`, came back at (or past) the attempt's deadline `at`, having had the
-/// time to wait for it.
-fn at_deadline(ended: Instant, ran: Option<Duration>, at: Instant) -> bool {
-    let Some(began) = ran.and_then(|ran| ended.checked_sub(ran)) else { return false };
-    at.saturating_duration_since(began) >= TIMED_BUDGET && ended + AT_DEADLINE >= at
-}
-
-impl Dependency {
-    /// One attempt, under the caller's deadline if any.
-    pub(super) fn once<T, E, F, C>(
+impl Inner {
+    /// The one admission (see the module docs). `launch` starts the admitted
+    /// attempt: it submits the job to the pool or runs it here.
+    pub(super) fn admit<L>(
         &self,
-        caller: Option<Instant>,
-        priority: Priority,
-        classify: &C,
-        job: F,
-    ) -> Result<T, Error<E>>
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        let now = Instant::now();
-        self.attempt(now, Deadline::new(now, self.inner.live.timeout(), caller), 1, priority, classify, job).0
-    }
-
-    /// The retry loop: see [`CallBuilder::retry`](crate::CallBuilder::retry). `caller` bounds every
-    /// attempt and every sleep, like the retry's overall timeout does.
-    pub(super) fn retrying<T, E, F, C>(
-        &self,
-        caller: Option<Instant>,
-        priority: Priority,
-        classify: &C,
-        job: F,
-    ) -> Result<T, Error<E>>
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        let inner = &*self.inner;
-        let retry = &inner.live.retry();
-        let job = Arc::new(job);
-        let mut now = Instant::now();
-        let overall = retry.overall_timeout().and_then(|t| now.checked_add(t));
-        // The end of the whole call: the earlier of the overall timeout and the caller's deadline.
-        let end = match (overall, caller) {
-            (Some(o), Some(c)) => Some(o.min(c)),
-            (o, c) => o.or(c),
-        };
-        inner.budget.deposit(inner.clock_now(now));
-
-        let mut attempt = 1;
-        // The last answer from the provider itself: what the caller gets
-        // when a later attempt cannot be made.
-        let mut last: Option<Result<T, Error<E>>> = None;
-        loop {
-            let shared = Arc::clone(&job);
-            let deadline = Deadline::new(now, inner.live.timeout(), end);
-            let (result, verdict) =
-                self.attempt(now, deadline, attempt, priority, classify, move |ctx| shared(ctx));
-            if verdict.is_none()
-                && let Some(previous) = last.take()
-            {
-                // A retry refused after all (the breaker opened or the pool
-                // filled during the backoff): the provider's own error is the
-                // answer, and the retry it never made gives its token back.
-                inner.budget.refund(inner.clock_now(Instant::now()));
-                return previous;
-            }
-            // A panic is a failure to the breaker, but a bug in the job, not a transient
-            // fault of the provider: running it again would only panic again.
-            let panicked = matches!(result, Err(Error::Panicked(_)));
-            // A timeout at the caller's deadline was recorded as ignored: no time is left to retry.
-            if verdict != Some(Verdict::Failure) || panicked || attempt >= retry.max_attempts() {
-                return result;
-            }
-            let pause = retry.pause(attempt, &inner.jitter);
-            now = Instant::now();
-            // The end bounds the sleep *and* leaves the next attempt some time:
-            // a backoff that ends at or past it would only buy an attempt with no time at all.
-            if end.is_some_and(|e| now.checked_add(pause).is_none_or(|wake| wake >= e)) {
-                log::debug!("dependency {}: no retry, the call's deadline is near", inner.name);
-                return result;
-            }
-            // Ask before sleeping: a breaker that this very failure opened (or
-            // any that stays open past the backoff) would only refuse the
-            // next attempt, after a sleep for nothing.
-            if !self.may_admit_at(now, pause) {
-                log::debug!("dependency {}: no retry, the breaker would refuse it", inner.name);
-                return result;
-            }
-            if !inner.budget.try_withdraw(inner.clock_now(now)) {
-                log::debug!("dependency {}: no retry, the retry budget is spent", inner.name);
-                return result;
-            }
-            if !pause.is_zero() {
-                std::thread::sleep(pause);
-            }
-            now = Instant::now();
-            // A sleep may overshoot: if it ate the rest of the time, the failure
-            // that caused the retry is the answer, not a rejection of an attempt
-            // that had no time left. Nor is an attempt made that the breaker,
-            // opened during the sleep, would refuse.
-            if end.is_some_and(|e| now >= e) || !self.may_admit_at(now, Duration::ZERO) {
-                inner.budget.refund(inner.clock_now(now));
-                return result;
-            }
-            last = Some(result);
-            attempt += 1;
-            inner.counters.retried();
+        ask: Ask,
+        launch: impl FnOnce(Attempt) -> Result<L, Unlaunched>,
+    ) -> Result<L, Refusal> {
+        let hedge = ask.form == Form::Hedge;
+        let at = ask.deadline.at;
+        if ask.form != Form::Blocking && self.exec.pool().is_none() {
+            // Caller-thread mode has no worker to run a job nobody waits for.
+            log::warn!("dependency {}: a detached call needs a pool; this one runs on callers", self.name);
+            return Err(self.refuse(ask.form, Rejection::QueueFull, None));
         }
-    }
-
-    /// Whether an attempt `after` from `now` could get past the breaker, as
-    /// far as can be told now (see `Breaker::may_permit_at`).
-    fn may_admit_at(&self, now: Instant, after: Duration) -> bool {
-        let inner = &*self.inner;
-        inner.clock_now(now).checked_add(after).is_none_or(|at| inner.breaker.may_permit_at(at))
-    }
-
-    /// One attempt: deadline, permit, submit (with the pool's admission),
-    /// wait, classify, record. `now` and `deadline` are real time; the
-    /// elapsed time recorded on the breaker is the injected clock's. Returns
-    /// the outcome and the verdict recorded on the breaker (`None` when the
-    /// attempt was rejected and nothing was recorded).
-    fn attempt<T, E, F, C>(
-        &self,
-        now: Instant,
-        deadline: Deadline,
-        attempt: u32,
-        priority: Priority,
-        classify: &C,
-        job: F,
-    ) -> (Result<T, Error<E>>, Option<Verdict>)
-    where
-        T: Send + 'static,
-        E: Send + 'static,
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        let inner = &*self.inner;
         // A deadline already past is refused before the breaker: it must not
         // take a half-open probe slot for a call that cannot be made.
-        if deadline.at <= now {
-            return (Err(self.rejected(Rejection::DeadlineUnmeetable)), None);
+        if at <= ask.now {
+            return Err(self.refuse(ask.form, Rejection::DeadlineUnmeetable, None));
         }
-        let now = match self.wait_for_rate(now, deadline.at) {
-            Ok(now) => now,
-            Err(refused) => return (Err(refused), None),
-        };
-        let start = inner.clock_now(now);
-        let permit = match inner.breaker.try_acquire() {
-            Ok(permit) => permit,
-            Err(_) => return (Err(self.rejected(Rejection::NotPermitted)), None),
-        };
-        // Over the adaptive limit: rejected at once. Dropping the permit releases it as
-        // ignored (and hands a half-open probe slot back): the provider was never asked.
-        let Ok(limit) = self.limit_permit(start) else {
-            drop(permit);
-            return (Err(self.rejected(Rejection::LimitExceeded)), None);
-        };
-        // The pool reads the clock again for its own `now` rather than reuse this
-        // call's: a deadline that passes in between (a 1 ns timeout, say) is then
-        // refused at submission as unmeetable, not queued to time out and be retried.
-        // Feature "tracing": the job runs in a span whose parent is the caller's span.
-        let parent_span = crate::trace::capture();
-        let pool = match &inner.exec {
-            Exec::Pool(pool) => pool,
-            Exec::Caller(caller) => {
-                let traced = move |ctx: &CallContext| {
-                    let _span = crate::trace::enter(parent_span, ctx);
-                    job(ctx)
-                };
-                let ran = caller.run(now, deadline.at, attempt, traced);
-                return self.settle_on_caller(ran, now, start, deadline, classify, permit, limit);
-            }
-        };
-        // Priority admission, in one step (`priority.rs`). The place travels
-        // with the job and comes back with its answer, so it is given back
-        // once the worker is free again: when the answer is read here, or
-        // dropped on the worker for a caller that left, or with a job that
-        // never ran.
-        let Some(place) =
-            inner.occupancy.admit(priority, pool.workers(), pool.queue_capacity(), inner.live.reserved())
-        else {
-            drop((permit, limit));
-            return (Err(self.rejected(Rejection::Shed)), None);
-        };
-        let traced = move |ctx: &CallContext| {
-            let _span = crate::trace::enter(parent_span, ctx);
-            match job(ctx) {
-                Ok(value) => Ok((value, place)),
-                Err(e) => Err((e, place)),
-            }
-        };
-        let stall = inner.normal.stall_threshold(inner.live.slow_call_duration(), inner.live.timeout());
-        let ticket = match pool.submit_attempt_at(Instant::now(), deadline.at, attempt, Some(stall), traced) {
-            Ok(ticket) => ticket,
-            Err(refused) => {
-                // Neither the breaker nor the limit learns anything from a refusal...
-                drop((permit, limit));
-                // ...but a pool whose every worker is stuck says the provider hangs.
-                if refused.stalled() && inner.breaker.open_if_closed() {
-                    log::warn!(
-                        "dependency {}: every worker has been inside one call for over {stall:?}; breaker opened",
-                        inner.name
-                    );
+        // The rate limit, before the breaker: a caller waiting for its permit
+        // holds no probe slot. Only a blocking call waits, and only within its deadline.
+        let rate = self.live.rate_on();
+        let mut now = ask.now;
+        if rate {
+            let within = if ask.form == Form::Blocking { at - now } else { Duration::ZERO };
+            match self.rate.reserve(within) {
+                Ok(wait) if wait.is_zero() => {}
+                Ok(wait) => {
+                    std::thread::sleep(wait);
+                    now = Instant::now();
+                    if at <= now {
+                        return Err(self.refuse(ask.form, Rejection::DeadlineUnmeetable, None));
+                    }
                 }
-                return (Err(self.rejected(refused.rejection())), None);
-            }
-        };
-
-        let (answer, began) = ticket.wait_timed();
-        let answer = answer.map(|(value, _place)| value).map_err(|e| e.map_err(|(e, _place)| e));
-        let ended = Instant::now();
-        inner.call_time.record_at(ended.saturating_duration_since(now), ended);
-        let elapsed = inner.clock_now(ended).saturating_duration_since(start);
-        // How long the provider had the call: from a worker starting it.
-        let ran = began.map(|b| ended.saturating_duration_since(b));
-        let (result, verdict, outcome) = match answer {
-            Ok(value) => Self::classified(classify, Ok(value)),
-            Err(Error::Failed(e)) => match Self::classified(classify, Err(e)) {
-                // The job's own timeout at the attempt's deadline (ureq's,
-                // set by `with_deadline`) is the caller's timeout, whichever
-                // fired first: one event, one outcome, the same cut-short
-                // judgement.
-                (Err(Error::Failed(_)), Verdict::Failure, _) if at_deadline(ended, ran, deadline.at) => {
-                    let waited = ended.saturating_duration_since(now);
-                    log::debug!("dependency {}: the job failed at its deadline, {waited:?} in", inner.name);
-                    let verdict = if deadline.callers { inner.cut_short(ran) } else { Verdict::Failure };
-                    (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
+                Err(refused) => {
+                    let retry_after = Some(refused.retry_after);
+                    return Err(self.refuse(ask.form, Rejection::RateLimited, retry_after));
                 }
-                judged => judged,
-            },
-            Err(Error::Timeout { waited }) => {
-                log::debug!("dependency {}: no answer within {waited:?}", inner.name);
-                // The provider had the call until the deadline cut it short,
-                // not until this thread happened to wake up after it.
-                let had = began.map(|b| deadline.at.min(ended).saturating_duration_since(b));
-                let verdict = if deadline.callers { inner.cut_short(had) } else { Verdict::Failure };
-                (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
             }
-            Err(Error::Panicked(msg)) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
-            Err(Error::Rejected(rejection)) => {
-                // Shutdown answered a queued job: not the provider's doing.
-                drop((permit, limit));
-                return (Err(self.rejected(rejection)), None);
-            }
-            // The pool never answers this; only the rate limit above does.
-            Err(Error::RateLimited { retry_after }) => {
-                drop((permit, limit));
-                return (Err(self.rate_limited(retry_after)), None);
-            }
-        };
-        // The only place this attempt's permits are recorded: on the calling thread, once.
-        inner.settle_outcome(outcome, verdict, elapsed, ran, |v, e| permit.record(v, e), limit);
-        if let Err(Error::Timeout { waited }) = &result {
-            inner.announce_timeout(*waited);
         }
-        (result, Some(verdict))
-    }
-
-    /// The rate limit, before the breaker: a caller waiting for its permit
-    /// holds no probe slot. It waits only when the wait fits its deadline.
-    /// Returns the time after the wait.
-    pub(super) fn wait_for_rate<E>(&self, now: Instant, deadline: Instant) -> Result<Instant, Error<E>> {
-        let inner = &*self.inner;
-        if !inner.live.rate_on() {
-            return Ok(now);
-        }
-        match inner.rate.reserve(deadline.saturating_duration_since(now)) {
-            Ok(wait) if wait.is_zero() => Ok(now),
-            Ok(wait) => {
-                std::thread::sleep(wait);
-                let now = Instant::now();
-                if deadline <= now {
-                    return Err(self.rejected(Rejection::DeadlineUnmeetable));
+        // From here on, a hedge refused never was: its rate permit goes back,
+        // its breaker permit is forgotten (not even recorded as ignored).
+        let undo = |permit: Option<OwnedPermit>| {
+            if hedge {
+                if let Some(permit) = permit {
+                    permit.forget();
                 }
-                Ok(now)
-            }
-            Err(refused) => Err(self.rate_limited(refused.retry_after)),
-        }
-    }
-
-    /// A permit of the adaptive limit when it is on (`Ok(None)` when off);
-    /// `Err` when the limit is reached.
-    pub(super) fn limit_permit(&self, start: Instant) -> Result<Option<crate::limit::LimitPermit>, ()> {
-        let inner = &*self.inner;
-        match inner.live.limit_on().then(|| inner.limiter.try_acquire(start)) {
-            Some(None) => Err(()),
-            Some(granted) => Ok(granted),
-            None => Ok(None),
-        }
-    }
-
-    /// The end of an attempt run on the caller's own thread (caller-thread
-    /// mode): judged and recorded as a pool's attempt is, with a job that
-    /// returned after its deadline answered and recorded as a timeout.
-    #[allow(clippy::too_many_arguments)]
-    fn settle_on_caller<T, E, C>(
-        &self,
-        ran: Result<OnCaller<T, E>, Rejection>,
-        now: Instant,
-        start: Instant,
-        deadline: Deadline,
-        classify: &C,
-        permit: crate::breaker::Permit<'_>,
-        limit: Option<crate::limit::LimitPermit>,
-    ) -> (Result<T, Error<E>>, Option<Verdict>)
-    where
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        let inner = &*self.inner;
-        let OnCaller { ran, late, began, ended } = match ran {
-            Ok(ran) => ran,
-            Err(rejection) => {
-                drop((permit, limit));
-                return (Err(self.rejected(rejection)), None);
-            }
-        };
-        let waited = ended.saturating_duration_since(now);
-        inner.call_time.record_at(waited, ended);
-        let run = ended.saturating_duration_since(began);
-        let (result, verdict, outcome) = match ran {
-            Err(payload) => {
-                let msg = panic_message(payload.as_ref());
-                (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
-            }
-            Ok(result) if late => {
-                drop(result);
-                log::debug!("dependency {}: the job returned after its deadline, {waited:?} in", inner.name);
-                let verdict = if deadline.callers { inner.cut_short(Some(run)) } else { Verdict::Failure };
-                (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
-            }
-            Ok(result) => match Self::classified(classify, result) {
-                // As on a pool: the job's own timeout at the deadline is the deadline's.
-                (Err(Error::Failed(_)), Verdict::Failure, _)
-                    if at_deadline(ended, Some(run), deadline.at) =>
-                {
-                    let verdict =
-                        if deadline.callers { inner.cut_short(Some(run)) } else { Verdict::Failure };
-                    (Err(Error::Timeout { waited }), verdict, Outcome::TimedOut)
+                if rate {
+                    self.rate.give_back();
                 }
-                judged => judged,
-            },
+            }
         };
-        let elapsed = inner.clock_now(ended).saturating_duration_since(start);
-        inner.settle_outcome(outcome, verdict, elapsed, Some(run), |v, e| permit.record(v, e), limit);
-        if let Err(Error::Timeout { waited }) = &result {
-            inner.announce_timeout(*waited);
-        }
-        (result, Some(verdict))
+        let start = self.clock_now(now);
+        let permit = match hedge {
+            true => self.breaker.try_acquire_owned_if_closed(),
+            false => self.breaker.try_acquire_owned().ok(),
+        };
+        let Some(permit) = permit else {
+            undo(None);
+            return Err(self.refuse(ask.form, Rejection::NotPermitted, None));
+        };
+        // Over the adaptive limit: the permit drops as ignored (a half-open
+        // probe slot goes back): the provider was never asked.
+        let limit = match self.live.limit_on().then(|| self.limiter.try_acquire(start)) {
+            Some(None) => {
+                undo(Some(permit));
+                return Err(self.refuse(ask.form, Rejection::LimitExceeded, None));
+            }
+            Some(granted) => granted,
+            None => None,
+        };
+        // Priority admission, in one step (`priority.rs`); pool mode only.
+        let place = match self.exec.pool() {
+            Some(pool) => {
+                let place = self.occupancy.admit(
+                    ask.priority,
+                    pool.workers(),
+                    pool.queue_capacity(),
+                    self.live.reserved(),
+                );
+                if place.is_none() {
+                    undo(Some(permit));
+                    return Err(self.refuse(ask.form, Rejection::Shed, None));
+                }
+                place
+            }
+            None => None,
+        };
+        let attempt =
+            Attempt { permit, limit, place, deadline: ask.deadline, called: now, start, number: ask.number };
+        launch(attempt).map_err(|unlaunched| {
+            // Neither the breaker nor the limit learns anything from a
+            // refusal, but a pool whose every worker is stuck says the provider hangs.
+            if unlaunched.stalled && self.breaker.open_if_closed() {
+                log::warn!(
+                    "dependency {}: every worker has been inside one call for over {:?}; breaker opened",
+                    self.name,
+                    self.stall_threshold()
+                );
+            }
+            if hedge && rate {
+                self.rate.give_back();
+            }
+            self.refuse(ask.form, unlaunched.rejection, None)
+        })
     }
 
-    /// The job's own outcome, its verdict and its outcome kind. A classifier
-    /// that panics makes the attempt a panicked one: a failure, answered
-    /// [`Error::Panicked`], so that every attempt is still counted once.
-    pub(super) fn classified<T, E, C>(
-        classify: &C,
-        result: Result<T, E>,
-    ) -> (Result<T, Error<E>>, Verdict, Outcome)
-    where
-        C: Fn(&Result<T, E>) -> Verdict,
-    {
-        match catch_unwind(AssertUnwindSafe(|| classify(&result))) {
-            Ok(verdict) => (result.map_err(Error::Failed), verdict, Outcome::of_verdict(verdict)),
-            Err(payload) => {
-                let msg = format!("the classifier panicked: {}", panic_message(payload.as_ref()));
-                (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
+    /// Counts, logs and announces a refusal, unless it is a hedge's.
+    fn refuse(&self, form: Form, rejection: Rejection, retry_after: Option<Duration>) -> Refusal {
+        if form != Form::Hedge {
+            self.counters.outcome(rejection.outcome());
+            log::debug!("dependency {}: call rejected: {rejection}", self.name);
+            crate::trace::rejected(&self.name, rejection);
+            if !self.listeners.is_empty() {
+                let event = Event::Rejected { dependency: Arc::clone(&self.name), rejection };
+                self.listeners.notify(&event, &self.name);
             }
         }
+        Refusal { rejection, retry_after }
     }
 
-    /// [`rejected`](Self::rejected) for the rate limit: the error says when a
-    /// permit would be free.
-    pub(super) fn rate_limited<E>(&self, retry_after: Duration) -> Error<E> {
-        match self.rejected::<E>(Rejection::RateLimited) {
-            Error::Rejected(_) => Error::RateLimited { retry_after },
-            other => other,
-        }
+    /// The provider's normal latency, once it has answered successfully.
+    pub(super) fn normal_latency(&self) -> Option<Duration> {
+        self.normal.normal()
     }
 
-    /// Counts, logs and announces a rejection, and returns it as an error.
-    pub(super) fn rejected<E>(&self, rejection: Rejection) -> Error<E> {
-        let inner = &*self.inner;
-        inner.counters.outcome(rejection.outcome());
-        log::debug!("dependency {}: call rejected: {rejection}", inner.name);
-        crate::trace::rejected(&inner.name, rejection);
-        if !inner.listeners.is_empty() {
-            let event = Event::Rejected { dependency: Arc::clone(&inner.name), rejection };
-            inner.listeners.notify(&event, &inner.name);
-        }
-        Error::Rejected(rejection)
+    /// The hang threshold: an attempt the *caller's* deadline cut short
+    /// counts as a failure of the provider once it had the call for longer
+    /// than this. The provider's normal latency, at least [`HANG_FLOOR`], at
+    /// most the slow-call duration.
+    fn hang_threshold(&self) -> Duration {
+        let slow = self.live.slow_call_duration();
+        self.normal_latency().map_or(HANG_FLOOR, |l| l.max(HANG_FLOOR)).min(slow.max(HANG_FLOOR))
     }
-}
 
-impl super::Inner {
-    /// The verdict on an attempt that the caller's deadline cut short,
-    /// having run on a worker for `ran` (`None`: it never started). It
-    /// counts against the provider once the provider has had it for longer
-    /// than its answers normally take (the hang threshold, `hang.rs`): a
-    /// provider that answers in 20 ms and says nothing in 300 ms is hung,
-    /// whoever stopped waiting. A shorter run, or one that never started,
-    /// says only that the caller was in a hurry: ignored.
-    pub(super) fn cut_short(&self, ran: Option<Duration>) -> Verdict {
-        let inner = self;
-        match ran {
-            Some(ran) if ran > inner.normal.hang_threshold(inner.live.slow_call_duration()) => {
-                Verdict::Failure
-            }
+    /// The stall threshold: a pool whose every worker has been inside its
+    /// current job for this long is stuck, and the breaker opens at once. A
+    /// quarter of the timeout, or twice the hang threshold if longer.
+    pub(super) fn stall_threshold(&self) -> Duration {
+        (self.live.timeout() / 4).max(self.hang_threshold() * 2)
+    }
+
+    /// The verdict on a timeout: a failure at the dependency's own timeout;
+    /// at the caller's deadline, a failure only once the provider had had
+    /// the call (`had`; `None`: it never started) for longer than the hang
+    /// threshold. A provider that answers in 20 ms and says nothing in
+    /// 300 ms is hung, whoever stopped waiting; a shorter run says only that
+    /// the caller was in a hurry: ignored.
+    fn timeout_verdict(&self, deadline: Deadline, had: Option<Duration>) -> Verdict {
+        match had {
+            _ if !deadline.callers => Verdict::Failure,
+            Some(had) if had > self.hang_threshold() => Verdict::Failure,
             _ => Verdict::Ignore,
         }
     }
+
+    /// Tells the trace and the listeners of a timeout, once it is counted and
+    /// recorded (so that a slow or panicking listener cannot change what the
+    /// breaker saw).
+    fn announce_timeout(&self, waited: Duration) {
+        log::debug!("dependency {}: no answer within {waited:?}", self.name);
+        crate::trace::timed_out(&self.name, waited);
+        if !self.listeners.is_empty() {
+            let event = Event::TimedOut { dependency: Arc::clone(&self.name), waited };
+            self.listeners.notify(&event, &self.name);
+        }
+    }
+}
+
+impl Attempt {
+    /// Moves the attempt's priority place into `job`, so that the place is
+    /// given back once the job returns (on its worker, the caller gone or
+    /// not) or is dropped unrun.
+    pub(super) fn carry<T, E>(
+        &mut self,
+        job: impl FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    ) -> impl FnOnce(&CallContext) -> Result<T, E> + Send + 'static {
+        let place = self.place.take();
+        move |ctx| {
+            let _place = place;
+            job(ctx)
+        }
+    }
+
+    /// A hedge's attempt that was admitted but could not start after all:
+    /// it never was (see [`Form::Hedge`]).
+    pub(super) fn forget(self) {
+        self.permit.forget();
+    }
+
+    /// The one settlement (see the module docs): judges how the attempt
+    /// ended, records it, and returns the caller's answer with the verdict
+    /// recorded (`None`: nothing was, the job never ran). `began`: when the
+    /// job started, if it did; `ended`: when it returned or was given up.
+    /// `inner` is `None` once the dependency is gone (a detached call or a
+    /// losing hedge finishing late): only the breaker is told then.
+    pub(super) fn settle<T, E, C>(
+        self,
+        inner: Option<&Inner>,
+        end: End<T, E>,
+        began: Option<Instant>,
+        ended: Instant,
+        classify: &C,
+    ) -> (Result<T, Error<E>>, Option<Verdict>)
+    where
+        C: Fn(&Result<T, E>) -> Verdict + ?Sized,
+    {
+        let Attempt { permit, limit, place, deadline, called, start, .. } = self;
+        drop(place);
+        let waited = ended.saturating_duration_since(called);
+        // How long the provider had the call: until the deadline cut it
+        // short, not until a thread happened to wake up after it.
+        let had = began.map(|b| deadline.at.min(ended).saturating_duration_since(b));
+        let timeout = |had| inner.map_or(Verdict::Failure, |i| i.timeout_verdict(deadline, had));
+        let (result, verdict, outcome) = match end {
+            End::Returned(result) if ended >= deadline.at => {
+                drop_quietly(result);
+                (Err(Error::Timeout { waited }), timeout(had), Outcome::TimedOut)
+            }
+            End::Returned(result) => match classified(classify, result) {
+                // The job's own timeout at the attempt's deadline (ureq's, set
+                // by `with_deadline`) is the caller's timeout, whichever fired
+                // first: one event, one outcome, the same cut-short judgement.
+                (Err(Error::Failed(e)), Verdict::Failure, _) if at_deadline(ended, began, deadline.at) => {
+                    drop_quietly(e);
+                    (Err(Error::Timeout { waited }), timeout(had), Outcome::TimedOut)
+                }
+                judged => judged,
+            },
+            End::Panicked(msg) => (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked),
+            End::TimedOut => (Err(Error::Timeout { waited }), timeout(had), Outcome::TimedOut),
+            End::Discarded => {
+                drop((permit, limit));
+                if let Some(inner) = inner {
+                    inner.refuse(Form::Blocking, Rejection::ShuttingDown, None);
+                }
+                return (Err(Error::Rejected(Rejection::ShuttingDown)), None);
+            }
+        };
+        let Some(inner) = inner else {
+            permit.record(verdict, waited);
+            return (result, Some(verdict));
+        };
+        inner.call_time.record_at(waited, ended);
+        let elapsed = inner.clock_now(ended).saturating_duration_since(start);
+        if verdict == Verdict::Success
+            && let Some(began) = began
+        {
+            inner.normal.record(ended.saturating_duration_since(began));
+        }
+        inner.counters.outcome(outcome);
+        if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
+            inner.counters.slow();
+        }
+        permit.record(verdict, elapsed);
+        // An ignored outcome says nothing about the provider's latency.
+        if let Some(limit) = limit
+            && verdict != Verdict::Ignore
+        {
+            limit.record(elapsed, verdict);
+        }
+        if outcome == Outcome::TimedOut {
+            inner.announce_timeout(waited);
+        }
+        (result, Some(verdict))
+    }
+}
+
+/// Whether a failed answer that came back at `ended` from a job started at
+/// `began` came back at (or past) the attempt's deadline `at`, having had
+/// the time to wait for it.
+fn at_deadline(ended: Instant, began: Option<Instant>, at: Instant) -> bool {
+    began
+        .is_some_and(|began| at.saturating_duration_since(began) >= TIMED_BUDGET && ended + AT_DEADLINE >= at)
+}
+
+/// The job's own outcome, its verdict and its outcome kind. A classifier
+/// that panics makes the attempt a panicked one: a failure, answered
+/// [`Error::Panicked`], so that every attempt is still counted once.
+fn classified<T, E, C>(classify: &C, result: Result<T, E>) -> (Result<T, Error<E>>, Verdict, Outcome)
+where
+    C: Fn(&Result<T, E>) -> Verdict + ?Sized,
+{
+    match catch_unwind(AssertUnwindSafe(|| classify(&result))) {
+        Ok(verdict) => (result.map_err(Error::Failed), verdict, Outcome::of_verdict(verdict)),
+        Err(payload) => {
+            drop_quietly(result);
+            let msg = format!("the classifier panicked: {}", panic_message(payload.as_ref()));
+            (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
+        }
+    }
+}
+
+/// Drops a value whose `Drop` is user code, so that a panic there cannot
+/// keep the attempt from being settled.
+pub(super) fn drop_quietly<V>(value: V) {
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(value)));
 }

@@ -308,7 +308,7 @@ impl DependencyBuilder {
                 rate,
                 exec,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
-                normal: super::hang::Normal::default(),
+                normal: crate::pool::Latency::default(),
                 occupancy: Arc::default(),
                 ring,
             }),

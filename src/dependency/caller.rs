@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::attempt::End;
 use crate::error::{ConfigError, Rejection};
 use crate::pool::{CallContext, Pool, PoolStats, Semaphore};
 
@@ -43,17 +44,9 @@ pub enum Mode {
     CallerThread,
 }
 
-/// How a job run on its caller's thread ended.
-pub(super) struct OnCaller<T, E> {
-    /// Its outcome, or the panic it raised.
-    pub(super) ran: std::thread::Result<Result<T, E>>,
-    /// Whether it returned at or after its deadline.
-    pub(super) late: bool,
-    /// When it started.
-    pub(super) began: Instant,
-    /// When it returned.
-    pub(super) ended: Instant,
-}
+/// How a job run on its caller's thread ended: how, when it started, when
+/// it returned.
+pub(super) type OnCaller<T, E> = (End<T, E>, Instant, Instant);
 
 /// The compartment itself.
 pub(super) enum Exec {
@@ -64,8 +57,8 @@ pub(super) enum Exec {
 /// Caller-thread mode's permits and counts.
 pub(super) struct CallerThread {
     permits: Semaphore,
-    /// For the [`CallContext`]s of jobs run on callers (their name).
-    context: Arc<crate::pool::Shared>,
+    /// For the [`CallContext`]s of jobs run on callers.
+    name: Arc<str>,
     shut: AtomicBool,
 }
 
@@ -74,7 +67,7 @@ impl CallerThread {
         Ok(CallerThread {
             // The dependency's config has checked both (`workers`, `max_wait`).
             permits: Semaphore::new(limit, max_wait)?,
-            context: crate::pool::Shared::for_context(name),
+            name: Arc::from(name),
             shut: AtomicBool::new(false),
         })
     }
@@ -110,12 +103,13 @@ impl CallerThread {
         if began >= deadline {
             return Err(Rejection::DeadlineUnmeetable);
         }
-        let ctx = CallContext::on_caller(Arc::clone(&self.context), deadline, attempt);
+        let ctx = CallContext::new(Arc::clone(&self.name), deadline, attempt);
         // The permit is released by its guard when this returns, a panic included.
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx)));
-        let ended = Instant::now();
-        let late = ended >= deadline;
-        Ok(OnCaller { ran, late, began, ended })
+        let end = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx))) {
+            Ok(result) => End::Returned(result),
+            Err(payload) => End::Panicked(crate::error::panic_message(payload.as_ref())),
+        };
+        Ok((end, began, Instant::now()))
     }
 
     fn stats(&self) -> PoolStats {

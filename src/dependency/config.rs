@@ -16,7 +16,7 @@ use crate::time::saturating_nanos;
 
 /// The longest timeout a dependency accepts. A request thread that waits
 /// longer than this is not protected by anything.
-pub(super) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Every setting of a [`Dependency`], as one value: what a
 /// [`DependencyBuilder`](crate::DependencyBuilder)'s setters set, one field

@@ -36,10 +36,11 @@ mod config;
 mod counts;
 mod detached;
 mod events;
-mod hang;
 mod hedge;
+mod once;
 mod priority;
 mod recorded;
+mod retrying;
 
 use std::fmt;
 use std::sync::Arc;
@@ -50,10 +51,10 @@ pub use self::call::{ByError, CallBuilder, Classifier, Hedging, Once, Retrying};
 pub use self::caller::Mode;
 pub use self::config::DependencyConfig;
 use self::config::Live;
+pub(crate) use self::config::MAX_TIMEOUT;
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
-pub use self::hedge::Hedge;
 pub use self::priority::Priority;
 pub(crate) use self::recorded::millis_since_epoch;
 pub use self::recorded::{RecordedEvent, RecordedKind};
@@ -61,6 +62,7 @@ use crate::breaker::Breaker;
 use crate::classify::Classify;
 use crate::clock::Clock;
 use crate::error::Error;
+pub use crate::hedge::Hedge;
 use crate::histogram::LatencyHistogram;
 use crate::limit::Limiter;
 use crate::listeners::Listeners;
@@ -115,8 +117,9 @@ struct Inner {
     exec: self::caller::Exec,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
-    /// The provider's normal latency, for the hang and stall thresholds.
-    normal: self::hang::Normal,
+    /// The provider's normal latency: its successes' run times, for the
+    /// hang and stall thresholds and the time a hedge must have left.
+    normal: crate::pool::Latency,
     /// Calls admitted by priority and not done (`priority.rs`).
     occupancy: Arc<self::priority::Occupancy>,
     /// The last events, for `recent_events`.
@@ -124,49 +127,6 @@ struct Inner {
 }
 
 impl Inner {
-    /// Counts an attempt's outcome (and `slow`), hands its verdict to the
-    /// breaker through `record` (a borrowed or an owned permit) and to the
-    /// adaptive limit: one place for every kind of attempt. An ignored
-    /// outcome says nothing about the provider's latency, so the limit gets
-    /// no sample of it. `ran`: how long the provider had the call, if known;
-    /// a success's feeds the provider's normal latency (`hang.rs`).
-    fn settle_outcome(
-        &self,
-        outcome: crate::Outcome,
-        verdict: crate::Verdict,
-        elapsed: Duration,
-        ran: Option<Duration>,
-        record: impl FnOnce(crate::Verdict, Duration),
-        limit: Option<crate::limit::LimitPermit>,
-    ) {
-        if verdict == crate::Verdict::Success
-            && let Some(ran) = ran
-        {
-            self.normal.record(ran);
-        }
-        self.counters.outcome(outcome);
-        if verdict != crate::Verdict::Ignore && self.live.is_slow(elapsed) {
-            self.counters.slow();
-        }
-        record(verdict, elapsed);
-        if let Some(limit) = limit
-            && verdict != crate::Verdict::Ignore
-        {
-            limit.record(elapsed, verdict);
-        }
-    }
-
-    /// Tells the trace and the listeners of a timeout, once it is counted and
-    /// recorded (so that a slow or panicking listener cannot change what the
-    /// breaker saw).
-    fn announce_timeout(&self, waited: Duration) {
-        crate::trace::timed_out(&self.name, waited);
-        if !self.listeners.is_empty() {
-            let event = Event::TimedOut { dependency: Arc::clone(&self.name), waited };
-            self.listeners.notify(&event, &self.name);
-        }
-    }
-
     /// The injected clock's time. `real_now` is a real instant the caller has
     /// just read: with the system clock (`clock` is `None`) it *is* the time,
     /// which saves the hot path a second clock read.

@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::estimate::ServiceTime;
+use super::latency::Latency;
 use super::queue::Queue;
 use super::stats::{PoolCounters, PoolLatency};
-use super::{Control, Handle, Pool, Shared, duration_ns};
+use super::{Control, Handle, Pool, Shared};
 use crate::error::ConfigError;
+use crate::time::saturating_nanos;
 
 /// Most workers one pool may have: far beyond any sane bulkhead, low enough to
 /// catch a typo before it spawns a million threads.
@@ -127,7 +128,7 @@ impl PoolBuilder {
     /// queued work ([`Pool::estimated_wait`]). Default `true`.
     ///
     /// The estimate is `queued / workers x` the recent mean time a job runs
-    /// (an exponentially weighted moving average of finished jobs, timed on
+    /// (the smoothed mean of RFC 6298, gain 1/8, over finished jobs timed on
     /// the workers), and it is consulted only while the queue is not empty.
     /// Such a job could only time out; refusing it frees the caller at once
     /// and adds no load. With a queue of 0 nothing ever waits, and the check
@@ -182,9 +183,9 @@ impl PoolBuilder {
         }
 
         let shared = Arc::new(Shared {
-            name: self.name.clone().into_boxed_str(),
+            name: Arc::from(self.name.as_str()),
             stats: PoolCounters::default(),
-            service: ServiceTime::default(),
+            service: Latency::default(),
             latency: PoolLatency::default(),
             grace_over: AtomicBool::new(false),
             queue: Queue::new(self.queue, self.workers),
@@ -212,7 +213,7 @@ impl PoolBuilder {
             workers: AtomicUsize::new(self.workers),
             queue: AtomicUsize::new(self.queue),
             admission: AtomicBool::new(self.admission),
-            max_wait_ns: AtomicU64::new(duration_ns(self.max_wait)),
+            max_wait_ns: AtomicU64::new(saturating_nanos(self.max_wait)),
             control: Mutex::new(control),
         };
         if let Some(e) = spawn_error {

@@ -1,6 +1,7 @@
-//! One call through the pool: its single allocation ([`Call`]), the caller's
-//! end ([`Ticket`]), the worker's end ([`Job`], [`QueuedJob`]), and what the
-//! job sees ([`CallContext`]).
+//! One call through the pool: its single allocation ([`Call`]) and the
+//! worker's end of it ([`Job`], [`QueuedJob`]). The caller's end is
+//! [`Ticket`](super::Ticket) (`ticket.rs`); what the job sees is
+//! [`CallContext`] (`context.rs`).
 //!
 //! A call costs one heap allocation: the `Arc<Call>` holds the job, its
 //! context and its reply slot together. The queue carries it as
@@ -11,99 +12,19 @@
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use super::slot::{Finish, Slot};
+use super::Shared;
+use super::context::CallContext;
+use super::slot::Slot;
 use super::stall::RunningMark;
-use super::{Shared, duration_ns};
+use super::ticket::Waitable;
 use crate::error::{Error, Rejection, panic_message};
-use crate::sync::{CALLER_SPIN, current, park_timeout, spin_until};
+use crate::time::saturating_nanos;
 
 /// What a call ends with, as the reply slot carries it.
 pub(crate) type Reply<T, E> = Result<T, Error<E>>;
-
-/// What a running job knows about its call.
-///
-/// A job receives `&CallContext`. Use [`remaining`](CallContext::remaining)
-/// as the job's own I/O timeout, so a hung provider frees the worker at the
-/// deadline instead of holding it; check [`is_cancelled`](CallContext::is_cancelled)
-/// between steps of a long job to stop work nobody waits for.
-///
-/// ```
-/// use std::time::Duration;
-/// use watertight::{CallContext, pool::Pool};
-///
-/// let pool = Pool::builder("inventory").workers(2).build()?;
-/// let answer = pool.call_timeout(Duration::from_secs(1), |ctx: &CallContext| {
-///     assert_eq!(ctx.dependency(), "inventory");
-///     assert_eq!(ctx.attempt(), 1);
-///     assert!(ctx.remaining() <= Duration::from_secs(1));
-///     Ok::<_, std::io::Error>(ctx.remaining() > Duration::ZERO)
-/// });
-/// assert!(answer?);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub struct CallContext {
-    deadline: Instant,
-    attempt: u32,
-    /// Set (after the slot has moved to `ABANDONED`) when the caller gives up
-    /// while the job runs. Advisory, so `Relaxed`: it publishes nothing else.
-    cancelled: AtomicBool,
-    /// The pool's name and counters; the ticket reaches the counters through
-    /// here too, so a call clones this `Arc` once.
-    shared: Arc<Shared>,
-}
-
-impl CallContext {
-    /// The instant by which the caller wants the answer. Queue wait counts:
-    /// it was fixed when the call was submitted.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// Time left until the deadline, zero once it has passed. Give it to the
-    /// job's own I/O as its timeout.
-    pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
-    }
-
-    /// `true` once the caller has stopped waiting (it timed out or dropped
-    /// its [`Ticket`]). The answer will be dropped; a job may stop early.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Relaxed)
-    }
-
-    /// Which attempt this is, starting at 1. Plain pool calls are always
-    /// attempt 1; a retrying dependency counts up.
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-
-    /// The name of the pool (the dependency) running the job.
-    pub fn dependency(&self) -> &str {
-        &self.shared.name
-    }
-}
-
-impl CallContext {
-    /// The context of a job run on its caller's own thread (a dependency in
-    /// caller-thread mode), which no caller can abandon.
-    pub(crate) fn on_caller(shared: Arc<Shared>, deadline: Instant, attempt: u32) -> CallContext {
-        CallContext { deadline, attempt, cancelled: AtomicBool::new(false), shared }
-    }
-}
-
-impl fmt::Debug for CallContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CallContext")
-            .field("dependency", &self.dependency())
-            .field("attempt", &self.attempt)
-            .field("remaining", &self.remaining())
-            .field("cancelled", &self.is_cancelled())
-            .finish()
-    }
-}
 
 /// A job the pool did not accept, with the reason and the job itself.
 ///
@@ -168,6 +89,8 @@ pub(crate) struct Call<F, T, E> {
     /// counts, which change at submission and at the very end.
     slot: Slot<Reply<T, E>>,
     ctx: CallContext,
+    /// The pool's counters and its queue.
+    shared: Arc<Shared>,
     /// `Some` until a worker takes it to run, or until a rejected submission
     /// takes it back (by value, through `Arc::try_unwrap`). The lock is taken
     /// once per call, by one thread: uncontended.
@@ -194,7 +117,8 @@ where
         job: F,
     ) -> Self {
         Call {
-            ctx: CallContext { deadline, attempt, cancelled: AtomicBool::new(false), shared },
+            ctx: CallContext::new(Arc::clone(&shared.name), deadline, attempt),
+            shared,
             slot: Slot::new(),
             job: parking_lot::Mutex::new(Some(job)),
             submitted,
@@ -236,7 +160,7 @@ where
     E: Send + 'static,
 {
     fn run(&self, running: &RunningMark) -> Option<Ran> {
-        let shared = &*self.ctx.shared;
+        let shared = &*self.shared;
         let stats = &shared.stats;
         // The worker counted itself `busy` when it took this call off the
         // queue. Every path below stops counting it, and counts the outcome,
@@ -251,7 +175,7 @@ where
         // Never start what nobody can use: a passed deadline or a caller that
         // has gone.
         let began = Instant::now();
-        if began >= self.ctx.deadline {
+        if began >= self.ctx.deadline() {
             stats.workers.expired.fetch_add(1, Relaxed);
             idle_again();
             self.slot.expire();
@@ -274,8 +198,10 @@ where
             let _ = self.slot.complete(Err(Error::Panicked("job missing from its call".into())));
             return None;
         };
-        self.began
-            .store(duration_ns(began.saturating_duration_since(self.submitted)).saturating_add(1), Relaxed);
+        self.began.store(
+            saturating_nanos(began.saturating_duration_since(self.submitted)).saturating_add(1),
+            Relaxed,
+        );
         running.set(began);
         let ran = catch_unwind(AssertUnwindSafe(|| job(&self.ctx)));
         running.clear();
@@ -308,7 +234,7 @@ where
     }
 
     fn discard(&self) {
-        self.ctx.shared.stats.workers.expired.fetch_add(1, Relaxed);
+        self.shared.stats.workers.expired.fetch_add(1, Relaxed);
         if let Err(reply) = self.slot.answer(Err(Error::Rejected(Rejection::ShuttingDown))) {
             drop_quietly(reply);
         }
@@ -341,14 +267,6 @@ impl Drop for QueuedJob {
     }
 }
 
-/// The caller's view of a call, erased over the job's type.
-pub(crate) trait Waitable<T, E>: Send + Sync {
-    fn ctx(&self) -> &CallContext;
-    fn slot(&self) -> &Slot<Reply<T, E>>;
-    /// When a worker started the job, if one did.
-    fn began(&self) -> Option<Instant>;
-}
-
 impl<F, T, E> Waitable<T, E> for Call<F, T, E>
 where
     F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
@@ -363,181 +281,21 @@ where
         &self.slot
     }
 
+    fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     fn began(&self) -> Option<Instant> {
         match self.began.load(Relaxed) {
             0 => None,
-            n => self.submitted.checked_add(std::time::Duration::from_nanos(n - 1)),
+            n => self.submitted.checked_add(Duration::from_nanos(n - 1)),
         }
-    }
-}
-
-/// Where a call was when its caller left ([`Ticket::leave`]).
-pub(crate) enum Left<R> {
-    /// Its answer was in: here it is.
-    Answered(R),
-    /// It never started, and never will.
-    NeverRan,
-    /// A worker is running it; its answer will be dropped.
-    Running,
-}
-
-/// The caller's claim on the answer of a submitted job.
-///
-/// [`wait`](Ticket::wait) blocks until the answer or the deadline, whichever
-/// comes first. Every ticket gets exactly one answer: the job's result,
-/// [`Error::Timeout`], or [`Rejection::ShuttingDown`] if shutdown had to
-/// discard the job.
-#[must_use = "dropping a Ticket gives up on the call: a queued job is withdrawn, a running one abandoned"]
-pub struct Ticket<T, E> {
-    /// `None` only after `wait` took it (so `Drop` knows the call is settled).
-    call: Option<Arc<dyn Waitable<T, E>>>,
-    /// When the call was submitted, for `Timeout { waited }`.
-    start: Instant,
-    deadline: Instant,
-}
-
-impl<T, E> Ticket<T, E> {
-    pub(crate) fn new(call: Arc<dyn Waitable<T, E>>, start: Instant) -> Self {
-        let deadline = call.ctx().deadline;
-        Ticket { call: Some(call), start, deadline }
-    }
-
-    /// The call's deadline: [`wait`](Ticket::wait) returns by then.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// Waits for the answer until the call's deadline.
-    ///
-    /// Returns `Ok` or `Failed(e)` from the job, `Panicked(message)` if it
-    /// panicked, `Rejected(ShuttingDown)` if shutdown discarded it, or
-    /// `Timeout { waited }` at the deadline, at once. After a timeout a job that
-    /// had started is abandoned (it finishes on its worker, its answer dropped)
-    /// and one still queued never starts.
-    ///
-    /// The wait polls for up to `CALLER_SPIN` (`src/sync.rs`), then
-    /// parks until the answer or the deadline: a short job is answered
-    /// without a sleep and wake-up on the caller's side.
-    pub fn wait(self) -> Result<T, Error<E>> {
-        self.wait_timed().0
-    }
-
-    /// [`wait`](Ticket::wait), and when a worker started the job (`None` if
-    /// none did): how long the provider had the call.
-    pub(crate) fn wait_timed(mut self) -> (Result<T, Error<E>>, Option<Instant>) {
-        let Some(call) = self.call.take() else {
-            // Unreachable: `wait` consumes the ticket and is the only taker.
-            return (Err(Error::Rejected(Rejection::ShuttingDown)), None);
-        };
-        let answer = self.wait_on(&*call);
-        (answer, call.began())
-    }
-
-    /// Whether the answer is in (or the job expired): [`wait`](Self::wait)
-    /// would return at once. Lock-free.
-    pub(crate) fn is_settled(&self) -> bool {
-        self.call.as_ref().is_none_or(|c| c.slot().is_settled())
-    }
-
-    /// Asks to be unparked when the call settles; `false` when it already
-    /// has. For a caller waiting on several tickets at once (a hedged call):
-    /// register on each, then park.
-    pub(crate) fn register(&self, thread: crate::sync::Thread) -> bool {
-        self.call.as_ref().is_some_and(|c| c.slot().register(thread))
-    }
-
-    /// When a worker started the job, if one has.
-    pub(crate) fn began(&self) -> Option<Instant> {
-        self.call.as_ref().and_then(|c| c.began())
-    }
-
-    /// Gives up on the call now, without waiting, and says where it was:
-    /// what [`Drop`] does, told. A running job sees
-    /// [`CallContext::is_cancelled`] turn true.
-    pub(crate) fn leave(mut self) -> Left<Result<T, Error<E>>> {
-        let Some(call) = self.call.take() else { return Left::NeverRan };
-        let ctx = call.ctx();
-        let stats = &ctx.shared.stats;
-        match call.slot().finish(|| {
-            stats.callers.abandoned.fetch_add(1, Relaxed);
-        }) {
-            Finish::Ready(reply) => Left::Answered(reply),
-            Finish::Abandoned => {
-                ctx.cancelled.store(true, Relaxed);
-                Left::Running
-            }
-            Finish::Expired | Finish::Withdrawn => Left::NeverRan,
-        }
-    }
-
-    fn wait_on(&self, call: &dyn Waitable<T, E>) -> Result<T, Error<E>> {
-        let (ctx, slot) = (call.ctx(), call.slot());
-
-        // 1. Poll for the pool's one spin budget: a short job answers within it.
-        // 2. Park until the deadline. `register` looks at the slot once more
-        //    under its lock (`slot.rs`), so a settle in between is never missed.
-        let settled = spin_until(CALLER_SPIN, || slot.is_settled());
-        if !settled && slot.register(current()) {
-            loop {
-                if slot.is_settled() {
-                    break;
-                }
-                let now = Instant::now();
-                if now >= ctx.deadline {
-                    break;
-                }
-                // May return early (unpark, or spuriously): loop and look.
-                park_timeout(ctx.deadline - now);
-            }
-        }
-        // 3. Take the answer, or give up.
-        let stats = &ctx.shared.stats;
-        match slot.finish(|| {
-            stats.callers.abandoned.fetch_add(1, Relaxed);
-        }) {
-            Finish::Ready(reply) => reply,
-            finish => {
-                if matches!(finish, Finish::Abandoned) {
-                    ctx.cancelled.store(true, Relaxed);
-                }
-                stats.callers.timed_out.fetch_add(1, Relaxed);
-                Err(Error::Timeout { waited: self.start.elapsed() })
-            }
-        }
-    }
-}
-
-impl<T, E> Drop for Ticket<T, E> {
-    fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            let ctx = call.ctx();
-            let stats = &ctx.shared.stats;
-            match call.slot().finish(|| {
-                stats.callers.abandoned.fetch_add(1, Relaxed);
-            }) {
-                Finish::Abandoned => ctx.cancelled.store(true, Relaxed),
-                Finish::Ready(reply) => drop_quietly(reply),
-                Finish::Expired | Finish::Withdrawn => {}
-            }
-        }
-    }
-}
-
-impl<T, E> fmt::Debug for Ticket<T, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("Ticket");
-        if let Some(call) = &self.call {
-            d.field("dependency", &call.ctx().dependency())
-                .field("state", &call.slot().state_name())
-                .field("remaining", &call.ctx().remaining());
-        }
-        d.finish()
     }
 }
 
 /// Drops a value whose `Drop` is user code, so a panic there cannot take a
 /// worker (or shutdown) down with it.
-fn drop_quietly<V>(value: V) {
+pub(super) fn drop_quietly<V>(value: V) {
     let _ = catch_unwind(AssertUnwindSafe(move || drop(value)));
 }
 

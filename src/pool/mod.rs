@@ -1,14 +1,15 @@
 //! [`Pool`]: a fixed set of named worker threads behind a bounded queue, where
 //! every job carries a deadline.
 //!
-//! - Submission never blocks: a full queue is [`Rejection::QueueFull`] at once,
-//!   with the job handed back.
+//! - One way in, [`Pool::submit`] with its options ([`Submit`]); it never
+//!   blocks unless asked to wait for room: a full queue is
+//!   [`Rejection::QueueFull`](crate::Rejection::QueueFull) at once, with the job handed back.
 //! - The caller waits until the job's deadline and not a moment longer.
 //! - A job whose deadline passed in the queue, or whose caller has gone, never
 //!   starts.
 //! - A job whose caller timed out keeps its worker until it returns
 //!   (`abandoned`); the pool never runs more than `workers` jobs at once.
-//! - A panicking job answers [`Error::Panicked`]; its worker lives on.
+//! - A panicking job answers [`Error::Panicked`](crate::Error::Panicked); its worker lives on.
 //! - [`shutdown`](Pool::shutdown) stops admitting, lets work finish within a
 //!   grace period, answers every job it could not run, and joins the workers.
 //!
@@ -18,9 +19,12 @@
 
 mod builder;
 mod call;
-mod estimate;
+mod context;
+mod latency;
 mod stall;
 mod stats;
+mod submit;
+mod ticket;
 mod worker;
 // Public (and re-exported, hidden) only for the loom models in tests/loom_pool.rs.
 #[cfg(loom)]
@@ -45,17 +49,19 @@ use parking_lot::Mutex;
 
 pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
-pub(crate) use self::call::Left;
-use self::call::{Call, QueuedJob};
-pub use self::call::{CallContext, SubmitError, Ticket};
-use self::estimate::ServiceTime;
-use self::queue::{Queue, Refused};
+use self::call::QueuedJob;
+pub use self::call::SubmitError;
+pub use self::context::CallContext;
+pub(crate) use self::latency::Latency;
+use self::queue::Queue;
 pub use self::semaphore::{Semaphore, SemaphorePermit};
 pub use self::stats::PoolStats;
 use self::stats::{PoolCounters, PoolLatency};
+pub use self::submit::Submit;
+pub(crate) use self::ticket::Left;
+pub use self::ticket::Ticket;
 use self::worker::join_worker;
 
-use crate::error::{Error, Rejection};
 use crate::histogram::LatencyHistogram;
 
 /// A bulkhead: `workers` threads named `watertight-<name>-<i>` behind a
@@ -102,10 +108,10 @@ pub struct Pool {
 
 /// Everything both the handles and the workers (and each call) share.
 pub(crate) struct Shared {
-    pub(crate) name: Box<str>,
+    pub(crate) name: Arc<str>,
     pub(crate) stats: PoolCounters,
     /// The recent mean run time of a job, timed on the workers.
-    pub(crate) service: ServiceTime,
+    pub(crate) service: Latency,
     /// Queue-wait and run-time histograms, recorded on the workers.
     pub(crate) latency: PoolLatency,
     /// Set when shutdown's grace period is over: a worker that dequeues a job
@@ -118,23 +124,6 @@ pub(crate) struct Shared {
     pub(crate) record_latency: bool,
     /// When each worker's current job started (`stall.rs`).
     pub(crate) running: self::stall::Running,
-}
-
-impl Shared {
-    /// The shared part of a pool that has no workers: what a
-    /// [`CallContext`] of a job run on its caller's own thread refers to.
-    pub(crate) fn for_context(name: &str) -> Arc<Shared> {
-        Arc::new(Shared {
-            name: name.into(),
-            stats: PoolCounters::default(),
-            service: ServiceTime::default(),
-            latency: PoolLatency::default(),
-            grace_over: AtomicBool::new(false),
-            queue: Queue::new(0, 0),
-            record_latency: false,
-            running: self::stall::Running::new(),
-        })
-    }
 }
 
 /// The handle side: the live settings, and the threads to join. Dropping the
@@ -172,12 +161,6 @@ pub(super) struct Control {
 pub(super) struct WorkerThread {
     pub(super) id: ThreadId,
     pub(super) join: Option<JoinHandle<()>>,
-}
-
-/// A `Duration` in whole nanoseconds, saturating (`max_wait` is at most a
-/// minute anyway).
-pub(super) fn duration_ns(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Pool {
@@ -244,289 +227,16 @@ impl Pool {
         &self.inner.shared.latency.run
     }
 
-    /// The recent mean time a job runs on a worker (an exponentially weighted
-    /// moving average of finished jobs, abandoned ones included), `None`
+    /// The recent mean time a job runs on a worker (the smoothed mean of
+    /// RFC 6298, gain 1/8, over finished jobs, abandoned ones included), `None`
     /// before the first job was timed.
     pub fn mean_service_time(&self) -> Option<Duration> {
         self.inner.shared.service.mean()
     }
 
-    /// Submits `job` to answer within `timeout` from now.
-    /// See [`submit_deadline`](Pool::submit_deadline).
-    pub fn submit_timeout<T, E, F>(&self, timeout: Duration, job: F) -> Result<Ticket<T, E>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let now = Instant::now();
-        self.submit_at(now, deadline_after(now, timeout), 1, job)
-    }
-
-    /// Submits `job` to answer by `deadline`, without blocking (or, with a
-    /// [`max_wait`](PoolBuilder::max_wait), blocking at most that long for
-    /// room).
-    ///
-    /// On success the [`Ticket`] waits for the answer. Refused, with
-    /// the job handed back, when the queue is full ([`Rejection::QueueFull`];
-    /// with queue 0, when no worker is idle; with `max_wait`, when none came
-    /// free within it or before the deadline), when the pool is shutting down
-    /// ([`Rejection::ShuttingDown`]), or when `deadline` has already passed
-    /// ([`Rejection::DeadlineUnmeetable`]). (With queue 0, a worker that
-    /// has just answered a call counts as idle: the job is queued for it; see
-    /// [`PoolBuilder::queue`].)
-    pub fn submit_deadline<T, E, F>(&self, deadline: Instant, job: F) -> Result<Ticket<T, E>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        self.submit_at(Instant::now(), deadline, 1, job)
-    }
-
-    /// [`submit_deadline`](Pool::submit_deadline) for attempt number
-    /// `attempt` (1-based, shown to the job by [`CallContext::attempt`]),
-    /// with the caller's own reading of the clock, `now`, taken just before:
-    /// saves the pool reading it again (the dependency layer has always just
-    /// read it).
-    ///
-    /// `stall`: when the pool is full and every worker has been inside its
-    /// job for at least this long, the provider is stuck and room will not
-    /// come: the submission does not wait for room (whatever `max_wait`
-    /// says) and its refusal says so ([`SubmitError::stalled`]). A waiter
-    /// that gives up checks the same.
-    pub(crate) fn submit_attempt_at<T, E, F>(
-        &self,
-        now: Instant,
-        deadline: Instant,
-        attempt: u32,
-        stall: Option<Duration>,
-        job: F,
-    ) -> Result<Ticket<T, E>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        self.submit_at_with(now, deadline, attempt.max(1), stall, job)
-    }
-
     /// Whether a worker is idle right now (it may not be a moment later).
     pub(crate) fn has_idle_worker(&self) -> bool {
         self.inner.shared.queue.has_idle()
-    }
-
-    /// Hands `job` to a worker that is idle right now, or refuses it
-    /// (`QueueFull`) at once: never queued, never waiting for room. For a
-    /// hedge, which must not take a place a first attempt could use.
-    pub(crate) fn submit_to_idle_at<T, E, F>(
-        &self,
-        now: Instant,
-        deadline: Instant,
-        attempt: u32,
-        job: F,
-    ) -> Result<Ticket<T, E>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        // No queue wait to estimate: only a deadline already past is unmeetable.
-        let call = self.offer(now, deadline, attempt.max(1), deadline <= now, true, job)?;
-        Ok(Ticket::new(call, now))
-    }
-
-    /// One call offered to the queue without waiting: into it, or (with
-    /// `idle_only`) to an idle worker only. `unmeetable` refuses it first.
-    /// The call, counted as submitted, or the job back with the reason.
-    fn offer<T, E, F>(
-        &self,
-        now: Instant,
-        deadline: Instant,
-        attempt: u32,
-        unmeetable: bool,
-        idle_only: bool,
-        job: F,
-    ) -> Result<Arc<Call<F, T, E>>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let h = &*self.inner;
-        let stats = &h.shared.stats;
-        if unmeetable {
-            stats.callers.rejected.fetch_add(1, Relaxed);
-            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
-        }
-        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, attempt, job));
-        let queued = QueuedJob::new(call.clone());
-        let busy = &stats.workers.busy;
-        let pushed = if idle_only {
-            h.shared.queue.push_to_idle(queued, busy)
-        } else {
-            h.shared.queue.push(queued, busy)
-        };
-        match pushed {
-            Ok(_) => {
-                stats.callers.submitted.fetch_add(1, Relaxed);
-                Ok(call)
-            }
-            Err((refused, queued)) => Err(self.take_back(call, queued, refused)),
-        }
-    }
-
-    /// Whether every worker has been inside its job for at least `stall`.
-    pub(crate) fn is_stalled(&self, now: Instant, stall: Option<Duration>) -> bool {
-        stall.is_some_and(|after| {
-            self.inner.shared.running.all_busy_for(now).is_some_and(|busy| busy >= after)
-        })
-    }
-
-    /// Queues `job` to run by `deadline` with no caller waiting for it: no
-    /// [`Ticket`], so nobody can withdraw it; its answer is dropped with the
-    /// call. Never waits for room, whatever the `max_wait`: a full pool
-    /// refuses it at once. Deadline-aware admission applies as to any call.
-    /// A job that expires in the queue or that shutdown discards is dropped
-    /// unrun: the job itself must report that (the dependency's detached
-    /// calls do, from a `Drop`).
-    pub(crate) fn submit_detached_at<T, E, F>(
-        &self,
-        now: Instant,
-        deadline: Instant,
-        job: F,
-    ) -> Result<(), SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        self.offer(now, deadline, 1, self.cannot_meet(now, deadline), false, job).map(drop)
-    }
-
-    /// A deadline already past, or (with admission on) one nearer than the
-    /// wait behind the queued work: the job could only time out.
-    fn cannot_meet(&self, now: Instant, deadline: Instant) -> bool {
-        deadline <= now
-            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
-    }
-
-    /// The job of a call the queue refused, handed back with the reason
-    /// (and counted as refused).
-    fn take_back<T, E, F>(
-        &self,
-        call: Arc<Call<F, T, E>>,
-        queued: QueuedJob,
-        refused: Refused,
-    ) -> SubmitError<F>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        self.inner.shared.stats.callers.rejected.fetch_add(1, Relaxed);
-        // Defuse the queue wrapper (dropping it would answer the call), so
-        // `call` is the only reference left again.
-        drop(queued.take());
-        let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
-        let rejection = match refused {
-            Refused::Full => Rejection::QueueFull,
-            Refused::Closed => Rejection::ShuttingDown,
-        };
-        SubmitError::new(rejection, job.expect("a refused job is referenced only by its submitter"))
-    }
-
-    fn submit_at<T, E, F>(
-        &self,
-        now: Instant,
-        deadline: Instant,
-        attempt: u32,
-        job: F,
-    ) -> Result<Ticket<T, E>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        self.submit_at_with(now, deadline, attempt, None, job)
-    }
-
-    fn submit_at_with<T, E, F>(
-        &self,
-        now: Instant,
-        deadline: Instant,
-        attempt: u32,
-        stall: Option<Duration>,
-        job: F,
-    ) -> Result<Ticket<T, E>, SubmitError<F>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let h = &*self.inner;
-        let stats = &h.shared.stats;
-        if self.cannot_meet(now, deadline) {
-            stats.callers.rejected.fetch_add(1, Relaxed);
-            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
-        }
-        // The call's one allocation: job, context and reply slot together.
-        let call = Arc::new(Call::new(h.shared.clone(), now, deadline, attempt, job));
-        let queued = QueuedJob::new(call.clone());
-        let queue = &h.shared.queue;
-        let busy = &stats.workers.busy;
-        let max_wait = h.max_wait_ns.load(Relaxed);
-        let mut stalled = false;
-        let pushed = match queue.push(queued, busy) {
-            // No room: wait for some, unless every worker is stuck.
-            Err((Refused::Full, queued)) => {
-                stalled = self.is_stalled(now, stall);
-                if max_wait == 0 || stalled {
-                    Err((Refused::Full, queued))
-                } else {
-                    let until = deadline.min(deadline_after(now, Duration::from_nanos(max_wait)));
-                    let waited = queue.push_until(queued, until, busy, &stats.callers.waiting);
-                    if matches!(waited, Err((Refused::Full, _))) {
-                        stalled = self.is_stalled(Instant::now(), stall);
-                    }
-                    waited
-                }
-            }
-            pushed => pushed,
-        };
-        match pushed {
-            Ok(_) => {
-                stats.callers.submitted.fetch_add(1, Relaxed);
-                Ok(Ticket::new(call, now))
-            }
-            Err((refused, queued)) => {
-                let mut refused = self.take_back(call, queued, refused);
-                refused.stalled = stalled && refused.rejection() == Rejection::QueueFull;
-                Err(refused)
-            }
-        }
-    }
-
-    /// Runs `job` on the pool and waits for its answer for at most `timeout`.
-    /// A refused submission is `Err(Rejected(_))` (the job is dropped).
-    pub fn call_timeout<T, E, F>(&self, timeout: Duration, job: F) -> Result<T, Error<E>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let now = Instant::now();
-        self.submit_at(now, deadline_after(now, timeout), 1, job)?.wait()
-    }
-
-    /// Runs `job` on the pool and waits for its answer until `deadline`.
-    pub fn call_deadline<T, E, F>(&self, deadline: Instant, job: F) -> Result<T, Error<E>>
-    where
-        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        self.submit_deadline(deadline, job)?.wait()
     }
 
     /// A snapshot of the pool's gauges and counters; takes no lock.
@@ -554,7 +264,7 @@ impl Pool {
 
     /// Stops the pool: admits nothing more, lets running and queued work
     /// finish within `grace`, answers every job still queued after that with
-    /// [`Rejection::ShuttingDown`], and joins the workers.
+    /// [`Rejection::ShuttingDown`](crate::Rejection::ShuttingDown), and joins the workers.
     ///
     /// Returns `true` when every worker thread has been joined. A worker still
     /// inside a job when the grace period ends cannot be joined without
@@ -668,6 +378,7 @@ mod tests {
     use super::builder::{MAX_QUEUE, MAX_WORKERS};
     use super::stats::CallerCounters;
     use super::*;
+    use crate::error::Rejection;
 
     #[test]
     fn builder_validates_each_field() {
@@ -700,18 +411,15 @@ mod tests {
     #[test]
     fn attempt_reaches_the_job() {
         let pool = Pool::builder("att").workers(1).queue(1).build().unwrap();
-        let t = pool
-            .submit_attempt_at(Instant::now(), Instant::now() + Duration::from_secs(5), 3, None, |ctx| {
-                Ok::<_, ()>(ctx.attempt())
-            })
-            .unwrap();
+        let how = Submit::within(Duration::from_secs(5)).attempt(3);
+        let t = pool.submit(how, |ctx| Ok::<_, ()>(ctx.attempt())).unwrap();
         assert_eq!(t.wait().unwrap(), 3);
     }
 
     #[test]
     fn expired_deadline_is_refused_at_once() {
         let pool = Pool::builder("past").workers(1).build().unwrap();
-        let err = pool.submit_deadline(Instant::now(), |_| Ok::<(), ()>(())).unwrap_err();
+        let err = pool.submit(Submit::by(Instant::now()), |_| Ok::<(), ()>(())).unwrap_err();
         assert_eq!(err.rejection(), Rejection::DeadlineUnmeetable);
         assert_eq!(pool.stats().rejected, 1);
         assert_eq!(pool.stats().submitted, 0);

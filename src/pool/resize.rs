@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use super::builder::{check_max_wait, check_queue, check_workers};
 use super::worker::{ExitGuard, join_worker, worker_main};
-use super::{Control, Pool, Shared, WorkerThread, duration_ns};
+use super::{Control, Pool, Shared, WorkerThread};
 use crate::error::ConfigError;
+use crate::time::saturating_nanos as duration_ns;
 
 impl Pool {
     /// Changes the number of workers, the queue capacity and

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::duration_ns;
+use crate::time::saturating_nanos as duration_ns;
 
 /// One worker's mark: 0 while it runs no job, else when its job started, in
 /// nanoseconds after the pool's base instant, plus one.

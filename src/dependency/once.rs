@@ -1,0 +1,88 @@
+//! A blocking attempt, on the pool or where the caller stands: the attempt
+//! of a plain call and of each step of a retry.
+
+use std::time::Instant;
+
+use super::attempt::{Ask, Deadline, End, Form};
+use super::caller::Exec;
+use super::{Dependency, Priority};
+use crate::classify::Verdict;
+use crate::error::Error;
+use crate::pool::{CallContext, Submit};
+
+impl Dependency {
+    /// One attempt, under the caller's deadline if any.
+    pub(super) fn once<T, E, F, C>(
+        &self,
+        caller: Option<Instant>,
+        priority: Priority,
+        classify: &C,
+        job: F,
+    ) -> Result<T, Error<E>>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        C: Fn(&Result<T, E>) -> Verdict,
+    {
+        let now = Instant::now();
+        let deadline = Deadline::new(now, self.inner.live.timeout(), caller);
+        self.attempt(Ask { now, deadline, number: 1, priority, form: Form::Blocking }, classify, job).0
+    }
+
+    /// One blocking attempt: admitted, run on a worker (the caller waits
+    /// until the deadline) or on this very thread (caller-thread mode), and
+    /// settled. Returns the answer and the verdict recorded on the breaker
+    /// (`None` when the attempt was refused and nothing was recorded).
+    pub(super) fn attempt<T, E, F, C>(
+        &self,
+        ask: Ask,
+        classify: &C,
+        job: F,
+    ) -> (Result<T, Error<E>>, Option<Verdict>)
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        C: Fn(&Result<T, E>) -> Verdict + ?Sized,
+    {
+        let inner = &*self.inner;
+        // Feature "tracing": the job runs in a span whose parent is the caller's span.
+        let parent_span = crate::trace::capture();
+        let traced = move |ctx: &CallContext| {
+            let _span = crate::trace::enter(parent_span, ctx);
+            job(ctx)
+        };
+        let admitted = match &inner.exec {
+            Exec::Pool(pool) => inner.admit(ask, |mut attempt| {
+                let job = attempt.carry(traced);
+                // The pool reads the clock again rather than reuse the
+                // caller's: a deadline that passes in between (a 1 ns
+                // timeout, say) is refused at submission as unmeetable,
+                // not queued to time out and be retried.
+                let how =
+                    Submit::by(attempt.deadline.at).attempt(attempt.number).stall(inner.stall_threshold());
+                let ticket = pool.submit(how, job)?;
+                let (answer, began) = ticket.wait_timed();
+                let end = match answer {
+                    Ok(value) => End::Returned(Ok(value)),
+                    Err(Error::Failed(e)) => End::Returned(Err(e)),
+                    Err(Error::Panicked(msg)) => End::Panicked(msg),
+                    Err(Error::Timeout { .. }) => End::TimedOut,
+                    // Shutdown answered a queued job: not the provider's doing.
+                    Err(Error::Rejected(_) | Error::RateLimited { .. }) => End::Discarded,
+                };
+                Ok((attempt, end, began, Instant::now()))
+            }),
+            Exec::Caller(caller) => inner.admit(ask, |attempt| {
+                let (end, began, ended) =
+                    caller.run(attempt.called, attempt.deadline.at, attempt.number, traced)?;
+                Ok((attempt, end, Some(began), ended))
+            }),
+        };
+        match admitted {
+            Ok((attempt, end, began, ended)) => attempt.settle(Some(inner), end, began, ended, classify),
+            Err(refused) => (Err(refused.into_error()), None),
+        }
+    }
+}

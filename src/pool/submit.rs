@@ -1,0 +1,204 @@
+//! The one way into a pool: [`Pool::submit`] with its options ([`Submit`]),
+//! and the two short forms over it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use super::call::{Call, QueuedJob, SubmitError};
+use super::context::CallContext;
+use super::queue::Refused;
+use super::ticket::Ticket;
+use super::{Pool, deadline_after};
+use crate::error::{Error, Rejection};
+
+/// How a job is submitted to a [`Pool`]: its deadline, which attempt it is,
+/// and whether it may wait for room.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use watertight::pool::{Pool, Submit};
+///
+/// let pool = Pool::builder("search").workers(2).build()?;
+/// let deadline = Instant::now() + Duration::from_millis(500);
+/// let ticket = pool.submit(Submit::by(deadline).attempt(2), |ctx| Ok::<_, ()>(ctx.attempt()))?;
+/// assert_eq!(ticket.wait().unwrap(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+#[must_use = "a Submit does nothing until handed to `Pool::submit`"]
+pub struct Submit {
+    deadline: Instant,
+    /// The submitter's own reading of the clock, when it has just read it.
+    now: Option<Instant>,
+    attempt: u32,
+    wait: bool,
+    idle_only: bool,
+    stall: Option<Duration>,
+}
+
+impl Submit {
+    /// A job to answer by `deadline`. It may wait for room as long as the
+    /// pool's [`max_wait`](super::PoolBuilder::max_wait) and the deadline allow.
+    pub fn by(deadline: Instant) -> Submit {
+        Submit { deadline, now: None, attempt: 1, wait: true, idle_only: false, stall: None }
+    }
+
+    /// A job to answer within `timeout` from now.
+    pub fn within(timeout: Duration) -> Submit {
+        let now = Instant::now();
+        Submit { now: Some(now), ..Submit::by(deadline_after(now, timeout)) }
+    }
+
+    /// Attempt number `n` (1-based; [`CallContext::attempt`] shows it to the
+    /// job). Defaults to 1.
+    pub fn attempt(mut self, n: u32) -> Submit {
+        self.attempt = n.max(1);
+        self
+    }
+
+    /// Never waits for room, whatever the pool's `max_wait`: a full pool
+    /// refuses the job at once.
+    pub fn no_wait(mut self) -> Submit {
+        self.wait = false;
+        self
+    }
+
+    /// Only to a worker that is idle right now: never queued, never waiting
+    /// for room (for a hedge, which must not take a place a first attempt
+    /// could use). Deadline-aware admission does not apply (there is no
+    /// queue wait); a deadline already past is still refused.
+    pub fn idle_only(mut self) -> Submit {
+        self.idle_only = true;
+        self.wait = false;
+        self
+    }
+
+    /// When the pool is full and every worker has been inside its job for
+    /// at least `after`, the provider is stuck and room will not come: the
+    /// submission does not wait for room and its refusal says so
+    /// ([`SubmitError::stalled`]).
+    pub(crate) fn stall(mut self, after: Duration) -> Submit {
+        self.stall = Some(after);
+        self
+    }
+}
+
+impl Pool {
+    /// Submits `job` as `how` says, and returns at once with a [`Ticket`]
+    /// to wait on (or, with a [`max_wait`](super::PoolBuilder::max_wait),
+    /// after waiting at most that long for room).
+    ///
+    /// Refused, with the job handed back, when the queue is full
+    /// ([`Rejection::QueueFull`]; with queue 0, when no worker is idle; with
+    /// `max_wait`, when none came free within it or before the deadline),
+    /// when the pool is shutting down ([`Rejection::ShuttingDown`]), or when
+    /// the deadline has already passed or, with deadline-aware admission,
+    /// is nearer than the wait behind the queued work
+    /// ([`Rejection::DeadlineUnmeetable`]). (With queue 0, a worker that has
+    /// just answered a call counts as idle: the job is queued for it; see
+    /// [`PoolBuilder::queue`](super::PoolBuilder::queue).)
+    pub fn submit<T, E, F>(&self, how: Submit, job: F) -> Result<Ticket<T, E>, SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let now = how.now.unwrap_or_else(Instant::now);
+        let h = &*self.inner;
+        let stats = &h.shared.stats;
+        let unmeetable = match how.idle_only {
+            true => how.deadline <= now,
+            false => self.cannot_meet(now, how.deadline),
+        };
+        if unmeetable {
+            stats.callers.rejected.fetch_add(1, Relaxed);
+            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
+        }
+        // The call's one allocation: job, context and reply slot together.
+        let call = Arc::new(Call::new(Arc::clone(&h.shared), now, how.deadline, how.attempt, job));
+        let queued = QueuedJob::new(call.clone());
+        let queue = &h.shared.queue;
+        let busy = &stats.workers.busy;
+        let mut stalled = false;
+        let pushed = match how.idle_only {
+            true => queue.push_to_idle(queued, busy),
+            false => match queue.push(queued, busy) {
+                // No room: wait for some, unless every worker is stuck.
+                Err((Refused::Full, queued)) => {
+                    stalled = self.is_stalled(now, how.stall);
+                    let max_wait = h.max_wait_ns.load(Relaxed);
+                    if !how.wait || max_wait == 0 || stalled {
+                        Err((Refused::Full, queued))
+                    } else {
+                        let until = how.deadline.min(deadline_after(now, Duration::from_nanos(max_wait)));
+                        let waited = queue.push_until(queued, until, busy, &stats.callers.waiting);
+                        if matches!(waited, Err((Refused::Full, _))) {
+                            stalled = self.is_stalled(Instant::now(), how.stall);
+                        }
+                        waited
+                    }
+                }
+                pushed => pushed,
+            },
+        };
+        match pushed {
+            Ok(_) => {
+                stats.callers.submitted.fetch_add(1, Relaxed);
+                Ok(Ticket::new(call, now))
+            }
+            Err((refused, queued)) => {
+                stats.callers.rejected.fetch_add(1, Relaxed);
+                // Defuse the queue wrapper (dropping it would answer the call),
+                // so `call` is the only reference left again.
+                drop(queued.take());
+                let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
+                let rejection = match refused {
+                    Refused::Full => Rejection::QueueFull,
+                    Refused::Closed => Rejection::ShuttingDown,
+                };
+                let job = job.expect("a refused job is referenced only by its submitter");
+                let mut refused = SubmitError::new(rejection, job);
+                refused.stalled = stalled && rejection == Rejection::QueueFull;
+                Err(refused)
+            }
+        }
+    }
+
+    /// [`submit`](Self::submit) with a deadline `timeout` from now.
+    pub fn submit_timeout<T, E, F>(&self, timeout: Duration, job: F) -> Result<Ticket<T, E>, SubmitError<F>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.submit(Submit::within(timeout), job)
+    }
+
+    /// Runs `job` on the pool and waits for its answer for at most `timeout`:
+    /// [`submit_timeout`](Self::submit_timeout) and [`Ticket::wait`]. A
+    /// refused submission is `Err(Rejected(_))` (the job is dropped). For
+    /// other options, `pool.submit(how, job)?.wait()`.
+    pub fn call_timeout<T, E, F>(&self, timeout: Duration, job: F) -> Result<T, Error<E>>
+    where
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.submit_timeout(timeout, job)?.wait()
+    }
+
+    /// Whether every worker has been inside its job for at least `stall`.
+    fn is_stalled(&self, now: Instant, stall: Option<Duration>) -> bool {
+        stall.is_some_and(|after| {
+            self.inner.shared.running.all_busy_for(now).is_some_and(|busy| busy >= after)
+        })
+    }
+
+    /// A deadline already past, or (with admission on) one nearer than the
+    /// wait behind the queued work: the job could only time out.
+    fn cannot_meet(&self, now: Instant, deadline: Instant) -> bool {
+        deadline <= now
+            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
+    }
+}
