@@ -203,3 +203,23 @@ pub struct BreakerMetrics {
     /// Lifetime count of rejected acquisitions.
     pub not_permitted: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_round_trips() {
+        for s in [
+            State::Closed,
+            State::Open,
+            State::HalfOpen,
+            State::Disabled,
+            State::MetricsOnly,
+            State::ForcedOpen,
+        ] {
+            assert_eq!(state_of(pack(12345, s)), s);
+            assert_eq!(pack(12345, s) >> 8, 12345);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Moves by hand: [`Breaker::transition_to`] and [`Breaker::reset`], for an
+//! operator, and the stall rule's `open_if_closed`, for the dependency.
+
+use super::machine::View;
+use super::{Breaker, State};
+
+impl Breaker {
+    /// Moves the breaker to `to` by hand: to FORCED_OPEN during a provider's
+    /// maintenance, to DISABLED in an emergency, to HALF_OPEN to let a few
+    /// probes decide.
+    ///
+    /// # Which moves
+    ///
+    /// Every move from one state to a different one is made, whatever the
+    /// two states: all 30 moves between the six states, CLOSED -> HALF_OPEN
+    /// and the moves out of DISABLED and FORCED_OPEN included. A move to the
+    /// state the breaker is in does nothing at all: no fresh window, open
+    /// period or round, no new generation, no transition (to start CLOSED
+    /// over, [`reset`](Self::reset)).
+    ///
+    /// Resilience4j refuses one of these moves: its
+    /// `transitionToHalfOpenState()` from CLOSED throws
+    /// `IllegalStateTransitionException`, its table of transitions having no
+    /// CLOSED_TO_HALF_OPEN. Here it is made, and starts a round of probes as
+    /// a move from OPEN does. Nothing in a round depends on an open period
+    /// before it: entering HALF_OPEN sets up all the round reads (its slots,
+    /// its deadline), the probes' own rates conclude it, and the window left
+    /// behind is not consulted. So an operator may cut a provider under
+    /// suspicion down to `half_open_calls` calls and let them decide, without
+    /// first rejecting every call for an open period.
+    ///
+    /// # What the state entered starts
+    ///
+    /// - CLOSED: an empty window, and the open backoff starts over.
+    /// - METRICS_ONLY: an empty window; the openings counted for the open
+    ///   backoff are kept.
+    /// - OPEN: an open period like any other: as long as the open backoff's
+    ///   next one (`open_for` without it), counted as one more opening, and
+    ///   followed by HALF_OPEN on the first call after it. Meanwhile
+    ///   [`metrics`](Self::metrics) shows the rates of the state left: the
+    ///   window's from CLOSED or METRICS_ONLY, the probes' from HALF_OPEN,
+    ///   none from DISABLED or FORCED_OPEN.
+    /// - HALF_OPEN: a fresh round of `half_open_calls` probes, its
+    ///   `max_wait_in_half_open` counted from now, ended as any round is (in
+    ///   CLOSED or OPEN on the probes' rates, or in `after_max_wait`).
+    /// - DISABLED and FORCED_OPEN: nothing, and nothing but another move by
+    ///   hand leaves them (for DISABLED, also
+    ///   [`reconfigure`](Self::reconfigure) with `enabled(true)`).
+    ///
+    /// Only CLOSED and METRICS_ONLY record into the window and show it.
+    /// Entering either empties it; any other move leaves it as it was,
+    /// unused, until one of them empties it again. So no outcome from before
+    /// a move counts in a window after it.
+    ///
+    /// # Permits in flight
+    ///
+    /// None is revoked: a call already permitted goes on. The move starts a
+    /// new generation, so the report of a permit issued before it counts in
+    /// the lifetime totals only, never in the window or the round of the
+    /// state entered, and a probe in flight holds no slot of a new round. A
+    /// permit issued while DISABLED records nothing, as always.
+    ///
+    /// # Listeners
+    ///
+    /// A move is one [`Transition`](super::Transition) from the state left
+    /// to `to`, with no rates (none caused it), logged at `info` and handed
+    /// to every listener once the lock is released, in order with every
+    /// other transition (see [`on_transition`](Self::on_transition)). It has
+    /// been announced when `transition_to` returns, unless another thread was
+    /// announcing at that moment: that thread announces it. A listener may
+    /// call `transition_to` itself; its move is announced after the one it
+    /// was told of.
+    pub fn transition_to(&self, to: State) {
+        let inner = &*self.inner;
+        let mut now = inner.lazy_now(None);
+        let mut core = inner.core.lock();
+        if core.state != to {
+            inner.enter(&mut core, to, &mut now, View::default());
+        }
+        inner.release(core);
+    }
+
+    /// Back to CLOSED with a fresh window and the open backoff started over,
+    /// from any state (CLOSED included). Permits issued before are counted
+    /// in the lifetime totals only.
+    pub fn reset(&self) {
+        let inner = &*self.inner;
+        let mut now = inner.lazy_now(None);
+        let mut core = inner.core.lock();
+        inner.enter(&mut core, State::Closed, &mut now, View::default());
+        inner.release(core);
+    }
+
+    /// Opens the breaker now if it is CLOSED, whatever its window holds, and
+    /// says whether it did. The dependency calls this when its pool is
+    /// stalled: every worker stuck inside a call for longer than the
+    /// provider's answers take is evidence enough, and waiting for the
+    /// window to fill would hold request threads for nothing. The
+    /// transition carries no rates (none caused it).
+    pub(crate) fn open_if_closed(&self) -> bool {
+        let inner = &*self.inner;
+        let mut now = inner.lazy_now(None);
+        let mut core = inner.core.lock();
+        let opened = core.state == State::Closed;
+        if opened {
+            inner.enter(&mut core, State::Open, &mut now, View::default());
+        }
+        inner.release(core);
+        opened
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::breaker::BreakerConfig;
+    use crate::breaker::tests::breaker;
+    use crate::classify::Verdict;
+
+    const ALL: [State; 6] =
+        [State::Closed, State::Open, State::HalfOpen, State::Disabled, State::MetricsOnly, State::ForcedOpen];
+
+    #[test]
+    fn transition_to_makes_every_move_and_announces_each_but_a_stay() {
+        for from in ALL {
+            for to in ALL {
+                let (b, _clock) = breaker(BreakerConfig::count_based(4));
+                b.transition_to(from);
+                let seen = Arc::new(Mutex::new(Vec::new()));
+                let sink = Arc::clone(&seen);
+                b.on_transition(move |t| {
+                    sink.lock().unwrap().push((t.from(), t.to(), t.failure_rate(), t.slow_call_rate()))
+                });
+                b.transition_to(to);
+                assert_eq!(b.state(), to, "{from} -> {to}");
+                let announced = if from == to { vec![] } else { vec![(from, to, None, None)] };
+                assert_eq!(*seen.lock().unwrap(), announced, "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_move_leaves_permits_in_flight_to_the_lifetime_totals_and_a_stay_does_not() {
+        let (b, _clock) = breaker(BreakerConfig::count_based(4).minimum_calls(4));
+        b.transition_to(State::MetricsOnly);
+        let before_stay = b.try_acquire().unwrap();
+        b.transition_to(State::MetricsOnly);
+        before_stay.record(Verdict::Failure, Duration::ZERO);
+        assert_eq!(b.metrics().buffered_calls, 1, "a stay keeps the window and its permits");
+        let before_move = b.try_acquire().unwrap();
+        b.transition_to(State::Closed);
+        before_move.record(Verdict::Failure, Duration::ZERO);
+        let m = b.metrics();
+        assert_eq!((m.state, m.buffered_calls, m.failed), (State::Closed, 0, 2), "a fresh window");
+    }
+
+    #[test]
+    fn closed_to_half_open_starts_a_round_of_probes() {
+        let config = BreakerConfig::count_based(4).minimum_calls(2).half_open_calls(2);
+        for (verdict, concluded) in [(Verdict::Success, State::Closed), (Verdict::Failure, State::Open)] {
+            let (b, _clock) = breaker(config.clone());
+            b.transition_to(State::HalfOpen);
+            let probes = [b.try_acquire().unwrap(), b.try_acquire().unwrap()];
+            assert!(probes.iter().all(|p| p.state() == State::HalfOpen));
+            assert_eq!(b.try_acquire().unwrap_err().state(), State::HalfOpen, "two slots, both taken");
+            probes.into_iter().for_each(|p| p.record(verdict, Duration::ZERO));
+            assert_eq!(b.state(), concluded);
+        }
+    }
+
+    #[test]
+    fn a_stalled_pool_opens_a_closed_breaker_whatever_its_window_holds() {
+        let config = BreakerConfig::count_based(20).minimum_calls(10).open_for(Duration::from_secs(15));
+        let (b, clock) = breaker(config);
+        for _ in 0..20 {
+            b.try_acquire().unwrap().record(Verdict::Success, Duration::from_millis(1));
+        }
+        // A permit taken before the stall reports late: lifetime totals only.
+        let late = b.try_acquire().unwrap();
+        assert!(b.open_if_closed());
+        assert_eq!(b.state(), State::Open);
+        assert!(!b.open_if_closed(), "only a CLOSED breaker is opened");
+        late.record(Verdict::Failure, Duration::from_secs(3));
+        assert_eq!(b.state(), State::Open);
+        assert!(b.try_acquire().is_err());
+        // An ordinary open period: HALF_OPEN once open_for has passed, on the breaker's clock.
+        clock.advance(Duration::from_secs(15));
+        assert_eq!(b.try_acquire().unwrap().state(), State::HalfOpen);
+        // Never out of the operator's states.
+        for forced in [State::ForcedOpen, State::Disabled, State::MetricsOnly] {
+            b.transition_to(forced);
+            assert!(!b.open_if_closed());
+            assert_eq!(b.state(), forced);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! [`RequestPoolGauges`]: a request pool's size and busy threads, as the
+//! [`Registry`](super::Registry) carries them for an exporter.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The gauges of a shared request pool, as a [`Registry`](super::Registry)
+/// carries them for an exporter (from
+/// [`Registry::request_pool`](super::Registry::request_pool)): its size and
+/// its busy threads now. Cheap to clone; reads are relaxed loads that never block.
+#[derive(Clone)]
+pub struct RequestPoolGauges {
+    threads: usize,
+    /// The pool's own count of requests taken and not yet answered (the
+    /// server increments and decrements it; this side only reads it).
+    busy: Arc<AtomicUsize>,
+    /// The reserved share, if the pool has one: its threads, the reserved
+    /// requests being handled, and the ordinary requests waiting for an
+    /// ordinary thread (the server's counts, read here).
+    reserve: Option<(usize, Arc<AtomicUsize>, Arc<AtomicUsize>)>,
+}
+
+impl RequestPoolGauges {
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn new(threads: usize, busy: Arc<AtomicUsize>) -> Self {
+        RequestPoolGauges { threads, busy, reserve: None }
+    }
+
+    /// The same, for a pool with a reserved share of `threads`.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn with_reserve(
+        mut self,
+        threads: usize,
+        reserved_busy: Arc<AtomicUsize>,
+        waiting: Arc<AtomicUsize>,
+    ) -> Self {
+        self.reserve = Some((threads, reserved_busy, waiting));
+        self
+    }
+
+    /// Whether `self` and `other` are the gauges of the same pool.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(super) fn same_as(&self, other: &RequestPoolGauges) -> bool {
+        Arc::ptr_eq(&self.busy, &other.busy)
+    }
+
+    /// The reserved share: its threads, the reserved requests being handled
+    /// now, and the ordinary requests waiting for an ordinary thread; `None`
+    /// for a pool without one.
+    pub fn reserve(&self) -> Option<(usize, usize, usize)> {
+        self.reserve.as_ref().map(|(threads, busy, waiting)| {
+            (*threads, busy.load(Ordering::Relaxed), waiting.load(Ordering::Relaxed))
+        })
+    }
+
+    /// The number of request threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Requests being handled right now (at most [`threads`](Self::threads)).
+    pub fn busy(&self) -> usize {
+        // Relaxed: a gauge read for display, it orders nothing.
+        self.busy.load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for RequestPoolGauges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestPoolGauges")
+            .field("threads", &self.threads)
+            .field("busy", &self.busy())
+            .finish()
+    }
+}

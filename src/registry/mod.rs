@@ -1,0 +1,201 @@
+//! Named dependencies: [`Registry`] and their snapshots; the capacity check
+//! ([`Registry::check_capacity`], `capacity.rs`); the gauges of the request
+//! pool that serves them ([`RequestPoolGauges`], `gauges.rs`); and the
+//! rolling history of every dependency ([`Registry::start_history`],
+//! `history.rs`).
+
+mod capacity;
+mod gauges;
+mod history;
+
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+pub use self::capacity::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport};
+pub use self::gauges::RequestPoolGauges;
+pub use self::history::{DependencyHistory, HistoryPoint};
+use crate::dependency::{Dependency, DependencyConfig, DependencySnapshot};
+use crate::error::ConfigError;
+
+/// A set of uniquely named [`Dependency`] handles. Cheap to clone; clones
+/// share the set.
+///
+/// ```
+/// use watertight::{Dependency, Registry};
+///
+/// let registry = Registry::new();
+/// registry.register(Dependency::builder("fraud").workers(2).build()?)?;
+/// assert!(registry.get("fraud").is_some());
+/// assert!(registry.register(Dependency::builder("fraud").workers(1).build()?).is_err());
+/// assert_eq!(registry.snapshot()[0].name, "fraud");
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Registry {
+    /// Registration order is kept (snapshots and metrics list dependencies in
+    /// it). A registry holds a handful of entries, so lookups scan.
+    deps: Arc<RwLock<Vec<Dependency>>>,
+    /// The gauges of the request pool serving with this registry, while one
+    /// does (see [`Registry::request_pool`]). Locked only to attach, detach
+    /// and clone the handle; the gauges are read after it is released.
+    request_pool: Arc<Mutex<Option<RequestPoolGauges>>>,
+    /// The history's points, shared with its sampler (weakly, see `history.rs`).
+    history: Arc<self::history::HistoryState>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `dep`. A second dependency with the same name is refused (field
+    /// `name`), and the registry is left as it was.
+    pub fn register(&self, dep: Dependency) -> Result<(), ConfigError> {
+        let mut deps = self.deps.write();
+        if deps.iter().any(|d| d.name() == dep.name()) {
+            return Err(ConfigError::new("name", "unique within the registry", dep.name()));
+        }
+        deps.push(dep);
+        Ok(())
+    }
+
+    /// The dependency called `name`, if registered.
+    pub fn get(&self, name: &str) -> Option<Dependency> {
+        self.deps.read().iter().find(|d| d.name() == name).cloned()
+    }
+
+    /// Every registered dependency, in registration order.
+    pub fn dependencies(&self) -> Vec<Dependency> {
+        self.deps.read().clone()
+    }
+
+    /// How many dependencies are registered.
+    pub fn len(&self) -> usize {
+        self.deps.read().len()
+    }
+
+    /// `true` when none is registered.
+    pub fn is_empty(&self) -> bool {
+        self.deps.read().is_empty()
+    }
+
+    /// A snapshot of every dependency, in registration order.
+    ///
+    /// The list of handles is copied under the read lock and the lock released
+    /// before any counter is read, so a slow reader never holds up
+    /// `register`.
+    pub fn snapshot(&self) -> Vec<DependencySnapshot> {
+        self.dependencies().iter().map(Dependency::snapshot).collect()
+    }
+
+    /// The gauges of the request pool serving with this registry, while it
+    /// runs: `None` until a server is started with the registry in its
+    /// config (`ServerConfig::registry`, feature `tiny_http`), and again once
+    /// that server has stopped. The Prometheus exporter reads them on every
+    /// scrape, so a `/metrics` route needs no more wiring for them.
+    pub fn request_pool(&self) -> Option<RequestPoolGauges> {
+        self.request_pool.lock().clone()
+    }
+
+    /// Attaches a request pool's gauges. At most one pool at a time: its two
+    /// gauges carry no label to tell two apart, so a second is refused (with
+    /// the gauges already there) while the first runs.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn attach_request_pool(&self, gauges: RequestPoolGauges) -> Result<(), RequestPoolGauges> {
+        let mut slot = self.request_pool.lock();
+        match &*slot {
+            Some(running) => Err(running.clone()),
+            None => {
+                *slot = Some(gauges);
+                Ok(())
+            }
+        }
+    }
+
+    /// Detaches `gauges` if they are the ones attached (a pool stopping
+    /// leaves another pool's gauges alone).
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn detach_request_pool(&self, gauges: &RequestPoolGauges) {
+        let mut slot = self.request_pool.lock();
+        if slot.as_ref().is_some_and(|g| g.same_as(gauges)) {
+            *slot = None;
+        }
+    }
+
+    /// Whether `self` and `other` are handles on the same registry.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
+    pub(crate) fn same_as(&self, other: &Registry) -> bool {
+        Arc::ptr_eq(&self.deps, &other.deps)
+    }
+
+    /// Reconfigures the dependency called `name` while calls run (see
+    /// [`Dependency::reconfigure`]), after checking the change against the
+    /// capacity rule of [`check_capacity`](Self::check_capacity) for a
+    /// request pool of `request_threads`: a change that would let this
+    /// dependency hold every request thread is refused, and nothing changes.
+    /// The report (warnings included) is that of the registry after the
+    /// change.
+    pub fn reconfigure(
+        &self,
+        name: &str,
+        new: DependencyConfig,
+        request_threads: usize,
+    ) -> Result<CapacityReport, ReconfigureError> {
+        let dep = self.get(name).ok_or_else(|| ReconfigureError::UnknownDependency(name.to_owned()))?;
+        let hold = new.workers.saturating_add(new.queue);
+        if hold >= request_threads {
+            let mut report = self.check_capacity(request_threads).unwrap_or_else(|e| e.report().clone());
+            if let Some(entry) = report.entries.iter_mut().find(|e| e.name == name) {
+                entry.workers = new.workers;
+                entry.queue = new.queue;
+                entry.hold = hold;
+                entry.room_left = 0;
+                entry.level = CapacityLevel::Error;
+            }
+            return Err(ReconfigureError::Capacity(CapacityError { dependency: name.to_owned(), report }));
+        }
+        dep.reconfigure(new).map_err(ReconfigureError::Invalid)?;
+        match self.check_capacity(request_threads) {
+            Ok(report) => Ok(report),
+            // Another dependency's hold was already too large; this change did not cause it.
+            Err(e) => Ok(e.report().clone()),
+        }
+    }
+}
+
+/// Why [`Registry::reconfigure`] refused a change; nothing changed.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ReconfigureError {
+    /// No dependency of that name is registered.
+    UnknownDependency(String),
+    /// A setting is invalid; the error names it.
+    Invalid(ConfigError),
+    /// The dependency could then hold every request thread.
+    Capacity(CapacityError),
+}
+
+impl fmt::Display for ReconfigureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReconfigureError::UnknownDependency(name) => write!(f, "no dependency named `{name}`"),
+            ReconfigureError::Invalid(e) => write!(f, "invalid configuration: {e}"),
+            ReconfigureError::Capacity(e) => write!(f, "refused by the capacity rule: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReconfigureError {}
+
+impl fmt::Debug for Registry {
+    /// Never blocks: prints `<locked>` while a registration holds the lock.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.deps.try_read() {
+            Some(deps) => f.debug_list().entries(deps.iter().map(|d| d.name().to_owned())).finish(),
+            None => f.write_str("Registry(<locked>)"),
+        }
+    }
+}
