@@ -1,10 +1,11 @@
 //! Retries outside the breaker: [`Retry`] (attempts, backoff with full, equal
 //! or no jitter, overall timeout), the retry budget that keeps retries from
-//! multiplying an outage (`budget.rs`), and the jitter with the small PRNG
-//! behind it (`jitter.rs`).
+//! multiplying an outage (`budget.rs`), the jitter with the small PRNG
+//! behind it (`jitter.rs`), and the retry loop itself (`run.rs`).
 
 mod budget;
 mod jitter;
+mod run;
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use self::budget::BUCKETS;
 pub(crate) use self::budget::RetryBudget;
 pub use self::jitter::Jitter;
 pub(crate) use self::jitter::JitterSource;
+pub(crate) use self::run::Retrier;
 use crate::error::ConfigError;
 
 /// How a dependency retries transient failures, used by
