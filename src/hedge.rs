@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::dependency::MAX_TIMEOUT;
 use crate::error::ConfigError;
 use crate::histogram::LatencyHistogram;
+use crate::time::MAX_TIMEOUT;
 
 /// When a hedged call starts another attempt, and how many it may start.
 ///

@@ -2,10 +2,17 @@
 
 use std::time::Duration;
 
+/// The longest timeout anything takes: one day (so that `now + timeout`
+/// always fits in an `Instant`).
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// `d` in nanoseconds, saturating at `u64::MAX` (about 584 years), so that a
 /// configured "forever" stays the largest value rather than wrapping.
+/// In u64 arithmetic rather than `as_nanos()`'s u128: it is on the breaker's
+/// OPEN reject path, whose cost should be the clock reading and little else.
+#[inline]
 pub(crate) fn saturating_nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
 }
 
 #[cfg(test)]

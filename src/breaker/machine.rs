@@ -14,6 +14,7 @@ use crate::classify::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::listeners::Listeners;
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::time::saturating_nanos;
 
 /// Keeps what it wraps on a cache line of its own: the read-mostly state
 /// word, so that it is not invalidated by every lock and unlock of the
@@ -166,15 +167,7 @@ impl LazyNow<'_> {
 /// Nanoseconds from `base` to `now` (0 if `now` is earlier).
 #[inline]
 pub(super) fn nanos_since(base: Instant, now: Instant) -> u64 {
-    duration_ns(now.saturating_duration_since(base))
-}
-
-/// A `Duration` in whole nanoseconds, saturating at `u64::MAX` (about 584
-/// years). In u64 arithmetic rather than `as_nanos()`'s u128: it is on the
-/// OPEN reject path, whose cost should be the clock reading and little else.
-#[inline]
-pub(super) fn duration_ns(d: Duration) -> u64 {
-    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+    saturating_nanos(now.saturating_duration_since(base))
 }
 
 impl Core {
@@ -197,7 +190,7 @@ impl Inner {
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         let base = clock.now();
         let time_window = AtomicBool::new(matches!(config.window, WindowKind::Time(_)));
-        let slow_ns = AtomicU64::new(duration_ns(config.slow_call_duration));
+        let slow_ns = AtomicU64::new(saturating_nanos(config.slow_call_duration));
         let core = Core {
             state,
             generation: 0,
@@ -237,7 +230,7 @@ impl Inner {
         let enabled = config.enabled;
         core.min_calls = u64::from(config.effective_minimum_calls());
         self.time_window.store(matches!(config.window, WindowKind::Time(_)), Ordering::Release);
-        self.slow_ns.store(duration_ns(config.slow_call_duration), Ordering::Release);
+        self.slow_ns.store(saturating_nanos(config.slow_call_duration), Ordering::Release);
         if window_changed {
             core.window = Window::new(config.window);
         }
@@ -306,7 +299,7 @@ impl Inner {
             State::HalfOpen => {
                 let wait = core.config.max_wait_in_half_open;
                 let deadline_ns =
-                    if wait.is_zero() { u64::MAX } else { now.ns().saturating_add(duration_ns(wait)) };
+                    if wait.is_zero() { u64::MAX } else { now.ns().saturating_add(saturating_nanos(wait)) };
                 core.round = Round { deadline_ns, ..Round::default() };
             }
             State::Closed => {
@@ -338,7 +331,7 @@ impl Inner {
     /// everything else goes to `record_general`.
     #[inline]
     pub(super) fn record(&self, issued: u64, verdict: Verdict, elapsed: Duration) {
-        let slow = duration_ns(elapsed) > self.slow_ns.load(Ordering::Relaxed);
+        let slow = saturating_nanos(elapsed) > self.slow_ns.load(Ordering::Relaxed);
         let issued_in = state_of(issued);
         if issued_in == State::Disabled {
             return;

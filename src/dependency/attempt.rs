@@ -247,6 +247,8 @@ impl Inner {
         };
         let attempt =
             Attempt { permit, limit, place, deadline: ask.deadline, called: now, start, number: ask.number };
+        #[cfg(test)]
+        super::tests::tally(&self.name, super::tests::ADMITTED);
         launch(attempt).map_err(|unlaunched| {
             // Neither the breaker nor the limit learns anything from a
             // refusal, but a pool whose every worker is stuck says the provider hangs.
@@ -266,6 +268,8 @@ impl Inner {
 
     /// Counts, logs and announces a refusal, unless it is a hedge's.
     fn refuse(&self, form: Form, rejection: Rejection, retry_after: Option<Duration>) -> Refusal {
+        #[cfg(test)]
+        super::tests::tally(&self.name, super::tests::REFUSED);
         if form != Form::Hedge {
             self.counters.outcome(rejection.outcome());
             log::debug!("dependency {}: call rejected: {rejection}", self.name);
@@ -366,6 +370,10 @@ impl Attempt {
     {
         let Attempt { permit, limit, place, deadline, called, start, .. } = self;
         drop(place);
+        #[cfg(test)]
+        if let Some(inner) = inner {
+            super::tests::tally(&inner.name, super::tests::SETTLED);
+        }
         let waited = ended.saturating_duration_since(called);
         // How long the provider had the call: until the deadline cut it
         // short, not until a thread happened to wake up after it.

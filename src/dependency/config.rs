@@ -12,11 +12,7 @@ use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::limit::{AdaptiveLimit, RateLimit};
 use crate::retry::Retry;
-use crate::time::saturating_nanos;
-
-/// The longest timeout a dependency accepts. A request thread that waits
-/// longer than this is not protected by anything.
-pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+use crate::time::{MAX_TIMEOUT, saturating_nanos};
 
 /// Every setting of a [`Dependency`], as one value: what a
 /// [`DependencyBuilder`](crate::DependencyBuilder)'s setters set, one field

@@ -41,6 +41,8 @@ mod once;
 mod priority;
 mod recorded;
 mod retrying;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::sync::Arc;
@@ -51,7 +53,6 @@ pub use self::call::{ByError, CallBuilder, Classifier, Hedging, Once, Retrying};
 pub use self::caller::Mode;
 pub use self::config::DependencyConfig;
 use self::config::Live;
-pub(crate) use self::config::MAX_TIMEOUT;
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;

@@ -67,6 +67,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::time::saturating_nanos;
+
 pub use self::snapshot::HistogramSnapshot;
 
 /// How many finite bucket bounds there are (100 µs to 30 s).
@@ -162,7 +164,7 @@ impl LatencyHistogram {
     /// Like [`new`](Self::new), with the first epoch starting at `origin` (for
     /// tests that drive time with [`record_at`](Self::record_at)).
     pub fn starting_at(window: Duration, origin: Instant) -> LatencyHistogram {
-        let window_ns = nanos(window).max(1_000_000);
+        let window_ns = saturating_nanos(window).max(1_000_000);
         LatencyHistogram {
             shared: Counts::new(),
             next_epoch_ns: AtomicU64::new(window_ns),
@@ -192,14 +194,14 @@ impl LatencyHistogram {
     #[inline]
     pub fn record_at(&self, d: Duration, now: Instant) {
         self.turn(now);
-        let ns = nanos(d);
+        let ns = saturating_nanos(d);
         self.shared.add(bucket_of(ns), ns);
     }
 
     /// Rotates if `now` is past the current epoch.
     #[inline]
     fn turn(&self, now: Instant) {
-        let since = nanos(now.saturating_duration_since(self.origin));
+        let since = saturating_nanos(now.saturating_duration_since(self.origin));
         if since >= self.next_epoch_ns.load(Ordering::Relaxed) {
             self.rotate(since);
         }
@@ -245,7 +247,7 @@ impl LatencyHistogram {
     }
 
     fn epoch_at(&self, now: Instant) -> u64 {
-        nanos(now.saturating_duration_since(self.origin)) / self.window_ns
+        saturating_nanos(now.saturating_duration_since(self.origin)) / self.window_ns
     }
 
     /// Every sample since creation.
@@ -276,12 +278,6 @@ impl LatencyHistogram {
         };
         self.total().minus(&mark)
     }
-}
-
-/// A duration in nanoseconds, saturating at about 584 years.
-#[inline]
-fn nanos(d: Duration) -> u64 {
-    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// The bucket a duration of `ns` nanoseconds falls in: the first bound `>= ns`,

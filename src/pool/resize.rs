@@ -12,7 +12,7 @@ use super::builder::{check_max_wait, check_queue, check_workers};
 use super::worker::{ExitGuard, join_worker, worker_main};
 use super::{Control, Pool, Shared, WorkerThread};
 use crate::error::ConfigError;
-use crate::time::saturating_nanos as duration_ns;
+use crate::time::saturating_nanos;
 
 impl Pool {
     /// Changes the number of workers, the queue capacity and
@@ -60,7 +60,7 @@ impl Pool {
         control.reap();
         h.workers.store(workers, Relaxed);
         h.queue.store(queue, Relaxed);
-        h.max_wait_ns.store(duration_ns(max_wait), Relaxed);
+        h.max_wait_ns.store(saturating_nanos(max_wait), Relaxed);
         let resized = h.shared.queue.resize(workers, queue, &h.shared.stats.workers.busy);
         for started in 0..resized.start {
             if let Err(e) = control.spawn(&h.shared) {

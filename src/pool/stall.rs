@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::time::saturating_nanos as duration_ns;
+use crate::time::saturating_nanos;
 
 /// One worker's mark: 0 while it runs no job, else when its job started, in
 /// nanoseconds after the pool's base instant, plus one.
@@ -28,7 +28,8 @@ pub(crate) struct RunningMark {
 impl RunningMark {
     /// The job started at `began`.
     pub(crate) fn set(&self, began: Instant) {
-        self.at.store(duration_ns(began.saturating_duration_since(self.base)).saturating_add(1), Relaxed);
+        self.at
+            .store(saturating_nanos(began.saturating_duration_since(self.base)).saturating_add(1), Relaxed);
     }
 
     /// The job returned.
@@ -64,7 +65,7 @@ impl Running {
     /// jobs has been running at `now`. `None` when a worker is idle (or
     /// between two jobs), or when there is no worker.
     pub(crate) fn all_busy_for(&self, now: Instant) -> Option<Duration> {
-        let since_base = duration_ns(now.saturating_duration_since(self.base));
+        let since_base = saturating_nanos(now.saturating_duration_since(self.base));
         let marks = self.marks.lock();
         let mut youngest: Option<u64> = None;
         for mark in marks.iter() {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::ConfigError;
 use crate::registry::Registry;
 use crate::reserve::{Reserve, Route};
+use crate::time::MAX_TIMEOUT;
 
 use super::proxy::TrustedProxies;
 
@@ -351,10 +352,6 @@ impl ServerConfigBuilder {
         self.build().expect("the defaults are valid")
     }
 }
-
-/// A timeout longer than this is almost surely a unit mistake, and `Instant +`
-/// it must not overflow.
-const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 #[cfg(test)]
 mod tests {
