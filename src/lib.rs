@@ -67,6 +67,8 @@
 // The floor: no module here imports one above it.
 mod classify;
 pub mod clock;
+mod counts;
+mod events;
 // Durations as human strings in files (feature `serde`).
 #[cfg(feature = "serde")]
 mod duration;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Mode;
-use super::caller::{CallerThread, Exec};
 use super::config::{DependencyConfig, Live};
 use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
@@ -16,6 +15,7 @@ use crate::error::ConfigError;
 use crate::histogram::LatencyHistogram;
 use crate::limit::{AdaptiveLimit, Limiter, RateLimit, RateLimiter};
 use crate::listeners::{Listener, Listeners};
+use crate::pool::{CallerThread, Exec};
 use crate::pool::{Pool, PoolBuilder};
 use crate::retry::{JitterSource, Retry, RetryBudget};
 
@@ -287,7 +287,7 @@ impl DependencyBuilder {
         }
         let breaker = Breaker::build(name.clone(), config.breaker.clone(), self.clock.clone())?;
         crate::trace::watch_transitions(&breaker);
-        let ring = super::recorded::EventRing::watching(&breaker);
+        let ring = crate::events::EventRing::watching(&breaker);
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
             let owner = name.clone();

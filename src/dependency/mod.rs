@@ -1,45 +1,59 @@
 //! [`Dependency`]: a circuit breaker, a dedicated bounded worker pool and a
-//! timeout (and optionally retries), put together on the call path.
+//! timeout (and optionally retries, hedges, limits), put together on the
+//! call path.
 //!
 //! # The call path
 //!
+//! Every call is made of attempts, and every attempt is admitted by one
+//! function and settled by one (`attempt.rs`): the kinds of call (once,
+//! retried, hedged, detached, on the caller's thread) are thin drivers over
+//! them. One successful [`Dependency::call`], in call order:
+//!
 //! ```text
-//! caller ─► deadline ─► try_acquire ─► submit (+ admission) ─► wait until deadline ─► classify ─► record
-//!              │ passed     │ not permitted   │ full, too late, shut down
-//!              ▼            ▼                 ▼
-//!     DeadlineUnmeetable  NotPermitted   QueueFull, DeadlineUnmeetable, ShuttingDown   (at once, never recorded)
+//! caller thread
+//!   dependency/mod.rs      Dependency::call -> with()
+//!   dependency/call.rs     CallBuilder::call: the classifier, the priority
+//!   dependency/once.rs     once -> attempt: the blocking driver
+//!   dependency/attempt.rs  Inner::admit: deadline, rate, breaker, limit, place
+//!   breaker/acquire.rs       Breaker::try_acquire_owned (CLOSED: one atomic load)
+//!   dependency/priority.rs   Occupancy::admit (one compare-and-swap)
+//!   pool/submit.rs           Pool::submit: deadline-aware admission, the queue
+//!   pool/call.rs, context.rs   the call's one allocation: job, context, reply slot
+//!   pool/queue.rs              hand-off to an idle worker (or queue)
+//!   pool/ticket.rs, slot.rs  Ticket::wait: spin, then park, until the answer or the deadline
+//! worker thread
+//!   pool/worker.rs         take the call; pool/call.rs Job::run: the job, under catch_unwind
+//!   pool/slot.rs           complete: the answer, and the caller unparked
+//! caller thread
+//!   dependency/attempt.rs  Attempt::settle: classify, late answer, cut short,
+//!                          then the call-time histogram, the normal latency
+//!                          (pool/latency.rs), the counts (counts.rs), the
+//!                          breaker (breaker/permit.rs -> machine.rs -> window.rs)
 //! ```
 //!
-//! An attempt's deadline is the earlier of `now + timeout` and the caller's
-//! own deadline, if it gave one ([`CallBuilder::deadline`]).
+//! A refusal at any step of admission is counted, logged and announced
+//! there, once; what the attempt had taken (its permits, its place) is given
+//! back by its `Drop`, unrecorded, because a full queue or an open breaker
+//! says nothing about the provider. An attempt's deadline is the earlier of
+//! `now + timeout` and the caller's own ([`CallBuilder::deadline`]); a
+//! timeout at the caller's deadline counts against the provider only once
+//! it had the call for longer than its normal latency (the cut-short rule).
 //!
-//! The breaker permit is held by the calling thread from `try_acquire` to the
-//! end of the call, and only that thread ever records it, exactly once: with
-//! the job's verdict, or [`Failure`](crate::Verdict::Failure) for a timeout at the
-//! dependency's own timeout or a panic. A rejection drops the permit
-//! unrecorded (ignored; in half-open that hands the probe slot back), because
-//! a full queue or an open breaker says nothing about the provider; so does a
-//! timeout at the caller's deadline, which was the caller's budget running
-//! out, not the provider failing. A job abandoned after a timeout finishes on
-//! its worker without touching the breaker: its outcome was already recorded
-//! as the timeout.
-//!
-//! A detached call ([`Dependency::spawn`], `detached.rs`) has no caller to
-//! wait: an owned permit travels with its job, and the worker records it
-//! once the job returns (or the job's `Drop`, if the pool drops it unrun).
+//! The drivers: `once.rs` (a blocking attempt, on a worker or in
+//! caller-thread mode where the caller stands), `retrying.rs` (blocking
+//! attempts under the retry loop of `retry/run.rs`), `hedge.rs` (legs
+//! settled by their worker or, at the deadline, by the caller) and
+//! `detached.rs` (an attempt that travels with its job and is settled on
+//! the worker, or by the job's `Drop` if the pool drops it unrun).
 
 mod attempt;
 mod builder;
 mod call;
-mod caller;
 mod config;
-mod counts;
 mod detached;
-mod events;
 mod hedge;
 mod once;
 mod priority;
-mod recorded;
 mod retrying;
 #[cfg(test)]
 mod tests;
@@ -50,23 +64,23 @@ use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
 pub use self::call::{ByError, CallBuilder, Classifier, Hedging, Once, Retrying};
-pub use self::caller::Mode;
 pub use self::config::DependencyConfig;
 use self::config::Live;
-pub(crate) use self::counts::Counters;
-pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
-pub use self::events::Event;
 pub use self::priority::Priority;
-pub(crate) use self::recorded::millis_since_epoch;
-pub use self::recorded::{RecordedEvent, RecordedKind};
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 use crate::clock::Clock;
+pub(crate) use crate::counts::Counters;
+pub use crate::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 use crate::error::Error;
+pub use crate::events::Event;
+pub(crate) use crate::events::millis_since_epoch;
+pub use crate::events::{RecordedEvent, RecordedKind};
 pub use crate::hedge::Hedge;
 use crate::histogram::LatencyHistogram;
 use crate::limit::Limiter;
 use crate::listeners::Listeners;
+pub use crate::pool::Mode;
 use crate::pool::{CallContext, Pool};
 use crate::retry::{JitterSource, Retry, RetryBudget};
 
@@ -115,7 +129,7 @@ struct Inner {
     /// Always built; in force while `live.rate_on()`.
     rate: crate::limit::RateLimiter,
     /// Its pool, or caller-thread mode's permits.
-    exec: self::caller::Exec,
+    exec: crate::pool::Exec,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
     /// The provider's normal latency: its successes' run times, for the
@@ -124,7 +138,7 @@ struct Inner {
     /// Calls admitted by priority and not done (`priority.rs`).
     occupancy: Arc<self::priority::Occupancy>,
     /// The last events, for `recent_events`.
-    ring: Arc<self::recorded::EventRing>,
+    ring: Arc<crate::events::EventRing>,
 }
 
 impl Inner {

@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use super::attempt::{Ask, Deadline, End, Form};
-use super::caller::Exec;
 use super::{Dependency, Priority};
 use crate::classify::Verdict;
-use crate::error::Error;
+use crate::error::{Error, panic_message};
+use crate::pool::Exec;
 use crate::pool::{CallContext, Submit};
 
 impl Dependency {
@@ -75,8 +75,12 @@ impl Dependency {
                 Ok((attempt, end, began, Instant::now()))
             }),
             Exec::Caller(caller) => inner.admit(ask, |attempt| {
-                let (end, began, ended) =
+                let (ran, began, ended) =
                     caller.run(attempt.called, attempt.deadline.at, attempt.number, traced)?;
+                let end = match ran {
+                    Ok(result) => End::Returned(result),
+                    Err(payload) => End::Panicked(panic_message(payload.as_ref())),
+                };
                 Ok((attempt, end, Some(began), ended))
             }),
         };

@@ -19,6 +19,7 @@
 
 mod builder;
 mod call;
+mod caller;
 mod context;
 mod latency;
 mod stall;
@@ -51,6 +52,8 @@ pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
 use self::call::QueuedJob;
 pub use self::call::SubmitError;
+pub use self::caller::Mode;
+pub(crate) use self::caller::{CallerThread, Exec};
 pub use self::context::CallContext;
 pub(crate) use self::latency::Latency;
 use self::queue::Queue;

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::attempt::End;
+use super::{CallContext, Pool, PoolStats, Semaphore};
 use crate::error::{ConfigError, Rejection};
-use crate::pool::{CallContext, Pool, PoolStats, Semaphore};
 
 /// Where a dependency runs its calls. In a file (feature `serde`):
 /// `mode = "pool"` or `mode = "caller_thread"`.
@@ -44,18 +43,18 @@ pub enum Mode {
     CallerThread,
 }
 
-/// How a job run on its caller's thread ended: how, when it started, when
-/// it returned.
-pub(super) type OnCaller<T, E> = (End<T, E>, Instant, Instant);
+/// How a job run on its caller's thread ended (its outcome, or the panic it
+/// raised), when it started, when it returned.
+pub(crate) type OnCaller<T, E> = (std::thread::Result<Result<T, E>>, Instant, Instant);
 
 /// The compartment itself.
-pub(super) enum Exec {
+pub(crate) enum Exec {
     Pool(Pool),
     Caller(CallerThread),
 }
 
 /// Caller-thread mode's permits and counts.
-pub(super) struct CallerThread {
+pub(crate) struct CallerThread {
     permits: Semaphore,
     /// For the [`CallContext`]s of jobs run on callers.
     name: Arc<str>,
@@ -63,7 +62,7 @@ pub(super) struct CallerThread {
 }
 
 impl CallerThread {
-    pub(super) fn new(name: &str, limit: usize, max_wait: Duration) -> Result<CallerThread, ConfigError> {
+    pub(crate) fn new(name: &str, limit: usize, max_wait: Duration) -> Result<CallerThread, ConfigError> {
         Ok(CallerThread {
             // The dependency's config has checked both (`workers`, `max_wait`).
             permits: Semaphore::new(limit, max_wait)?,
@@ -75,7 +74,7 @@ impl CallerThread {
     /// Runs `job` on this thread once a permit is free (by `deadline`, after
     /// at most `max_wait`): how it ended; or the rejection. `now` was just
     /// read: a permit free at once costs no clock read before the job.
-    pub(super) fn run<T, E, F>(
+    pub(crate) fn run<T, E, F>(
         &self,
         now: Instant,
         deadline: Instant,
@@ -105,11 +104,8 @@ impl CallerThread {
         }
         let ctx = CallContext::new(Arc::clone(&self.name), deadline, attempt);
         // The permit is released by its guard when this returns, a panic included.
-        let end = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx))) {
-            Ok(result) => End::Returned(result),
-            Err(payload) => End::Panicked(crate::error::panic_message(payload.as_ref())),
-        };
-        Ok((end, began, Instant::now()))
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx)));
+        Ok((ran, began, Instant::now()))
     }
 
     fn stats(&self) -> PoolStats {
@@ -124,14 +120,14 @@ impl CallerThread {
 }
 
 impl Exec {
-    pub(super) fn pool(&self) -> Option<&Pool> {
+    pub(crate) fn pool(&self) -> Option<&Pool> {
         match self {
             Exec::Pool(pool) => Some(pool),
             Exec::Caller(_) => None,
         }
     }
 
-    pub(super) fn mode(&self) -> Mode {
+    pub(crate) fn mode(&self) -> Mode {
         match self {
             Exec::Pool(_) => Mode::Pool,
             Exec::Caller(_) => Mode::CallerThread,
@@ -139,21 +135,21 @@ impl Exec {
     }
 
     /// Workers, or the permits of caller-thread mode.
-    pub(super) fn workers(&self) -> usize {
+    pub(crate) fn workers(&self) -> usize {
         match self {
             Exec::Pool(pool) => pool.workers(),
             Exec::Caller(c) => c.permits.limit(),
         }
     }
 
-    pub(super) fn queue_capacity(&self) -> usize {
+    pub(crate) fn queue_capacity(&self) -> usize {
         match self {
             Exec::Pool(pool) => pool.queue_capacity(),
             Exec::Caller(_) => 0,
         }
     }
 
-    pub(super) fn max_wait(&self) -> Duration {
+    pub(crate) fn max_wait(&self) -> Duration {
         match self {
             Exec::Pool(pool) => pool.max_wait(),
             Exec::Caller(c) => c.permits.max_wait(),
@@ -163,21 +159,21 @@ impl Exec {
     /// The pool's figures; in caller-thread mode, `workers` is the limit,
     /// `busy` the callers inside, `waiting` those waiting for a permit, and
     /// the rest zero (the outcomes are in the dependency's `CallCounts`).
-    pub(super) fn stats(&self) -> PoolStats {
+    pub(crate) fn stats(&self) -> PoolStats {
         match self {
             Exec::Pool(pool) => pool.stats(),
             Exec::Caller(c) => c.stats(),
         }
     }
 
-    pub(super) fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
+    pub(crate) fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
         match self {
             Exec::Pool(pool) => pool.resize(workers, queue, max_wait),
             Exec::Caller(c) => c.permits.resize(workers, max_wait),
         }
     }
 
-    pub(super) fn shutdown(&self, grace: Duration) -> bool {
+    pub(crate) fn shutdown(&self, grace: Duration) -> bool {
         match self {
             Exec::Pool(pool) => pool.shutdown(grace),
             Exec::Caller(c) => {

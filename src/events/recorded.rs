@@ -170,35 +170,6 @@ mod tests {
     }
 
     #[test]
-    fn a_dependency_records_its_transitions_and_reconfigurations() {
-        use crate::Dependency;
-        use crate::breaker::State;
-        let dep = Dependency::builder("fraud").workers(2).build().expect("a dependency");
-        assert!(dep.recent_events().is_empty());
-        let mut config = dep.config();
-        config.workers = 3;
-        config.queue = 4;
-        config.timeout = Duration::from_millis(700);
-        dep.reconfigure(config).expect("a valid configuration");
-        dep.breaker().transition_to(State::Open);
-        let events = dep.recent_events();
-        assert_eq!(events.len(), 2, "{events:?}");
-        assert_eq!(
-            events[0].kind,
-            RecordedKind::Reconfigured { workers: 3, queue: 4, timeout: Duration::from_millis(700) }
-        );
-        assert!(matches!(&events[1].kind, RecordedKind::Transition(t) if t.to() == State::Open));
-        assert_eq!((events[0].seq, events[1].seq), (1, 2));
-        assert!(events[0].at <= events[1].at);
-        // A refused configuration changes nothing, and records nothing.
-        let mut bad = dep.config();
-        bad.workers = 0;
-        assert!(dep.reconfigure(bad).is_err());
-        assert_eq!(dep.recent_events().len(), 2);
-        dep.shutdown(Duration::from_secs(1));
-    }
-
-    #[test]
     fn transitions_are_recorded_in_the_order_they_happened() {
         use crate::breaker::{BreakerConfig, State};
         let breaker = Breaker::build("b", BreakerConfig::default(), None).expect("a breaker");

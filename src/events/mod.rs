@@ -1,10 +1,16 @@
-//! [`Event`]: what a dependency tells its listeners.
+//! [`Event`]: what a dependency tells its listeners; and the ring of its
+//! recent events, [`RecordedEvent`] (`recorded.rs`).
+
+mod recorded;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::breaker::Transition;
 use crate::error::Rejection;
+
+pub(crate) use self::recorded::{EventRing, millis_since_epoch};
+pub use self::recorded::{RecordedEvent, RecordedKind};
 
 /// Something that happened to a dependency, delivered to the listeners given
 /// to [`DependencyBuilder::on_event`](crate::DependencyBuilder::on_event).
