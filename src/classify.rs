@@ -1,5 +1,6 @@
-//! What an outcome means to a breaker: [`Verdict`], and the [`Classify`] trait
-//! that maps a job's error to one.
+//! What an outcome means to a breaker: [`Verdict`], the [`Classify`] trait
+//! that maps a job's error to one, and the [`Classifier`] of a whole outcome
+//! (by default [`ByError`]).
 //!
 //! The rule: only what says the provider is unwell is a failure:
 //! transport errors, timeouts, 5xx, panics. A 4xx is the caller's (or one
@@ -68,5 +69,57 @@ impl Classify for Box<dyn std::error::Error + Send + Sync> {
 impl Classify for std::convert::Infallible {
     fn classify(&self) -> Verdict {
         match *self {}
+    }
+}
+
+/// What an outcome means to the breaker: a [`Verdict`] for a job's
+/// `Result<T, E>`.
+///
+/// Implemented for [`ByError`] (the default) and for every
+/// `Fn(&Result<T, E>) -> Verdict`, so a closure is a classifier:
+///
+/// ```
+/// use watertight::{CallContext, Dependency, Verdict};
+///
+/// let dep = Dependency::builder("status").workers(1).build()?;
+/// // A status code that is not an `Err`: 5xx is the provider failing.
+/// let by_status = |r: &Result<u16, std::io::Error>| match r {
+///     Ok(s) if *s >= 500 => Verdict::Failure,
+///     Ok(s) if *s >= 400 => Verdict::Ignore,
+///     Ok(_) => Verdict::Success,
+///     Err(_) => Verdict::Failure,
+/// };
+/// let status = dep.with().classify(by_status).call(|_ctx: &CallContext| Ok(503));
+/// assert_eq!(status.unwrap(), 503);
+/// assert_eq!(dep.breaker().metrics().failed, 1);
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+pub trait Classifier<T, E> {
+    /// The verdict on one outcome of the job.
+    fn verdict(&self, outcome: &Result<T, E>) -> Verdict;
+}
+
+/// The default classifier: `Ok` is a success, an `Err` is judged by its
+/// [`Classify`] implementation (for `ureq::Error` and `std::io::Error`:
+/// transport errors, timeouts and 5xx fail, 4xx is ignored; any other error
+/// type fails).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByError;
+
+impl<T, E: Classify> Classifier<T, E> for ByError {
+    fn verdict(&self, outcome: &Result<T, E>) -> Verdict {
+        match outcome {
+            Ok(_) => Verdict::Success,
+            Err(e) => e.classify(),
+        }
+    }
+}
+
+impl<T, E, F> Classifier<T, E> for F
+where
+    F: Fn(&Result<T, E>) -> Verdict,
+{
+    fn verdict(&self, outcome: &Result<T, E>) -> Verdict {
+        self(outcome)
     }
 }

@@ -67,8 +67,6 @@
 // The floor: no module here imports one above it.
 mod classify;
 pub mod clock;
-mod counts;
-mod events;
 // Durations as human strings in files (feature `serde`).
 #[cfg(feature = "serde")]
 mod duration;
@@ -88,8 +86,14 @@ pub mod limit;
 pub mod pool;
 pub mod registry;
 pub mod retry;
-// `dependency::Hedge`, the hedging policy.
+// `dependency::Hedge`, the hedging policy; `Priority` and the reserved share
+// of a pool; `DependencyConfig`, every setting of a dependency; what a
+// dependency counts and tells (`counts`, `events`).
+mod counts;
+mod events;
 mod hedge;
+mod priority;
+mod settings;
 // The request pool's reserved share, described: what both the server and the
 // file config name (feature `tiny_http`; public as `server::Reserve`).
 #[cfg(feature = "tiny_http")]

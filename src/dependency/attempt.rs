@@ -20,13 +20,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::priority::{Place, Priority};
 use super::{Event, Inner};
 use crate::breaker::OwnedPermit;
 use crate::classify::Verdict;
 use crate::error::{Error, Outcome, Rejection, panic_message};
 use crate::limit::LimitPermit;
 use crate::pool::{CallContext, SubmitError};
+use crate::priority::{Place, Priority};
 
 /// An attempt's deadline, and whose it is.
 #[derive(Debug, Clone, Copy)]
@@ -153,8 +153,6 @@ const AT_DEADLINE: Duration = Duration::from_millis(2);
 /// before its deadline (the last attempt of a retry, say) that fails at once
 /// has failed, not timed out.
 const TIMED_BUDGET: Duration = Duration::from_millis(10);
-/// The least hang threshold: below it, a caller's deadline says nothing.
-pub(super) const HANG_FLOOR: Duration = Duration::from_millis(50);
 
 impl Inner {
     /// The one admission (see the module docs). `launch` starts the admitted
@@ -287,20 +285,14 @@ impl Inner {
         self.normal.normal()
     }
 
-    /// The hang threshold: an attempt the *caller's* deadline cut short
-    /// counts as a failure of the provider once it had the call for longer
-    /// than this. The provider's normal latency, at least [`HANG_FLOOR`], at
-    /// most the slow-call duration.
+    /// See [`Latency::hang_threshold`](crate::pool::Latency::hang_threshold).
     fn hang_threshold(&self) -> Duration {
-        let slow = self.live.slow_call_duration();
-        self.normal_latency().map_or(HANG_FLOOR, |l| l.max(HANG_FLOOR)).min(slow.max(HANG_FLOOR))
+        self.normal.hang_threshold(self.live.slow_call_duration())
     }
 
-    /// The stall threshold: a pool whose every worker has been inside its
-    /// current job for this long is stuck, and the breaker opens at once. A
-    /// quarter of the timeout, or twice the hang threshold if longer.
+    /// See [`Latency::stall_threshold`](crate::pool::Latency::stall_threshold).
     pub(super) fn stall_threshold(&self) -> Duration {
-        (self.live.timeout() / 4).max(self.hang_threshold() * 2)
+        self.normal.stall_threshold(self.live.slow_call_duration(), self.live.timeout())
     }
 
     /// The verdict on a timeout: a failure at the dependency's own timeout;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Mode;
-use super::config::{DependencyConfig, Live};
+use super::config::Live;
 use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};
@@ -18,6 +18,7 @@ use crate::listeners::{Listener, Listeners};
 use crate::pool::{CallerThread, Exec};
 use crate::pool::{Pool, PoolBuilder};
 use crate::retry::{JitterSource, Retry, RetryBudget};
+use crate::settings::DependencyConfig;
 
 /// Builds a [`Dependency`]; from [`Dependency::builder`].
 ///

@@ -19,61 +19,9 @@ use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
 use super::{Dependency, Priority};
-use crate::classify::{Classify, Verdict};
+use crate::classify::{ByError, Classifier};
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
-
-/// What an outcome means to the breaker: a [`Verdict`] for a job's
-/// `Result<T, E>`.
-///
-/// Implemented for [`ByError`] (the default) and for every
-/// `Fn(&Result<T, E>) -> Verdict`, so a closure is a classifier:
-///
-/// ```
-/// use watertight::{CallContext, Dependency, Verdict};
-///
-/// let dep = Dependency::builder("status").workers(1).build()?;
-/// // A status code that is not an `Err`: 5xx is the provider failing.
-/// let by_status = |r: &Result<u16, std::io::Error>| match r {
-///     Ok(s) if *s >= 500 => Verdict::Failure,
-///     Ok(s) if *s >= 400 => Verdict::Ignore,
-///     Ok(_) => Verdict::Success,
-///     Err(_) => Verdict::Failure,
-/// };
-/// let status = dep.with().classify(by_status).call(|_ctx: &CallContext| Ok(503));
-/// assert_eq!(status.unwrap(), 503);
-/// assert_eq!(dep.breaker().metrics().failed, 1);
-/// # Ok::<(), watertight::ConfigError>(())
-/// ```
-pub trait Classifier<T, E> {
-    /// The verdict on one outcome of the job.
-    fn verdict(&self, outcome: &Result<T, E>) -> Verdict;
-}
-
-/// The default classifier: `Ok` is a success, an `Err` is judged by its
-/// [`Classify`] implementation (for `ureq::Error` and `std::io::Error`:
-/// transport errors, timeouts and 5xx fail, 4xx is ignored; any other error
-/// type fails).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ByError;
-
-impl<T, E: Classify> Classifier<T, E> for ByError {
-    fn verdict(&self, outcome: &Result<T, E>) -> Verdict {
-        match outcome {
-            Ok(_) => Verdict::Success,
-            Err(e) => e.classify(),
-        }
-    }
-}
-
-impl<T, E, F> Classifier<T, E> for F
-where
-    F: Fn(&Result<T, E>) -> Verdict,
-{
-    fn verdict(&self, outcome: &Result<T, E>) -> Verdict {
-        self(outcome)
-    }
-}
 
 /// A [`CallBuilder`] making one attempt (the default).
 #[derive(Debug, Clone, Copy)]
@@ -198,13 +146,14 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
     ///
     /// Defaults to [`ByError`].
     pub fn classify<C2>(self, classify: C2) -> CallBuilder<'a, C2, R> {
-        CallBuilder {
-            dependency: self.dependency,
-            deadline: self.deadline,
-            priority: self.priority,
-            classify,
-            mode: PhantomData,
-        }
+        let CallBuilder { dependency, deadline, priority, .. } = self;
+        CallBuilder { dependency, deadline, priority, classify, mode: PhantomData }
+    }
+
+    /// The same options, for another way of calling.
+    fn into_mode<R2>(self) -> CallBuilder<'a, C, R2> {
+        let CallBuilder { dependency, deadline, priority, classify, .. } = self;
+        CallBuilder { dependency, deadline, priority, classify, mode: PhantomData }
     }
 }
 
@@ -237,13 +186,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
     pub fn retry(self) -> CallBuilder<'a, C, Retrying> {
-        CallBuilder {
-            dependency: self.dependency,
-            deadline: self.deadline,
-            priority: self.priority,
-            classify: self.classify,
-            mode: PhantomData,
-        }
+        self.into_mode()
     }
 
     /// Hedges with the dependency's [`Hedge`](super::Hedge) policy: when no
@@ -281,13 +224,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
     pub fn hedge(self) -> CallBuilder<'a, C, Hedging> {
-        CallBuilder {
-            dependency: self.dependency,
-            deadline: self.deadline,
-            priority: self.priority,
-            classify: self.classify,
-            mode: PhantomData,
-        }
+        self.into_mode()
     }
 
     /// Runs `job` once on a worker, through the breaker and under the

@@ -18,8 +18,8 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::attempt::{Ask, Attempt, Deadline, End, Form};
-use super::call::Classifier;
 use super::{Dependency, Inner, Priority};
+use crate::classify::Classifier;
 use crate::classify::Classify;
 use crate::error::{Error, Rejection, panic_message};
 use crate::pool::{CallContext, Submit};

@@ -1,14 +1,9 @@
 //! Hedged calls: [`CallBuilder::hedge`](super::CallBuilder::hedge), under
 //! their policy, [`Hedge`](super::Hedge).
 //!
-//! A hedged call makes its first attempt as any call does (it may queue and
-//! wait for room). If no acceptable answer has come after the hedge delay, a
-//! second attempt starts on another worker, and so on up to `max_hedges`.
-//! A hedge is made only when it cannot make an outage worse: a worker of
-//! the pool is idle right now (a hedge is never queued), the breaker is
-//! CLOSED, the adaptive limit and the rate limit grant it, the retry budget
-//! allows it (hedges and retries share it), and the caller's deadline
-//! leaves it at least the provider's normal latency.
+//! The first attempt is admitted as any blocking call's; each hedge is
+//! admitted as a [`Form::Hedge`], when it cannot make an outage worse (see
+//! `CallBuilder::hedge` for the conditions).
 //!
 //! # Who records what
 //!
@@ -38,8 +33,8 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::attempt::{Ask, Attempt, Deadline, End, Form, Refusal, drop_quietly};
-use super::call::Classifier;
 use super::{Dependency, Inner, Priority};
+use crate::classify::Classifier;
 use crate::classify::Verdict;
 use crate::error::{Error, Rejection, panic_message};
 use crate::pool::{CallContext, Left, Submit, Ticket};

@@ -53,7 +53,6 @@ mod config;
 mod detached;
 mod hedge;
 mod once;
-mod priority;
 mod retrying;
 #[cfg(test)]
 mod tests;
@@ -63,12 +62,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
-pub use self::call::{ByError, CallBuilder, Classifier, Hedging, Once, Retrying};
-pub use self::config::DependencyConfig;
+pub use self::call::{CallBuilder, Hedging, Once, Retrying};
 use self::config::Live;
-pub use self::priority::Priority;
 use crate::breaker::Breaker;
 use crate::classify::Classify;
+pub use crate::classify::{ByError, Classifier};
 use crate::clock::Clock;
 pub(crate) use crate::counts::Counters;
 pub use crate::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
@@ -82,7 +80,9 @@ use crate::limit::Limiter;
 use crate::listeners::Listeners;
 pub use crate::pool::Mode;
 use crate::pool::{CallContext, Pool};
+pub use crate::priority::Priority;
 use crate::retry::{JitterSource, Retry, RetryBudget};
+pub use crate::settings::DependencyConfig;
 
 /// One downstream dependency: its own circuit breaker, its own bounded worker
 /// pool, and a timeout on every call.
@@ -136,7 +136,7 @@ struct Inner {
     /// hang and stall thresholds and the time a hedge must have left.
     normal: crate::pool::Latency,
     /// Calls admitted by priority and not done (`priority.rs`).
-    occupancy: Arc<self::priority::Occupancy>,
+    occupancy: Arc<crate::priority::Occupancy>,
     /// The last events, for `recent_events`.
     ring: Arc<crate::events::EventRing>,
 }

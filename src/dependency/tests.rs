@@ -9,32 +9,30 @@ use std::time::{Duration, Instant};
 use super::Mode;
 use crate::{CallContext, Dependency, Error, Outcome, Rejection};
 
-/// Admissions, refusals and settlements, by dependency name.
+/// `[admitted, refused, settled]`, by dependency name.
 static TALLY: Mutex<Option<HashMap<String, [u32; 3]>>> = Mutex::new(None);
+
+pub(super) const ADMITTED: usize = 0;
+pub(super) const REFUSED: usize = 1;
+pub(super) const SETTLED: usize = 2;
 
 pub(super) fn tally(name: &str, which: usize) {
     let mut tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
     tally.get_or_insert_with(HashMap::new).entry(name.to_owned()).or_default()[which] += 1;
 }
 
-pub(super) const ADMITTED: usize = 0;
-pub(super) const REFUSED: usize = 1;
-pub(super) const SETTLED: usize = 2;
-
-/// `[admitted, refused, settled]` for `name`.
-fn read(name: &str) -> [u32; 3] {
-    let tally = TALLY.lock().unwrap_or_else(|e| e.into_inner());
-    tally.as_ref().and_then(|t| t.get(name).copied()).unwrap_or_default()
-}
-
-/// Waits (bounded) until `name` has `settled` settlements: a worker may
-/// settle a moment after the caller has its answer.
-fn settled_soon(name: &str, settled: u32) -> [u32; 3] {
+/// The tallies of `name`, once it has `settled` settlements (a worker may
+/// settle a moment after the caller has its answer; bounded wait).
+fn read(name: &str, settled: u32) -> [u32; 3] {
     let until = Instant::now() + Duration::from_secs(10);
-    while read(name)[SETTLED] < settled && Instant::now() < until {
+    loop {
+        let now = TALLY.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|t| t.get(name).copied());
+        let now = now.unwrap_or_default();
+        if now[SETTLED] >= settled || Instant::now() >= until {
+            return now;
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
-    read(name)
 }
 
 fn ok(_: &CallContext) -> Result<u32, std::io::Error> {
@@ -51,12 +49,12 @@ fn once_is_one_admission_and_one_settlement() {
     for _ in 0..5 {
         assert_eq!(dep.call(ok).unwrap(), 7);
     }
-    assert_eq!(read("kind-once"), [5, 0, 5]);
+    assert_eq!(read("kind-once", 5), [5, 0, 5]);
     assert_eq!(dep.snapshot().calls.successful, 5);
     // A refusal is admission's answer, with nothing to settle.
     let late = dep.with().deadline(Instant::now()).call(ok);
     assert_eq!(late.unwrap_err().rejection(), Some(Rejection::DeadlineUnmeetable));
-    assert_eq!(read("kind-once"), [5, 1, 5]);
+    assert_eq!(read("kind-once", 5), [5, 1, 5]);
 }
 
 #[test]
@@ -74,7 +72,7 @@ fn each_retry_is_an_attempt_of_its_own() {
         .unwrap();
     let answer = dep.with().retry().call(reset);
     assert!(matches!(answer, Err(Error::Failed(_))));
-    assert_eq!(read("kind-retry"), [3, 0, 3]);
+    assert_eq!(read("kind-retry", 3), [3, 0, 3]);
     let calls = dep.snapshot().calls;
     assert_eq!((calls.failed, calls.retried), (3, 2));
 }
@@ -94,7 +92,7 @@ fn a_hedge_is_a_second_attempt_settled_once() {
     });
     assert_eq!(answer.unwrap(), 2);
     // The loser is settled on its worker when it returns.
-    assert_eq!(settled_soon("kind-hedge", 2), [2, 0, 2]);
+    assert_eq!(read("kind-hedge", 2), [2, 0, 2]);
     let calls = dep.snapshot().calls;
     assert_eq!((calls.successful, calls.hedged, calls.hedges_won), (2, 1, 1));
 }
@@ -107,7 +105,7 @@ fn a_detached_call_is_settled_on_its_worker() {
         .spawn_with(move |answer: Result<u32, Error<std::io::Error>>| tx.send(answer.is_ok()).unwrap(), ok)
         .unwrap();
     assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap());
-    assert_eq!(settled_soon("kind-detached", 1), [1, 0, 1]);
+    assert_eq!(read("kind-detached", 1), [1, 0, 1]);
     assert_eq!(dep.snapshot().calls.successful, 1);
 }
 
@@ -119,11 +117,11 @@ fn caller_thread_mode_runs_the_attempt_where_it_stands() {
         dep.call(move |_: &CallContext| Ok::<_, std::io::Error>(std::thread::current().id())).unwrap();
     assert_eq!(ran_on, here);
     assert!(dep.call(reset).is_err());
-    assert_eq!(read("kind-caller"), [2, 0, 2]);
+    assert_eq!(read("kind-caller", 2), [2, 0, 2]);
     let calls = dep.snapshot().calls;
     assert_eq!((calls.successful, calls.failed), (1, 1));
     // A detached call has no worker here: refused by admission, counted once.
     assert_eq!(dep.spawn(ok), Err(Rejection::QueueFull));
-    assert_eq!(read("kind-caller"), [2, 1, 2]);
+    assert_eq!(read("kind-caller", 2), [2, 1, 2]);
     assert_eq!(dep.snapshot().calls.get(Outcome::QueueFull), 1);
 }

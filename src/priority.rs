@@ -55,14 +55,14 @@ impl Priority {
 
 /// The calls of a pool that are admitted and not done yet.
 #[derive(Debug, Default)]
-pub(super) struct Occupancy {
+pub(crate) struct Occupancy {
     occupied: AtomicUsize,
 }
 
 /// One admitted call's place; dropping it (when the job returns, or is
 /// dropped unrun) gives the place back.
 #[derive(Debug)]
-pub(super) struct Place(Arc<Occupancy>);
+pub(crate) struct Place(Arc<Occupancy>);
 
 impl Drop for Place {
     fn drop(&mut self) {
@@ -85,7 +85,7 @@ fn ceiling(priority: Priority, workers: usize, queue: usize, reserved: usize) ->
 impl Occupancy {
     /// A place for a call of `priority`, or `None` when its ceiling is
     /// reached: decided by one compare-and-swap.
-    pub(super) fn admit(
+    pub(crate) fn admit(
         self: &Arc<Self>,
         priority: Priority,
         workers: usize,
@@ -101,7 +101,7 @@ impl Occupancy {
 
     /// Calls admitted and not done.
     #[cfg(test)]
-    pub(super) fn occupied(&self) -> usize {
+    pub(crate) fn occupied(&self) -> usize {
         self.occupied.load(Ordering::Acquire)
     }
 }
