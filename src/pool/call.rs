@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::Shared;
-use super::context::CallContext;
+use super::context::{CallContext, Owner};
 use super::slot::Slot;
 use super::stall::RunningMark;
 use super::ticket::Waitable;
@@ -88,9 +88,8 @@ pub(crate) struct Call<F, T, E> {
     /// First, so its padded state shares its line only with the `Arc`'s
     /// counts, which change at submission and at the very end.
     slot: Slot<Reply<T, E>>,
+    /// Holds the pool's `Arc` (its counters and its queue) for the call.
     ctx: CallContext,
-    /// The pool's counters and its queue.
-    shared: Arc<Shared>,
     /// `Some` until a worker takes it to run, or until a rejected submission
     /// takes it back (by value, through `Arc::try_unwrap`). The lock is taken
     /// once per call, by one thread: uncontended.
@@ -117,13 +116,17 @@ where
         job: F,
     ) -> Self {
         Call {
-            ctx: CallContext::new(Arc::clone(&shared.name), deadline, attempt),
-            shared,
+            ctx: CallContext::new(Owner::Pool(shared), deadline, attempt),
             slot: Slot::new(),
             job: parking_lot::Mutex::new(Some(job)),
             submitted,
             began: AtomicU64::new(0),
         }
+    }
+
+    /// The pool the call was submitted to.
+    fn shared(&self) -> &Shared {
+        self.ctx.pool().expect("a pool's call has a pool's context")
     }
 
     /// The job back out of a call that was never queued.
@@ -160,7 +163,7 @@ where
     E: Send + 'static,
 {
     fn run(&self, running: &RunningMark) -> Option<Ran> {
-        let shared = &*self.shared;
+        let shared = self.shared();
         let stats = &shared.stats;
         // The worker counted itself `busy` when it took this call off the
         // queue. Every path below stops counting it, and counts the outcome,
@@ -234,7 +237,7 @@ where
     }
 
     fn discard(&self) {
-        self.shared.stats.workers.expired.fetch_add(1, Relaxed);
+        self.shared().stats.workers.expired.fetch_add(1, Relaxed);
         if let Err(reply) = self.slot.answer(Err(Error::Rejected(Rejection::ShuttingDown))) {
             drop_quietly(reply);
         }
@@ -282,7 +285,7 @@ where
     }
 
     fn shared(&self) -> &Shared {
-        &self.shared
+        Call::shared(self)
     }
 
     fn began(&self) -> Option<Instant> {

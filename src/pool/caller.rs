@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::context::Owner;
 use super::{CallContext, Pool, PoolStats, Semaphore};
 use crate::error::{ConfigError, Rejection};
 
@@ -102,7 +103,7 @@ impl CallerThread {
         if began >= deadline {
             return Err(Rejection::DeadlineUnmeetable);
         }
-        let ctx = CallContext::new(Arc::clone(&self.name), deadline, attempt);
+        let ctx = CallContext::new(Owner::Caller(Arc::clone(&self.name)), deadline, attempt);
         // The permit is released by its guard when this returns, a panic included.
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx)));
         Ok((ran, began, Instant::now()))

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use super::Shared;
+
 /// What a running job knows about its call.
 ///
 /// A job receives `&CallContext`. Use [`remaining`](CallContext::remaining)
@@ -32,15 +34,31 @@ pub struct CallContext {
     /// Set (after the slot has moved to `ABANDONED`) when the caller gives up
     /// while the job runs. Advisory, so `Relaxed`: it publishes nothing else.
     cancelled: AtomicBool,
-    /// The pool's (the dependency's) name.
-    name: Arc<str>,
+    /// Whose call it is: a pool's (which also gives the call its counters,
+    /// at no extra reference count per call), or a caller-thread
+    /// dependency's, which has only a name.
+    owner: Owner,
+}
+
+/// The owner of a [`CallContext`].
+pub(crate) enum Owner {
+    Pool(Arc<Shared>),
+    Caller(Arc<str>),
 }
 
 impl CallContext {
     /// The context of one attempt: on a pool's worker, or on the caller's own
     /// thread (a dependency in caller-thread mode, which no caller can abandon).
-    pub(crate) fn new(name: Arc<str>, deadline: Instant, attempt: u32) -> CallContext {
-        CallContext { deadline, attempt, cancelled: AtomicBool::new(false), name }
+    pub(crate) fn new(owner: Owner, deadline: Instant, attempt: u32) -> CallContext {
+        CallContext { deadline, attempt, cancelled: AtomicBool::new(false), owner }
+    }
+
+    /// The pool of a call submitted to one (`None` on a caller's thread).
+    pub(super) fn pool(&self) -> Option<&Shared> {
+        match &self.owner {
+            Owner::Pool(shared) => Some(shared),
+            Owner::Caller(_) => None,
+        }
     }
 
     /// The instant by which the caller wants the answer. Queue wait counts:
@@ -70,7 +88,10 @@ impl CallContext {
 
     /// The name of the pool (the dependency) running the job.
     pub fn dependency(&self) -> &str {
-        &self.name
+        match &self.owner {
+            Owner::Pool(shared) => &shared.name,
+            Owner::Caller(name) => name,
+        }
     }
 
     /// Tells a running job that its caller has gone.
