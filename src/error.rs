@@ -7,156 +7,142 @@ use std::time::Duration;
 
 use crate::classify::Verdict;
 
-/// Why a call was turned away before the dependency was asked anything.
-///
-/// A rejection is never an outcome of the provider: it is never recorded as a
-/// failure by a breaker and never retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Rejection {
-    /// The circuit breaker permits no call: it is OPEN (or FORCED_OPEN), or
-    /// HALF_OPEN with every probe slot taken. The provider is not called.
-    /// Resilience4j's name for it, and its label: `not_permitted`.
-    NotPermitted,
-    /// Every worker is busy and the bounded queue is full.
-    QueueFull,
-    /// The work already queued is estimated to take longer than the call's
-    /// remaining deadline, so queueing it could only end in a timeout; also
-    /// the answer when the deadline has already passed at submission.
-    DeadlineUnmeetable,
-    /// The pool is shutting down (or has shut down) and admits nothing more;
-    /// also the answer for queued work that shutdown could not run in time.
-    ShuttingDown,
-    /// The dependency's adaptive concurrency limit
-    /// ([`DependencyBuilder::adaptive_limit`](crate::DependencyBuilder::adaptive_limit))
-    /// is reached: the provider is slower than its baseline, and more calls
-    /// would only hold more request threads. Never recorded by the breaker.
-    LimitExceeded,
-    /// The dependency's rate limit
-    /// ([`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit))
-    /// has no permit free within the caller's deadline and its `max_wait`.
-    /// A blocking call's error, [`Error::RateLimited`], says when one would
-    /// be. Never recorded by the breaker.
-    RateLimited,
-    /// Turned away for its [`Priority`](crate::dependency::Priority): the
-    /// pool is under pressure, and what room is left is kept for calls of a
-    /// higher priority (a sheddable call finds no idle worker, or a normal
-    /// one would take the share reserved for critical calls). Never recorded
-    /// by the breaker.
-    Shed,
-}
-
-impl Rejection {
-    /// Every rejection, in the order of [`Outcome::ALL`].
-    pub const ALL: [Rejection; 7] = [
-        Rejection::NotPermitted,
-        Rejection::QueueFull,
-        Rejection::DeadlineUnmeetable,
-        Rejection::ShuttingDown,
-        Rejection::LimitExceeded,
-        Rejection::RateLimited,
-        Rejection::Shed,
-    ];
-
-    /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
-    /// `kind` label of `watertight_calls_total`, and in JSON
-    /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
-    /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`, `"shed"`).
-    pub fn as_str(&self) -> &'static str {
-        self.outcome().as_str()
-    }
-
-    /// The outcome a call rejected this way is counted under.
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            Rejection::NotPermitted => Outcome::NotPermitted,
-            Rejection::QueueFull => Outcome::QueueFull,
-            Rejection::DeadlineUnmeetable => Outcome::DeadlineUnmeetable,
-            Rejection::ShuttingDown => Outcome::ShuttingDown,
-            Rejection::LimitExceeded => Outcome::LimitExceeded,
-            Rejection::RateLimited => Outcome::RateLimited,
-            Rejection::Shed => Outcome::Shed,
+/// One table, two types: every rejection is written once, with its label and
+/// its message, and [`Outcome`] is derived from it (the provider's own
+/// outcomes, then one outcome per rejection, of the same name and label).
+macro_rules! outcomes {
+    (
+        $(#[$rmeta:meta])* pub enum Rejection {
+            $( $(#[$rdoc:meta])* $r:ident = $rlabel:literal, $rtext:literal; )*
         }
-    }
+        $(#[$ometa:meta])* pub enum Outcome {
+            $( $(#[$odoc:meta])* $o:ident = $olabel:literal; )*
+        }
+    ) => {
+        $(#[$rmeta])*
+        pub enum Rejection {
+            $( $(#[$rdoc])* $r, )*
+        }
+
+        $(#[$ometa])*
+        pub enum Outcome {
+            $( $(#[$odoc])* $o, )*
+            $( #[doc = concat!("[`Rejection::", stringify!($r), "`].")] $r, )*
+        }
+
+        impl Rejection {
+            /// Every rejection, in the order of [`Outcome::ALL`].
+            pub const ALL: [Rejection; [$(Rejection::$r),*].len()] = [$(Rejection::$r),*];
+
+            /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
+            /// `kind` label of `watertight_calls_total`, and in JSON
+            /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
+            /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`, `"shed"`).
+            pub fn as_str(&self) -> &'static str {
+                match self { $( Rejection::$r => $rlabel, )* }
+            }
+
+            /// The outcome a call rejected this way is counted under.
+            pub fn outcome(&self) -> Outcome {
+                match self { $( Rejection::$r => Outcome::$r, )* }
+            }
+        }
+
+        impl Outcome {
+            /// Every outcome, in a fixed order (the order of the `kind` samples).
+            pub const ALL: [Outcome; [$(Outcome::$o),*].len() + Rejection::ALL.len()] =
+                [$(Outcome::$o,)* $(Outcome::$r,)*];
+
+            /// Its stable, lower-case label.
+            pub fn as_str(&self) -> &'static str {
+                match self {
+                    $( Outcome::$o => $olabel, )*
+                    $( Outcome::$r => $rlabel, )*
+                }
+            }
+
+            /// The rejection this outcome stands for, if it is one.
+            pub fn rejection(&self) -> Option<Rejection> {
+                match self {
+                    $( Outcome::$r => Some(Rejection::$r), )*
+                    _ => None,
+                }
+            }
+        }
+
+        impl fmt::Display for Rejection {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $( Rejection::$r => $rtext, )* })
+            }
+        }
+    };
 }
 
-/// What one attempt ended in: exactly one per attempt, and the one word that
-/// names it everywhere (the `kind` label of `watertight_calls_total`, the
-/// fields of `CallCounts`, and the JSON of the checkout example).
-///
-/// The first five are what the provider did (as the classifier judged it);
-/// the last six are the rejections, where the provider was never asked.
-/// Resilience4j's words where it has them (`successful`, `failed`,
-/// `ignored`, `not_permitted`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// The job returned an outcome its classifier called a success.
-    Successful,
-    /// The job returned an outcome its classifier called a failure.
-    Failed,
-    /// The job returned an outcome its classifier ignored (a 4xx).
-    Ignored,
-    /// No answer within the attempt's deadline.
-    TimedOut,
-    /// The job panicked.
-    Panicked,
-    /// [`Rejection::NotPermitted`]: the breaker turned the call away.
-    NotPermitted,
-    /// [`Rejection::QueueFull`].
-    QueueFull,
-    /// [`Rejection::DeadlineUnmeetable`].
-    DeadlineUnmeetable,
-    /// [`Rejection::ShuttingDown`].
-    ShuttingDown,
-    /// [`Rejection::LimitExceeded`].
-    LimitExceeded,
-    /// [`Rejection::RateLimited`].
-    RateLimited,
-    /// [`Rejection::Shed`].
-    Shed,
+outcomes! {
+    /// Why a call was turned away before the dependency was asked anything.
+    ///
+    /// A rejection is never an outcome of the provider: it is never recorded as a
+    /// failure by a breaker and never retried.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Rejection {
+        /// The circuit breaker permits no call: it is OPEN (or FORCED_OPEN), or
+        /// HALF_OPEN with every probe slot taken. The provider is not called.
+        /// Resilience4j's name for it, and its label: `not_permitted`.
+        NotPermitted = "not_permitted", "the circuit breaker permits no call";
+        /// Every worker is busy and the bounded queue is full.
+        QueueFull = "queue_full", "the worker pool and its queue are full";
+        /// The work already queued is estimated to take longer than the call's
+        /// remaining deadline, so queueing it could only end in a timeout; also
+        /// the answer when the deadline has already passed at submission.
+        DeadlineUnmeetable = "deadline_unmeetable", "the queued work would outlast the deadline";
+        /// The pool is shutting down (or has shut down) and admits nothing more;
+        /// also the answer for queued work that shutdown could not run in time.
+        ShuttingDown = "shutting_down", "the worker pool is shutting down";
+        /// The dependency's adaptive concurrency limit
+        /// ([`DependencyBuilder::adaptive_limit`](crate::DependencyBuilder::adaptive_limit))
+        /// is reached: the provider is slower than its baseline, and more calls
+        /// would only hold more request threads. Never recorded by the breaker.
+        LimitExceeded = "limit_exceeded", "the adaptive concurrency limit is reached";
+        /// The dependency's rate limit
+        /// ([`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit))
+        /// has no permit free within the caller's deadline and its `max_wait`.
+        /// A blocking call's error, [`Error::RateLimited`], says when one would
+        /// be. Never recorded by the breaker.
+        RateLimited = "rate_limited", "the rate limit has no permit free in time";
+        /// Turned away for its [`Priority`](crate::dependency::Priority): the
+        /// pool is under pressure, and what room is left is kept for calls of a
+        /// higher priority (a sheddable call finds no idle worker, or a normal
+        /// one would take the share reserved for critical calls). Never recorded
+        /// by the breaker.
+        Shed = "shed", "shed for its priority: the room left is kept for higher ones";
+    }
+
+    /// What one attempt ended in: exactly one per attempt, and the one word that
+    /// names it everywhere (the `kind` label of `watertight_calls_total`, the
+    /// fields of `CallCounts`, and the JSON of the checkout example).
+    ///
+    /// The first five are what the provider did (as the classifier judged it);
+    /// the others are the rejections, one for each [`Rejection`], of the same
+    /// name and label, where the provider was never asked. Resilience4j's words
+    /// where it has them (`successful`, `failed`, `ignored`, `not_permitted`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Outcome {
+        /// The job returned an outcome its classifier called a success.
+        Successful = "successful";
+        /// The job returned an outcome its classifier called a failure.
+        Failed = "failed";
+        /// The job returned an outcome its classifier ignored (a 4xx).
+        Ignored = "ignored";
+        /// No answer within the attempt's deadline.
+        TimedOut = "timed_out";
+        /// The job panicked.
+        Panicked = "panicked";
+    }
 }
 
 impl Outcome {
-    /// Every outcome, in a fixed order (the order of the `kind` samples).
-    pub const ALL: [Outcome; 12] = [
-        Outcome::Successful,
-        Outcome::Failed,
-        Outcome::Ignored,
-        Outcome::TimedOut,
-        Outcome::Panicked,
-        Outcome::NotPermitted,
-        Outcome::QueueFull,
-        Outcome::DeadlineUnmeetable,
-        Outcome::ShuttingDown,
-        Outcome::LimitExceeded,
-        Outcome::RateLimited,
-        Outcome::Shed,
-    ];
-
-    /// Its stable, lower-case label.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Outcome::Successful => "successful",
-            Outcome::Failed => "failed",
-            Outcome::Ignored => "ignored",
-            Outcome::TimedOut => "timed_out",
-            Outcome::Panicked => "panicked",
-            Outcome::NotPermitted => "not_permitted",
-            Outcome::QueueFull => "queue_full",
-            Outcome::DeadlineUnmeetable => "deadline_unmeetable",
-            Outcome::ShuttingDown => "shutting_down",
-            Outcome::LimitExceeded => "limit_exceeded",
-            Outcome::RateLimited => "rate_limited",
-            Outcome::Shed => "shed",
-        }
-    }
-
-    /// The rejection this outcome stands for, if it is one.
-    pub fn rejection(&self) -> Option<Rejection> {
-        Rejection::ALL.into_iter().find(|r| r.outcome() == *self)
-    }
-
     /// The outcome of a job that ran and was judged `verdict`.
     pub(crate) fn of_verdict(verdict: Verdict) -> Outcome {
         match verdict {
@@ -170,20 +156,6 @@ impl Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Display for Rejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Rejection::NotPermitted => "the circuit breaker permits no call",
-            Rejection::QueueFull => "the worker pool and its queue are full",
-            Rejection::DeadlineUnmeetable => "the queued work would outlast the deadline",
-            Rejection::ShuttingDown => "the worker pool is shutting down",
-            Rejection::LimitExceeded => "the adaptive concurrency limit is reached",
-            Rejection::RateLimited => "the rate limit has no permit free in time",
-            Rejection::Shed => "shed for its priority: the room left is kept for higher ones",
-        })
     }
 }
 
