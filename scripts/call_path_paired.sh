@@ -5,11 +5,14 @@
 # Prints each round's medians and the median of the per-round ratios
 # (after / before; below 1.00 is faster).
 #
-#   scripts/call_path_paired.sh [BEFORE_COMMIT] [ROUNDS]
+#   scripts/call_path_paired.sh [BEFORE_COMMIT] [ROUNDS] [FILTER]
+#
+# FILTER (a criterion filter, e.g. `dependency/back_to_back`) runs only the ids it matches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before_rev=${1:-6e22f88}
 rounds=${2:-5}
+filter=${3:-}
 before=target/before-$before_rev
 if [ ! -d "$before" ]; then
     git worktree add --detach "$before" "$before_rev" >/dev/null
@@ -22,7 +25,8 @@ cargo bench --bench call_path --no-run -q 2>/dev/null
 out=target/call-path-paired
 rm -rf "$out" && mkdir -p "$out"
 run() { # side dir round
-    (cd "$2" && cargo bench -q --bench call_path -- --noplot >/dev/null 2>&1)
+    rm -rf "$2/target/criterion"
+    (cd "$2" && cargo bench -q --bench call_path -- --noplot $filter >/dev/null 2>&1)
     python3 - "$2/target/criterion" "$out/$1-$3.json" <<'PY'
 import json, pathlib, sys
 root, dest = pathlib.Path(sys.argv[1]), sys.argv[2]

@@ -85,7 +85,7 @@ fn ceiling(priority: Priority, workers: usize, queue: usize, reserved: usize) ->
 impl Occupancy {
     /// A place for a call of `priority`, or `None` when its ceiling is
     /// reached: decided by one compare-and-swap.
-    pub(crate) fn admit(
+    pub(crate) fn take(
         self: &Arc<Self>,
         priority: Priority,
         workers: usize,
@@ -114,24 +114,24 @@ mod tests {
     fn sheddable_goes_first_then_normal_and_the_share_stays_for_critical() {
         // 4 workers, a queue of 2, 1 place reserved.
         let o = Arc::new(Occupancy::default());
-        let admit = |p| o.admit(p, 4, 2, 1);
-        let mut held: Vec<Place> = (0..3).map(|_| admit(Priority::Sheddable).expect("below 3")).collect();
-        assert!(admit(Priority::Sheddable).is_none(), "a sheddable call would take the 4th worker");
-        held.extend((0..2).map(|_| admit(Priority::Normal).expect("below 5")));
-        assert!(admit(Priority::Normal).is_none(), "the last place is reserved");
-        held.push(admit(Priority::Critical).expect("the reserved place"));
+        let take = |p| o.take(p, 4, 2, 1);
+        let mut held: Vec<Place> = (0..3).map(|_| take(Priority::Sheddable).expect("below 3")).collect();
+        assert!(take(Priority::Sheddable).is_none(), "a sheddable call would take the 4th worker");
+        held.extend((0..2).map(|_| take(Priority::Normal).expect("below 5")));
+        assert!(take(Priority::Normal).is_none(), "the last place is reserved");
+        held.push(take(Priority::Critical).expect("the reserved place"));
         assert_eq!(o.occupied(), 6);
         drop(held);
         assert_eq!(o.occupied(), 0);
-        assert!(admit(Priority::Sheddable).is_some(), "with room, every priority is admitted");
+        assert!(take(Priority::Sheddable).is_some(), "with room, every priority is admitted");
     }
 
     #[test]
     fn no_reserve_means_no_difference_but_sheddable_never_queues() {
         let o = Arc::new(Occupancy::default());
         // Waiters for room included: normal calls are the pool's to bound.
-        let held: Vec<Place> = (0..9).map(|_| o.admit(Priority::Normal, 4, 2, 0).expect("room")).collect();
+        let held: Vec<Place> = (0..9).map(|_| o.take(Priority::Normal, 4, 2, 0).expect("room")).collect();
         assert_eq!(held.len(), 9);
-        assert!(o.admit(Priority::Sheddable, 4, 2, 0).is_none());
+        assert!(o.take(Priority::Sheddable, 4, 2, 0).is_none());
     }
 }

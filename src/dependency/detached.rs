@@ -135,11 +135,11 @@ impl Dependency {
                 let Some(answer) = pending.answer.take() else { return Ok(()) };
                 match ran {
                     Ok(result) => {
-                        answer.settle(End::Returned(result), Some(began), ended);
+                        answer.finish(End::Returned(result), Some(began), ended);
                         Ok(())
                     }
                     Err(payload) => {
-                        answer.settle(End::Panicked(panic_message(payload.as_ref())), Some(began), ended);
+                        answer.finish(End::Panicked(panic_message(payload.as_ref())), Some(began), ended);
                         // Caught again by the pool, which counts it among its own panics.
                         resume_unwind(payload)
                     }
@@ -210,7 +210,7 @@ where
             // would have had; before it, shutdown discarded it.
             let ended = Instant::now();
             let end = if ended >= answer.attempt.deadline.at { End::TimedOut } else { End::Discarded };
-            answer.settle(end, None, ended);
+            answer.finish(end, None, ended);
         }
     }
 }
@@ -220,8 +220,8 @@ where
     C: Classifier<T, E>,
     D: FnOnce(Result<T, Error<E>>),
 {
-    /// Settles the attempt, then calls `on_done`.
-    fn settle(self, end: End<T, E>, began: Option<Instant>, ended: Instant) {
+    /// Settles the attempt, then hands its answer to `on_done`.
+    fn finish(self, end: End<T, E>, began: Option<Instant>, ended: Instant) {
         let Answer { dependency, attempt, classify, on_done, .. } = self;
         let inner = dependency.upgrade();
         let judge = |r: &Result<T, E>| classify.verdict(r);

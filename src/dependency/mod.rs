@@ -16,7 +16,7 @@
 //!   dependency/once.rs     once -> attempt: the blocking driver
 //!   dependency/attempt.rs  Inner::admit: deadline, rate, breaker, limit, place
 //!   breaker/acquire.rs       Breaker::try_acquire_owned (CLOSED: one atomic load)
-//!   dependency/priority.rs   Occupancy::admit (one compare-and-swap)
+//!   priority.rs              Occupancy::take: the place (one compare-and-swap)
 //!   pool/submit.rs           Pool::submit: deadline-aware admission, the queue
 //!   pool/call.rs, context.rs   the call's one allocation: job, context, reply slot
 //!   pool/queue.rs              hand-off to an idle worker (or queue)
@@ -30,6 +30,11 @@
 //!                          (pool/latency.rs), the counts (counts.rs), the
 //!                          breaker (breaker/permit.rs -> machine.rs -> window.rs)
 //! ```
+//!
+//! Besides these, the path reads the live settings (`dependency/config.rs`),
+//! spins and parks through `sync.rs`, marks the worker busy in
+//! `pool/stall.rs`, records into `histogram/mod.rs` and, with the `tracing`
+//! feature, enters a span (`trace.rs`): 23 files in all.
 //!
 //! A refusal at any step of admission is counted, logged and announced
 //! there, once; what the attempt had taken (its permits, its place) is given
