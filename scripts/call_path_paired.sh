@@ -8,6 +8,9 @@
 #   scripts/call_path_paired.sh [BEFORE_COMMIT] [ROUNDS] [FILTER]
 #
 # FILTER (a criterion filter, e.g. `dependency/back_to_back`) runs only the ids it matches.
+# PIN=<cpu> runs both sides on that one CPU (`taskset`): the caller and the worker then take
+# turns on one core, which takes the wake-up's core out of the figure and leaves the cost of
+# the path itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before_rev=${1:-6e22f88}
@@ -26,7 +29,9 @@ out=target/call-path-paired
 rm -rf "$out" && mkdir -p "$out"
 run() { # side dir round
     rm -rf "$2/target/criterion"
-    (cd "$2" && cargo bench -q --bench call_path -- --noplot $filter >/dev/null 2>&1)
+    local pin=()
+    [ -n "${PIN:-}" ] && pin=(taskset -c "$PIN")
+    (cd "$2" && "${pin[@]}" cargo bench -q --bench call_path -- --noplot $filter >/dev/null 2>&1)
     python3 - "$2/target/criterion" "$out/$1-$3.json" <<'PY'
 import json, pathlib, sys
 root, dest = pathlib.Path(sys.argv[1]), sys.argv[2]
