@@ -134,8 +134,11 @@ pub(super) struct Attempt {
 
 /// How an attempt ended.
 pub(super) enum End<T, E> {
-    /// The job returned this.
+    /// The job returned this (after its deadline, it is a timeout).
     Returned(Result<T, E>),
+    /// The job returned this, and the pool handed it over before the
+    /// deadline (however late the caller's thread woke to read it).
+    InTime(Result<T, E>),
     /// The job panicked, with this message.
     Panicked(String),
     /// No answer by the deadline: still queued, or still running.
@@ -362,10 +365,6 @@ impl Attempt {
     {
         let Attempt { permit, limit, place, deadline, called, start, .. } = self;
         drop(place);
-        #[cfg(test)]
-        if let Some(inner) = inner {
-            super::tests::tally(&inner.name, super::tests::SETTLED);
-        }
         let waited = ended.saturating_duration_since(called);
         // How long the provider had the call: until the deadline cut it
         // short, not until a thread happened to wake up after it.
@@ -376,7 +375,7 @@ impl Attempt {
                 drop_quietly(result);
                 (Err(Error::Timeout { waited }), timeout(had), Outcome::TimedOut)
             }
-            End::Returned(result) => match classified(classify, result) {
+            End::Returned(result) | End::InTime(result) => match classified(classify, result) {
                 // The job's own timeout at the attempt's deadline (ureq's, set
                 // by `with_deadline`) is the caller's timeout, whichever fired
                 // first: one event, one outcome, the same cut-short judgement.
@@ -421,6 +420,10 @@ impl Attempt {
         if outcome == Outcome::TimedOut {
             inner.announce_timeout(waited);
         }
+        // Tallied once everything above is recorded, so that a test reading
+        // the counts after the tally sees them.
+        #[cfg(test)]
+        super::tests::tally(&inner.name, super::tests::SETTLED);
         (result, Some(verdict))
     }
 }

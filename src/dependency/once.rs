@@ -65,8 +65,9 @@ impl Dependency {
                 let ticket = pool.submit(how, job)?;
                 let (answer, began) = ticket.wait_timed();
                 let end = match answer {
-                    Ok(value) => End::Returned(Ok(value)),
-                    Err(Error::Failed(e)) => End::Returned(Err(e)),
+                    // The pool answered before the deadline, however late this thread woke.
+                    Ok(value) => End::InTime(Ok(value)),
+                    Err(Error::Failed(e)) => End::InTime(Err(e)),
                     Err(Error::Panicked(msg)) => End::Panicked(msg),
                     Err(Error::Timeout { .. }) => End::TimedOut,
                     // Shutdown answered a queued job: not the provider's doing.
