@@ -143,14 +143,27 @@ impl PoolBuilder {
     /// zero: refused at once with `QueueFull`. At most one minute.
     ///
     /// A short wait lets a healthy burst through a small pool instead of
-    /// turning it away: callers of a 5 ms provider that find every worker
-    /// busy wait a few milliseconds for one, not a whole timeout. A waiting
-    /// submission holds its caller's thread, but only for `max_wait` (or
-    /// until its deadline, whichever is first), never for the call's
-    /// timeout: while a provider hangs, waiters are refused after
-    /// `max_wait`, and the request threads they held come back.
+    /// turning it away. Admission is by time, not by a count of waiters:
+    ///
+    /// - A caller joins the line when the wait it can expect fits `max_wait`
+    ///   and its deadline. The expectation is the pool's recent mean run
+    ///   time times the rounds of `workers` calls that must finish first (the
+    ///   calls queued and waiting ahead of it). A caller whose wait would
+    ///   pass `max_wait` is refused `QueueFull` at once; before the pool has
+    ///   timed any call, `max_wait` alone bounds the wait.
+    /// - Nobody waits in a line that does not move: once every worker has
+    ///   been inside its call for three times the provider's normal latency
+    ///   (RFC 6298's `srtt + 4 x rttvar` over recent run times; at least
+    ///   20 ms, 150 ms before the first timed call) with none finished, new
+    ///   callers are refused and the waiters leave. In a hang, a waiter
+    ///   holds its request thread for tens of milliseconds, not `max_wait`.
+    /// - In a brownout the mean grows past `max_wait`, new waiters are
+    ///   refused, and the callers held shrink back to `workers + queue`.
+    ///
+    /// Size it for a burst by its drain time: `callers / workers x latency`
+    /// (24 callers of a 30 ms provider on 8 workers: 90 ms).
     /// [`Registry::check_capacity`](crate::Registry::check_capacity) counts
-    /// them as short holds.
+    /// waiters as short holds.
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = wait;
         self

@@ -109,6 +109,21 @@ pub enum Refused {
     Closed,
 }
 
+/// What a submission waiting for room asks of its pool: whether it may
+/// join the line, and whether the line still moves. The queue holds no
+/// clock and no estimate; the pool answers these (`submit.rs`).
+pub trait Line {
+    /// The latest moment to wait until.
+    fn until(&self) -> Instant;
+    /// Under the queue lock, once: whether a caller with `ahead` calls in
+    /// front of it (queued, or waiting for room), in a queue of `capacity`
+    /// on `workers` workers, may wait; `Some(when to look again)` if so.
+    fn admit(&mut self, ahead: usize, capacity: usize, workers: usize, now: Instant) -> Option<Instant>;
+    /// Outside the lock, when that moment comes: `None` to give up (the
+    /// line has stopped moving), else when to look again.
+    fn recheck(&mut self, now: Instant) -> Option<Instant>;
+}
+
 /// How an accepted job went in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accepted {
@@ -242,53 +257,62 @@ impl<J> Queue<J> {
         Ok(Accepted::Handed)
     }
 
-    /// [`push`](Self::push), waiting (parked) until `until` for room when
-    /// the pool is full. `waiting` is raised while it waits; when it already
-    /// counts as many waiters as there are workers, a full pool refuses at
-    /// once.
+    /// [`push`](Self::push), waiting (parked) for room when the pool is
+    /// full, as `line` allows. `waiting` is raised while it waits (only
+    /// under this lock, so `line.admit` reads an exact count).
     pub fn push_until(
         &self,
         mut job: J,
-        until: Instant,
+        line: &mut dyn Line,
         busy: &AtomicUsize,
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {
-        let mut registered = false;
+        // `Some` once registered as a waiter: when to ask `line` again.
+        let mut check: Option<Instant> = None;
         let result = loop {
             match self.push(job, busy) {
                 Err((Refused::Full, j)) => job = j,
                 done => break done,
+            }
+            // Outside the lock: whether the line still moves.
+            let now = Instant::now();
+            if let Some(at) = check
+                && now >= at
+            {
+                match line.recheck(now) {
+                    Some(next) => check = Some(next),
+                    None => break Err((Refused::Full, job)),
+                }
+            }
+            if now >= line.until() {
+                break Err((Refused::Full, job));
             }
             let mut st = self.state.lock();
             // Room may have come between the two locks: try again at once.
             if st.has_room(busy.load(std::sync::atomic::Ordering::Relaxed)) || !st.open {
                 continue;
             }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break Err((Refused::Full, job));
-            }
-            if !registered {
-                // At most one waiter per worker: each worker that comes back
-                // lets one in, and more would wait for room that cannot come
-                // within one run. Raised only under this lock, so the bound
-                // is exact.
-                if waiting.load(std::sync::atomic::Ordering::Relaxed) >= st.workers {
-                    break Err((Refused::Full, job));
+            if check.is_none() {
+                // The calls ahead of this one: the queued jobs, and the
+                // callers already waiting for room.
+                let ahead = st.jobs.len() + waiting.load(std::sync::atomic::Ordering::Relaxed);
+                match line.admit(ahead, st.capacity, st.workers, now) {
+                    Some(next) => check = Some(next),
+                    None => break Err((Refused::Full, job)),
                 }
                 waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                registered = true;
             }
+            let until = check.map_or(line.until(), |at| at.min(line.until()));
             st.room_waiters.push_back(current());
             drop(st);
-            park_timeout(left);
+            park_timeout(until.saturating_duration_since(now));
             // Whoever woke us popped us; a timeout or a spurious wake-up
             // leaves us listed: take ourselves off.
             let me = current().id();
             let mut st = self.state.lock();
             st.room_waiters.retain(|t| t.id() != me);
         };
-        if registered {
+        if check.is_some() {
             waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
         if result.is_err() {

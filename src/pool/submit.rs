@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use super::call::{Call, QueuedJob, SubmitError};
 use super::context::CallContext;
-use super::queue::Refused;
+use super::queue::{Line, Refused};
 use super::ticket::Ticket;
-use super::{Pool, deadline_after};
+use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
 
 /// How a job is submitted to a [`Pool`]: its deadline, which attempt it is,
@@ -127,12 +127,13 @@ impl Pool {
                 // No room: wait for some, unless every worker is stuck.
                 Err((Refused::Full, queued)) => {
                     stalled = self.is_stalled(now, how.stall);
-                    let max_wait = h.max_wait_ns.load(Relaxed);
-                    if !how.wait || max_wait == 0 || stalled {
+                    let max_wait = Duration::from_nanos(h.max_wait_ns.load(Relaxed));
+                    if !how.wait || max_wait.is_zero() || stalled {
                         Err((Refused::Full, queued))
                     } else {
-                        let until = how.deadline.min(deadline_after(now, Duration::from_nanos(max_wait)));
-                        let waited = queue.push_until(queued, until, busy, &stats.callers.waiting);
+                        let until = how.deadline.min(deadline_after(now, max_wait));
+                        let mut line = InLine { shared: &h.shared, deadline: how.deadline, until, max_wait };
+                        let waited = queue.push_until(queued, &mut line, busy, &stats.callers.waiting);
                         if matches!(waited, Err((Refused::Full, _))) {
                             stalled = self.is_stalled(Instant::now(), how.stall);
                         }
@@ -200,5 +201,66 @@ impl Pool {
     fn cannot_meet(&self, now: Instant, deadline: Instant) -> bool {
         deadline <= now
             || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
+    }
+}
+
+/// How long a line that does not move is waited in: when every worker has
+/// been inside its job for this many times the provider's normal latency
+/// (no call has finished meanwhile), callers stop joining the line and those
+/// in it leave.
+const STUCK_AFTER: u32 = 3;
+
+/// The least such time, so that a fast provider's line is not judged on a
+/// scheduler's hiccup; and the normal latency assumed before the first
+/// sample.
+const STUCK_FLOOR: Duration = Duration::from_millis(20);
+const UNKNOWN_NORMAL: Duration = Duration::from_millis(50);
+
+/// A caller waiting for room: admitted by the wait it can expect, kept only
+/// while the line moves (see [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)).
+struct InLine<'a> {
+    shared: &'a Shared,
+    deadline: Instant,
+    until: Instant,
+    max_wait: Duration,
+}
+
+impl InLine<'_> {
+    /// `None` if no call has finished for [`STUCK_AFTER`] normal latencies
+    /// while every worker is busy; else when that could first be so.
+    fn next_check(&self, now: Instant) -> Option<Instant> {
+        let normal = self.shared.service.normal().unwrap_or(UNKNOWN_NORMAL);
+        let stuck_after = normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR);
+        match self.shared.running.all_busy_for(now) {
+            Some(busy) if busy >= stuck_after => None,
+            Some(busy) => Some(deadline_after(now, stuck_after - busy)),
+            None => Some(deadline_after(now, stuck_after)),
+        }
+    }
+}
+
+impl Line for InLine<'_> {
+    fn until(&self) -> Instant {
+        self.until
+    }
+
+    fn admit(&mut self, ahead: usize, capacity: usize, workers: usize, now: Instant) -> Option<Instant> {
+        // Each call that finishes lets the first queued job go to a worker:
+        // room comes for this caller once `ahead + 1 - capacity` calls have
+        // finished, and it reaches a worker once `ahead + 1` have, `workers`
+        // at a time, each taking the recent mean (none known yet: no wait
+        // expected; `max_wait` and the deadline bound it).
+        let mean = self.shared.service.mean().unwrap_or(Duration::ZERO);
+        let rounds = |calls: usize| u32::try_from(calls.div_ceil(workers.max(1))).unwrap_or(u32::MAX);
+        let for_room = mean.saturating_mul(rounds((ahead + 1).saturating_sub(capacity).max(1)));
+        let for_worker = mean.saturating_mul(rounds(ahead + 1));
+        if for_room > self.max_wait || deadline_after(now, for_worker) >= self.deadline {
+            return None;
+        }
+        self.next_check(now)
+    }
+
+    fn recheck(&mut self, now: Instant) -> Option<Instant> {
+        self.next_check(now)
     }
 }

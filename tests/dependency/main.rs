@@ -8,6 +8,7 @@ mod support;
 
 mod admission;
 mod budget;
+mod burst;
 mod caller;
 mod config_props;
 mod dependency;
