@@ -157,6 +157,10 @@ impl PoolBuilder {
     ///   20 ms, 150 ms before the first timed call) with none finished, new
     ///   callers are refused and the waiters leave. In a hang, a waiter
     ///   holds its request thread for tens of milliseconds, not `max_wait`.
+    /// - A line that has stood without a break for longer than `max_wait`
+    ///   is not a burst but a standing queue (CoDel's insight): it serves
+    ///   nobody sooner and only holds request threads. Then a caller joins
+    ///   only if room comes within one round (one mean run time).
     /// - In a brownout the mean grows past `max_wait`, new waiters are
     ///   refused, and the callers held shrink back to `workers + queue`.
     ///

@@ -42,7 +42,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
 
@@ -115,13 +115,26 @@ pub enum Refused {
 pub trait Line {
     /// The latest moment to wait until.
     fn until(&self) -> Instant;
-    /// Under the queue lock, once: whether a caller with `ahead` calls in
-    /// front of it (queued, or waiting for room), in a queue of `capacity`
-    /// on `workers` workers, may wait; `Some(when to look again)` if so.
-    fn admit(&mut self, ahead: usize, capacity: usize, workers: usize, now: Instant) -> Option<Instant>;
+    /// Under the queue lock, once: whether a caller may wait, with `ahead`
+    /// as the line stands; `Some(when to look again)` if so.
+    fn admit(&mut self, ahead: Ahead, now: Instant) -> Option<Instant>;
     /// Outside the lock, when that moment comes: `None` to give up (the
     /// line has stopped moving), else when to look again.
     fn recheck(&mut self, now: Instant) -> Option<Instant>;
+}
+
+/// The line as a caller about to join it finds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ahead {
+    /// Calls ahead of it: queued, or waiting for room.
+    pub calls: usize,
+    /// The queue's capacity.
+    pub capacity: usize,
+    /// The workers.
+    pub workers: usize,
+    /// How long callers have waited for room without a break (zero when
+    /// nobody waits).
+    pub standing: Duration,
 }
 
 /// How an accepted job went in.
@@ -155,6 +168,9 @@ struct State<J> {
     away: usize,
     /// Submitters waiting (`max_wait`) for room; woken one at a time.
     room_waiters: VecDeque<Thread>,
+    /// Since when callers have waited for room without a break (`None`
+    /// while nobody waits): a line older than a burst is a standing one.
+    line_since: Option<Instant>,
 }
 
 impl<J> State<J> {
@@ -193,6 +209,7 @@ impl<J> Queue<J> {
                 retire: 0,
                 away: workers,
                 room_waiters: VecDeque::new(),
+                line_since: None,
             }),
             len: StdAtomicUsize::new(0),
         }
@@ -295,10 +312,18 @@ impl<J> Queue<J> {
             if check.is_none() {
                 // The calls ahead of this one: the queued jobs, and the
                 // callers already waiting for room.
-                let ahead = st.jobs.len() + waiting.load(std::sync::atomic::Ordering::Relaxed);
-                match line.admit(ahead, st.capacity, st.workers, now) {
+                let waiters = waiting.load(std::sync::atomic::Ordering::Relaxed);
+                let ahead = st.jobs.len() + waiters;
+                let standing =
+                    st.line_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+                match line
+                    .admit(Ahead { calls: ahead, capacity: st.capacity, workers: st.workers, standing }, now)
+                {
                     Some(next) => check = Some(next),
                     None => break Err((Refused::Full, job)),
+                }
+                if waiters == 0 {
+                    st.line_since = Some(now);
                 }
                 waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
@@ -313,7 +338,11 @@ impl<J> Queue<J> {
             st.room_waiters.retain(|t| t.id() != me);
         };
         if check.is_some() {
-            waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            let mut st = self.state.lock();
+            // Lowered under the lock, as it is raised.
+            if waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) == 1 {
+                st.line_since = None;
+            }
         }
         if result.is_err() {
             // A wake-up meant for us may have come with room we did not

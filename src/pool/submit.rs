@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::call::{Call, QueuedJob, SubmitError};
 use super::context::CallContext;
-use super::queue::{Line, Refused};
+use super::queue::{Ahead, Line, Refused};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
@@ -244,17 +244,25 @@ impl Line for InLine<'_> {
         self.until
     }
 
-    fn admit(&mut self, ahead: usize, capacity: usize, workers: usize, now: Instant) -> Option<Instant> {
+    fn admit(&mut self, ahead: Ahead, now: Instant) -> Option<Instant> {
         // Each call that finishes lets the first queued job go to a worker:
-        // room comes for this caller once `ahead + 1 - capacity` calls have
-        // finished, and it reaches a worker once `ahead + 1` have, `workers`
+        // room comes for this caller once `calls + 1 - capacity` calls have
+        // finished, and it reaches a worker once `calls + 1` have, `workers`
         // at a time, each taking the recent mean (none known yet: no wait
         // expected; `max_wait` and the deadline bound it).
         let mean = self.shared.service.mean().unwrap_or(Duration::ZERO);
-        let rounds = |calls: usize| u32::try_from(calls.div_ceil(workers.max(1))).unwrap_or(u32::MAX);
-        let for_room = mean.saturating_mul(rounds((ahead + 1).saturating_sub(capacity).max(1)));
-        let for_worker = mean.saturating_mul(rounds(ahead + 1));
-        if for_room > self.max_wait || deadline_after(now, for_worker) >= self.deadline {
+        let rounds = |calls: usize| u32::try_from(calls.div_ceil(ahead.workers.max(1))).unwrap_or(u32::MAX);
+        let for_room = mean.saturating_mul(rounds((ahead.calls + 1).saturating_sub(ahead.capacity).max(1)));
+        let for_worker = mean.saturating_mul(rounds(ahead.calls + 1));
+        // A line that has stood for longer than a burst takes `max_wait` to
+        // drain is a standing one: it serves nobody sooner, and only holds
+        // request threads. Then a caller joins only if room comes within
+        // one round.
+        let allowed = match ahead.standing > self.max_wait {
+            true => self.max_wait.min(mean),
+            false => self.max_wait,
+        };
+        if for_room > allowed || deadline_after(now, for_worker) >= self.deadline {
             return None;
         }
         self.next_check(now)

@@ -43,7 +43,7 @@ fn run_bursts(callers: usize) -> Vec<Burst> {
     // burst (with none timed, there is no wait to expect, and `max_wait`
     // alone decides).
     for _ in 0..16 {
-        dep.call(|_: &CallContext| Ok::<_, std::io::Error>(thread::sleep(LATENCY))).expect("a healthy call");
+        dep.call(|_: &CallContext| provider(LATENCY)).expect("a healthy call");
     }
     let mut bursts = Vec::with_capacity(BURSTS);
     for _ in 0..BURSTS {
@@ -54,10 +54,8 @@ fn run_bursts(callers: usize) -> Vec<Burst> {
                 thread::spawn(move || {
                     barrier.wait();
                     let start = Instant::now();
-                    let answer = dep
-                        .with()
-                        .deadline(start + DEADLINE)
-                        .call(|_: &CallContext| Ok::<_, std::io::Error>(thread::sleep(LATENCY)));
+                    let answer =
+                        dep.with().deadline(start + DEADLINE).call(|_: &CallContext| provider(LATENCY));
                     (start.elapsed(), answer)
                 })
             })
@@ -74,6 +72,12 @@ fn run_bursts(callers: usize) -> Vec<Burst> {
     }
     assert_eq!(dep.breaker().state(), watertight::breaker::State::Closed);
     bursts
+}
+
+/// The provider: it answers after `latency`.
+fn provider(latency: Duration) -> Result<(), std::io::Error> {
+    thread::sleep(latency);
+    Ok(())
 }
 
 /// The time for `callers` calls of `LATENCY` to drain through `WORKERS`.

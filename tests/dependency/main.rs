@@ -7,6 +7,7 @@
 mod support;
 
 mod admission;
+mod brownout_line;
 mod budget;
 mod burst;
 mod caller;
