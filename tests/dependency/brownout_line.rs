@@ -21,6 +21,7 @@ const QUEUE: usize = 2;
 
 #[test]
 fn in_a_brownout_the_callers_held_fall_back_to_workers_and_queue() {
+    let _turn = crate::burst::one_at_a_time();
     let dep = Dependency::builder("brownout")
         .workers(WORKERS)
         .queue(QUEUE)

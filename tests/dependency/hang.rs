@@ -105,7 +105,7 @@ fn a_budget_shorter_than_the_providers_normal_latency_is_not_held_against_it() {
     }
     for _ in 0..10 {
         let err = get(&dep, &p.url(), Some(Instant::now() + Duration::from_millis(60))).unwrap_err();
-        assert_eq!(err.outcome(), Outcome::TimedOut);
+        assert_eq!(err.outcome(), Outcome::TimedOut, "{err:?}");
     }
     let m = dep.breaker().metrics();
     assert_eq!(m.state, State::Closed, "{m:?}");
@@ -267,15 +267,16 @@ fn nobody_waits_long_for_room_while_every_worker_is_stuck() {
 /// A provider that was fast hangs: its normal latency is a few
 /// milliseconds, so a caller that finds every worker stuck leaves the line
 /// within tens of milliseconds (the least is 60 ms: three times the 20 ms
-/// floor), not after `max_wait` (800 ms), and later ones at once (here
-/// with the breaker disabled, so that the refusals are the pool's).
+/// floor), not after `max_wait` (2 s), and later ones at once (here with
+/// the breaker disabled, so that the refusals are the pool's). The bound
+/// is generous: a loaded machine stretches the normal latency.
 #[test]
 fn a_fast_providers_stuck_line_is_left_within_tens_of_milliseconds() {
     let p = provider(Fault::Healthy);
     let dep = Dependency::builder("no-wait")
         .workers(1)
-        .max_wait(Duration::from_millis(800))
-        .timeout(Duration::from_secs(2))
+        .max_wait(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
         .breaker(BreakerConfig::default().enabled(false))
         .build()
         .unwrap();
@@ -285,14 +286,14 @@ fn a_fast_providers_stuck_line_is_left_within_tens_of_milliseconds() {
     p.set_fault(Fault::Hang);
     let holder = {
         let (dep, url) = (dep.clone(), p.url());
-        thread::spawn(move || get(&dep, &url, Some(Instant::now() + Duration::from_secs(3))))
+        thread::spawn(move || get(&dep, &url, Some(Instant::now() + Duration::from_secs(5))))
     };
     assert!(support::wait_until(Duration::from_secs(5), || p.in_flight() == 1), "the worker never got busy");
     for _ in 0..5 {
         let began = Instant::now();
         assert_eq!(get(&dep, &p.url(), None).unwrap_err().rejection(), Some(Rejection::QueueFull));
         assert!(
-            began.elapsed() < Duration::from_millis(300),
+            began.elapsed() < Duration::from_millis(700),
             "waited {:?} for a stuck worker",
             began.elapsed()
         );
