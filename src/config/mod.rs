@@ -229,7 +229,18 @@ fn dependency_path(name: &str) -> String {
 
 /// Deserializes a `T`, tracking the path to the first error.
 fn from_deserializer<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, ConfigFileError> {
-    serde_path_to_error::deserialize(d).map_err(|e| {
+    from_seed(d, std::marker::PhantomData::<T>)
+}
+
+/// Deserializes with `seed`, tracking the path to the first error.
+fn from_seed<'de, S: serde::de::DeserializeSeed<'de>, D: Deserializer<'de>>(
+    d: D,
+    seed: S,
+) -> Result<S::Value, ConfigFileError> {
+    let mut track = serde_path_to_error::Track::new();
+    let read = seed.deserialize(serde_path_to_error::Deserializer::new(d, &mut track));
+    read.map_err(|inner| {
+        let e = serde_path_to_error::Error::new(track.path(), inner);
         // The root is written ".", and a place the error could not be tied
         // to (a syntax error at the end of a map) "?": the path stops at the
         // last known level.
@@ -370,6 +381,7 @@ fn field_path(e: &ConfigError) -> String {
     }
 }
 
+mod section;
 #[cfg(test)]
 mod shape_tests;
 #[cfg(test)]
