@@ -25,7 +25,10 @@
 //! any serde deserializer (TOML, JSON, YAML...), so that the path can be
 //! tracked through it. `toml::from_str::<Config>` works too, with the format's
 //! own error messages instead of paths, and no validation until
-//! [`Config::validate`].
+//! [`Config::validate`]. To keep watertight's configuration as one table of
+//! the application's own file, read it in place with [`Config::from_section`]:
+//! paths then start at the file's root, and TOML's line numbers point into
+//! the user's file.
 //!
 //! ```
 //! use std::time::Duration;
