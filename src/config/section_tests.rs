@@ -90,3 +90,17 @@ fn the_applications_tables_are_left_alone_and_a_missing_section_is_named() {
     let err = from_toml(APP).unwrap_err();
     assert_eq!(err.path(), "app", "{err}");
 }
+
+#[test]
+fn any_format_with_paths_from_its_root() {
+    let text = r#"{"app": {"anything": [1, 2]}, "watertight": {"dependencies": {"fraud": {"queue": -1}}}}"#;
+    let err = Config::from_section(&mut serde_json::Deserializer::from_str(text), "watertight").unwrap_err();
+    assert_eq!(err.path(), "watertight.dependencies.fraud.queue", "{err}");
+    assert!(err.message().contains("column"), "JSON's own place in the text: {err}");
+    let ok = r#"{"app": {}, "watertight": {"dependencies": {"fraud": {"workers": 3}}}}"#;
+    let config = Config::from_section(&mut serde_json::Deserializer::from_str(ok), "watertight").unwrap();
+    assert_eq!(config.dependencies["fraud"].workers, 3);
+    // A section that is not a table is named as such.
+    let err = section("watertight = 3\n", "watertight").unwrap_err();
+    assert_eq!(err.path(), "watertight", "{err}");
+}
