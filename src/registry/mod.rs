@@ -135,9 +135,11 @@ impl Registry {
     /// [`Dependency::reconfigure`]), after checking the change against the
     /// capacity rule of [`check_capacity`](Self::check_capacity) for the
     /// request pool `pool` (its size, or a [`RequestThreads`]): a change
-    /// that would let this dependency (or its fan-out group) hold every
-    /// available request thread is refused, and nothing changes. The report
-    /// (warnings included) is that of the registry after the change.
+    /// that would let this dependency, as `new` declares it called, hold
+    /// every request thread left after the reserve is refused, and nothing
+    /// changes. A change that does not validate is refused as
+    /// [`Invalid`](ReconfigureError::Invalid), before the rule. The report (warnings
+    /// included) is that of the registry after the change.
     pub fn reconfigure(
         &self,
         name: &str,
