@@ -152,3 +152,11 @@ fn call_shapes_are_checked() {
     let leg = CallShape::FanOut("search".into());
     assert_eq!((leg.fan_out_group(), CallShape::default()), (Some("search"), CallShape::Blocking));
 }
+
+#[test]
+fn a_blocking_call_on_a_dependency_declared_detached_is_served() {
+    let audit = dep("audit-blocking", 1, 2, CallShape::Detached);
+    let answer = audit.call(|_: &crate::CallContext| Ok::<_, std::io::Error>(7));
+    assert_eq!(answer.unwrap(), 7);
+    assert_eq!(audit.snapshot().calls.successful, 1);
+}
