@@ -229,29 +229,57 @@ impl<E> Error<E> {
         }
     }
 
-    /// The outcome this error is counted under, with the job's error judged
-    /// by its [`Classify`](crate::Classify) implementation (`failed`, or
-    /// `ignored` for a 4xx). Use it to say why a fallback was taken:
+    /// What the call ended in, for any `E`: the rejection's outcome,
+    /// `timed_out`, `panicked`, or `failed` for the job's own error. Use it to
+    /// say why a fallback was taken:
     ///
     /// ```
     /// use watertight::{Error, Outcome, Rejection};
     /// let err: Error<std::io::Error> = Error::Rejected(Rejection::QueueFull);
     /// assert_eq!(err.outcome(), Outcome::QueueFull);
     /// assert_eq!(err.outcome().as_str(), "queue_full");
+    ///
+    /// // A job's error of a type that is not `Classify`: `failed`.
+    /// #[derive(Debug)]
+    /// struct Declined;
+    /// assert_eq!(Error::Failed(Declined).outcome(), Outcome::Failed);
     /// ```
     ///
-    /// A call made with a classifier of its own ([`classify`](crate::CallBuilder::classify))
-    /// is counted by that classifier's verdict instead.
-    pub fn outcome(&self) -> Outcome
-    where
-        E: crate::Classify,
-    {
+    /// A job's error is `failed` here whatever a classifier made of it; the
+    /// call was counted `ignored` if its classifier ignored it (a 4xx), which
+    /// [`classified_outcome`](Self::classified_outcome) tells for an error
+    /// type that is [`Classify`](crate::Classify).
+    pub fn outcome(&self) -> Outcome {
         match self {
             Error::Rejected(r) => r.outcome(),
             Error::RateLimited { .. } => Outcome::RateLimited,
             Error::Timeout { .. } => Outcome::TimedOut,
-            Error::Failed(e) => Outcome::of_verdict(e.classify()),
+            Error::Failed(_) => Outcome::Failed,
             Error::Panicked(_) => Outcome::Panicked,
+        }
+    }
+
+    /// The outcome this error is counted under, with the job's error judged
+    /// by its [`Classify`](crate::Classify) implementation (`failed`, or
+    /// `ignored` for a 4xx); otherwise the same as [`outcome`](Self::outcome).
+    ///
+    /// ```
+    /// use watertight::{Error, Outcome};
+    /// let bad_input = std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    /// let err: Error<std::io::Error> = Error::Failed(bad_input);
+    /// assert_eq!(err.classified_outcome(), Outcome::Ignored);
+    /// assert_eq!(err.outcome(), Outcome::Failed);
+    /// ```
+    ///
+    /// A call made with a classifier of its own ([`classify`](crate::CallBuilder::classify))
+    /// is counted by that classifier's verdict instead.
+    pub fn classified_outcome(&self) -> Outcome
+    where
+        E: crate::Classify,
+    {
+        match self {
+            Error::Failed(e) => Outcome::of_verdict(e.classify()),
+            other => other.outcome(),
         }
     }
 
@@ -281,7 +309,9 @@ impl<E> From<Rejection> for Error<E> {
     }
 }
 
-impl<E> fmt::Display for Error<E> {
+/// The reason, in one line, fit to give a user or a log: a job's error is
+/// shown with its own `Display`, so `to_string()` says what went wrong.
+impl<E: fmt::Display> fmt::Display for Error<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Rejected(r) => write!(f, "call rejected: {r}"),
@@ -289,19 +319,21 @@ impl<E> fmt::Display for Error<E> {
                 write!(f, "call rejected: {}; a permit is free in {retry_after:?}", Rejection::RateLimited)
             }
             Error::Timeout { waited } => write!(f, "no answer within the deadline (waited {waited:?})"),
-            // The job's error is the `source()`; repeating it here would print it twice
-            // in every error chain.
-            Error::Failed(_) => f.write_str("the dependency call failed"),
+            // The job's error is shown here, so `source()` skips it and goes on to
+            // its own cause: an error chain prints each message once.
+            Error::Failed(e) => write!(f, "the dependency call failed: {e}"),
             Error::Panicked(msg) => write!(f, "the job panicked: {msg}"),
         }
     }
 }
 
 impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
+    /// For `Failed(e)`, `e`'s own source: `Display` already says `e`, so a
+    /// chain that printed `e` too would say it twice. Every other variant is
+    /// shown in full by `Display` and has no further cause.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Failed(e) => Some(e),
-            // A rejection is shown in full by `Display`; it has no further cause.
+            Error::Failed(e) => e.source(),
             _ => None,
         }
     }
@@ -371,13 +403,52 @@ mod tests {
         assert!(std::mem::size_of::<Rejection>() == 1);
     }
 
+    /// A job's error with a cause of its own.
+    #[derive(Debug)]
+    struct Refused(std::io::Error);
+
+    impl fmt::Display for Refused {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("fraud provider refused the order")
+        }
+    }
+
+    impl std::error::Error for Refused {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
     #[test]
-    fn display_does_not_repeat_source() {
-        let io = std::io::Error::other("connection reset by peer");
-        let err: Error<std::io::Error> = Error::Failed(io);
-        let shown = err.to_string();
-        let source = std::error::Error::source(&err).unwrap().to_string();
-        assert!(!shown.contains(&source), "{shown:?} repeats {source:?}");
+    fn display_says_the_cause_and_the_chain_says_each_message_once() {
+        let err: Error<Refused> = Error::Failed(Refused(std::io::Error::other("connection reset by peer")));
+        assert_eq!(err.to_string(), "the dependency call failed: fraud provider refused the order");
+        let mut chain = vec![err.to_string()];
+        let mut next = std::error::Error::source(&err);
+        while let Some(e) = next {
+            chain.push(e.to_string());
+            next = e.source();
+        }
+        assert_eq!(chain.len(), 2, "{chain:?}");
+        assert_eq!(chain[1], "connection reset by peer");
+        assert!(!chain[0].contains(&chain[1]), "{chain:?}");
+        // Without a cause of its own, the job's error is the end of the chain.
+        let plain: Error<std::io::Error> = Error::Failed(std::io::Error::other("reset"));
+        assert_eq!(plain.to_string(), "the dependency call failed: reset");
+        assert!(std::error::Error::source(&plain).is_none());
+    }
+
+    #[test]
+    fn outcome_needs_no_classify() {
+        #[derive(Debug)]
+        struct Declined;
+        assert_eq!(Error::Failed(Declined).outcome(), Outcome::Failed);
+        assert_eq!(Error::<Declined>::Timeout { waited: Duration::ZERO }.outcome(), Outcome::TimedOut);
+        assert_eq!(Error::<Declined>::Rejected(Rejection::Shed).outcome(), Outcome::Shed);
+        let ignored: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::InvalidInput.into());
+        assert_eq!((ignored.outcome(), ignored.classified_outcome()), (Outcome::Failed, Outcome::Ignored));
+        let failed: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::ConnectionReset.into());
+        assert_eq!(failed.classified_outcome(), Outcome::Failed);
     }
 
     #[test]

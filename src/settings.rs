@@ -95,6 +95,54 @@ pub struct DependencyConfig {
     /// Places kept for critical calls
     /// ([`DependencyBuilder::reserved_for_critical`](crate::DependencyBuilder::reserved_for_critical)).
     pub reserved_for_critical: usize,
+    /// How its callers call it, as the capacity rule counts their hold on
+    /// the request pool ([`DependencyBuilder::calls`](crate::DependencyBuilder::calls)).
+    /// In a file: `calls = "blocking"`, `calls = "detached"` or
+    /// `calls = { fan_out = "search" }`; absent: blocking.
+    pub calls: CallShape,
+}
+
+/// How a dependency's callers call it, declared for the capacity rule
+/// ([`Registry::check_capacity`](crate::Registry::check_capacity)): how many
+/// request threads its provider can hold while it hangs.
+///
+/// A declaration, not a restriction: a call of another form still works
+/// (a blocking `call` on a dependency declared detached is served as any
+/// other, and nothing is logged), but its hold is then not in the report.
+///
+/// In a file: `calls = "blocking"`, `calls = "detached"`, or
+/// `calls = { fan_out = "search" }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum CallShape {
+    /// A request thread waits for each call
+    /// ([`call`](crate::Dependency::call), a [`CallBuilder`](crate::CallBuilder)'s
+    /// `call`): the dependency can hold `workers + queue` request threads.
+    /// The default.
+    #[default]
+    Blocking,
+    /// Only ever called detached ([`spawn`](crate::Dependency::spawn),
+    /// `spawn_with`): admitted or refused at once, no request thread ever
+    /// waits for it, so it holds none.
+    Detached,
+    /// A leg of the fan-out group of this name: one request thread starts a
+    /// call to every leg of the group and waits for them together, so the
+    /// legs hold one request thread between them. The group can hold as many
+    /// request threads as its largest leg (`workers + queue`), not their
+    /// sum.
+    FanOut(String),
+}
+
+impl CallShape {
+    /// The fan-out group it is a leg of, if any.
+    pub fn fan_out_group(&self) -> Option<&str> {
+        match self {
+            CallShape::FanOut(group) => Some(group),
+            _ => None,
+        }
+    }
 }
 
 impl Default for DependencyConfig {
@@ -113,6 +161,7 @@ impl Default for DependencyConfig {
             hedge: None,
             mode: Mode::Pool,
             reserved_for_critical: 0,
+            calls: CallShape::Blocking,
         }
     }
 }
@@ -152,6 +201,19 @@ impl DependencyConfig {
                 "less than the workers (other calls need one at least)",
                 format_args!("{} >= {}", self.reserved_for_critical, self.workers),
             ));
+        }
+        match &self.calls {
+            CallShape::Detached if self.mode == Mode::CallerThread => {
+                return Err(ConfigError::new(
+                    "calls",
+                    "blocking or a fan-out leg in caller_thread mode (it has no detached calls)",
+                    "detached",
+                ));
+            }
+            CallShape::FanOut(group) if group.trim().is_empty() => {
+                return Err(ConfigError::new("calls.fan_out", "a group name that is not empty", "\"\""));
+            }
+            _ => {}
         }
         self.breaker.validate()?;
         self.retry.validate()?;

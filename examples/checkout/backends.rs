@@ -250,7 +250,7 @@ fn unavailable(err: Error<ureq::Error>) -> Unavailable {
     let reason = match &err {
         Error::Failed(ureq::Error::Json(_)) => "bad_answer",
         Error::Failed(ureq::Error::Timeout(_)) => Outcome::TimedOut.as_str(),
-        other => other.outcome().as_str(),
+        other => other.classified_outcome().as_str(),
     };
     let detail = match err {
         Error::Failed(e) => e.to_string(),

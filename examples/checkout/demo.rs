@@ -194,7 +194,7 @@ fn print_setup(running: &Running, base: &str, mode: &str, phases: &Phases) {
         "mode: {mode}, {threads} request threads; phases: healthy {} s, fraud hang {} s, healed {} s",
         phases.healthy, phases.hang, phases.healed
     );
-    print_capacity(&running.app.registry, threads);
+    print_capacity(&running.app);
     println!(
         "load: {CHECKOUT_CLIENTS} checkout clients (one order per {} ms each, client timeout {} s), \
          {ORDER_CLIENTS} order-status clients (one GET /orders/{{id}} per {} ms each, timeout {} s)",

@@ -11,10 +11,11 @@ use std::path::Path;
 
 use parking_lot::Mutex;
 use watertight::config::{Config, ConfigFileError};
+use watertight::dependency::CallShape;
 use watertight::server::Reserve;
 use watertight::{
     Dependency, DependencyConfig, Registry,
-    registry::{CapacityError, CapacityReport, ReconfigureError},
+    registry::{CapacityError, CapacityReport, ReconfigureError, RequestThreads},
 };
 
 use crate::backends::Deps;
@@ -23,15 +24,10 @@ use crate::backends::Deps;
 pub const DEFAULT_CONFIG: &str = include_str!("watertight.toml");
 
 /// The dependencies the checkout calls; a configuration must describe
-/// these (it may leave out the [`DETACHED`] ones, which then take the embedded
-/// file's section) and no others.
+/// these (it may leave out the ones the embedded file declares detached,
+/// `calls = "detached"`, which then take the embedded file's section) and no
+/// others.
 pub const DEPENDENCIES: [&str; 4] = ["fraud", "account-access", "account-read", "notification"];
-
-/// The dependencies the checkout calls only detached (`Dependency::spawn`):
-/// no request thread ever waits for them, so they hold none, and the
-/// capacity rule (which counts `workers + queue` request threads per
-/// dependency) leaves them out.
-pub const DETACHED: [&str; 1] = ["notification"];
 
 /// Reads a configuration from TOML text; `origin` names it in errors.
 pub fn parse(text: &str, origin: &str) -> Result<Config, String> {
@@ -52,8 +48,11 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, String> {
             continue;
         }
         // A file written before the checkout sent notifications still runs.
-        let embedded = if DETACHED.contains(&name) && text != DEFAULT_CONFIG {
-            parse(DEFAULT_CONFIG, "the embedded watertight.toml")?.dependencies.remove(name)
+        let embedded = if text != DEFAULT_CONFIG {
+            parse(DEFAULT_CONFIG, "the embedded watertight.toml")?
+                .dependencies
+                .remove(name)
+                .filter(|section| section.calls == CallShape::Detached)
         } else {
             None
         };
@@ -65,25 +64,6 @@ pub fn parse(text: &str, origin: &str) -> Result<Config, String> {
         }
     }
     Ok(config)
-}
-
-/// The dependencies that can hold request threads: every one but the
-/// [`DETACHED`] ones, in a registry of their own for the capacity rule.
-pub fn holding(registry: &Registry) -> Registry {
-    let holding = Registry::new();
-    for dep in registry.dependencies() {
-        if !DETACHED.contains(&dep.name()) {
-            // Names are unique in `registry` already.
-            let _ = holding.register(dep);
-        }
-    }
-    holding
-}
-
-/// The capacity report of the dependencies that can hold request threads;
-/// a dependency over the rule is in it at the error level.
-pub fn capacity(registry: &Registry, request_threads: usize) -> Result<CapacityReport, CapacityError> {
-    holding(registry).check_capacity(request_threads)
 }
 
 /// Reads `--config PATH`, or the embedded defaults without one.
@@ -147,6 +127,19 @@ impl LiveConfig {
         LiveConfig { request_threads, reserve, changing: Mutex::new(()) }
     }
 
+    /// The request pool the capacity rule checks against: its threads less
+    /// the reserve's, which no dependency can hold.
+    pub fn pool(&self) -> RequestThreads {
+        RequestThreads::new(self.request_threads).reserved(self.reserve.as_ref().map_or(0, |r| r.threads))
+    }
+
+    /// The capacity report of every dependency (a detached one holds no
+    /// request thread); a dependency over the rule is in it at the error
+    /// level.
+    pub fn capacity(&self, registry: &Registry) -> Result<CapacityReport, CapacityError> {
+        registry.check_capacity(self.pool())
+    }
+
     /// The request pool's reserved share, if it keeps one.
     pub fn reserve(&self) -> Option<&Reserve> {
         self.reserve.as_ref()
@@ -169,11 +162,10 @@ impl LiveConfig {
     }
 
     /// Changes the running dependency `name` to `new`, all of it at once:
-    /// validated, checked against the capacity rule (but for a [`DETACHED`]
-    /// one, which holds no request thread), then applied while calls run
-    /// (`Registry::reconfigure`). Returns the capacity report of the
-    /// dependencies that hold request threads after the change; on an error
-    /// nothing has changed.
+    /// validated, checked against the capacity rule (a detached one holds no
+    /// request thread), then applied while calls run
+    /// (`Registry::reconfigure`). Returns the capacity report after the
+    /// change; on an error nothing has changed.
     pub fn reconfigure(
         &self,
         registry: &Registry,
@@ -183,18 +175,12 @@ impl LiveConfig {
         let config = new.clone();
         let _one_at_a_time = self.changing.lock();
         let dep = registry.get(name).ok_or(LiveError::Unknown)?;
-        if DETACHED.contains(&name) {
-            dep.reconfigure(config).map_err(|e| LiveError::Invalid(ConfigFileError::of_dependency(&e)))?;
-        } else {
-            registry.reconfigure(name, config, self.request_threads).map_err(|e| match e {
-                ReconfigureError::UnknownDependency(_) => LiveError::Unknown,
-                ReconfigureError::Invalid(e) => LiveError::Invalid(ConfigFileError::of_dependency(&e)),
-                ReconfigureError::Capacity(e) => LiveError::Capacity(e.to_string()),
-                other => LiveError::Capacity(other.to_string()),
-            })?;
-        }
-        // Another dependency's hold may already be over the rule: this change did not cause it.
-        let report = capacity(registry, self.request_threads).unwrap_or_else(|e| e.report().clone());
+        let report = registry.reconfigure(name, config, self.pool()).map_err(|e| match e {
+            ReconfigureError::UnknownDependency(_) => LiveError::Unknown,
+            ReconfigureError::Invalid(e) => LiveError::Invalid(ConfigFileError::of_dependency(&e)),
+            ReconfigureError::Capacity(e) => LiveError::Capacity(e.to_string()),
+            other => LiveError::Capacity(other.to_string()),
+        })?;
         Ok((self.current(&dep), report))
     }
 }

@@ -390,7 +390,7 @@ fn serve_forever(args: &Args) -> Result<(), Box<dyn StdError>> {
             println!("provider {name:<8} {url}");
         }
     }
-    print_capacity(&running.app.registry, threads);
+    print_capacity(&running.app);
     println!(
         "try: curl -i -H 'X-User-Id: alice' -d '{{\"customer_id\":\"c1\",\"amount\":42}}' http://{}/checkout",
         running.addr
@@ -430,18 +430,15 @@ fn graceful_stop(running: Running) {
     log::info!("stopped");
 }
 
-/// Prints the capacity budget of the request pool (bulkhead mode). The
-/// dependencies called only detached hold no request thread, and are left out.
-pub fn print_capacity(registry: &Registry, threads: usize) {
+/// Prints the capacity budget of the request pool (bulkhead mode): the
+/// threads left after the reserve, and each dependency's hold (none for the
+/// ones declared detached, `calls = "detached"`).
+pub fn print_capacity(app: &App) {
+    let registry = &app.registry;
     if registry.snapshot().is_empty() {
         return;
     }
-    let detached: Vec<&str> =
-        live::DETACHED.iter().copied().filter(|name| registry.get(name).is_some()).collect();
-    if !detached.is_empty() {
-        println!("capacity: {} called detached only, holding no request thread", detached.join(", "));
-    }
-    match live::capacity(registry, threads) {
+    match app.live.capacity(registry) {
         Ok(report) => {
             println!("capacity: {report}");
             for warning in report.warnings() {

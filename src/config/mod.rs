@@ -25,7 +25,10 @@
 //! any serde deserializer (TOML, JSON, YAML...), so that the path can be
 //! tracked through it. `toml::from_str::<Config>` works too, with the format's
 //! own error messages instead of paths, and no validation until
-//! [`Config::validate`].
+//! [`Config::validate`]. To keep watertight's configuration as one table of
+//! the application's own file, read it in place with [`Config::from_section`]:
+//! paths then start at the file's root, and TOML's line numbers point into
+//! the user's file.
 //!
 //! ```
 //! use std::time::Duration;
@@ -62,7 +65,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::dependency::{Dependency, DependencyConfig};
 use crate::error::ConfigError;
-use crate::registry::Registry;
+use crate::registry::{Registry, RequestThreads};
 
 /// A configuration file: the server, and the dependencies by name.
 ///
@@ -104,6 +107,14 @@ pub struct ServerConfigFile {
     #[cfg(feature = "tiny_http")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reserve: Option<crate::reserve::Reserve>,
+    /// Each request's time budget, as
+    /// [`ServerConfigBuilder::request_budget`](crate::server::ServerConfigBuilder::request_budget)
+    /// sets it (`request_budget = "800ms"`). When set with `request_threads`,
+    /// the capacity rule warns about every dependency whose timeout is
+    /// longer (see [`CapacityReport::warnings`](crate::registry::CapacityReport::warnings)).
+    /// Defaults to none.
+    #[serde(default, with = "crate::duration::option", skip_serializing_if = "Option::is_none")]
+    pub request_budget: Option<std::time::Duration>,
 }
 
 impl Config {
@@ -121,6 +132,20 @@ impl Config {
     /// reserve, naming its path. The capacity rule is checked by
     /// [`build`](Self::build).
     pub fn validate(&self) -> Result<(), ConfigFileError> {
+        if self.server.request_threads == Some(0) {
+            let e = ConfigError::new("request_threads", "at least 1: the request pool's size", 0);
+            return Err(ConfigFileError::invalid("server.request_threads", &e));
+        }
+        if let Some(budget) = self.server.request_budget
+            && (budget.is_zero() || budget > crate::time::MAX_TIMEOUT)
+        {
+            let e = ConfigError::new(
+                "request_budget",
+                "greater than zero and at most one day",
+                format_args!("{budget:?}"),
+            );
+            return Err(ConfigFileError::invalid("server.request_budget", &e));
+        }
         #[cfg(feature = "tiny_http")]
         if let Some(reserve) = &self.server.reserve {
             let checked = reserve.validate().and_then(|()| match self.server.request_threads {
@@ -136,10 +161,28 @@ impl Config {
         Ok(())
     }
 
+    /// The request pool the file describes, for the capacity rule: its
+    /// `request_threads`, less the reserve's threads, under its
+    /// `request_budget`; `None` without `request_threads`.
+    pub fn request_threads(&self) -> Option<RequestThreads> {
+        let mut pool = RequestThreads::new(self.server.request_threads?);
+        #[cfg(feature = "tiny_http")]
+        if let Some(reserve) = &self.server.reserve {
+            pool = pool.reserved(reserve.threads);
+        }
+        if let Some(budget) = self.server.request_budget {
+            pool = pool.request_budget(budget);
+        }
+        Some(pool)
+    }
+
     /// Builds every dependency (their worker threads start) into a new
     /// registry, in the order of their names, and applies the capacity rule
-    /// when `server.request_threads` is set. The first error stops the build
-    /// (the dependencies built so far are dropped, and their threads stop).
+    /// when `server.request_threads` is set ([`request_threads`](Self::request_threads):
+    /// the threads left after the reserve, under the request budget): a
+    /// dependency that can hold every one is refused, and every warning of
+    /// the report is logged at `warn`. The first error stops the build (the
+    /// dependencies built so far are dropped, and their threads stop).
     pub fn build(&self) -> Result<Registry, ConfigFileError> {
         let registry = Registry::new();
         for (name, dep) in &self.dependencies {
@@ -150,10 +193,15 @@ impl Config {
                 .map_err(|e| ConfigFileError::of_dependency(&e).within(&prefix))?;
             registry.register(built).map_err(|e| ConfigFileError::invalid(&prefix, &e))?;
         }
-        if let Some(threads) = self.server.request_threads
-            && let Err(e) = registry.check_capacity(threads)
-        {
-            return Err(ConfigFileError::new(dependency_path(e.dependency()), e.to_string()));
+        if let Some(pool) = self.request_threads() {
+            match registry.check_capacity(pool) {
+                Ok(report) => {
+                    for warning in report.warnings() {
+                        log::warn!("capacity: {warning}");
+                    }
+                }
+                Err(e) => return Err(ConfigFileError::new(dependency_path(e.dependency()), e.to_string())),
+            }
         }
         Ok(registry)
     }
@@ -184,7 +232,18 @@ fn dependency_path(name: &str) -> String {
 
 /// Deserializes a `T`, tracking the path to the first error.
 fn from_deserializer<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, ConfigFileError> {
-    serde_path_to_error::deserialize(d).map_err(|e| {
+    from_seed(d, std::marker::PhantomData::<T>)
+}
+
+/// Deserializes with `seed`, tracking the path to the first error.
+fn from_seed<'de, S: serde::de::DeserializeSeed<'de>, D: Deserializer<'de>>(
+    d: D,
+    seed: S,
+) -> Result<S::Value, ConfigFileError> {
+    let mut track = serde_path_to_error::Track::new();
+    let read = seed.deserialize(serde_path_to_error::Deserializer::new(d, &mut track));
+    read.map_err(|inner| {
+        let e = serde_path_to_error::Error::new(track.path(), inner);
         // The root is written ".", and a place the error could not be tied
         // to (a syntax error at the end of a map) "?": the path stops at the
         // last known level.
@@ -325,5 +384,8 @@ fn field_path(e: &ConfigError) -> String {
     }
 }
 
+mod section;
+#[cfg(test)]
+mod shape_tests;
 #[cfg(test)]
 mod tests;

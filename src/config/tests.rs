@@ -66,9 +66,14 @@ fn everything() -> Config {
         ),
         mode: crate::dependency::Mode::Pool,
         reserved_for_critical: 2,
+        calls: crate::dependency::CallShape::FanOut("search".into()),
     };
     #[allow(unused_mut)] // the reserve is there with tiny_http
-    let mut server = ServerConfigFile { request_threads: Some(32), ..ServerConfigFile::default() };
+    let mut server = ServerConfigFile {
+        request_threads: Some(32),
+        request_budget: Some(Duration::from_secs(5)),
+        ..ServerConfigFile::default()
+    };
     #[cfg(feature = "tiny_http")]
     {
         server.reserve =

@@ -18,7 +18,7 @@ use crate::listeners::{Listener, Listeners};
 use crate::pool::{CallerThread, Exec};
 use crate::pool::{Pool, PoolBuilder};
 use crate::retry::{JitterSource, Retry, RetryBudget};
-use crate::settings::DependencyConfig;
+use crate::settings::{CallShape, DependencyConfig};
 
 /// Builds a [`Dependency`]; from [`Dependency::builder`].
 ///
@@ -213,6 +213,22 @@ impl DependencyBuilder {
     /// Defaults to 0: nothing reserved (a sheddable call still never queues).
     pub fn reserved_for_critical(mut self, places: usize) -> Self {
         self.config.reserved_for_critical = places;
+        self
+    }
+
+    /// How callers call it, declared for the capacity rule
+    /// ([`Registry::check_capacity`](crate::Registry::check_capacity)):
+    /// [`CallShape::Blocking`] holds up to `workers + queue` request threads
+    /// while its provider hangs; [`CallShape::Detached`] (only ever
+    /// [`spawn`](Dependency::spawn)ed) holds none; the legs of one
+    /// [`CallShape::FanOut`] group hold, between them, as many as their
+    /// largest leg. A declaration only: every call form still works, and a
+    /// blocking call on a dependency declared detached is served (and not
+    /// logged), its hold just not counted. Detached is refused in
+    /// caller-thread mode, which has no detached calls (field `calls`).
+    /// Defaults to [`CallShape::Blocking`].
+    pub fn calls(mut self, shape: CallShape) -> Self {
+        self.config.calls = shape;
         self
     }
 

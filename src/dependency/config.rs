@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use super::{Dependency, Hedge};
 use crate::error::ConfigError;
 use crate::retry::Retry;
-use crate::settings::DependencyConfig;
+use crate::settings::{CallShape, DependencyConfig};
 use crate::time::saturating_nanos;
 
 /// The settings a running dependency reads on its call path, each changeable
@@ -28,6 +28,8 @@ pub(super) struct Live {
     retry: Mutex<Retry>,
     hedge: Mutex<Option<Hedge>>,
     reserved: std::sync::atomic::AtomicUsize,
+    /// Read by the capacity rule only, never on the call path.
+    calls: Mutex<CallShape>,
 }
 
 impl Live {
@@ -41,6 +43,7 @@ impl Live {
             retry: Mutex::new(config.retry.clone()),
             hedge: Mutex::new(config.hedge),
             reserved: std::sync::atomic::AtomicUsize::new(config.reserved_for_critical),
+            calls: Mutex::new(config.calls.clone()),
         }
     }
 
@@ -99,6 +102,7 @@ impl Dependency {
             hedge: inner.live.hedge(),
             mode: inner.exec.mode(),
             reserved_for_critical: inner.live.reserved(),
+            calls: inner.live.calls.lock().clone(),
         }
     }
 
@@ -124,6 +128,7 @@ impl Dependency {
     ///
     /// - `reserved_for_critical`: calls admitted from now on.
     /// - `hedge`: hedged calls made from now on; `None` makes them single attempts.
+    /// - `calls`: the capacity rule's next check; calls are served as before.
     ///
     /// Every call made at any moment of a reconfiguration gets exactly one
     /// answer, under the old settings or the new.
@@ -164,6 +169,7 @@ impl Dependency {
         }
         *inner.live.hedge.lock() = new.hedge;
         inner.live.reserved.store(new.reserved_for_critical, Ordering::Relaxed);
+        *inner.live.calls.lock() = new.calls;
         inner.budget.retune(&new.retry);
         *inner.live.retry.lock() = new.retry;
         inner.live.slow_ns.store(saturating_nanos(slow), Ordering::Relaxed);

@@ -87,7 +87,7 @@ pub use crate::pool::Mode;
 use crate::pool::{CallContext, Pool};
 pub use crate::priority::Priority;
 use crate::retry::{JitterSource, Retry, RetryBudget};
-pub use crate::settings::DependencyConfig;
+pub use crate::settings::{CallShape, DependencyConfig};
 
 /// One downstream dependency: its own circuit breaker, its own bounded worker
 /// pool, and a timeout on every call.

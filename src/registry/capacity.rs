@@ -5,12 +5,16 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use super::Registry;
 use crate::breaker::BreakerConfig;
+use crate::settings::{CallShape, DependencyConfig};
 
 impl Registry {
-    /// Checks every dependency's worst-case hold on a request pool of
-    /// `request_threads` threads.
+    /// Checks every dependency's worst-case hold on a request pool: its size
+    /// alone (`check_capacity(16)`), or a [`RequestThreads`] that also says
+    /// the share reserved for other routes and each request's budget.
     ///
     /// A request thread that calls a dependency waits for the answer, so while a
     /// provider hangs, one dependency can hold at most `workers + queue` request
@@ -21,18 +25,30 @@ impl Registry {
     /// thread while it sleeps between attempts, outside the pool, for up to
     /// `max_attempts` timeouts plus the backoffs in all;
     /// [`Retry::overall_timeout`](crate::retry::Retry::overall_timeout) bounds that.
-    /// Isolation holds only while that *hold*, for
-    /// the worst dependency, leaves the request pool room for everything else.
-    /// This check applies the rule to every dependency:
     ///
-    /// - **error**: `hold >= request_threads`. One hung provider can take every
+    /// How a dependency is called ([`CallShape`], its configuration's `calls`)
+    /// decides what it holds: a blocking dependency holds `workers + queue`;
+    /// a detached one (only ever [`spawn`](crate::Dependency::spawn)ed) none;
+    /// the legs of one fan-out group, which one request thread waits for
+    /// together, hold as many between them as their largest leg.
+    ///
+    /// Holds are compared with the request threads *left after the reserve*
+    /// ([`RequestThreads::available`]): a reserved share is kept for routes
+    /// that call no provider, so the dependencies share only the rest.
+    /// Isolation holds only while that *hold*, for the worst dependency,
+    /// leaves the available threads room for everything else. This check
+    /// applies the rule to every dependency:
+    ///
+    /// - **error**: `hold >= available`. One hung provider can take every
     ///   request thread, and the server stops answering anything, even routes
     ///   that never call that provider.
-    /// - **warning**: `hold > request_threads / 2`. One hung provider can take
+    /// - **warning**: `hold > available / 2`. One hung provider can take
     ///   more than half of the request threads.
-    /// - **warning** (for the whole registry): the holds add up to
-    ///   `request_threads` or more, so providers failing together (a network
-    ///   partition) can still take every request thread.
+    /// - **warning** (for the whole registry): the holds (a fan-out group's
+    ///   once) add up to `available` or more, so providers failing together
+    ///   (a network partition) can still take every request thread.
+    /// - **warning**: a timeout longer than the request budget, when one is
+    ///   given: see [`CapacityReport::warnings`].
     ///
     /// The breaker opening, deadline-aware admission and short timeouts all make
     /// the real hold smaller; the rule takes the worst case because that is what
@@ -51,61 +67,157 @@ impl Registry {
     /// and carries the report too.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use watertight::{Dependency, Registry, breaker::BreakerConfig};
+    /// use watertight::dependency::CallShape;
+    /// use watertight::registry::RequestThreads;
     ///
     /// let registry = Registry::new();
     /// let fraud = Dependency::builder("fraud").workers(10).queue(5);
     /// // A breaker one wave of hung calls can open: 10 failures in a window of 20.
     /// registry.register(fraud.breaker(BreakerConfig::count_based(20).minimum_calls(10)).build()?)?;
+    /// // Sent fire-and-forget: it holds no request thread.
+    /// let audit = Dependency::builder("audit").workers(2).queue(64).calls(CallShape::Detached);
+    /// registry.register(audit.breaker(BreakerConfig::count_based(20).minimum_calls(10)).build()?)?;
     /// let report = registry.check_capacity(15).unwrap_err();
     /// assert_eq!(report.dependency(), "fraud");
     /// assert!(registry.check_capacity(40).unwrap().warnings().is_empty());
+    /// // 2 of 32 threads reserved: fraud's 15 are checked against 30.
+    /// let pool = RequestThreads::new(32).reserved(2).request_budget(Duration::from_millis(800));
+    /// assert_eq!(registry.check_capacity(pool).unwrap().available(), 30);
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
-    pub fn check_capacity(&self, request_threads: usize) -> Result<CapacityReport, CapacityError> {
-        let entries: Vec<CapacityEntry> = self
-            .dependencies()
-            .iter()
-            .map(|d| {
-                // In caller-thread mode: the permits, and no queue.
-                let config = d.config();
-                let (workers, max_wait, queue) = (config.workers, config.max_wait, config.queue);
-                let hold = workers.saturating_add(queue);
-                let waiters = if max_wait.is_zero() { 0 } else { workers };
-                let level = if hold >= request_threads {
-                    CapacityLevel::Error
-                } else if hold > request_threads / 2 {
-                    CapacityLevel::Warning
-                } else {
-                    CapacityLevel::Ok
-                };
-                CapacityEntry {
-                    name: d.name().to_owned(),
-                    workers,
-                    queue,
-                    hold,
-                    room_left: request_threads.saturating_sub(hold),
-                    timeout: d.timeout(),
-                    max_wait,
-                    waiters,
-                    failures_to_open: failures_to_open(&d.breaker().config()),
-                    level,
-                }
-            })
-            .collect();
-        let total_hold = entries.iter().fold(0usize, |acc, e| acc.saturating_add(e.hold));
-        let report = CapacityReport { request_threads, total_hold, entries };
-        let worst = report
-            .entries
-            .iter()
-            .filter(|e| e.level == CapacityLevel::Error)
-            .max_by_key(|e| e.hold)
-            .map(|e| e.name.clone());
-        match worst {
-            Some(dependency) => Err(CapacityError { dependency, report }),
-            None => Ok(report),
+    pub fn check_capacity(&self, pool: impl Into<RequestThreads>) -> Result<CapacityReport, CapacityError> {
+        let configs: Vec<(String, DependencyConfig)> =
+            self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect();
+        rule(&configs, pool.into())
+    }
+}
+
+/// The request pool the capacity rule checks against: its size, the share
+/// reserved for routes that call no provider, and each request's budget.
+/// A plain size converts into one (`check_capacity(16)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestThreads {
+    /// The request pool's size.
+    pub threads: usize,
+    /// The threads reserved for requests that call no provider (the
+    /// server's [`Reserve`](crate::server::Reserve), feature `tiny_http`);
+    /// the dependencies share the rest.
+    pub reserved: usize,
+    /// Each request's time budget, if known: a dependency whose timeout is
+    /// longer is warned about.
+    pub request_budget: Option<Duration>,
+}
+
+impl RequestThreads {
+    /// A pool of `threads` request threads, nothing reserved, no budget.
+    pub fn new(threads: usize) -> Self {
+        RequestThreads { threads, reserved: 0, request_budget: None }
+    }
+
+    /// `threads` of them reserved for requests that call no provider.
+    /// Defaults to 0.
+    pub fn reserved(mut self, threads: usize) -> Self {
+        self.reserved = threads;
+        self
+    }
+
+    /// Each request's time budget. Defaults to none: no timeout is compared
+    /// with it.
+    pub fn request_budget(mut self, budget: Duration) -> Self {
+        self.request_budget = Some(budget);
+        self
+    }
+
+    /// The threads the dependencies share: `threads - reserved`.
+    pub fn available(&self) -> usize {
+        self.threads.saturating_sub(self.reserved)
+    }
+}
+
+impl From<usize> for RequestThreads {
+    fn from(threads: usize) -> Self {
+        RequestThreads::new(threads)
+    }
+}
+
+/// The capacity rule over `deps` (name and configuration, in registration
+/// order) for `pool`: what [`Registry::check_capacity`] reports, and what
+/// [`Registry::reconfigure`] checks a change with before making it.
+pub(super) fn rule(
+    deps: &[(String, DependencyConfig)],
+    pool: RequestThreads,
+) -> Result<CapacityReport, CapacityError> {
+    let available = pool.available();
+    let entries: Vec<CapacityEntry> = deps
+        .iter()
+        .map(|(name, config)| {
+            // In caller-thread mode: the permits, and no queue.
+            let (workers, max_wait, queue) = (config.workers, config.max_wait, config.queue);
+            let detached = config.calls == CallShape::Detached;
+            let hold = if detached { 0 } else { workers.saturating_add(queue) };
+            // A spawn is admitted or refused at once: nobody waits for room.
+            let waiters = if max_wait.is_zero() || detached { 0 } else { workers };
+            let level = if detached {
+                CapacityLevel::Ok
+            } else if hold >= available {
+                CapacityLevel::Error
+            } else if hold > available / 2 {
+                CapacityLevel::Warning
+            } else {
+                CapacityLevel::Ok
+            };
+            CapacityEntry {
+                name: name.clone(),
+                calls: config.calls.clone(),
+                workers,
+                queue,
+                hold,
+                room_left: available.saturating_sub(hold),
+                timeout: config.timeout,
+                max_wait,
+                waiters,
+                failures_to_open: failures_to_open(&config.breaker),
+                level,
+            }
+        })
+        .collect();
+    let report = CapacityReport {
+        request_threads: pool.threads,
+        reserved: pool.reserved,
+        request_budget: pool.request_budget,
+        total_hold: total_hold(&entries),
+        entries,
+    };
+    let worst = report
+        .entries
+        .iter()
+        .filter(|e| e.level == CapacityLevel::Error)
+        .max_by_key(|e| e.hold)
+        .map(|e| e.name.clone());
+    match worst {
+        Some(dependency) => Err(CapacityError { dependency, report }),
+        None => Ok(report),
+    }
+}
+
+/// Every hold added up, a fan-out group's once (its largest leg's): the
+/// request threads all providers hung at once can take.
+fn total_hold(entries: &[CapacityEntry]) -> usize {
+    let mut groups: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut total = 0usize;
+    for e in entries {
+        match e.calls.fan_out_group() {
+            Some(group) => {
+                let largest = groups.entry(group).or_default();
+                *largest = (*largest).max(e.hold);
+            }
+            None => total = total.saturating_add(e.hold),
         }
     }
+    groups.values().fold(total, |acc, hold| acc.saturating_add(*hold))
 }
 
 /// How one dependency's hold compares with the request pool.
@@ -125,14 +237,17 @@ pub enum CapacityLevel {
 pub struct CapacityEntry {
     /// The dependency's name.
     pub name: String,
+    /// How it is called, as declared: what its hold counts.
+    pub calls: CallShape,
     /// Its worker threads.
     pub workers: usize,
     /// Its queue bound.
     pub queue: usize,
     /// `workers + queue`: the request threads it can hold while its provider
-    /// hangs.
+    /// hangs; 0 when it is called detached only.
     pub hold: usize,
-    /// Request threads left for everything else while it holds that many.
+    /// Request threads left for everything else (after the reserve) while
+    /// it holds that many.
     pub room_left: usize,
     /// How long it holds each of them at most (its timeout).
     pub timeout: Duration,
@@ -156,9 +271,15 @@ pub struct CapacityEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CapacityReport {
-    /// The request pool size checked against.
+    /// The request pool's size.
     pub request_threads: usize,
-    /// The holds of every dependency added up (all providers hung at once).
+    /// The threads of it reserved for requests that call no provider; the
+    /// holds are compared with the rest ([`available`](Self::available)).
+    pub reserved: usize,
+    /// Each request's time budget, when the check was told it.
+    pub request_budget: Option<Duration>,
+    /// The holds of every dependency added up, a fan-out group's once (all
+    /// providers hung at once).
     pub total_hold: usize,
     /// One entry per dependency, in registration order.
     pub entries: Vec<CapacityEntry>,
@@ -176,60 +297,115 @@ fn failures_to_open(config: &BreakerConfig) -> u32 {
 }
 
 impl CapacityReport {
+    /// The request threads the dependencies share: `request_threads -
+    /// reserved`, what every hold is compared with.
+    pub fn available(&self) -> usize {
+        self.request_threads.saturating_sub(self.reserved)
+    }
+
+    /// `of 32 request threads`, or `of the 30 request threads left after a
+    /// reserve of 2 (of 32)`.
+    fn of_threads(&self) -> String {
+        if self.reserved == 0 {
+            format!("of {} request threads", self.request_threads)
+        } else {
+            format!(
+                "of the {} request threads left after a reserve of {} (of {})",
+                self.available(),
+                self.reserved,
+                self.request_threads
+            )
+        }
+    }
+
     /// One line per finding that is not an error: dependencies above half the
-    /// request pool, or at all of it with their waiters; breakers that need
-    /// more failures to open than their dependency can hold; and the holds
-    /// adding up to all of it.
+    /// available request threads, or at all of them with their waiters;
+    /// breakers that need more failures to open than their pool can hold;
+    /// the holds adding up to all of them; and timeouts longer than the
+    /// request budget, with what that costs.
     pub fn warnings(&self) -> Vec<String> {
+        let available = self.available();
+        let of = self.of_threads();
         let mut out: Vec<String> = self
             .entries
             .iter()
             .filter(|e| e.level == CapacityLevel::Warning)
             .map(|e| {
                 format!(
-                    "dependency `{}` can hold {} of {} request threads (workers {} + queue {}), more than half",
-                    e.name, e.hold, self.request_threads, e.workers, e.queue
+                    "dependency `{}` can hold {} {of} (workers {} + queue {}), more than half",
+                    e.name, e.hold, e.workers, e.queue
                 )
             })
             .collect();
         for e in &self.entries {
-            if e.level != CapacityLevel::Error && e.waiters > 0 && e.hold + e.waiters >= self.request_threads
-            {
+            if e.level != CapacityLevel::Error && e.waiters > 0 && e.hold + e.waiters >= available {
                 out.push(format!(
-                    "dependency `{}` can hold {} of {} request threads with its {} waiters, for up to {:?} each",
+                    "dependency `{}` can hold {} {of} with its {} waiters, for up to {:?} each",
                     e.name,
                     e.hold + e.waiters,
-                    self.request_threads,
                     e.waiters,
                     e.max_wait
                 ));
             }
-            if e.failures_to_open as usize > e.hold {
+            // Detached calls fill the pool too: the breaker must open within
+            // what the pool (not the request pool) can hold.
+            let places = e.workers.saturating_add(e.queue);
+            if e.failures_to_open as usize > places {
                 out.push(format!(
                     "dependency `{}`: its breaker needs {} failures to open, more than the {} calls it can hold \
                      (workers {} + queue {}); one wave of hung calls cannot open it by its rates",
-                    e.name, e.failures_to_open, e.hold, e.workers, e.queue
+                    e.name, e.failures_to_open, places, e.workers, e.queue
                 ));
             }
+            if let Some(budget) = self.request_budget
+                && e.calls != CallShape::Detached
+                && e.timeout > budget
+            {
+                out.push(budget_warning(e, budget));
+            }
         }
-        if self.entries.len() > 1 && self.total_hold >= self.request_threads {
+        let holders = self.entries.iter().filter(|e| e.hold > 0).count();
+        if holders > 1 && self.total_hold >= available {
             out.push(format!(
-                "all dependencies together can hold {} of {} request threads if their providers hang at once",
-                self.total_hold, self.request_threads
+                "all dependencies together can hold {} {of} if their providers hang at once",
+                self.total_hold
             ));
         }
         out
     }
 }
 
+/// What a timeout longer than the request budget costs.
+fn budget_warning(e: &CapacityEntry, budget: Duration) -> String {
+    format!(
+        "dependency `{}`: its timeout {:?} is longer than the request budget {budget:?}: its callers are cut \
+         short by the budget, so a hung provider holds each request thread for the whole budget; their \
+         timeouts are judged by the cut-short rule (a failure only once the provider had the call longer \
+         than its normal latency), so its breaker opens later than its timeout says",
+        e.name, e.timeout
+    )
+}
+
 impl fmt::Display for CapacityReport {
     /// A small table, one dependency a line, for start-up logs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "request threads: {}", self.request_threads)?;
+        write!(f, "request threads: {}", self.request_threads)?;
+        if self.reserved > 0 {
+            write!(f, " ({} reserved, {} for the dependencies)", self.reserved, self.available())?;
+        }
+        if let Some(budget) = self.request_budget {
+            write!(f, ", request budget {budget:?}")?;
+        }
+        writeln!(f)?;
         for e in &self.entries {
+            let calls = match &e.calls {
+                CallShape::Blocking => String::new(),
+                CallShape::Detached => " (detached)".to_owned(),
+                CallShape::FanOut(group) => format!(" (fan-out {group})"),
+            };
             writeln!(
                 f,
-                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?}){}",
+                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?}){}{}",
                 e.name,
                 e.workers,
                 e.queue,
@@ -237,7 +413,8 @@ impl fmt::Display for CapacityReport {
                 e.timeout,
                 e.room_left,
                 e.level,
-                if e.max_wait.is_zero() {
+                calls,
+                if e.max_wait.is_zero() || e.waiters == 0 {
                     String::new()
                 } else {
                     format!("; others wait <= {:?}", e.max_wait)
@@ -262,7 +439,7 @@ pub struct CapacityError {
 
 impl CapacityError {
     /// The dependency with the largest hold among those at or above the
-    /// request pool size.
+    /// available request threads.
     pub fn dependency(&self) -> &str {
         &self.dependency
     }
@@ -279,8 +456,12 @@ impl fmt::Display for CapacityError {
         match e {
             Some(e) => write!(
                 f,
-                "dependency `{}` can hold {} of {} request threads (workers {} + queue {}), leaving none for other work",
-                e.name, e.hold, self.report.request_threads, e.workers, e.queue
+                "dependency `{}` can hold {} {} (workers {} + queue {}), leaving none for other work",
+                e.name,
+                e.hold,
+                self.report.of_threads(),
+                e.workers,
+                e.queue
             ),
             None => write!(f, "dependency `{}` can hold every request thread", self.dependency),
         }
@@ -288,3 +469,7 @@ impl fmt::Display for CapacityError {
 }
 
 impl std::error::Error for CapacityError {}
+
+#[cfg(test)]
+#[path = "capacity_tests.rs"]
+mod tests;

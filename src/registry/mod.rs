@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-pub use self::capacity::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport};
+pub use self::capacity::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, RequestThreads};
 pub use self::gauges::RequestPoolGauges;
 pub use self::history::{DependencyHistory, HistoryPoint};
 use crate::dependency::{Dependency, DependencyConfig, DependencySnapshot};
@@ -133,32 +133,38 @@ impl Registry {
 
     /// Reconfigures the dependency called `name` while calls run (see
     /// [`Dependency::reconfigure`]), after checking the change against the
-    /// capacity rule of [`check_capacity`](Self::check_capacity) for a
-    /// request pool of `request_threads`: a change that would let this
-    /// dependency hold every request thread is refused, and nothing changes.
-    /// The report (warnings included) is that of the registry after the
-    /// change.
+    /// capacity rule of [`check_capacity`](Self::check_capacity) for the
+    /// request pool `pool` (its size, or a [`RequestThreads`]): a change
+    /// that would let this dependency, as `new` declares it called, hold
+    /// every request thread left after the reserve is refused, and nothing
+    /// changes. A change that does not validate is refused as
+    /// [`Invalid`](ReconfigureError::Invalid), before the rule. The report (warnings
+    /// included) is that of the registry after the change.
     pub fn reconfigure(
         &self,
         name: &str,
         new: DependencyConfig,
-        request_threads: usize,
+        pool: impl Into<RequestThreads>,
     ) -> Result<CapacityReport, ReconfigureError> {
+        let pool = pool.into();
         let dep = self.get(name).ok_or_else(|| ReconfigureError::UnknownDependency(name.to_owned()))?;
-        let hold = new.workers.saturating_add(new.queue);
-        if hold >= request_threads {
-            let mut report = self.check_capacity(request_threads).unwrap_or_else(|e| e.report().clone());
-            if let Some(entry) = report.entries.iter_mut().find(|e| e.name == name) {
-                entry.workers = new.workers;
-                entry.queue = new.queue;
-                entry.hold = hold;
-                entry.room_left = 0;
-                entry.level = CapacityLevel::Error;
-            }
-            return Err(ReconfigureError::Capacity(CapacityError { dependency: name.to_owned(), report }));
+        new.validate().map_err(ReconfigureError::Invalid)?;
+        let mut configs: Vec<(String, DependencyConfig)> =
+            self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect();
+        if let Some(slot) = configs.iter_mut().find(|(n, _)| n == name) {
+            slot.1 = new.clone();
+        }
+        if let Err(e) = capacity::rule(&configs, pool)
+            && e.report.entries.iter().any(|entry| entry.name == name && entry.level == CapacityLevel::Error)
+        {
+            // Another dependency's hold may be over the rule already: only this one's refuses.
+            return Err(ReconfigureError::Capacity(CapacityError {
+                dependency: name.to_owned(),
+                report: e.report,
+            }));
         }
         dep.reconfigure(new).map_err(ReconfigureError::Invalid)?;
-        match self.check_capacity(request_threads) {
+        match self.check_capacity(pool) {
             Ok(report) => Ok(report),
             // Another dependency's hold was already too large; this change did not cause it.
             Err(e) => Ok(e.report().clone()),

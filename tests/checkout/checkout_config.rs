@@ -92,16 +92,18 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
     // Written out and read back, nothing changes.
     let written = toml::to_string(&config).expect("serialize");
     assert_eq!(parse(&written), config, "{written}");
-    // It passes the capacity rule for its own request pool: the dependencies
-    // the request threads wait on, that is all but notification, which the
-    // checkout only calls detached (it holds no request thread).
+    // It passes the capacity rule for its own request pool, the 14 threads
+    // left after the reserve: notification is declared detached (it holds no
+    // request thread), and the file's comments name its three warnings.
+    assert_eq!(n.calls, watertight::dependency::CallShape::Detached);
     let registry = config.build().unwrap_or_else(|e| panic!("{e}"));
-    let holding = watertight::Registry::new();
-    for dep in registry.dependencies().into_iter().filter(|d| d.name() != "notification") {
-        holding.register(dep).unwrap();
-    }
-    let report = holding.check_capacity(16).expect("within the capacity rule");
-    assert!(report.warnings().is_empty(), "{:?}", report.warnings());
+    let pool = config.request_threads().expect("request_threads is set");
+    assert_eq!((pool.threads, pool.available()), (16, 14));
+    let report = registry.check_capacity(pool).expect("within the capacity rule");
+    assert_eq!(report.total_hold, 14);
+    let warnings = report.warnings();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(warnings.iter().all(|w| w.contains("`fraud`") || w.contains("together")), "{warnings:?}");
 }
 
 #[test]
@@ -319,8 +321,8 @@ fn put_config_changes_a_dependency_live() {
     // The others are untouched.
     assert_eq!(dependency(&circuits, "account-read")["timeout_ms"], 10_000);
 
-    // 12 + 4 = 16 of 16 request threads: refused by the capacity rule, and
-    // nothing changes.
+    // 12 + 4 = 16 of the 14 request threads left after the reserve: refused
+    // by the capacity rule, and nothing changes.
     let mut greedy = fraud.clone();
     greedy.workers = 12;
     greedy.queue = 4;
@@ -328,7 +330,10 @@ fn put_config_changes_a_dependency_live() {
     assert_eq!(answer.status, 409, "{}", answer.body);
     let answer = json(&answer);
     assert_eq!(answer["code"], "CAPACITY_EXCEEDED");
-    assert!(answer["message"].as_str().unwrap().contains("`fraud` can hold 16 of 16"), "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains("`fraud` can hold 16 of the 14 request threads left"),
+        "{answer}"
+    );
     assert_eq!(get_fraud(), fraud);
 
     // A value only the running dependency can refuse names its field too.

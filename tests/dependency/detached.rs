@@ -29,7 +29,7 @@ enum Got {
     Rejected(Rejection),
 }
 
-fn got<T: ToString, E: ToString>(answer: Result<T, Error<E>>) -> Got {
+fn got<T: ToString, E: std::fmt::Display>(answer: Result<T, Error<E>>) -> Got {
     match answer {
         Ok(v) => Got::Ok(v.to_string()),
         Err(Error::Failed(e)) => Got::Failed(e.to_string()),

@@ -1,0 +1,162 @@
+//! The capacity rule by call shape: detached dependencies hold nothing, a
+//! fan-out group holds once, the reserve is taken off, the request budget
+//! is compared with every timeout.
+
+use std::time::Duration;
+
+use super::*;
+use crate::breaker::BreakerConfig;
+use crate::dependency::{CallShape, Mode};
+use crate::registry::ReconfigureError;
+use crate::{Dependency, DependencyConfig};
+
+/// A dependency of `workers + queue` whose breaker one wave of hung calls
+/// can open, so that no other warning hides the one under test.
+fn dep(name: &str, workers: usize, queue: usize, calls: CallShape) -> Dependency {
+    let places = u32::try_from(workers + queue).unwrap();
+    Dependency::builder(name)
+        .workers(workers)
+        .queue(queue)
+        .timeout(Duration::from_millis(400))
+        .breaker(BreakerConfig::count_based(places).minimum_calls(places.min(places / 2 + 1)))
+        .calls(calls)
+        .build()
+        .unwrap()
+}
+
+fn registry(deps: impl IntoIterator<Item = Dependency>) -> Registry {
+    let registry = Registry::new();
+    for d in deps {
+        registry.register(d).unwrap();
+    }
+    registry
+}
+
+#[test]
+fn a_detached_dependency_holds_no_request_thread() {
+    let flights = || dep("flights", 8, 2, CallShape::Blocking);
+    let detached = registry([flights(), dep("audit", 2, 64, CallShape::Detached)]);
+    let report = detached.check_capacity(32).expect("audit holds none");
+    let audit = &report.entries[1];
+    assert_eq!((audit.hold, audit.room_left, audit.level), (0, 32, CapacityLevel::Ok));
+    assert_eq!((audit.calls.clone(), audit.waiters), (CallShape::Detached, 0));
+    assert_eq!(report.total_hold, 10);
+    assert!(report.warnings().is_empty(), "{:?}", report.warnings());
+    assert!(report.to_string().contains("(detached)"), "{report}");
+    // The same pool, called blocking, can take every request thread.
+    let blocking = registry([flights(), dep("audit", 2, 64, CallShape::Blocking)]);
+    let err = blocking.check_capacity(32).unwrap_err();
+    assert_eq!(err.dependency(), "audit");
+    assert!(err.to_string().contains("can hold 66 of 32 request threads"), "{err}");
+}
+
+#[test]
+fn the_legs_of_one_fan_out_hold_once() {
+    let search = || CallShape::FanOut("search".into());
+    let fanned = registry([
+        dep("flights", 8, 2, search()),
+        dep("hotels", 6, 2, search()),
+        dep("pricing", 4, 0, CallShape::Blocking),
+    ]);
+    let report = fanned.check_capacity(20).unwrap();
+    // The group's largest leg (10), once, and pricing's 4: not 10 + 8 + 4.
+    assert_eq!(report.total_hold, 14);
+    assert_eq!(report.entries[1].hold, 8, "each leg keeps its own hold");
+    assert!(report.warnings().iter().all(|w| !w.contains("together")), "{:?}", report.warnings());
+    // Two groups are two holds; the same legs called one after the other are the sum.
+    let apart = registry([
+        dep("flights", 8, 2, CallShape::FanOut("search".into())),
+        dep("hotels", 6, 2, CallShape::FanOut("book".into())),
+        dep("pricing", 4, 0, CallShape::Blocking),
+    ]);
+    let report = apart.check_capacity(20).unwrap();
+    assert_eq!(report.total_hold, 22);
+    assert!(
+        report.warnings().iter().any(|w| w.contains("together can hold 22 of 20")),
+        "{:?}",
+        report.warnings()
+    );
+}
+
+#[test]
+fn holds_are_compared_with_the_threads_left_after_the_reserve() {
+    let fourteen = registry([dep("fraud", 12, 2, CallShape::Blocking)]);
+    // Of 16 threads, 14 would leave 2: a warning only.
+    assert_eq!(fourteen.check_capacity(16).unwrap().entries[0].level, CapacityLevel::Warning);
+    // With 2 of them reserved, the dependencies share 14, and 14 takes them all.
+    let pool = RequestThreads::new(16).reserved(2);
+    assert_eq!(pool.available(), 14);
+    let err = fourteen.check_capacity(pool).unwrap_err();
+    assert_eq!(err.report().available(), 14);
+    assert_eq!(err.report().entries[0].room_left, 0);
+    let shown = err.to_string();
+    assert!(
+        shown.contains("can hold 14 of the 14 request threads left after a reserve of 2 (of 16)"),
+        "{shown}"
+    );
+    let thirteen = registry([dep("fraud", 11, 2, CallShape::Blocking)]);
+    let report = thirteen.check_capacity(pool).unwrap();
+    assert_eq!((report.entries[0].level, report.entries[0].room_left), (CapacityLevel::Warning, 1));
+    assert!(
+        report.to_string().starts_with("request threads: 16 (2 reserved, 14 for the dependencies)"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_timeout_longer_than_the_request_budget_is_warned_about() {
+    let slow = Dependency::builder("flights")
+        .workers(8)
+        .queue(2)
+        .timeout(Duration::from_secs(5))
+        .breaker(BreakerConfig::count_based(20).minimum_calls(10))
+        .build()
+        .unwrap();
+    let registry = registry([slow, dep("hotels", 6, 2, CallShape::Blocking)]);
+    let budget = RequestThreads::new(32).request_budget(Duration::from_millis(800));
+    let warnings = registry.check_capacity(budget).unwrap().warnings();
+    let about: Vec<&String> = warnings.iter().filter(|w| w.contains("request budget")).collect();
+    assert_eq!(about.len(), 1, "{warnings:?}");
+    for words in ["`flights`", "5s", "800ms", "cut short", "cut-short rule", "breaker opens later"] {
+        assert!(about[0].contains(words), "{words}: {}", about[0]);
+    }
+    // Without a budget, or under one as long as the timeout, nothing is said.
+    assert!(registry.check_capacity(32).unwrap().warnings().is_empty());
+    let long = RequestThreads::new(32).request_budget(Duration::from_secs(5));
+    assert!(registry.check_capacity(long).unwrap().warnings().is_empty());
+}
+
+#[test]
+fn a_detached_dependency_is_reconfigured_without_a_hold() {
+    let registry = registry([dep("audit", 2, 8, CallShape::Detached)]);
+    let mut bigger = registry.get("audit").unwrap().config();
+    bigger.queue = 64;
+    registry.reconfigure("audit", bigger.clone(), 16).expect("a detached pool holds no request thread");
+    assert_eq!(registry.get("audit").unwrap().config().queue, 64);
+    // Declared blocking in the same change, it would hold 66 of 16.
+    bigger.calls = CallShape::Blocking;
+    match registry.reconfigure("audit", bigger, 16) {
+        Err(ReconfigureError::Capacity(e)) => assert_eq!(e.dependency(), "audit"),
+        other => panic!("expected a capacity refusal, got {other:?}"),
+    }
+    assert_eq!(registry.get("audit").unwrap().config().calls, CallShape::Detached, "nothing changed");
+}
+
+#[test]
+fn call_shapes_are_checked() {
+    let caller =
+        DependencyConfig { mode: Mode::CallerThread, calls: CallShape::Detached, ..Default::default() };
+    assert_eq!(caller.validate().unwrap_err().field(), "calls");
+    let unnamed = DependencyConfig { calls: CallShape::FanOut(" ".into()), ..Default::default() };
+    assert_eq!(unnamed.validate().unwrap_err().field(), "calls.fan_out");
+    let leg = CallShape::FanOut("search".into());
+    assert_eq!((leg.fan_out_group(), CallShape::default()), (Some("search"), CallShape::Blocking));
+}
+
+#[test]
+fn a_blocking_call_on_a_dependency_declared_detached_is_served() {
+    let audit = dep("audit-blocking", 1, 2, CallShape::Detached);
+    let answer = audit.call(|_: &crate::CallContext| Ok::<_, std::io::Error>(7));
+    assert_eq!(answer.unwrap(), 7);
+    assert_eq!(audit.snapshot().calls.successful, 1);
+}
