@@ -56,8 +56,8 @@ impl Registry {
     ///
     /// Callers waiting for room ([`max_wait`](crate::DependencyBuilder::max_wait))
     /// are *short* holds: each holds its request thread for at most `max_wait`,
-    /// never for the timeout, and while a provider hangs they are refused when
-    /// it ends. They are reported (`CapacityEntry::max_wait`), not counted in
+    /// never for the timeout, and while a provider hangs they leave once the
+    /// line has not moved for a few normal latencies. They are reported (`CapacityEntry::max_wait`), not counted in
     /// `hold`: a dependency on every request's path can thus be sized for its
     /// normal load (Little's law, see the README's "Sizing") with a small pool
     /// and a short wait, instead of a hold as large as the request pool.
@@ -254,9 +254,10 @@ pub struct CapacityEntry {
     /// How long any further caller may wait for room (a short hold), zero
     /// when a full pool refuses at once.
     pub max_wait: Duration,
-    /// How many callers may wait for room at once (one per worker, when
-    /// `max_wait` is not zero): each holds its request thread for at most
-    /// `max_wait`, on top of `hold`.
+    /// How many callers wait for room once the line stands (one round, a
+    /// caller per worker, when `max_wait` is not zero; a burst that drains
+    /// within `max_wait` may briefly line up more): each holds its request
+    /// thread for at most `max_wait`, on top of `hold`.
     pub waiters: usize,
     /// How many failed calls the breaker needs to open, at the worst: a
     /// count window full of successes, or a time window's minimum. When it
