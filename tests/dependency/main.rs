@@ -16,4 +16,5 @@ mod hang;
 mod hedge;
 mod priority;
 mod reconfigure;
+mod stuck;
 mod vocabulary;
