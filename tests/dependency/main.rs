@@ -12,6 +12,7 @@ mod caller;
 mod config_props;
 mod dependency;
 mod detached;
+mod fanout;
 mod hang;
 mod hedge;
 mod priority;
