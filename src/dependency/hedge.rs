@@ -23,6 +23,16 @@
 //! call's. The other legs are given up: a queued one is withdrawn, a running
 //! one sees [`CallContext::is_cancelled`] turn true, keeps its worker until
 //! its job returns (threads cannot be killed), and is recorded then.
+//!
+//! # Who waits
+//!
+//! A call's legs are a [`Race`], which never blocks: the caller polls it
+//! (answers taken in, a hedge started when due) and, between polls,
+//! registers on every leg's reply slot and parks until one settles or the
+//! race's next instant. A hedged call is that loop on its own; a fan-out
+//! (`fanout.rs`) runs it for several races at once, and uses a race with no
+//! hedge policy for each attempt of a plain or retried leg, so that a leg
+//! whose caller has left is still settled once, by its worker.
 
 use std::convert::Infallible;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
