@@ -75,6 +75,13 @@ use crate::sync::Thread;
 /// assert_eq!((f.wait()?, h.wait()?), (3, 5));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// The compiler keeps it on its thread:
+///
+/// ```compile_fail
+/// fn is_send<T: Send>(_: T) {}
+/// is_send(watertight::FanOut::timeout(std::time::Duration::from_secs(1)));
+/// ```
 #[must_use = "a FanOut makes no call until a leg is started with `start` or `CallBuilder::fan`"]
 pub struct FanOut {
     fan: Rc<Fan>,
@@ -278,8 +285,8 @@ impl Dependency {
         };
         if inner.exec.pool().is_none() {
             // Caller-thread mode runs every call where its caller stands: here, now.
-            let (job, judge) = (&driven.job, |r: &Result<T, E>| driven.classify.verdict(r));
-            let job = Arc::clone(job);
+            let job = Arc::clone(&driven.job);
+            let judge = |r: &Result<T, E>| driven.classify.verdict(r);
             let answer = match how {
                 Fanned::Retry => self.retrying(Some(deadline), priority, &judge, move |ctx| job(ctx)),
                 _ => self.once(Some(deadline), priority, &judge, move |ctx| job(ctx)),
