@@ -124,7 +124,8 @@ pub use crate::{
     classify::{Classify, Verdict},
     clock::{Clock, ManualClock},
     dependency::{
-        CallBuilder, CallCounts, Dependency, DependencyBuilder, DependencyConfig, DependencySnapshot,
+        CallBuilder, CallCounts, Dependency, DependencyBuilder, DependencyConfig, DependencySnapshot, FanLeg,
+        FanOut,
     },
     error::{ConfigError, Error, Outcome, Rejection},
     pool::CallContext,

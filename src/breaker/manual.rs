@@ -1,5 +1,5 @@
 //! Moves by hand: [`Breaker::transition_to`] and [`Breaker::reset`], for an
-//! operator, and the stall rule's `open_if_closed`, for the dependency.
+//! operator, and the stall rule's `open_on_stall`, for the dependency.
 
 use super::machine::View;
 use super::{Breaker, State};
@@ -91,22 +91,27 @@ impl Breaker {
         inner.release(core);
     }
 
-    /// Opens the breaker now if it is CLOSED, whatever its window holds, and
-    /// says whether it did. The dependency calls this when its pool is
-    /// stalled: every worker stuck inside a call for longer than the
+    /// Opens the breaker now if it is CLOSED or HALF_OPEN, whatever its
+    /// window or its round of probes holds, and says which state it left
+    /// (`None`: neither, nothing done). The dependency calls this when its
+    /// pool is stalled: every worker stuck inside a call for longer than the
     /// provider's answers take is evidence enough, and waiting for the
-    /// window to fill would hold request threads for nothing. The
-    /// transition carries no rates (none caused it).
-    pub(crate) fn open_if_closed(&self) -> bool {
+    /// window to fill would hold request threads for nothing. In HALF_OPEN
+    /// the stall means a probe found no room: a round whose probes cannot
+    /// even start would never conclude, so the breaker goes back to OPEN for
+    /// another open period (counted as one more opening, as a failed round
+    /// is). The transition carries no rates (none caused it).
+    pub(crate) fn open_on_stall(&self) -> Option<State> {
         let inner = &*self.inner;
         let mut now = inner.lazy_now(None);
         let mut core = inner.core.lock();
-        let opened = core.state == State::Closed;
+        let left = core.state;
+        let opened = matches!(left, State::Closed | State::HalfOpen);
         if opened {
             inner.enter(&mut core, State::Open, &mut now, View::default());
         }
         inner.release(core);
-        opened
+        opened.then_some(left)
     }
 }
 
@@ -180,9 +185,9 @@ mod tests {
         }
         // A permit taken before the stall reports late: lifetime totals only.
         let late = b.try_acquire().unwrap();
-        assert!(b.open_if_closed());
+        assert_eq!(b.open_on_stall(), Some(State::Closed));
         assert_eq!(b.state(), State::Open);
-        assert!(!b.open_if_closed(), "only a CLOSED breaker is opened");
+        assert_eq!(b.open_on_stall(), None, "an OPEN breaker stays as it is");
         late.record(Verdict::Failure, Duration::from_secs(3));
         assert_eq!(b.state(), State::Open);
         assert!(b.try_acquire().is_err());
@@ -192,8 +197,41 @@ mod tests {
         // Never out of the operator's states.
         for forced in [State::ForcedOpen, State::Disabled, State::MetricsOnly] {
             b.transition_to(forced);
-            assert!(!b.open_if_closed());
+            assert_eq!(b.open_on_stall(), None);
             assert_eq!(b.state(), forced);
         }
+    }
+
+    #[test]
+    fn a_stalled_pool_sends_a_half_open_breaker_back_to_open() {
+        let config = BreakerConfig::count_based(4)
+            .minimum_calls(2)
+            .half_open_calls(2)
+            .open_for(Duration::from_secs(10));
+        let (b, clock) = breaker(config);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        b.on_transition(move |t| sink.lock().unwrap().push((t.from(), t.to())));
+        b.transition_to(State::Open);
+        clock.advance(Duration::from_secs(10));
+        // A probe admitted, then refused for want of room: its permit drops unrecorded.
+        let probe = b.try_acquire().unwrap();
+        assert_eq!(probe.state(), State::HalfOpen);
+        drop(probe);
+        assert_eq!(b.open_on_stall(), Some(State::HalfOpen));
+        assert_eq!(b.state(), State::Open);
+        assert!(b.try_acquire().is_err(), "a fresh open period");
+        let announced = seen.lock().unwrap().clone();
+        assert_eq!(
+            announced,
+            vec![
+                (State::Closed, State::Open),
+                (State::Open, State::HalfOpen),
+                (State::HalfOpen, State::Open)
+            ]
+        );
+        // The open period is the next of the backoff, and then probes come again.
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(b.try_acquire().unwrap().state(), State::HalfOpen);
     }
 }

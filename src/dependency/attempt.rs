@@ -251,20 +251,45 @@ impl Inner {
         #[cfg(test)]
         super::tests::tally(&self.name, super::tests::ADMITTED);
         launch(attempt).map_err(|unlaunched| {
-            // Neither the breaker nor the limit learns anything from a
-            // refusal, but a pool whose every worker is stuck says the provider hangs.
-            if unlaunched.stalled && self.breaker.open_if_closed() {
-                log::warn!(
-                    "dependency {}: every worker has been inside one call for over {:?}; breaker opened",
-                    self.name,
-                    self.stall_threshold()
-                );
+            if unlaunched.stalled {
+                self.stalled();
             }
             if hedge && rate {
                 self.rate.give_back();
             }
             self.refuse(ask.form, unlaunched.rejection, None)
         })
+    }
+
+    /// A call found no room while every worker was stuck in its call. Neither
+    /// the breaker nor the limit learns anything from a refusal, but a stall
+    /// says the provider hangs: a CLOSED breaker opens, and a HALF_OPEN one
+    /// (a probe that found no room) goes back to OPEN, for a round of probes
+    /// that cannot start would never end. When at least half of the workers
+    /// are stuck in calls their callers gave up on, the job is not ending at
+    /// its deadline: that is warned of once per episode (`Pool::abandoned_alarm`).
+    fn stalled(&self) {
+        let over = self.stall_threshold();
+        match self.breaker.open_on_stall() {
+            Some(crate::breaker::State::HalfOpen) => log::warn!(
+                "dependency {}: a probe found no room, every worker inside one call for over {over:?}; \
+                 breaker back to open",
+                self.name
+            ),
+            Some(_) => log::warn!(
+                "dependency {}: every worker has been inside one call for over {over:?}; breaker opened",
+                self.name
+            ),
+            None => {}
+        }
+        if let Some((abandoned, workers)) = self.exec.pool().and_then(crate::pool::Pool::abandoned_alarm) {
+            log::warn!(
+                "dependency {}: {abandoned} of {workers} workers are abandoned: stuck for over {over:?} in \
+                 calls whose callers gave up; the job does not end at its deadline (hand \
+                 `ctx.remaining()` to its I/O, as `with_deadline` does for ureq)",
+                self.name
+            );
+        }
     }
 
     /// Counts, logs and announces a refusal, unless it is a hedge's.

@@ -12,13 +12,14 @@
 //!
 //! and it ends in [`call`](CallBuilder::call) (blocking),
 //! [`spawn`](CallBuilder::spawn) or [`spawn_with`](CallBuilder::spawn_with)
-//! (detached).
+//! (detached), or [`fan`](CallBuilder::fan) (a leg of a [`FanOut`]).
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::{Dependency, Priority};
+use super::fanout::Fanned;
+use super::{Dependency, FanLeg, FanOut, Priority};
 use crate::classify::{ByError, Classifier};
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
@@ -241,6 +242,29 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         self.dependency.once(self.deadline, self.priority, &|r: &Result<T, E>| classify.verdict(r), job)
     }
 
+    /// Starts `job` as a leg of `fan` ([`FanOut`]): admitted and submitted
+    /// now, one attempt under the earlier of the fan-out's deadline and the
+    /// caller's, answered by [`FanLeg::wait`]. The classifier runs on the
+    /// worker. [`retry`](Self::retry) and [`hedge`](Self::hedge) have a
+    /// `fan` too, whose retries and hedges start while the caller waits. In
+    /// caller-thread mode the call is made here and now, as `call` makes it.
+    pub fn fan<T, E, F>(self, fan: &FanOut, job: F) -> FanLeg<T, E>
+    where
+        C: Classifier<T, E> + Send + Sync + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    {
+        // One attempt, and no hedge: the job runs once at most.
+        let once = parking_lot::Mutex::new(Some(job));
+        let job = move |ctx: &CallContext| match once.lock().take() {
+            Some(job) => job(ctx),
+            None => unreachable!("a leg of one attempt runs its job once"),
+        };
+        let how = (self.deadline, self.priority, Fanned::Once);
+        self.dependency.fan(fan, how, self.classify, job)
+    }
+
     /// [`Dependency::spawn`] with these options: the caller's deadline bounds
     /// the detached call too, and the classifier judges its outcome on the
     /// worker.
@@ -321,6 +345,21 @@ impl<C> CallBuilder<'_, C, Retrying> {
         let classify = self.classify;
         self.dependency.retrying(self.deadline, self.priority, &|r: &Result<T, E>| classify.verdict(r), job)
     }
+
+    /// Starts `job` as a retried leg of `fan` ([`FanOut`]): each retry
+    /// starts from the waiting caller once its pause is over, under the
+    /// rules of [`retry`](CallBuilder::retry). The classifier runs on the
+    /// workers.
+    pub fn fan<T, E, F>(self, fan: &FanOut, job: F) -> FanLeg<T, E>
+    where
+        C: Classifier<T, E> + Send + Sync + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
+    {
+        let how = (self.deadline, self.priority, Fanned::Retry);
+        self.dependency.fan(fan, how, self.classify, job)
+    }
 }
 
 impl<C> CallBuilder<'_, C, Hedging> {
@@ -334,6 +373,20 @@ impl<C> CallBuilder<'_, C, Hedging> {
         F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
     {
         self.dependency.hedged(self.deadline, self.priority, self.classify, job)
+    }
+
+    /// Starts `job` as a hedged leg of `fan` ([`FanOut`]): each hedge
+    /// starts from the waiting caller when due, under the rules of
+    /// [`hedge`](CallBuilder::hedge).
+    pub fn fan<T, E, F>(self, fan: &FanOut, job: F) -> FanLeg<T, E>
+    where
+        C: Classifier<T, E> + Send + Sync + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
+    {
+        let how = (self.deadline, self.priority, Fanned::Hedge);
+        self.dependency.fan(fan, how, self.classify, job)
     }
 }
 

@@ -23,17 +23,27 @@
 //! call's. The other legs are given up: a queued one is withdrawn, a running
 //! one sees [`CallContext::is_cancelled`] turn true, keeps its worker until
 //! its job returns (threads cannot be killed), and is recorded then.
+//!
+//! # Who waits
+//!
+//! A call's legs are a [`Race`], which never blocks: the caller polls it
+//! (answers taken in, a hedge started when due) and, between polls,
+//! registers on every leg's reply slot and parks until one settles or the
+//! race's next instant. A hedged call is that loop on its own; a fan-out
+//! (`fanout.rs`) runs it for several races at once, and uses a race with no
+//! hedge policy for each attempt of a plain or retried leg, so that a leg
+//! whose caller has left is still settled once, by its worker.
 
 use std::convert::Infallible;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::attempt::{Ask, Attempt, Deadline, End, Form, Refusal, drop_quietly};
-use super::{Dependency, Inner, Priority};
+use super::{Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
 use crate::error::{Error, Rejection, panic_message};
@@ -44,7 +54,7 @@ type Slot = Arc<Mutex<Option<Attempt>>>;
 
 /// What a leg answers: the settled outcome and the verdict recorded (`None`:
 /// the caller had settled it already, as a timeout).
-type Judged<T, E> = (Result<T, Error<E>>, Option<Verdict>);
+pub(super) type Judged<T, E> = (Result<T, Error<E>>, Option<Verdict>);
 
 /// No winner yet.
 const NONE: usize = usize::MAX;
@@ -52,6 +62,31 @@ const NONE: usize = usize::MAX;
 struct Leg<T, E> {
     ticket: Ticket<Judged<T, E>, Infallible>,
     slot: Slot,
+}
+
+/// One call's legs, under one deadline: the first attempt and the hedges
+/// started after it (none without a policy). The caller drives it: it
+/// [`poll`](Self::poll)s, and waits ([`register`](Self::register), then
+/// parks) until [`until`](Self::until) between polls. Dropped before its
+/// answer, it gives up every leg, as a caller who left.
+pub(super) struct Race<T, E, F, C> {
+    dependency: Dependency,
+    /// `None`: no hedges, one leg settled on its worker.
+    policy: Option<Hedge>,
+    deadline: Deadline,
+    called: Instant,
+    priority: Priority,
+    /// The number of the first leg (a retry's attempt number).
+    first: u32,
+    /// The index of the leg that won, once one has.
+    winner: Arc<AtomicUsize>,
+    job: Arc<F>,
+    classify: Arc<C>,
+    legs: Vec<Option<Leg<T, E>>>,
+    /// The hedge delay, worked out (a histogram read, for a quantile) only
+    /// for a call still unanswered at the earliest it could be.
+    delay: Option<Duration>,
+    hedge_at: Option<Instant>,
 }
 
 impl Dependency {
@@ -72,168 +107,242 @@ impl Dependency {
     {
         let inner = &*self.inner;
         // No policy, or no pool to hedge on: one attempt.
-        let (Some(policy), Some(pool)) = (inner.live.hedge(), inner.exec.pool()) else {
+        let (Some(policy), Some(_)) = (inner.live.hedge(), inner.exec.pool()) else {
             return self.once(caller, priority, &|r: &Result<T, E>| classify.verdict(r), job);
         };
         let called = Instant::now();
-        let deadline = Deadline::new(called, inner.live.timeout(), caller);
-        let race = Arc::new(AtomicUsize::new(NONE));
-        let (job, classify) = (Arc::new(job), Arc::new(classify));
-        let launch = |index: usize, now: Instant, form: Form| -> Result<Leg<T, E>, Refusal> {
-            let number = index as u32 + 1;
-            inner.admit(Ask { now, deadline, number, priority, form }, |mut attempt| {
-                let slot: Slot = Arc::new(Mutex::new(None));
-                let work = leg(
-                    Arc::downgrade(&self.inner),
-                    (Arc::clone(&job), Arc::clone(&classify)),
-                    Arc::clone(&slot),
-                    (Arc::clone(&race), index),
-                );
-                let work = attempt.carry(work);
-                *slot.lock() = Some(attempt);
-                let how = Submit::by(deadline.at).attempt(number);
-                // A hedge never queues; a first attempt may, as any call.
-                let how = match form {
-                    Form::Hedge => how.idle_only(),
-                    _ => how.stall(inner.stall_threshold()),
-                };
-                pool.submit(how, work).map(|ticket| Leg { ticket, slot: Arc::clone(&slot) }).map_err(
-                    |refused| {
-                        if let Some(attempt) = slot.lock().take()
-                            && form == Form::Hedge
-                        {
-                            attempt.forget();
-                        }
-                        refused.into()
-                    },
-                )
-            })
-        };
         inner.budget.deposit(inner.clock_now(called));
-        let first = launch(0, called, Form::Blocking).map_err(Refusal::into_error)?;
-        let mut legs = vec![Some(first)];
-        // The delay is worked out (a histogram read, for a quantile) only for
-        // a call still unanswered at the earliest it could be.
-        let mut delay = None;
-        let mut hedge_at = called.checked_add(policy.earliest());
+        let how = (Some(policy), priority, 1);
+        let mut race = Race::start(self, how, called, caller, Arc::new(job), Arc::new(classify))
+            .map_err(Refusal::into_error)?;
         let mut spin = true;
         loop {
-            let more = legs.len() <= policy.hedges() as usize;
-            let until = match hedge_at {
-                Some(at) if more => at.min(deadline.at),
-                _ => deadline.at,
+            if let Some((answer, _)) = race.poll() {
+                return answer;
+            }
+            race.wait(std::mem::take(&mut spin));
+        }
+    }
+}
+
+impl<T, E, F, C> Race<T, E, F, C>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+    F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
+    C: Classifier<T, E> + Send + Sync + 'static,
+{
+    /// Admits and submits the first leg (`how`: the hedge policy, the
+    /// priority, the first leg's number), under the earlier of the
+    /// dependency's timeout from `called` and `caller`. Pool mode only.
+    pub(super) fn start(
+        dependency: &Dependency,
+        (policy, priority, first): (Option<Hedge>, Priority, u32),
+        called: Instant,
+        caller: Option<Instant>,
+        job: Arc<F>,
+        classify: Arc<C>,
+    ) -> Result<Self, Refusal> {
+        let deadline = Deadline::new(called, dependency.inner.live.timeout(), caller);
+        let mut race = Race {
+            dependency: dependency.clone(),
+            hedge_at: policy.and_then(|p| called.checked_add(p.earliest())),
+            policy,
+            deadline,
+            called,
+            priority,
+            first,
+            winner: Arc::new(AtomicUsize::new(NONE)),
+            job,
+            classify,
+            legs: Vec::with_capacity(1),
+            delay: None,
+        };
+        let leg = race.launch(0, called, Form::Blocking)?;
+        race.legs.push(Some(leg));
+        Ok(race)
+    }
+
+    /// Admits and submits leg `index`.
+    fn launch(&self, index: usize, now: Instant, form: Form) -> Result<Leg<T, E>, Refusal> {
+        let inner = &*self.dependency.inner;
+        let (deadline, priority) = (self.deadline, self.priority);
+        let number = self.first + index as u32;
+        inner.admit(Ask { now, deadline, number, priority, form }, |mut attempt| {
+            // Admission refuses what is not for a pool in caller-thread mode.
+            let Some(pool) = inner.exec.pool() else { return Err(Rejection::QueueFull.into()) };
+            let slot: Slot = Arc::new(Mutex::new(None));
+            let work = leg(
+                Arc::downgrade(&self.dependency.inner),
+                (Arc::clone(&self.job), Arc::clone(&self.classify)),
+                Arc::clone(&slot),
+                (Arc::clone(&self.winner), index),
+            );
+            let work = attempt.carry(work);
+            *slot.lock() = Some(attempt);
+            let how = Submit::by(deadline.at).attempt(number);
+            // A hedge never queues; a first attempt may, as any call.
+            let how = match form {
+                Form::Hedge => how.idle_only(),
+                _ => how.stall(inner.stall_threshold()),
             };
-            if let Some(index) = wait_any(&legs, until, std::mem::take(&mut spin)) {
-                let leg = legs[index].take().expect("a settled leg is still held");
-                let answer = match self.answer_of(leg) {
+            pool.submit(how, work).map(|ticket| Leg { ticket, slot: Arc::clone(&slot) }).map_err(|refused| {
+                if let Some(attempt) = slot.lock().take()
+                    && form == Form::Hedge
+                {
+                    attempt.forget();
+                }
+                refused.into()
+            })
+        })
+    }
+
+    /// When the caller should poll again at the latest: the deadline, or
+    /// the next hedge.
+    pub(super) fn until(&self) -> Instant {
+        let more = self.policy.is_some_and(|p| self.legs.len() <= p.hedges() as usize);
+        match self.hedge_at {
+            Some(at) if more => at.min(self.deadline.at),
+            _ => self.deadline.at,
+        }
+    }
+
+    /// Asks for `thread` to be unparked when a leg settles; `false` when one
+    /// already has (poll again rather than park). `register` looks once more
+    /// under each slot's lock, so a settle between a poll and the park is
+    /// never missed.
+    pub(super) fn register(&self, thread: &crate::sync::Thread) -> bool {
+        let mut live = self.legs.iter().flatten();
+        live.all(|leg| !leg.ticket.is_settled() && leg.ticket.register(thread.clone()))
+    }
+
+    /// Waits until a leg settles or [`until`](Self::until). `spin`: poll for
+    /// the pool's spin budget first, as a plain call's wait does, so that a
+    /// quick answer costs no park and wake-up.
+    fn wait(&self, spin: bool) {
+        if spin {
+            let settled = || self.legs.iter().flatten().any(|l| l.ticket.is_settled());
+            if crate::sync::spin_until(crate::sync::CALLER_SPIN, settled) {
+                return;
+            }
+        }
+        let now = Instant::now();
+        let until = self.until();
+        if now < until && self.register(&crate::sync::current()) {
+            // May return early (a leg settled, or spuriously): the caller polls.
+            crate::sync::park_timeout(until - now);
+        }
+    }
+
+    /// Looks without waiting: the call's answer once it has one (the first
+    /// acceptable answer, the last answer when none is, or a timeout at the
+    /// deadline) with the verdict recorded; meanwhile, starts a hedge when
+    /// one is due.
+    pub(super) fn poll(&mut self) -> Option<Judged<T, E>> {
+        let inner = &*self.dependency.inner;
+        loop {
+            for index in 0..self.legs.len() {
+                if !self.legs[index].as_ref().is_some_and(|l| l.ticket.is_settled()) {
+                    continue;
+                }
+                let leg = self.legs[index].take().expect("a settled leg is still held");
+                let answer = match answer_of(inner, leg) {
                     Some((result, verdict)) if acceptable(&result, verdict) => {
-                        race.store(index, Ordering::Release);
+                        self.winner.store(index, Ordering::Release);
                         if index > 0 {
                             inner.counters.hedge_won();
                         }
-                        let _ = self.give_up(&mut legs, false);
-                        return result;
+                        let _ = self.give_up(false);
+                        return Some((result, verdict));
                     }
-                    Some((result, _)) => result,
-                    None => Err(Error::Rejected(Rejection::ShuttingDown)),
+                    Some(judged) => judged,
+                    None => (Err(Error::Rejected(Rejection::ShuttingDown)), None),
                 };
                 // Every leg made has answered, none acceptably: the last is the call's.
-                if legs.iter().all(Option::is_none) {
-                    return answer;
+                if self.legs.iter().all(Option::is_none) {
+                    return Some(answer);
                 }
-                continue;
             }
             let now = Instant::now();
-            if now >= deadline.at {
+            if now >= self.deadline.at {
                 // A leg that answered just now still counts.
-                if legs.iter().flatten().any(|l| l.ticket.is_settled()) {
+                if self.legs.iter().flatten().any(|l| l.ticket.is_settled()) {
                     continue;
                 }
-                return match self.give_up(&mut legs, true) {
-                    Some(late) => late,
-                    None => Err(Error::Timeout { waited: now.saturating_duration_since(called) }),
-                };
+                let waited = now.saturating_duration_since(self.called);
+                return Some(match self.give_up(true) {
+                    (Some(late), _) => late,
+                    (None, verdict) => (Err(Error::Timeout { waited }), verdict),
+                });
             }
-            if more && hedge_at.is_some_and(|at| now >= at) {
-                let delay = match delay {
-                    Some(d) => d,
-                    None => {
-                        let d = policy.delay_for(&inner.call_time);
-                        delay = Some(d);
-                        // Later than the earliest: wait on until then.
-                        if let Some(at) = called.checked_add(d).filter(|at| *at > now) {
-                            hedge_at = Some(at);
-                            continue;
-                        }
-                        d
-                    }
-                };
-                // Nothing is taken for a hedge that cannot start: a worker must
-                // be idle, the deadline must leave it the provider's normal
-                // latency, and the retry budget (shared with retries) must allow it.
-                let normal = inner.normal_latency().unwrap_or_default();
-                if pool.has_idle_worker()
-                    && deadline.at.saturating_duration_since(now) > normal
-                    && inner.budget.try_withdraw(inner.clock_now(now))
-                {
-                    match launch(legs.len(), now, Form::Hedge) {
-                        Ok(leg) => {
-                            inner.counters.hedged();
-                            legs.push(Some(leg));
-                        }
-                        Err(_) => inner.budget.refund(inner.clock_now(now)),
-                    }
-                }
-                hedge_at = now.checked_add(delay);
-            }
+            self.maybe_hedge(now);
+            return None;
         }
     }
 
-    /// The answer of a settled leg; `None` for a leg that shutdown discarded
-    /// unrun. What the worker did not settle (a leg that expired in the
-    /// queue, or never ran) is settled here.
-    fn answer_of<T, E>(&self, leg: Leg<T, E>) -> Option<Judged<T, E>> {
-        let Leg { ticket, slot } = leg;
-        let (answer, began) = ticket.wait_timed();
-        match answer {
-            // Settled by the worker.
-            Ok(judged) => Some(judged),
-            // The job panicked; the worker settled that before unwinding.
-            Err(Error::Panicked(msg)) => Some((Err(Error::Panicked(msg)), Some(Verdict::Failure))),
-            // Still queued at the deadline: a timeout, as for any call.
-            Err(Error::Timeout { .. }) => Some(self.settle_leg::<T, E>(&slot, End::TimedOut, began)),
-            // Discarded by shutdown: nothing recorded.
-            Err(_) => {
-                let _ = self.settle_leg::<T, E>(&slot, End::Discarded, None);
-                None
+    /// Starts a hedge if one is due at `now`.
+    fn maybe_hedge(&mut self, now: Instant) {
+        let Some(policy) = self.policy else { return };
+        let more = self.legs.len() <= policy.hedges() as usize;
+        if !more || self.hedge_at.is_none_or(|at| now < at) {
+            return;
+        }
+        let inner = &*self.dependency.inner;
+        let delay = match self.delay {
+            Some(d) => d,
+            None => {
+                let d = policy.delay_for(&inner.call_time);
+                self.delay = Some(d);
+                // Later than the earliest: wait on until then.
+                if let Some(at) = self.called.checked_add(d).filter(|at| *at > now) {
+                    self.hedge_at = Some(at);
+                    return;
+                }
+                d
+            }
+        };
+        // Nothing is taken for a hedge that cannot start: a worker must
+        // be idle, the deadline must leave it the provider's normal
+        // latency, and the retry budget (shared with retries) must allow it.
+        let normal = inner.normal_latency().unwrap_or_default();
+        if inner.exec.pool().is_some_and(crate::pool::Pool::has_idle_worker)
+            && self.deadline.at.saturating_duration_since(now) > normal
+            && inner.budget.try_withdraw(inner.clock_now(now))
+        {
+            match self.launch(self.legs.len(), now, Form::Hedge) {
+                Ok(leg) => {
+                    inner.counters.hedged();
+                    self.legs.push(Some(leg));
+                }
+                Err(_) => inner.budget.refund(inner.clock_now(now)),
             }
         }
+        self.hedge_at = now.checked_add(delay);
     }
 
     /// Gives up every leg still held: at the deadline (a timeout for each
-    /// leg still queued or running), or once another leg won. At the
-    /// deadline, an acceptable answer that came in meanwhile is returned
-    /// rather than dropped.
-    fn give_up<T, E>(
-        &self,
-        legs: &mut [Option<Leg<T, E>>],
-        at_deadline: bool,
-    ) -> Option<Result<T, Error<E>>> {
-        let mut late = None;
-        for Leg { ticket, slot } in legs.iter_mut().filter_map(Option::take) {
+    /// leg still queued or running), or once another leg won (or the caller
+    /// left). At the deadline, an acceptable answer that came in meanwhile is
+    /// returned rather than dropped; else the verdict recorded on the first
+    /// leg settled here as a timeout.
+    fn give_up(&mut self, at_deadline: bool) -> (Option<Judged<T, E>>, Option<Verdict>) {
+        let inner = &*self.dependency.inner;
+        let (mut late, mut timed_out) = (None, None);
+        for Leg { ticket, slot } in self.legs.iter_mut().filter_map(Option::take) {
             let began = ticket.began();
             match (ticket.leave(), at_deadline) {
                 // It answered just as the deadline came: the worker settled it.
                 (Left::Answered(Ok((result, verdict))), true)
                     if late.is_none() && acceptable(&result, verdict) =>
                 {
-                    late = Some(result);
+                    late = Some((result, verdict));
                 }
                 // Its answer came after all: the worker settled it.
                 (Left::Answered(answer), _) => drop_quietly(answer),
                 // At the deadline: a timeout, unless the worker settled first.
                 (_, true) => {
-                    let _ = self.settle_leg::<T, E>(&slot, End::TimedOut, began);
+                    let (_, verdict) = settle_leg::<T, E>(inner, &slot, End::TimedOut, began);
+                    timed_out = timed_out.or(verdict);
                 }
                 // Still running: the worker settles it when it returns.
                 (Left::Running, false) => {}
@@ -241,18 +350,52 @@ impl Dependency {
                 (Left::NeverRan, false) => drop(slot.lock().take()),
             }
         }
-        late
+        (late, timed_out)
     }
+}
 
-    /// Settles a leg on the caller's side, unless its worker already has.
-    fn settle_leg<T, E>(&self, slot: &Slot, end: End<T, E>, began: Option<Instant>) -> Judged<T, E> {
-        let attempt = slot.lock().take();
-        match attempt {
-            Some(attempt) => {
-                attempt.settle(Some(&self.inner), end, began, Instant::now(), &|_| Verdict::Failure)
+impl<T, E, F, C> Drop for Race<T, E, F, C> {
+    /// A race dropped unanswered (a fan-out's leg whose handle was dropped)
+    /// gives up its legs as a caller who left: a queued one is withdrawn
+    /// unrecorded, a running one is settled by its worker when it returns.
+    fn drop(&mut self) {
+        for Leg { ticket, slot } in self.legs.iter_mut().filter_map(Option::take) {
+            match ticket.leave() {
+                Left::Answered(answer) => drop_quietly(answer),
+                Left::Running => {}
+                Left::NeverRan => drop(slot.lock().take()),
             }
-            None => (Err(Error::Rejected(Rejection::ShuttingDown)), None),
         }
+    }
+}
+
+/// The answer of a settled leg; `None` for a leg that shutdown discarded
+/// unrun. What the worker did not settle (a leg that expired in the queue,
+/// or never ran) is settled here.
+fn answer_of<T, E>(inner: &Inner, leg: Leg<T, E>) -> Option<Judged<T, E>> {
+    let Leg { ticket, slot } = leg;
+    let (answer, began) = ticket.wait_timed();
+    match answer {
+        // Settled by the worker.
+        Ok(judged) => Some(judged),
+        // The job panicked; the worker settled that before unwinding.
+        Err(Error::Panicked(msg)) => Some((Err(Error::Panicked(msg)), Some(Verdict::Failure))),
+        // Still queued at the deadline: a timeout, as for any call.
+        Err(Error::Timeout { .. }) => Some(settle_leg::<T, E>(inner, &slot, End::TimedOut, began)),
+        // Discarded by shutdown: nothing recorded.
+        Err(_) => {
+            let _ = settle_leg::<T, E>(inner, &slot, End::Discarded, None);
+            None
+        }
+    }
+}
+
+/// Settles a leg on the caller's side, unless its worker already has.
+fn settle_leg<T, E>(inner: &Inner, slot: &Slot, end: End<T, E>, began: Option<Instant>) -> Judged<T, E> {
+    let attempt = slot.lock().take();
+    match attempt {
+        Some(attempt) => attempt.settle(Some(inner), end, began, Instant::now(), &|_| Verdict::Failure),
+        None => (Err(Error::Rejected(Rejection::ShuttingDown)), None),
     }
 }
 
@@ -261,32 +404,6 @@ impl Dependency {
 /// answers nothing).
 fn acceptable<T, E>(result: &Result<T, Error<E>>, verdict: Option<Verdict>) -> bool {
     verdict.is_some_and(|v| v != Verdict::Failure) && !matches!(result, Err(Error::Timeout { .. }))
-}
-
-/// Waits until one of `legs` has settled (its index) or `until` (`None`).
-/// `spin`: poll for the pool's spin budget first, as a plain call's wait
-/// does, so that a quick answer costs no park and wake-up.
-fn wait_any<T, E>(legs: &[Option<Leg<T, E>>], until: Instant, spin: bool) -> Option<usize> {
-    if spin {
-        let settled = || legs.iter().flatten().any(|l| l.ticket.is_settled());
-        crate::sync::spin_until(crate::sync::CALLER_SPIN, settled);
-    }
-    loop {
-        let live = legs.iter().enumerate().filter_map(|(i, l)| l.as_ref().map(|l| (i, l)));
-        for (i, leg) in live {
-            // `register` looks once more under the slot's lock, so a settle
-            // between this look and the park is never missed.
-            if leg.ticket.is_settled() || !leg.ticket.register(crate::sync::current()) {
-                return Some(i);
-            }
-        }
-        let now = Instant::now();
-        if now >= until {
-            return None;
-        }
-        // May return early (a leg settled, or spuriously): look again.
-        crate::sync::park_timeout(until - now);
-    }
 }
 
 /// The job of one leg: runs the user's job, and settles the leg's attempt

@@ -6,7 +6,7 @@
 //!
 //! Every call is made of attempts, and every attempt is admitted by one
 //! function and settled by one (`attempt.rs`): the kinds of call (once,
-//! retried, hedged, detached, on the caller's thread) are thin drivers over
+//! retried, hedged, detached, fanned out, on the caller's thread) are thin drivers over
 //! them. One successful [`Dependency::call`], in call order:
 //!
 //! ```text
@@ -49,13 +49,17 @@
 //! attempts under the retry loop of `retry/run.rs`), `hedge.rs` (legs
 //! settled by their worker or, at the deadline, by the caller) and
 //! `detached.rs` (an attempt that travels with its job and is settled on
-//! the worker, or by the job's `Drop` if the pool drops it unrun).
+//! the worker, or by the job's `Drop` if the pool drops it unrun) and
+//! `fanout.rs` (legs to several dependencies under one deadline: each a
+//! race of `hedge.rs`, retried by the steps of `retry/run.rs`, all driven
+//! from the one waiting caller, with no thread per call).
 
 mod attempt;
 mod builder;
 mod call;
 mod config;
 mod detached;
+mod fanout;
 mod hedge;
 mod once;
 mod retrying;
@@ -69,6 +73,7 @@ use std::time::{Duration, Instant};
 pub use self::builder::DependencyBuilder;
 pub use self::call::{CallBuilder, Hedging, Once, Retrying};
 use self::config::Live;
+pub use self::fanout::{FanLeg, FanOut};
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 pub use crate::classify::{ByError, Classifier};

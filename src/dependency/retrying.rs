@@ -28,6 +28,20 @@ impl Dependency {
     {
         let inner = &*self.inner;
         let job = Arc::new(job);
+        self.with_retrier(|retrier| {
+            retrier.run(caller, |now, end, number| {
+                let job = Arc::clone(&job);
+                let deadline = Deadline::new(now, inner.live.timeout(), end);
+                let ask = Ask { now, deadline, number, priority, form: Form::Blocking };
+                self.attempt(ask, classify, move |ctx| job(ctx))
+            })
+        })
+    }
+
+    /// Runs `f` with the retry loop over this dependency: its policy, its
+    /// budget, its clock and its breaker's word on the next attempt.
+    pub(super) fn with_retrier<R>(&self, f: impl FnOnce(&Retrier<'_>) -> R) -> R {
+        let inner = &*self.inner;
         let clock = |now: Instant| inner.clock_now(now);
         let may_admit = |now: Instant, after: Duration| {
             inner.clock_now(now).checked_add(after).is_none_or(|at| inner.breaker.may_permit_at(at))
@@ -41,11 +55,6 @@ impl Dependency {
             may_admit: &may_admit,
             retried: &|| inner.counters.retried(),
         };
-        retrier.run(caller, |now, end, number| {
-            let job = Arc::clone(&job);
-            let deadline = Deadline::new(now, inner.live.timeout(), end);
-            let ask = Ask { now, deadline, number, priority, form: Form::Blocking };
-            self.attempt(ask, classify, move |ctx| job(ctx))
-        })
+        f(&retrier)
     }
 }

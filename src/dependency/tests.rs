@@ -125,3 +125,46 @@ fn caller_thread_mode_runs_the_attempt_where_it_stands() {
     assert_eq!(read("kind-caller", 2), [2, 1, 2]);
     assert_eq!(dep.snapshot().calls.get(Outcome::QueueFull), 1);
 }
+
+#[test]
+fn a_fan_out_is_attempts_of_its_own_under_one_deadline() {
+    let retry =
+        crate::retry::Retry::builder().max_attempts(3).backoff(Duration::ZERO, Duration::ZERO).build();
+    let retried = Dependency::builder("kind-fan-retry").workers(2).retry(retry.unwrap()).build().unwrap();
+    let plain = Dependency::builder("kind-fan-once").workers(2).build().unwrap();
+    let hedged = Dependency::builder("kind-fan-hedge")
+        .workers(4)
+        .hedge(crate::dependency::Hedge::after(Duration::from_millis(10)))
+        .build()
+        .unwrap();
+    let here = Dependency::builder("kind-fan-caller").mode(Mode::CallerThread).workers(1).build().unwrap();
+    let fan = super::FanOut::timeout(Duration::from_secs(5));
+    let r = retried.with().retry().fan(&fan, reset);
+    let o = fan.start(&plain, ok);
+    let h = hedged.with().hedge().fan(&fan, |ctx: &CallContext| {
+        if ctx.attempt() == 1 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok::<_, std::io::Error>(ctx.attempt())
+    });
+    // Caller-thread mode: run where the leg is started, done before `start` returns.
+    let c = fan.start(&here, ok);
+    assert!(c.is_done());
+    fan.wait_all();
+    assert!(matches!(r.wait(), Err(Error::Failed(_))));
+    assert_eq!(o.wait().unwrap(), 7);
+    assert_eq!(h.wait().unwrap(), 2);
+    assert_eq!(c.wait().unwrap(), 7);
+    assert_eq!(read("kind-fan-retry", 3), [3, 0, 3]);
+    assert_eq!(read("kind-fan-once", 1), [1, 0, 1]);
+    assert_eq!(read("kind-fan-hedge", 2), [2, 0, 2]);
+    assert_eq!(read("kind-fan-caller", 1), [1, 0, 1]);
+    let (r, h) = (retried.snapshot().calls, hedged.snapshot().calls);
+    assert_eq!((r.failed, r.retried), (3, 2));
+    assert_eq!((h.successful, h.hedged, h.hedges_won), (2, 1, 1));
+    // A leg started past the deadline is refused by admission, and answers at once.
+    let past = super::FanOut::until(Instant::now());
+    let late = past.start(&plain, ok);
+    assert_eq!(late.wait().unwrap_err().rejection(), Some(Rejection::DeadlineUnmeetable));
+    assert_eq!(read("kind-fan-once", 1), [1, 1, 1]);
+}

@@ -226,8 +226,14 @@ where
         idle_again();
         if let Err(reply) = self.slot.complete(reply) {
             // The caller abandoned the job (and raised `abandoned` under the
-            // slot lock before `complete` could see it): lower it again.
-            stats.callers.abandoned.fetch_sub(1, Relaxed);
+            // slot lock before `complete` could see it): lower it again,
+            // ending an episode of abandoned work that falls below its mark.
+            let left = stats.callers.abandoned.fetch_sub(1, Relaxed).saturating_sub(1);
+            if stats.callers.abandoned_warned.load(Relaxed)
+                && !super::stats::many_abandoned(left, stats.workers.live.load(Relaxed))
+            {
+                stats.callers.abandoned_warned.store(false, Relaxed);
+            }
             drop_quietly(reply);
         }
         // The bookkeeping of timings comes after the answer, off the caller's path.

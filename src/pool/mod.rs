@@ -242,6 +242,18 @@ impl Pool {
         self.inner.shared.queue.has_idle()
     }
 
+    /// The abandoned jobs and the live workers, once per episode of
+    /// abandoned work: when at least half of the workers run calls whose
+    /// callers have gone, and no warning has been given since the count
+    /// last fell below that mark (`stats.rs`, `many_abandoned`).
+    pub(crate) fn abandoned_alarm(&self) -> Option<(usize, usize)> {
+        let s = &self.inner.shared.stats;
+        let (abandoned, live) = (s.callers.abandoned.load(Relaxed), s.workers.live.load(Relaxed));
+        let first =
+            self::stats::many_abandoned(abandoned, live) && !s.callers.abandoned_warned.swap(true, Relaxed);
+        first.then_some((abandoned, live))
+    }
+
     /// A snapshot of the pool's gauges and counters; takes no lock.
     pub fn stats(&self) -> PoolStats {
         let s = &self.inner.shared.stats;

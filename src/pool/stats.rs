@@ -1,6 +1,6 @@
 //! The pool's live counters and [`PoolStats`], the snapshot read from them.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 use super::call::Ran;
@@ -29,8 +29,20 @@ pub(crate) struct CallerCounters {
     /// Raised by a caller that gives up on a running job, lowered by the
     /// worker when that job returns.
     pub(crate) abandoned: AtomicUsize,
+    /// Whether the warning of the present episode of abandoned work has been
+    /// given: set by the first [`abandoned_alarm`](super::Pool::abandoned_alarm)
+    /// that finds [`many_abandoned`], cleared by the worker whose return
+    /// brings `abandoned` below it (the episode is over).
+    pub(crate) abandoned_warned: AtomicBool,
     /// Submissions waiting (at most `max_wait`) for room in a full pool.
     pub(crate) waiting: AtomicUsize,
+}
+
+/// Whether `abandoned` jobs among `live` workers make an episode worth a
+/// warning: at least half of the workers (and at least one) are running calls
+/// whose callers have gone.
+pub(crate) fn many_abandoned(abandoned: usize, live: usize) -> bool {
+    abandoned > 0 && abandoned * 2 >= live
 }
 
 /// The counters workers write.

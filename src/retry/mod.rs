@@ -13,7 +13,7 @@ use self::budget::BUCKETS;
 pub(crate) use self::budget::RetryBudget;
 pub use self::jitter::Jitter;
 pub(crate) use self::jitter::JitterSource;
-pub(crate) use self::run::Retrier;
+pub(crate) use self::run::{Next, Retried, Retrier};
 use crate::error::ConfigError;
 
 /// How a dependency retries transient failures, used by

@@ -24,6 +24,28 @@ pub(crate) struct Retrier<'a> {
     pub(crate) retried: &'a dyn Fn(),
 }
 
+/// Where one retried call stands between its attempts: what the loop
+/// carries from one step to the next, for a caller that blocks
+/// ([`Retrier::run`]) or one that drives several calls at once (a fan-out).
+pub(crate) struct Retried<T, E> {
+    /// The end of the whole call: the earlier of the overall timeout and the
+    /// caller's deadline.
+    pub(crate) end: Option<Instant>,
+    /// The attempt to make next, or being made (1-based).
+    pub(crate) number: u32,
+    /// The last answer from the provider itself, while a retry of it is
+    /// due: what the caller gets when that retry cannot be made.
+    last: Option<Result<T, Error<E>>>,
+}
+
+/// What to do after an attempt.
+pub(crate) enum Next<T, E> {
+    /// The call's answer.
+    Done(Result<T, Error<E>>),
+    /// Retry at this instant (then call [`Retrier::resume`]).
+    RetryAt(Instant),
+}
+
 impl Retrier<'_> {
     /// Runs `attempt(now, end, number)` until an answer is final: a success,
     /// an outcome that is not a failure, a panic, the last attempt, or a retry
@@ -36,71 +58,120 @@ impl Retrier<'_> {
         caller: Option<Instant>,
         mut attempt: impl FnMut(Instant, Option<Instant>, u32) -> (Result<T, Error<E>>, Option<Verdict>),
     ) -> Result<T, Error<E>> {
-        let (retry, budget, clock) = (self.retry, self.budget, self.clock);
-        let mut now = Instant::now();
-        let overall = retry.overall_timeout().and_then(|t| now.checked_add(t));
-        // The end of the whole call: the earlier of the overall timeout and the caller's deadline.
+        let (mut now, mut state) = self.begin(caller);
+        loop {
+            let (result, verdict) = attempt(now, state.end, state.number);
+            match self.after(&mut state, result, verdict) {
+                Next::Done(result) => return result,
+                Next::RetryAt(at) => {
+                    let pause = at.saturating_duration_since(Instant::now());
+                    if !pause.is_zero() {
+                        std::thread::sleep(pause);
+                    }
+                    now = Instant::now();
+                    if let Err(result) = self.resume(&mut state, now) {
+                        return result;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A call starts: its end, and its deposit in the retry budget. Returns
+    /// the time read, for the first attempt.
+    pub(crate) fn begin<T, E>(&self, caller: Option<Instant>) -> (Instant, Retried<T, E>) {
+        let now = Instant::now();
+        let overall = self.retry.overall_timeout().and_then(|t| now.checked_add(t));
         let end = match (overall, caller) {
             (Some(o), Some(c)) => Some(o.min(c)),
             (o, c) => o.or(c),
         };
-        budget.deposit(clock(now));
-        let mut number = 1;
-        // The last answer from the provider itself: what the caller gets
-        // when a later attempt cannot be made.
-        let mut last: Option<Result<T, Error<E>>> = None;
-        loop {
-            let (result, verdict) = attempt(now, end, number);
-            if verdict.is_none()
-                && let Some(previous) = last.take()
-            {
-                // A retry refused after all (the breaker opened or the pool
-                // filled during the backoff): the provider's own error is the
-                // answer, and the retry it never made gives its token back.
-                budget.refund(clock(Instant::now()));
-                return previous;
-            }
-            // A panic is a failure to the breaker, but a bug in the job, not a transient
-            // fault of the provider: running it again would only panic again.
-            let panicked = matches!(result, Err(Error::Panicked(_)));
-            // A timeout at the caller's deadline was recorded as ignored: no time is left to retry.
-            if verdict != Some(Verdict::Failure) || panicked || number >= retry.max_attempts() {
-                return result;
-            }
-            let pause = retry.pause(number, self.jitter);
-            now = Instant::now();
-            // The end bounds the sleep *and* leaves the next attempt some time:
-            // a backoff that ends at or past it would only buy an attempt with no time at all.
-            if end.is_some_and(|e| now.checked_add(pause).is_none_or(|wake| wake >= e)) {
+        self.budget.deposit((self.clock)(now));
+        (now, Retried { end, number: 1, last: None })
+    }
+
+    /// An attempt has answered `result`, recorded as `verdict` (`None`:
+    /// refused, nothing recorded): the call's answer, or when to retry. A
+    /// retry due has taken its token from the budget.
+    pub(crate) fn after<T, E>(
+        &self,
+        state: &mut Retried<T, E>,
+        result: Result<T, Error<E>>,
+        verdict: Option<Verdict>,
+    ) -> Next<T, E> {
+        let (retry, budget, clock) = (self.retry, self.budget, self.clock);
+        if verdict.is_none()
+            && let Some(previous) = state.last.take()
+        {
+            // A retry refused after all (the breaker opened or the pool
+            // filled during the backoff): the provider's own error is the
+            // answer, and the retry it never made gives its token back.
+            budget.refund(clock(Instant::now()));
+            return Next::Done(previous);
+        }
+        // A panic is a failure to the breaker, but a bug in the job, not a transient
+        // fault of the provider: running it again would only panic again.
+        let panicked = matches!(result, Err(Error::Panicked(_)));
+        // A timeout at the caller's deadline was recorded as ignored: no time is left to retry.
+        if verdict != Some(Verdict::Failure) || panicked || state.number >= retry.max_attempts() {
+            return Next::Done(result);
+        }
+        let pause = retry.pause(state.number, self.jitter);
+        let now = Instant::now();
+        // The end bounds the sleep *and* leaves the next attempt some time:
+        // a backoff that ends at or past it would only buy an attempt with no time at all.
+        let wake = match now.checked_add(pause) {
+            Some(wake) if state.end.is_none_or(|e| wake < e) => wake,
+            _ => {
                 log::debug!("dependency {}: no retry, the call's deadline is near", self.name);
-                return result;
+                return Next::Done(result);
             }
-            // Ask before sleeping: a breaker that this very failure opened (or
-            // any that stays open past the backoff) would only refuse the
-            // next attempt, after a sleep for nothing.
-            if !(self.may_admit)(now, pause) {
-                log::debug!("dependency {}: no retry, the breaker would refuse it", self.name);
-                return result;
-            }
-            if !budget.try_withdraw(clock(now)) {
-                log::debug!("dependency {}: no retry, the retry budget is spent", self.name);
-                return result;
-            }
-            if !pause.is_zero() {
-                std::thread::sleep(pause);
-            }
-            now = Instant::now();
-            // A sleep may overshoot: if it ate the rest of the time, the failure
-            // that caused the retry is the answer, not a rejection of an attempt
-            // that had no time left. Nor is an attempt made that the breaker,
-            // opened during the sleep, would refuse.
-            if end.is_some_and(|e| now >= e) || !(self.may_admit)(now, Duration::ZERO) {
-                budget.refund(clock(now));
-                return result;
-            }
-            last = Some(result);
-            number += 1;
-            (self.retried)();
+        };
+        // Ask before sleeping: a breaker that this very failure opened (or
+        // any that stays open past the backoff) would only refuse the
+        // next attempt, after a sleep for nothing.
+        if !(self.may_admit)(now, pause) {
+            log::debug!("dependency {}: no retry, the breaker would refuse it", self.name);
+            return Next::Done(result);
+        }
+        if !budget.try_withdraw(clock(now)) {
+            log::debug!("dependency {}: no retry, the retry budget is spent", self.name);
+            return Next::Done(result);
+        }
+        state.last = Some(result);
+        Next::RetryAt(wake)
+    }
+
+    /// The pause is over (at `now`): `Ok` to make the next attempt, or the
+    /// call's answer when it cannot be made after all. A wake-up may
+    /// overshoot: if it ate the rest of the time, the failure that caused the
+    /// retry is the answer, not a rejection of an attempt that had no time
+    /// left. Nor is an attempt made that the breaker, opened during the
+    /// pause, would refuse.
+    pub(crate) fn resume<T, E>(
+        &self,
+        state: &mut Retried<T, E>,
+        now: Instant,
+    ) -> Result<(), Result<T, Error<E>>> {
+        let Some(previous) = state.last.take() else {
+            // Unreachable: a retry is due only with the answer it retries.
+            return Err(Err(Error::Rejected(crate::error::Rejection::ShuttingDown)));
+        };
+        if state.end.is_some_and(|e| now >= e) || !(self.may_admit)(now, Duration::ZERO) {
+            self.budget.refund((self.clock)(now));
+            return Err(previous);
+        }
+        state.last = Some(previous);
+        state.number += 1;
+        (self.retried)();
+        Ok(())
+    }
+
+    /// A call given up during a pause (a fan-out's leg dropped): the retry
+    /// it will not make gives its token back.
+    pub(crate) fn abandon<T, E>(&self, state: &mut Retried<T, E>) {
+        if state.last.take().is_some() {
+            self.budget.refund((self.clock)(Instant::now()));
         }
     }
 }

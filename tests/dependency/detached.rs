@@ -6,10 +6,10 @@
 use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use support::{FakeProvider, Fault, provider, wait_until};
+use support::{FakeProvider, Fault, provider, wait_until, warnings};
 use watertight::http::WithDeadline;
 use watertight::{
     CallContext, Dependency, Error, Rejection,
@@ -376,30 +376,6 @@ fn dropping_the_last_handle_answers_the_queued_calls() {
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Rejected(Rejection::ShuttingDown));
     release.send(()).unwrap();
     assert_eq!(rx.recv_timeout(ANSWER).unwrap(), Got::Ok("1".into()));
-}
-
-/// Warnings logged by this test binary.
-fn warnings() -> &'static Mutex<Vec<String>> {
-    struct Capture;
-    static WARNINGS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    static LOGGER: Capture = Capture;
-    impl log::Log for Capture {
-        fn enabled(&self, m: &log::Metadata) -> bool {
-            m.level() <= log::Level::Warn
-        }
-        fn log(&self, record: &log::Record) {
-            if self.enabled(record.metadata()) {
-                let w = WARNINGS.get_or_init(Default::default);
-                w.lock().unwrap().push(record.args().to_string());
-            }
-        }
-        fn flush(&self) {}
-    }
-    let w = WARNINGS.get_or_init(Default::default);
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(log::LevelFilter::Warn);
-    }
-    w
 }
 
 #[test]

@@ -47,3 +47,28 @@ pub fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
 }
+
+/// Warnings logged by this test binary (the first call installs the logger;
+/// a binary has one, so every test that reads warnings goes through this).
+pub fn warnings() -> &'static std::sync::Mutex<Vec<String>> {
+    struct Capture;
+    static WARNINGS: std::sync::OnceLock<std::sync::Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    static LOGGER: Capture = Capture;
+    impl log::Log for Capture {
+        fn enabled(&self, m: &log::Metadata) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                let w = WARNINGS.get_or_init(Default::default);
+                w.lock().unwrap().push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    let w = WARNINGS.get_or_init(Default::default);
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
+    w
+}
