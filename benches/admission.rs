@@ -26,11 +26,8 @@ fn provider(_: &CallContext) -> Result<(), std::io::Error> {
 }
 
 fn main() {
-    let bursts: usize = std::env::args()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(20);
+    let bursts: usize =
+        std::env::args().skip(1).find(|a| !a.starts_with('-')).and_then(|a| a.parse().ok()).unwrap_or(20);
     println!("callers,bursts,offered_per_s,served_per_s,refused,refused_pct,p50_ms,p99_ms");
     for callers in [16, 24, 32, 40] {
         let dep = Dependency::builder("flights")
@@ -68,7 +65,9 @@ fn main() {
         }
         let secs = began.elapsed().as_secs_f64();
         answered.sort_unstable();
-        let q = |p: f64| answered.get(((answered.len() as f64 * p) as usize).min(answered.len().saturating_sub(1)));
+        let q = |p: f64| {
+            answered.get(((answered.len() as f64 * p) as usize).min(answered.len().saturating_sub(1)))
+        };
         let ms = |d: Option<&Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1e3);
         let offered = callers * bursts;
         println!(

@@ -22,6 +22,7 @@ mod call;
 mod caller;
 mod context;
 mod latency;
+mod mailbox;
 mod stall;
 mod stats;
 mod submit;

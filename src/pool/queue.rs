@@ -44,61 +44,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 use std::time::{Duration, Instant};
 
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
-
-/// What a worker is handed through its mailbox.
-#[derive(Debug)]
-pub enum Letter<J> {
-    /// A job to run: the poster has already counted the worker `away` and
-    /// `busy`.
-    Job(J),
-    /// The pool shrank: exit.
-    Retire,
-    /// The pool shut down (the jobs still queued are the returning
-    /// workers', invariant 1): exit.
-    Close,
-}
-
-/// One idle worker's mailbox. It sits in the idle stack while its worker
-/// waits; whoever pops it owns the right to post exactly one letter.
-pub struct Mailbox<J> {
-    /// Set (`Release`) after the letter is in; the worker spins and parks on
-    /// it (`Acquire`).
-    posted: AtomicBool,
-    letter: Mutex<Option<Letter<J>>>,
-    thread: Thread,
-}
-
-impl<J> Mailbox<J> {
-    /// A mailbox for the calling thread (the worker).
-    pub fn for_current_thread() -> Arc<Self> {
-        Arc::new(Mailbox { posted: AtomicBool::new(false), letter: Mutex::new(None), thread: current() })
-    }
-
-    fn post(&self, letter: Letter<J>) {
-        *self.letter.lock() = Some(letter);
-        self.posted.store(true, Ordering::Release);
-        // After the store: a worker that parks after reading `false` gets
-        // the token, one that has not parked yet sees `true`.
-        self.thread.unpark();
-    }
-
-    /// Whether a letter has been posted.
-    pub fn is_posted(&self) -> bool {
-        self.posted.load(Ordering::Acquire)
-    }
-
-    /// Parks until a letter is posted, then takes it.
-    pub fn wait(&self) -> Letter<J> {
-        while !self.is_posted() {
-            // May return spuriously, or for a token left by an earlier
-            // letter's unpark: look again.
-            park();
-        }
-        // Only the poster writes, once, before `posted`; only we take.
-        self.letter.lock().take().unwrap_or(Letter::Close)
-    }
-}
+pub use super::mailbox::{Letter, Mailbox};
+use crate::sync::{Arc, AtomicUsize, Mutex, Thread, current, park_timeout};
 
 /// Why a submission was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,7 +330,7 @@ impl<J> Queue<J> {
             } else if !st.open {
                 return None;
             } else {
-                me.posted.store(false, Ordering::Relaxed);
+                me.reset();
                 st.idle.push(me.clone());
                 // A hand-off waiter can now use this worker.
                 (Err(Idle), st.room_waiters.pop_front())
