@@ -1,6 +1,6 @@
 //! Durations as the `u64` nanoseconds that atomics hold.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The longest timeout anything takes: one day (so that `now + timeout`
 /// always fits in an `Instant`).
@@ -13,6 +13,14 @@ pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 #[inline]
 pub(crate) fn saturating_nanos(d: Duration) -> u64 {
     d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+}
+
+/// `now + d`, or a far-future instant when that overflows `Instant`.
+pub(crate) fn deadline_after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).unwrap_or_else(|| {
+        // About 30 years: effectively no deadline, and still representable.
+        now.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)).unwrap_or(now)
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,10 @@
 //!
 //! The caller's thread, and no other. [`FanOut::start`] (or
 //! [`CallBuilder::fan`](super::CallBuilder::fan)) admits and submits a
-//! leg's first attempt and returns at once. [`FanLeg::wait`] and
+//! leg's first attempt and returns: at once, or, when the pool is full and
+//! its `max_wait` lets the attempt wait for room, once room comes (within
+//! `max_wait` and the fan-out's deadline, as any call; start first the legs
+//! least likely to wait). [`FanLeg::wait`] and
 //! [`FanOut::wait_all`] then drive *every* leg of the fan-out in turn: take
 //! in the answers that have come, start a retry whose pause is over or a
 //! hedge that is due. Between two rounds the thread registers itself on the
@@ -136,11 +139,9 @@ impl FanOut {
     }
 
     /// [`until`](Self::until) `timeout` from now (a timeout too long to add
-    /// to now is a deadline a century away).
+    /// to now is a deadline decades away).
     pub fn timeout(timeout: Duration) -> FanOut {
-        let now = Instant::now();
-        let far = Duration::from_secs(100 * 365 * 24 * 3600);
-        FanOut::until(now.checked_add(timeout).or_else(|| now.checked_add(far)).unwrap_or(now))
+        FanOut::until(crate::time::deadline_after(Instant::now(), timeout))
     }
 
     /// The deadline every leg answers by.

@@ -154,8 +154,8 @@ impl PoolBuilder {
     /// - Nobody waits in a line that does not move: once every worker has
     ///   been inside its call for three times the provider's normal latency
     ///   (RFC 6298's `srtt + 4 x rttvar` over recent run times; at least
-    ///   20 ms, 150 ms before the first timed call) with none finished, new
-    ///   callers are refused and the waiters leave. In a hang, a waiter
+    ///   20 ms; not judged before the first timed call) with none finished,
+    ///   new callers are refused and the waiters leave. In a hang, a waiter
     ///   holds its request thread for tens of milliseconds, not `max_wait`.
     /// - A line that has stood without a break for longer than `max_wait`
     ///   is not a burst but a standing queue (CoDel's insight): it serves

@@ -40,6 +40,7 @@ pub mod slot;
 #[cfg(not(loom))]
 mod slot;
 
+use crate::time::deadline_after;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
@@ -371,14 +372,6 @@ impl fmt::Debug for Pool {
             .field("stats", &self.stats())
             .finish()
     }
-}
-
-/// `now + d`, or a far-future instant when that overflows `Instant`.
-fn deadline_after(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d).unwrap_or_else(|| {
-        // About 30 years: effectively no deadline, and still representable.
-        now.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)).unwrap_or(now)
-    })
 }
 
 fn _assert_send_sync() {

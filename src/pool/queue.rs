@@ -1,9 +1,10 @@
 //! The pool's queue: the jobs waiting for a worker, the stack of idle
 //! workers, and the hand-off between them, all under one lock.
 //!
-//! Generic over the job type and free of clocks (apart from the arrival
-//! times it is handed), so that `tests/loom_pool.rs` can model check it with
-//! plain values. Every shared primitive comes from [`crate::sync`].
+//! Generic over the job type and free of estimates (a submission waiting
+//! for room asks its `Line` whether to join and whether to stay, and reads
+//! the clock only to time its park), so that `tests/loom_pool.rs` can model
+//! check it with plain values. Every shared primitive comes from [`crate::sync`].
 //!
 //! # The lock and what it protects
 //!
@@ -63,10 +64,12 @@ pub trait Line {
     /// The latest moment to wait until.
     fn until(&self) -> Instant;
     /// Under the queue lock, once: whether a caller may wait, with `ahead`
-    /// as the line stands; `Some(when to look again)` if so.
-    fn admit(&mut self, ahead: Ahead, now: Instant) -> Option<Instant>;
-    /// Outside the lock, when that moment comes: `None` to give up (the
-    /// line has stopped moving), else when to look again.
+    /// as the line stands. Plain arithmetic on what it is handed and what
+    /// the caller read before: no other lock.
+    fn admit(&mut self, ahead: Ahead, now: Instant) -> bool;
+    /// Outside the lock, right after admission and then when the moment it
+    /// named comes: `None` to give up (the line has stopped moving), else
+    /// when to look again.
     fn recheck(&mut self, now: Instant) -> Option<Instant>;
 }
 
@@ -263,12 +266,13 @@ impl<J> Queue<J> {
                 let ahead = st.jobs.len() + waiters;
                 let standing =
                     st.line_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
-                match line
+                if !line
                     .admit(Ahead { calls: ahead, capacity: st.capacity, workers: st.workers, standing }, now)
                 {
-                    Some(next) => check = Some(next),
-                    None => break Err((Refused::Full, job)),
+                    break Err((Refused::Full, job));
                 }
+                // Whether the line moves is asked outside the lock, at once.
+                check = Some(now);
                 if waiters == 0 {
                     st.line_since = Some(now);
                 }

@@ -211,10 +211,8 @@ impl Pool {
 const STUCK_AFTER: u32 = 3;
 
 /// The least such time, so that a fast provider's line is not judged on a
-/// scheduler's hiccup; and the normal latency assumed before the first
-/// sample.
+/// scheduler's hiccup.
 const STUCK_FLOOR: Duration = Duration::from_millis(20);
-const UNKNOWN_NORMAL: Duration = Duration::from_millis(50);
 
 /// A caller waiting for room: admitted by the wait it can expect, kept only
 /// while the line moves (see [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)).
@@ -227,9 +225,12 @@ struct InLine<'a> {
 
 impl InLine<'_> {
     /// `None` if no call has finished for [`STUCK_AFTER`] normal latencies
-    /// while every worker is busy; else when that could first be so.
+    /// while every worker is busy; else when that could first be so. Before
+    /// the pool has timed a call there is no normal latency to judge by:
+    /// `max_wait` alone bounds the wait (and a dependency's stall threshold
+    /// the breaker).
     fn next_check(&self, now: Instant) -> Option<Instant> {
-        let normal = self.shared.service.normal().unwrap_or(UNKNOWN_NORMAL);
+        let Some(normal) = self.shared.service.normal() else { return Some(self.until) };
         let stuck_after = normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR);
         match self.shared.running.all_busy_for(now) {
             Some(busy) if busy >= stuck_after => None,
@@ -244,7 +245,7 @@ impl Line for InLine<'_> {
         self.until
     }
 
-    fn admit(&mut self, ahead: Ahead, now: Instant) -> Option<Instant> {
+    fn admit(&mut self, ahead: Ahead, now: Instant) -> bool {
         // Each call that finishes lets the first queued job go to a worker:
         // room comes for this caller once `calls + 1 - capacity` calls have
         // finished, and it reaches a worker once `calls + 1` have, `workers`
@@ -262,10 +263,7 @@ impl Line for InLine<'_> {
             true => self.max_wait.min(mean),
             false => self.max_wait,
         };
-        if for_room > allowed || deadline_after(now, for_worker) >= self.deadline {
-            return None;
-        }
-        self.next_check(now)
+        for_room <= allowed && deadline_after(now, for_worker) < self.deadline
     }
 
     fn recheck(&mut self, now: Instant) -> Option<Instant> {

@@ -216,7 +216,7 @@ fn a_pool_whose_every_worker_is_stuck_opens_its_breaker_within_the_timeout() {
 /// leave, long before `max_wait` (700 ms here).
 #[test]
 fn nobody_waits_long_for_room_while_every_worker_is_stuck() {
-    let hung = provider(Fault::Hang);
+    let hung = provider(Fault::Healthy);
     let dep = Dependency::builder("waiters")
         .workers(2)
         .max_wait(Duration::from_millis(700))
@@ -224,6 +224,11 @@ fn nobody_waits_long_for_room_while_every_worker_is_stuck() {
         .breaker(BreakerConfig::default().enabled(false))
         .build()
         .unwrap();
+    // A provider in service, then hung: its normal latency is known.
+    for _ in 0..5 {
+        get(&dep, &hung.url(), None).expect("healthy");
+    }
+    hung.set_fault(Fault::Hang);
     let holders: Vec<_> = (0..2)
         .map(|_| {
             let (dep, url) = (dep.clone(), hung.url());
@@ -236,7 +241,7 @@ fn nobody_waits_long_for_room_while_every_worker_is_stuck() {
     );
     // Callers arriving while the workers have only just got stuck: they may
     // join the line, and leave it once it has not moved for a few normal
-    // latencies (no call timed yet: 150 ms).
+    // latencies (here the 20 ms floor: 60 ms).
     let start = Arc::new(Barrier::new(6));
     let callers: Vec<_> = (0..6)
         .map(|_| {
