@@ -59,10 +59,17 @@ impl std::fmt::Display for LookupError {
 /// bounded (the least useful entries are evicted beyond this).
 const MAX_ENTRIES: usize = 100_000;
 
+/// Checks waiting on account at once, all users together: account-access's
+/// hold in the capacity rule (4 workers, no queue), so that checks of one
+/// user while account hangs hold no more request threads than its pool
+/// would. The others are refused at once (503).
+const MAX_WAITING: usize = 4;
+
 /// The gate's cache: allow 60 s, deny 10 s, failures never, stale never.
 pub fn decisions() -> Result<Cache<String, Decision>, ConfigError> {
     Cache::builder("access")
         .capacity(MAX_ENTRIES)
+        .max_waiting(MAX_WAITING)
         .ttl(|decision: &Decision| match decision {
             Decision::Allowed => Duration::from_secs(60),
             Decision::Denied => Duration::from_secs(10),

@@ -364,10 +364,12 @@ impl App {
                     "misses": c.misses,
                     "stale": c.stale,
                     "coalesced": c.coalesced,
+                    "refused": c.refused,
                     "evictions": c.evictions,
                     "entries": c.entries,
                     "capacity": c.capacity,
                     "in_flight": c.in_flight,
+                    "waiting": c.waiting,
                 })
             })
             .collect();

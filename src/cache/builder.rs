@@ -17,6 +17,7 @@ pub struct CacheBuilder<K, V> {
     capacity: usize,
     ttl: Box<Ttl<V>>,
     stale_for: Option<Duration>,
+    max_waiting: usize,
     clock: Option<Arc<dyn Clock>>,
     _key: std::marker::PhantomData<fn() -> K>,
 }
@@ -28,6 +29,7 @@ impl<K, V> CacheBuilder<K, V> {
             capacity: 10_000,
             ttl: Box::new(|_: &V| Duration::from_secs(60)),
             stale_for: None,
+            max_waiting: usize::MAX,
             clock: None,
             _key: std::marker::PhantomData,
         }
@@ -61,6 +63,22 @@ impl<K, V> CacheBuilder<K, V> {
         self
     }
 
+    /// The most callers that wait on the cache's shared calls at once, all
+    /// keys together; a miss beyond it is refused at once with
+    /// [`QueueFull`](crate::Rejection::QueueFull) (or answered with the last
+    /// good value where that is allowed), and starts no call. At least 1.
+    ///
+    /// Each waiting caller holds its thread until the answer or its deadline,
+    /// and the dependency's pool does not bound them (its shared call holds
+    /// one worker however many wait): on a server with a fixed request pool,
+    /// keep this within what the capacity rule leaves for the dependency
+    /// (its `workers + queue`, say), or one hot key of a hung provider can
+    /// hold every request thread. Defaults to no bound.
+    pub fn max_waiting(mut self, callers: usize) -> Self {
+        self.max_waiting = callers;
+        self
+    }
+
     /// The clock that ages entries (a [`ManualClock`](crate::ManualClock) in
     /// tests). Waiting for a call is on real time, whatever the clock.
     /// Defaults to the system clock.
@@ -70,7 +88,7 @@ impl<K, V> CacheBuilder<K, V> {
     }
 
     /// The cache, or the setting that is out of range (`name` empty,
-    /// `capacity` 0).
+    /// `capacity` or `max_waiting` 0).
     pub fn build(self) -> Result<Cache<K, V>, ConfigError>
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -82,6 +100,9 @@ impl<K, V> CacheBuilder<K, V> {
         if self.capacity == 0 {
             return Err(ConfigError::new("capacity", ">= 1", 0));
         }
+        if self.max_waiting == 0 {
+            return Err(ConfigError::new("max_waiting", ">= 1", 0));
+        }
         let counters = Counters::default();
         let map = store::map(self.capacity, Arc::clone(&counters.evictions));
         Ok(Cache {
@@ -91,6 +112,7 @@ impl<K, V> CacheBuilder<K, V> {
                 capacity: self.capacity,
                 ttl: self.ttl,
                 stale_for: self.stale_for,
+                max_waiting: self.max_waiting,
                 clock: self.clock,
                 counters,
                 flights: Arc::default(),
@@ -105,6 +127,7 @@ impl<K, V> fmt::Debug for CacheBuilder<K, V> {
             .field("name", &self.name)
             .field("capacity", &self.capacity)
             .field("serve_stale", &self.stale_for)
+            .field("max_waiting", &self.max_waiting)
             .finish_non_exhaustive()
     }
 }

@@ -48,6 +48,12 @@
 //!   gives up leaves it running for the others (and for the cache). The call's
 //!   outcome is counted and recorded by the breaker once, however many
 //!   callers shared it.
+//! - **Waiting is bounded.** The callers waiting on shared calls each hold
+//!   their thread, and the pool does not count them (one worker runs the
+//!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
+//!   bounds them, and a miss beyond it is refused at once, as a full queue
+//!   would be. Like [`Dependency::spawn`], the shared call never waits for
+//!   room: a full pool refuses it at once, for every caller of the key.
 //! - **The last good value** is off by default. With
 //!   [`serve_stale`](CacheBuilder::serve_stale), a miss whose call fails, is
 //!   refused or outlives the caller's deadline is answered with the last good
@@ -93,6 +99,7 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 pub use self::builder::CacheBuilder;
@@ -101,7 +108,7 @@ use self::store::{Counters, Entry, Map};
 use crate::classify::{Classifier, Classify};
 use crate::clock::Clock;
 use crate::dependency::{CallBuilder, Dependency};
-use crate::error::Error;
+use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
 
 /// A value from a [`Cache`]: fresh, or the last good one, served stale.
@@ -125,10 +132,10 @@ impl<V> Cached<V> {
 }
 
 /// A point-in-time view of one [`Cache`]'s counters, each monotonic except
-/// `entries` and `in_flight`.
+/// `entries`, `in_flight` and `waiting`.
 ///
 /// ```text
-/// lookups = hits + misses        misses = shared calls started + coalesced
+/// lookups = hits + misses        misses = shared calls started + coalesced + refused
 /// ```
 ///
 /// A miss answered with the last good value is counted in `misses` and in
@@ -148,6 +155,9 @@ pub struct CacheSnapshot {
     /// Misses that joined a shared call already in flight instead of making
     /// their own.
     pub coalesced: u64,
+    /// Misses refused at once because [`max_waiting`](CacheBuilder::max_waiting)
+    /// callers were waiting already.
+    pub refused: u64,
     /// Entries pushed out to make room.
     pub evictions: u64,
     /// Entries kept now, expired ones included until evicted or replaced.
@@ -156,6 +166,8 @@ pub struct CacheSnapshot {
     pub capacity: usize,
     /// Shared calls in flight now.
     pub in_flight: usize,
+    /// Callers waiting on them now.
+    pub waiting: usize,
 }
 
 /// A per-key cache of a dependency's good answers; see the [module
@@ -174,6 +186,8 @@ struct Inner<K, V> {
     ttl: Box<Ttl<V>>,
     /// How long past its expiry the last good value may answer a failed call.
     stale_for: Option<Duration>,
+    /// The most callers waiting on shared calls at once.
+    max_waiting: usize,
     /// `None`: the system clock (a direct `Instant::now`).
     clock: Option<Arc<dyn Clock>>,
     counters: Counters,
@@ -245,6 +259,12 @@ where
         if let Some(value) = inner.fresh(key) {
             return Ok(Cached { value, stale: None });
         }
+        // A seat in the waiting room, held until this caller has its answer.
+        let Some(_seat) = Seat::take(inner) else {
+            Counters::bump(&inner.counters.misses);
+            Counters::bump(&inner.counters.refused);
+            return inner.stale(key).ok_or(Error::Rejected(Rejection::QueueFull));
+        };
         let (flight, landing) = {
             let mut table = inner.flights.lock();
             // Again under the table's lock: a flight that landed since the
@@ -327,6 +347,11 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         }
     }
 
+    /// How many callers wait on shared calls now (`Seat`s taken).
+    fn waiting(&self) -> usize {
+        self.counters.waiting.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// `key`'s value if it is fresh; counts the hit.
     #[inline]
     fn fresh<Q>(&self, key: &Q) -> Option<V>
@@ -385,11 +410,34 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
             misses: load(&c.misses),
             stale: load(&c.stale),
             coalesced: load(&c.coalesced),
+            refused: load(&c.refused),
             evictions: load(&c.evictions),
             entries: self.map.len(),
             capacity: self.capacity,
             in_flight: self.flights.lock().len(),
+            waiting: self.waiting(),
         }
+    }
+}
+
+/// A caller's place among those waiting on the cache's shared calls, given
+/// back by its `Drop` however the wait ends.
+struct Seat<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Seat<'a> {
+    /// A seat, if fewer than `max_waiting` are taken.
+    fn take<K, V>(inner: &'a Inner<K, V>) -> Option<Seat<'a>> {
+        let waiting = &inner.counters.waiting;
+        let max = inner.max_waiting;
+        // Relaxed: the count guards nothing but itself.
+        let taken = waiting.fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1));
+        taken.ok().map(|_| Seat(waiting))
+    }
+}
+
+impl Drop for Seat<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
     }
 }
 
@@ -431,6 +479,7 @@ impl<K, V> fmt::Debug for Cache<K, V> {
             .field("name", &self.inner.name)
             .field("capacity", &self.inner.capacity)
             .field("serve_stale", &self.inner.stale_for)
+            .field("max_waiting", &self.inner.max_waiting)
             .finish_non_exhaustive()
     }
 }

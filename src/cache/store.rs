@@ -40,6 +40,9 @@ pub(super) struct Counters {
     pub(super) misses: AtomicU64,
     pub(super) stale: AtomicU64,
     pub(super) coalesced: AtomicU64,
+    pub(super) refused: AtomicU64,
+    /// Callers waiting on shared calls now (a gauge, not a counter).
+    pub(super) waiting: std::sync::atomic::AtomicUsize,
     /// Shared with the map's [`CountEvictions`] lifecycle.
     pub(super) evictions: Arc<AtomicU64>,
 }

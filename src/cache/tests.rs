@@ -164,4 +164,47 @@ fn the_builder_refuses_what_cannot_work() {
     assert_eq!(empty.field(), "name");
     let none = Cache::<u8, u8>::builder("c").capacity(0).build().unwrap_err();
     assert_eq!(none.field(), "capacity");
+    let nobody = Cache::<u8, u8>::builder("c").max_waiting(0).build().unwrap_err();
+    assert_eq!(nobody.field(), "max_waiting");
+}
+
+#[test]
+fn beyond_max_waiting_a_miss_is_refused_at_once_and_starts_no_call() {
+    let cache: Cache<String, u32> = Cache::builder("quotes").max_waiting(2).build().unwrap();
+    let dep = Dependency::builder("quotes").workers(2).queue(2).build().unwrap();
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Arc::new(parking_lot::Mutex::new(gate));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let waiters: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|key| {
+            let (cache, dep, gate, calls) =
+                (cache.clone(), dep.clone(), Arc::clone(&gate), Arc::clone(&calls));
+            std::thread::spawn(move || {
+                cache.get_or_call(&dep, key, soon(), move |_: &CallContext| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let _ = gate.lock().recv_timeout(Duration::from_secs(10));
+                    Ok::<_, String>(7)
+                })
+            })
+        })
+        .collect();
+    // Both seats taken (bounded wait for the two threads to sit down).
+    let seated = Instant::now() + Duration::from_secs(10);
+    while cache.snapshot().waiting < 2 && Instant::now() < seated {
+        std::thread::yield_now();
+    }
+    assert_eq!(cache.snapshot().waiting, 2);
+    let began = Instant::now();
+    let refused = cache.get_or_call(&dep, "c", soon(), |_: &CallContext| Ok::<_, String>(0)).unwrap_err();
+    assert_eq!(refused.rejection(), Some(crate::error::Rejection::QueueFull), "{refused:?}");
+    assert!(began.elapsed() < Duration::from_secs(1), "refused at once");
+    open.send(()).unwrap();
+    open.send(()).unwrap();
+    for waiter in waiters {
+        assert_eq!(waiter.join().unwrap().unwrap().value, 7);
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the refused miss made no call");
+    let snap = cache.snapshot();
+    assert_eq!((snap.misses, snap.refused, snap.waiting), (3, 1, 0), "{snap:?}");
 }

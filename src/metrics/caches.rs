@@ -10,7 +10,7 @@ use crate::cache::CacheSnapshot;
 /// The caches' families, one sample per cache, labelled `cache`.
 pub(super) fn encode(encoder: &mut DescriptorEncoder<'_>, caches: &[crate::cache::CacheSnapshot]) -> Res {
     type Read = fn(&CacheSnapshot) -> u64;
-    let counted: [(&str, &str, Read); 5] = [
+    let counted: [(&str, &str, Read); 6] = [
         ("watertight_cache_hits", "Cache lookups answered with a fresh value, without a call.", |c| c.hits),
         (
             "watertight_cache_misses",
@@ -19,6 +19,11 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder<'_>, caches: &[crate::cache
         ),
         ("watertight_cache_stale", "Cache misses answered with the last good value.", |c| c.stale),
         ("watertight_cache_coalesced", "Cache misses that joined a shared call in flight.", |c| c.coalesced),
+        (
+            "watertight_cache_refused",
+            "Cache misses refused at once: max_waiting callers were waiting already.",
+            |c| c.refused,
+        ),
         ("watertight_cache_evictions", "Cache entries pushed out to make room.", |c| c.evictions),
     ];
     for (name, help, read) in counted {
@@ -28,9 +33,10 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder<'_>, caches: &[crate::cache
         }
     }
     type Gauge = fn(&CacheSnapshot) -> usize;
-    let gauged: [(&str, &str, Gauge); 2] = [
+    let gauged: [(&str, &str, Gauge); 3] = [
         ("watertight_cache_entries", "Cache entries kept now.", |c| c.entries),
         ("watertight_cache_in_flight", "Shared calls of the cache in flight now.", |c| c.in_flight),
+        ("watertight_cache_waiting", "Callers waiting on the cache's shared calls now.", |c| c.waiting),
     ];
     for (name, help, read) in gauged {
         let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -72,6 +78,8 @@ mod tests {
             "\nwatertight_cache_evictions_total{cache=\"access\"} 0\n",
             "\nwatertight_cache_entries{cache=\"access\"} 1\n",
             "\nwatertight_cache_in_flight{cache=\"access\"} 0\n",
+            "\nwatertight_cache_refused_total{cache=\"access\"} 0\n",
+            "\nwatertight_cache_waiting{cache=\"access\"} 0\n",
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }

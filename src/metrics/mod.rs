@@ -81,9 +81,11 @@ use crate::registry::Registry;
 /// | `watertight_cache_misses_total` | counter | lookups that found none: each started or joined a shared call |
 /// | `watertight_cache_stale_total` | counter | misses answered with the last good value |
 /// | `watertight_cache_coalesced_total` | counter | misses that joined a shared call in flight |
+/// | `watertight_cache_refused_total` | counter | misses refused at once: `max_waiting` callers were waiting |
 /// | `watertight_cache_evictions_total` | counter | entries pushed out to make room |
 /// | `watertight_cache_entries` | gauge | entries kept now |
 /// | `watertight_cache_in_flight` | gauge | shared calls in flight now |
+/// | `watertight_cache_waiting` | gauge | callers waiting on them now |
 ///
 /// And, while a server given the registry runs
 /// ([`Registry::request_pool`]), two gauges without labels:
