@@ -81,7 +81,7 @@
 //! (about as cheap as a lookup can be across threads), a lifecycle hook that
 //! counts evictions, and a rust-version (1.85) below this crate's. Expiry is
 //! this module's: each entry carries its own, read on the injected
-//! [`Clock`](crate::Clock), and an expired entry stays until it is evicted or
+//! [`Clock`], and an expired entry stays until it is evicted or
 //! replaced, so that it can be served stale where that is allowed.
 //!
 //! Keys are the caller's: put in the key everything the answer depends on
