@@ -27,11 +27,44 @@
 
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::dependency::Dependency;
 use crate::error::Error;
+
+/// The least a shared call waits for room, whatever the pool's `max_wait`:
+/// a waiter is woken by the worker's callback, before that worker is free
+/// again, so a caller that misses again at once would find the pool full
+/// for a few microseconds.
+const HAND_BACK: Duration = Duration::from_millis(2);
+
+/// Waits, until the earlier of `deadline` and the pool's `max_wait` (at
+/// least [`HAND_BACK`]) from now, for `dep`'s pool to have a worker or a
+/// queue slot free; returns at once when it has. A detached call never waits
+/// for room itself (it is refused at once), and a refusal would be counted
+/// against the dependency as `queue_full`. Polls the pool's gauges, with
+/// pauses doubling from 20 us to 1 ms: only a leader whose pool is full
+/// waits here.
+pub(super) fn wait_for_room(dep: &Dependency, deadline: Instant) {
+    let Some(pool) = dep.pool() else { return };
+    let full = || {
+        let stats = pool.stats();
+        stats.busy + stats.queued >= pool.workers() + pool.queue_capacity()
+    };
+    if !full() {
+        return;
+    }
+    let wait = pool.max_wait().max(HAND_BACK);
+    let give_up = Instant::now().checked_add(wait).map_or(deadline, |at| at.min(deadline));
+    let mut pause = Duration::from_micros(20);
+    while full() {
+        let Some(left) = give_up.checked_duration_since(Instant::now()) else { return };
+        std::thread::park_timeout(pause.min(left));
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
 
 /// The answer of one shared call, once it has come.
 pub(super) struct Flight<V, E> {

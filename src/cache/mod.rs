@@ -42,7 +42,7 @@
 //!   [`ttl`](CacheBuilder::ttl) says for that answer. Failures, rejections
 //!   and timeouts are never kept: the next miss asks again.
 //! - **Single flight.** Concurrent misses of one key share one call. The
-//!   call is detached ([`CallBuilder::spawn_with`]): it lives on a worker,
+//!   call is detached ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)): it lives on a worker,
 //!   not on the stack of the caller that started it, under the dependency's
 //!   own timeout. Each caller waits for it until its *own* deadline; one that
 //!   gives up leaves it running for the others (and for the cache). The call's
@@ -52,8 +52,12 @@
 //!   their thread, and the pool does not count them (one worker runs the
 //!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
 //!   bounds them, and a miss beyond it is refused at once, as a full queue
-//!   would be. Like [`Dependency::spawn`], the shared call never waits for
-//!   room: a full pool refuses it at once, for every caller of the key.
+//!   would be. The shared call is submitted once its pool has room, waited
+//!   for within the pool's [`max_wait`](crate::DependencyBuilder::max_wait)
+//!   (a couple of milliseconds at least, for a worker handing back the
+//!   previous answer) and the caller's deadline; a pool still full then
+//!   refuses it ([`QueueFull`](crate::Rejection::QueueFull)), for every
+//!   caller of the key.
 //! - **The last good value** is off by default. With
 //!   [`serve_stale`](CacheBuilder::serve_stale), a miss whose call fails, is
 //!   refused or outlives the caller's deadline is answered with the last good
@@ -105,9 +109,9 @@ use std::time::{Duration, Instant};
 pub use self::builder::CacheBuilder;
 use self::flight::{Flight, Flights, Landing};
 use self::store::{Counters, Entry, Map};
-use crate::classify::{Classifier, Classify};
+use crate::classify::{ByError, Classifier, Classify};
 use crate::clock::Clock;
-use crate::dependency::{CallBuilder, Dependency};
+use crate::dependency::Dependency;
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
 
@@ -233,18 +237,19 @@ where
         E: Classify + Clone + Send + 'static,
         F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
     {
-        self.get_or_call_with(dep.with(), key, deadline, job)
+        self.get_or_call_with(dep, key, deadline, ByError, job)
     }
 
-    /// [`get_or_call`](Self::get_or_call) with a call's options (a
-    /// classifier, a priority: `dep.with().classify(..)`). A deadline set on
-    /// `call` bounds the shared call, for every caller; the caller's own wait
-    /// is `deadline`.
+    /// [`get_or_call`](Self::get_or_call) with a classifier of its own:
+    /// what the shared call's outcome means to the breaker (see
+    /// [`CallBuilder::classify`](crate::CallBuilder::classify)), judged on
+    /// the worker.
     pub fn get_or_call_with<Q, C, E, F>(
         &self,
-        call: CallBuilder<'_, C>,
+        dep: &Dependency,
         key: &Q,
         deadline: Instant,
+        classify: C,
         job: F,
     ) -> Result<Cached<V>, Error<E>>
     where
@@ -295,8 +300,10 @@ where
         };
         Counters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
+            flight::wait_for_room(dep, deadline);
             let cache = Arc::clone(&self.inner);
-            let started = call.spawn_with(move |answer| cache.land(landing, answer), job);
+            let on_done = move |answer| cache.land(landing, answer);
+            let started = dep.with().classify(classify).spawn_with(on_done, job);
             if let Err(rejection) = started {
                 // The landing went with the refused call: the flight is out
                 // of the table already; answer those who joined it.
