@@ -259,11 +259,12 @@ where
         E: Clone + Send + 'static,
         F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
     {
-        let began = Instant::now();
         let inner = &*self.inner;
         if let Some(value) = inner.fresh(key) {
             return Ok(Cached { value, stale: None });
         }
+        // After the hit: a hit reads the clock once, to age its entry.
+        let began = Instant::now();
         // A seat in the waiting room, held until this caller has its answer.
         let Some(_seat) = Seat::take(inner) else {
             Counters::bump(&inner.counters.misses);
