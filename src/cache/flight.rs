@@ -36,18 +36,25 @@ use crate::error::Error;
 
 /// The least a shared call waits for room, whatever the pool's `max_wait`:
 /// a waiter is woken by the worker's callback, before that worker is free
-/// again, so a caller that misses again at once would find the pool full
-/// for a few microseconds.
+/// again, so a caller that misses again at once can find the pool full for
+/// the moment it takes the worker to return.
 const HAND_BACK: Duration = Duration::from_millis(2);
 
+/// How long a shared call waits for room while a worker of this cache is
+/// still handing an answer back (a worker the scheduler paused between
+/// waking its waiters and returning, on a busy machine): it will be free
+/// as soon as it runs again.
+const HANDING_BACK: Duration = Duration::from_millis(200);
+
 /// Waits, until the earlier of `deadline` and the pool's `max_wait` (at
-/// least [`HAND_BACK`]) from now, for `dep`'s pool to have a worker or a
-/// queue slot free; returns at once when it has. A detached call never waits
-/// for room itself (it is refused at once), and a refusal would be counted
-/// against the dependency as `queue_full`. Polls the pool's gauges, with
-/// pauses doubling from 20 us to 1 ms: only a leader whose pool is full
-/// waits here.
-pub(super) fn wait_for_room(dep: &Dependency, deadline: Instant) {
+/// least [`HAND_BACK`], and [`HANDING_BACK`] while `handing_back()` says a
+/// worker of this cache is between its answer and its return) from now, for
+/// `dep`'s pool to have a worker or a queue slot free; returns at once when
+/// it has. A detached call never waits for room itself (it is refused at
+/// once), and a refusal would be counted against the dependency as
+/// `queue_full`. Polls the pool's gauges, with pauses doubling from 20 us to
+/// 1 ms: only a leader whose pool is full waits here.
+pub(super) fn wait_for_room(dep: &Dependency, deadline: Instant, handing_back: impl Fn() -> bool) {
     let Some(pool) = dep.pool() else { return };
     let full = || {
         let stats = pool.stats();
@@ -56,11 +63,13 @@ pub(super) fn wait_for_room(dep: &Dependency, deadline: Instant) {
     if !full() {
         return;
     }
-    let wait = pool.max_wait().max(HAND_BACK);
-    let give_up = Instant::now().checked_add(wait).map_or(deadline, |at| at.min(deadline));
+    let now = Instant::now();
+    let by = |wait: Duration| now.checked_add(wait).map_or(deadline, |at| at.min(deadline));
+    let (give_up, patient) = (by(pool.max_wait().max(HAND_BACK)), by(HANDING_BACK));
     let mut pause = Duration::from_micros(20);
     while full() {
-        let Some(left) = give_up.checked_duration_since(Instant::now()) else { return };
+        let until = if handing_back() { give_up.max(patient) } else { give_up };
+        let Some(left) = until.checked_duration_since(Instant::now()) else { return };
         std::thread::park_timeout(pause.min(left));
         pause = (pause * 2).min(Duration::from_millis(1));
     }

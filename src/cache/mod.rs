@@ -108,7 +108,7 @@ use std::time::{Duration, Instant};
 
 pub use self::builder::CacheBuilder;
 use self::flight::{Flight, Flights, Landing};
-use self::store::{Counters, Entry, Map};
+use self::store::{Counters, Entry, Held, Map};
 use crate::classify::{ByError, Classifier, Classify};
 use crate::clock::Clock;
 use crate::dependency::Dependency;
@@ -266,7 +266,7 @@ where
         // After the hit: a hit reads the clock once, to age its entry.
         let began = Instant::now();
         // A seat in the waiting room, held until this caller has its answer.
-        let Some(_seat) = Seat::take(inner) else {
+        let Some(_seat) = Held::below(&inner.counters.waiting, inner.max_waiting) else {
             Counters::bump(&inner.counters.misses);
             Counters::bump(&inner.counters.refused);
             return inner.stale(key).ok_or(Error::Rejected(Rejection::QueueFull));
@@ -301,7 +301,7 @@ where
         };
         Counters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
-            flight::wait_for_room(dep, deadline);
+            flight::wait_for_room(dep, deadline, || inner.counters.landing.load(Relaxed) > 0);
             let cache = Arc::clone(&self.inner);
             let on_done = move |answer| cache.land(landing, answer);
             let started = dep.with().classify(classify).spawn_with(on_done, job);
@@ -355,7 +355,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         }
     }
 
-    /// How many callers wait on shared calls now (`Seat`s taken).
+    /// How many callers wait on shared calls now (seats held).
     fn waiting(&self) -> usize {
         self.counters.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -396,6 +396,9 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
     where
         K: Clone,
     {
+        // Until this returns, its worker is busy: a leader finding the pool
+        // full waits for it (flight.rs, `wait_for_room`).
+        let _landing = Held::one(&self.counters.landing);
         if let Ok(value) = &answer {
             let ttl = (self.ttl)(value);
             if !ttl.is_zero() {
@@ -425,27 +428,6 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
             in_flight: self.flights.lock().len(),
             waiting: self.waiting(),
         }
-    }
-}
-
-/// A caller's place among those waiting on the cache's shared calls, given
-/// back by its `Drop` however the wait ends.
-struct Seat<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Seat<'a> {
-    /// A seat, if fewer than `max_waiting` are taken.
-    fn take<K, V>(inner: &'a Inner<K, V>) -> Option<Seat<'a>> {
-        let waiting = &inner.counters.waiting;
-        let max = inner.max_waiting;
-        // Relaxed: the count guards nothing but itself.
-        let taken = waiting.fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1));
-        taken.ok().map(|_| Seat(waiting))
-    }
-}
-
-impl Drop for Seat<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
     }
 }
 

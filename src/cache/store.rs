@@ -3,7 +3,7 @@
 
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A good answer and when it was had. Kept past its expiry (until evicted or
@@ -42,7 +42,10 @@ pub(super) struct Counters {
     pub(super) coalesced: AtomicU64,
     pub(super) refused: AtomicU64,
     /// Callers waiting on shared calls now (a gauge, not a counter).
-    pub(super) waiting: std::sync::atomic::AtomicUsize,
+    pub(super) waiting: AtomicUsize,
+    /// Workers landing a shared call now: between taking its answer and
+    /// returning to their pool.
+    pub(super) landing: AtomicUsize,
     /// Shared with the map's [`CountEvictions`] lifecycle.
     pub(super) evictions: Arc<AtomicU64>,
 }
@@ -51,6 +54,31 @@ impl Counters {
     #[inline]
     pub(super) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One unit of a gauge (a seat among the waiting callers, a worker landing
+/// a call), given back by its `Drop` however the holder's work ends.
+pub(super) struct Held<'a>(&'a AtomicUsize);
+
+impl<'a> Held<'a> {
+    /// One more, unconditionally.
+    pub(super) fn one(gauge: &'a AtomicUsize) -> Held<'a> {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Held(gauge)
+    }
+
+    /// One more if fewer than `max` are held, else `None`.
+    pub(super) fn below(gauge: &'a AtomicUsize, max: usize) -> Option<Held<'a>> {
+        // Relaxed: the gauge guards nothing but itself.
+        let taken = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1));
+        taken.ok().map(|_| Held(gauge))
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
