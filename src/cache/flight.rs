@@ -41,14 +41,14 @@ use crate::error::Error;
 const HAND_BACK: Duration = Duration::from_millis(2);
 
 /// How long a shared call waits for room while a worker of this cache is
-/// still handing an answer back (a worker the scheduler paused between
-/// waking its waiters and returning, on a busy machine): it will be free
-/// as soon as it runs again.
+/// still handing an answer back, or did so moments ago (a worker the
+/// scheduler paused between waking its waiters and returning to its queue,
+/// on a busy machine): it will be free as soon as it runs again.
 const HANDING_BACK: Duration = Duration::from_millis(200);
 
 /// Waits, until the earlier of `deadline` and the pool's `max_wait` (at
 /// least [`HAND_BACK`], and [`HANDING_BACK`] while `handing_back()` says a
-/// worker of this cache is between its answer and its return) from now, for
+/// worker of this cache may be between its answer and its return) from now, for
 /// `dep`'s pool to have a worker or a queue slot free; returns at once when
 /// it has. A detached call never waits for room itself (it is refused at
 /// once), and a refusal would be counted against the dependency as
@@ -56,10 +56,9 @@ const HANDING_BACK: Duration = Duration::from_millis(200);
 /// 1 ms: only a leader whose pool is full waits here.
 pub(super) fn wait_for_room(dep: &Dependency, deadline: Instant, handing_back: impl Fn() -> bool) {
     let Some(pool) = dep.pool() else { return };
-    let full = || {
-        let stats = pool.stats();
-        stats.busy + stats.queued >= pool.workers() + pool.queue_capacity()
-    };
+    // What the pool's admission looks at: an idle worker (one that is back
+    // in the queue's hands, not merely done with its job), else a free slot.
+    let full = || !pool.has_idle_worker() && pool.stats().queued >= pool.queue_capacity();
     if !full() {
         return;
     }

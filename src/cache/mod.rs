@@ -196,6 +196,8 @@ struct Inner<K, V> {
     clock: Option<Arc<dyn Clock>>,
     counters: Counters,
     flights: Arc<Flights<K>>,
+    /// When it was built (real time): `counters.landed` counts from it.
+    born: Instant,
 }
 
 impl<K, V> Clone for Cache<K, V> {
@@ -301,7 +303,7 @@ where
         };
         Counters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
-            flight::wait_for_room(dep, deadline, || inner.counters.landing.load(Relaxed) > 0);
+            flight::wait_for_room(dep, deadline, || inner.handing_back());
             let cache = Arc::clone(&self.inner);
             let on_done = move |answer| cache.land(landing, answer);
             let started = dep.with().classify(classify).spawn_with(on_done, job);
@@ -353,6 +355,18 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
             None => Instant::now(),
             Some(clock) => clock.now(),
         }
+    }
+
+    /// Whether a worker of this cache may still be on its way back to its
+    /// pool: landing a call now, or done with one less than 20 ms ago (it
+    /// still has its pool's bookkeeping to do, and may be paused in it).
+    fn handing_back(&self) -> bool {
+        let c = &self.counters;
+        let since_start = |t: Instant| crate::time::saturating_nanos(t.saturating_duration_since(self.born));
+        // `landed` is 0 until the first landing.
+        let landed = c.landed.load(Relaxed);
+        c.landing.load(Relaxed) > 0
+            || (landed > 0 && since_start(Instant::now()).saturating_sub(landed) < 20_000_000)
     }
 
     /// How many callers wait on shared calls now (seats held).
@@ -410,6 +424,8 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
             }
         }
         landing.land(answer);
+        let landed = crate::time::saturating_nanos(self.born.elapsed());
+        self.counters.landed.fetch_max(landed, Relaxed);
     }
 
     fn snapshot(&self) -> CacheSnapshot {

@@ -46,6 +46,9 @@ pub(super) struct Counters {
     /// Workers landing a shared call now: between taking its answer and
     /// returning to their pool.
     pub(super) landing: AtomicUsize,
+    /// When the last landing ended, in nanoseconds since the cache was built
+    /// (real time).
+    pub(super) landed: AtomicU64,
     /// Shared with the map's [`CountEvictions`] lifecycle.
     pub(super) evictions: Arc<AtomicU64>,
 }

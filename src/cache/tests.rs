@@ -211,3 +211,23 @@ fn beyond_max_waiting_a_miss_is_refused_at_once_and_starts_no_call() {
     let snap = cache.snapshot();
     assert_eq!((snap.misses, snap.refused, snap.waiting), (3, 1, 0), "{snap:?}");
 }
+
+#[test]
+fn a_hit_touches_neither_the_pool_nor_the_breaker() {
+    let clock = ManualClock::new();
+    let cache = permissions(&clock).build().unwrap();
+    let dep = Dependency::builder("account-access").workers(1).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    cache.get_or_call(&dep, "alice", soon(), account("alice", &calls, false)).unwrap();
+    let (before, submitted) = (dep.snapshot().calls, dep.pool().unwrap().stats().submitted);
+    // Even an open breaker does not see a hit.
+    dep.breaker().transition_to(State::ForcedOpen);
+    for _ in 0..10 {
+        let hit = cache.get_or_call(&dep, "alice", soon(), account("alice", &calls, false)).unwrap();
+        assert_eq!(hit.value, Decision { allowed: true });
+    }
+    assert_eq!(dep.snapshot().calls, before, "no attempt counted");
+    assert_eq!(dep.pool().unwrap().stats().submitted, submitted, "nothing submitted");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(cache.snapshot().hits, 10);
+}
