@@ -54,8 +54,9 @@
 //!   bounds them, and a miss beyond it is refused at once, as a full queue
 //!   would be. The shared call is submitted once its pool has room, waited
 //!   for within the pool's [`max_wait`](crate::DependencyBuilder::max_wait)
-//!   (a couple of milliseconds at least, for a worker handing back the
-//!   previous answer) and the caller's deadline; a pool still full then
+//!   (2 ms at least, and up to 200 ms while a worker of the cache is on its
+//!   way back from handing out an answer) and the caller's deadline; a pool
+//!   still full then
 //!   refuses it ([`QueueFull`](crate::Rejection::QueueFull)), for every
 //!   caller of the key.
 //! - **The last good value** is off by default. With
