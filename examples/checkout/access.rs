@@ -62,7 +62,8 @@ const MAX_ENTRIES: usize = 100_000;
 /// Checks waiting on account at once, all users together: account-access's
 /// hold in the capacity rule (4 workers, no queue), so that checks of one
 /// user while account hangs hold no more request threads than its pool
-/// would. The others are refused at once (503).
+/// would. The others wait for a seat as long as a call waits for room in
+/// account-access's pool (its `max_wait`, 100 ms), then are refused (503).
 const MAX_WAITING: usize = 4;
 
 /// The gate's cache: allow 60 s, deny 10 s, failures never, stale never.

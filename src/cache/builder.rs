@@ -64,9 +64,12 @@ impl<K, V> CacheBuilder<K, V> {
     }
 
     /// The most callers that wait on the cache's shared calls at once, all
-    /// keys together; a miss beyond it is refused at once with
-    /// [`QueueFull`](crate::Rejection::QueueFull) (or answered with the last
-    /// good value where that is allowed), and starts no call. At least 1.
+    /// keys together. A miss beyond it waits for a seat as a call waits for
+    /// room in a full pool (within the dependency's
+    /// [`max_wait`](crate::DependencyBuilder::max_wait) and its deadline),
+    /// then is refused with [`QueueFull`](crate::Rejection::QueueFull) (or
+    /// answered with the last good value where that is allowed), having
+    /// started no call. At least 1.
     ///
     /// Each waiting caller holds its thread until the answer or its deadline,
     /// and the dependency's pool does not bound them (its shared call holds

@@ -48,27 +48,45 @@ const HANDING_BACK: Duration = Duration::from_millis(200);
 
 /// Waits, until the earlier of `deadline` and the pool's `max_wait` (at
 /// least [`HAND_BACK`], and [`HANDING_BACK`] while `handing_back()` says a
-/// worker of this cache may be between its answer and its return) from now, for
-/// `dep`'s pool to have a worker or a queue slot free; returns at once when
-/// it has. A detached call never waits for room itself (it is refused at
-/// once), and a refusal would be counted against the dependency as
-/// `queue_full`. Polls the pool's gauges, with pauses doubling from 20 us to
-/// 1 ms: only a leader whose pool is full waits here.
+/// worker of this cache may be between its answer and its return) from now,
+/// for `dep`'s pool to have a worker or a queue slot free; returns at once
+/// when it has. A detached call never waits for room itself (it is refused
+/// at once), and a refusal would be counted against the dependency as
+/// `queue_full`. Only a leader whose pool is full waits here.
 pub(super) fn wait_for_room(dep: &Dependency, deadline: Instant, handing_back: impl Fn() -> bool) {
     let Some(pool) = dep.pool() else { return };
     // What the pool's admission looks at: an idle worker (one that is back
     // in the queue's hands, not merely done with its job), else a free slot.
-    let full = || !pool.has_idle_worker() && pool.stats().queued >= pool.queue_capacity();
-    if !full() {
+    let room = || (pool.has_idle_worker() || pool.stats().queued < pool.queue_capacity()).then_some(());
+    if room().is_some() {
         return;
     }
+    let patient = if handing_back() { HANDING_BACK } else { HAND_BACK };
+    // Once more, with the longer patience, if a worker turns out to be on its
+    // way back only after the first wait.
+    if wait_for(dep, deadline, patient, room).is_none() && handing_back() {
+        wait_for(dep, deadline, HANDING_BACK, room);
+    }
+}
+
+/// Polls `ready` until it gives a value, for at most the pool's `max_wait`
+/// (at least `at_least`) and never past `deadline`, with pauses doubling
+/// from 20 us to 1 ms; `None` when the time is up first.
+pub(super) fn wait_for<T>(
+    dep: &Dependency,
+    deadline: Instant,
+    at_least: Duration,
+    ready: impl Fn() -> Option<T>,
+) -> Option<T> {
+    let max_wait = dep.pool().map_or(Duration::ZERO, crate::pool::Pool::max_wait).max(at_least);
     let now = Instant::now();
-    let by = |wait: Duration| now.checked_add(wait).map_or(deadline, |at| at.min(deadline));
-    let (give_up, patient) = (by(pool.max_wait().max(HAND_BACK)), by(HANDING_BACK));
+    let give_up = now.checked_add(max_wait).map_or(deadline, |at| at.min(deadline));
     let mut pause = Duration::from_micros(20);
-    while full() {
-        let until = if handing_back() { give_up.max(patient) } else { give_up };
-        let Some(left) = until.checked_duration_since(Instant::now()) else { return };
+    loop {
+        if let Some(value) = ready() {
+            return Some(value);
+        }
+        let left = give_up.checked_duration_since(Instant::now()).filter(|left| !left.is_zero())?;
         std::thread::park_timeout(pause.min(left));
         pause = (pause * 2).min(Duration::from_millis(1));
     }

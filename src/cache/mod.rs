@@ -51,8 +51,8 @@
 //! - **Waiting is bounded.** The callers waiting on shared calls each hold
 //!   their thread, and the pool does not count them (one worker runs the
 //!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
-//!   bounds them, and a miss beyond it is refused at once, as a full queue
-//!   would be. The shared call is submitted once its pool has room, waited
+//!   bounds them; a miss beyond it waits for a seat as long as a call would
+//!   wait for room in the pool, then is refused, as a full queue would be. The shared call is submitted once its pool has room, waited
 //!   for within the pool's [`max_wait`](crate::DependencyBuilder::max_wait)
 //!   (2 ms at least, and up to 200 ms while a worker of the cache is on its
 //!   way back from handing out an answer) and the caller's deadline; a pool
@@ -268,8 +268,10 @@ where
         }
         // After the hit: a hit reads the clock once, to age its entry.
         let began = Instant::now();
-        // A seat in the waiting room, held until this caller has its answer.
-        let Some(_seat) = Held::below(&inner.counters.waiting, inner.max_waiting) else {
+        // A seat in the waiting room, held until this caller has its answer;
+        // waited for like room in the pool, within its `max_wait`.
+        let seat = || Held::below(&inner.counters.waiting, inner.max_waiting);
+        let Some(_seat) = seat().or_else(|| flight::wait_for(dep, deadline, Duration::ZERO, seat)) else {
             Counters::bump(&inner.counters.misses);
             Counters::bump(&inner.counters.refused);
             return inner.stale(key).ok_or(Error::Rejected(Rejection::QueueFull));

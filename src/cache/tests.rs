@@ -213,6 +213,38 @@ fn beyond_max_waiting_a_miss_is_refused_at_once_and_starts_no_call() {
 }
 
 #[test]
+fn beyond_max_waiting_a_miss_waits_for_a_seat_within_max_wait() {
+    let cache: Cache<String, u32> = Cache::builder("quotes").max_waiting(1).build().unwrap();
+    let wait = Duration::from_millis(300);
+    let dep = Dependency::builder("quotes").workers(2).queue(2).max_wait(wait).build().unwrap();
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let seated = {
+        let (cache, dep) = (cache.clone(), dep.clone());
+        std::thread::spawn(move || {
+            cache.get_or_call(&dep, "a", soon(), move |_: &CallContext| {
+                let _ = gate.recv_timeout(Duration::from_secs(10));
+                Ok::<_, String>(1)
+            })
+        })
+    };
+    let sat = Instant::now() + Duration::from_secs(10);
+    while cache.snapshot().waiting < 1 && Instant::now() < sat {
+        std::thread::yield_now();
+    }
+    // The one seat stays taken: this miss waits max_wait for it, then is refused.
+    let began = Instant::now();
+    let refused = cache.get_or_call(&dep, "b", soon(), |_: &CallContext| Ok::<_, String>(2)).unwrap_err();
+    let took = began.elapsed();
+    assert_eq!(refused.rejection(), Some(crate::error::Rejection::QueueFull), "{refused:?}");
+    assert!(took >= wait && took < wait + Duration::from_secs(2), "waited {took:?} for a seat");
+    // Freed: the next miss takes the seat and its answer.
+    open.send(()).unwrap();
+    assert_eq!(seated.join().unwrap().unwrap().value, 1);
+    assert_eq!(cache.get_or_call(&dep, "b", soon(), |_: &CallContext| Ok::<_, String>(2)).unwrap().value, 2);
+    assert_eq!(cache.snapshot().refused, 1);
+}
+
+#[test]
 fn a_hit_touches_neither_the_pool_nor_the_breaker() {
     let clock = ManualClock::new();
     let cache = permissions(&clock).build().unwrap();
