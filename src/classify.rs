@@ -66,6 +66,15 @@ impl Classify for Box<dyn std::error::Error + Send + Sync> {
     }
 }
 
+/// A shared error is judged as the error itself: wrap a job's error that is
+/// not `Clone` (`ureq::Error`, `std::io::Error`) in an `Arc` to share one
+/// answer among the callers of a [`Cache`](crate::cache::Cache).
+impl<E: Classify + ?Sized> Classify for std::sync::Arc<E> {
+    fn classify(&self) -> Verdict {
+        (**self).classify()
+    }
+}
+
 impl Classify for std::convert::Infallible {
     fn classify(&self) -> Verdict {
         match *self {}

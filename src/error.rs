@@ -164,8 +164,9 @@ impl std::error::Error for Rejection {}
 /// The answer to a call that did not produce the job's `Ok` value.
 ///
 /// Every call ends in exactly one of these or in `Ok`. `E` is the job's own
-/// error type.
-#[derive(Debug)]
+/// error type. It is `Clone` when `E` is (a [`Cache`](crate::cache::Cache)
+/// hands one shared call's error to every caller that waited for it).
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error<E> {
     /// The call was turned away at once; the job never ran.

@@ -55,7 +55,8 @@
 //! Features (all on by default): `ureq` ([`http`]: outcome table for
 //! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server`]: a
 //! request pool for tiny_http), `prometheus` ([`metrics`]: a prometheus-client
-//! collector over a [`Registry`]). Off by default: `testing` ([`testing`]: a
+//! collector over a [`Registry`]), `cache` ([`cache`]: a per-key cache in
+//! front of a dependency, TTL by answer, one shared call per key). Off by default: `testing` ([`testing`]: a
 //! scriptable fake HTTP provider for incident tests) and `tracing` (each job
 //! runs in a `job` span whose parent is the caller's span, across the hop to
 //! the worker; rejections, timeouts and breaker transitions are `tracing`
@@ -94,6 +95,10 @@ mod events;
 mod hedge;
 mod priority;
 mod settings;
+// Answers worth keeping: a per-key cache in front of a dependency (feature
+// `cache`), above the call path and below the registry that names it.
+#[cfg(feature = "cache")]
+pub mod cache;
 // The request pool's reserved share, described: what both the server and the
 // file config name (feature `tiny_http`; public as `server::Reserve`).
 #[cfg(feature = "tiny_http")]

@@ -9,14 +9,17 @@
 //! `SERVICE_ACCESS_DENIED`: users and operators must be able to tell "you may
 //! not" from "we cannot check right now".
 //!
-//! Answers are cached, allow for 60 s and deny for 10 s, so a user allowed a
-//! moment ago keeps working through a short account outage. Failures are never
-//! cached: each miss asks again, and access returns as soon as account does.
+//! Decisions are kept in a [`Cache`]: allow for 60 s, deny for 10 s, so a
+//! user allowed a moment ago keeps working through a short account outage.
+//! Concurrent checks of one user share one call to account. Failures are
+//! never kept: each miss asks again, and access returns as soon as account
+//! does. And the last good decision is never served once it has expired: on
+//! failure, "unknown" here would mean "permissions wide open".
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use watertight::ConfigError;
+use watertight::cache::Cache;
 
 /// What account said about a user.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,81 +55,69 @@ impl std::fmt::Display for LookupError {
     }
 }
 
-/// Asks account about a user, to answer by the request's deadline.
-type Lookup = dyn Fn(&str, Instant) -> Result<Decision, LookupError> + Send + Sync;
+/// The decisions kept: user ids come from a request header, so the cache is
+/// bounded (the least useful entries are evicted beyond this).
+const MAX_ENTRIES: usize = 100_000;
+
+/// Checks waiting on account at once, all users together: account-access's
+/// hold in the capacity rule (4 workers, no queue), so that checks of one
+/// user while account hangs hold no more request threads than its pool
+/// would. The others wait for a seat as long as a call waits for room in
+/// account-access's pool (its `max_wait`, 100 ms), then are refused (503).
+const MAX_WAITING: usize = 4;
+
+/// The gate's cache: allow 60 s, deny 10 s, failures never, stale never.
+pub fn decisions() -> Result<Cache<String, Decision>, ConfigError> {
+    Cache::builder("access")
+        .capacity(MAX_ENTRIES)
+        .max_waiting(MAX_WAITING)
+        .ttl(|decision: &Decision| match decision {
+            Decision::Allowed => Duration::from_secs(60),
+            Decision::Denied => Duration::from_secs(10),
+        })
+        .build()
+}
+
+/// Asks account about a user through the cache, to answer by the request's deadline.
+type Lookup = dyn Fn(&Cache<String, Decision>, &str, Instant) -> Result<Decision, LookupError> + Send + Sync;
 
 /// The cached, fail-closed access check.
 pub struct AccessGate {
+    decisions: Cache<String, Decision>,
     lookup: Box<Lookup>,
-    allow_ttl: Duration,
-    deny_ttl: Duration,
-    /// user id -> (decision, expiry). Only decisions are ever inserted, never
-    /// failures. The lock is held for map operations only, never across the
-    /// lookup itself, so a slow account call does not serialize the gate.
-    cache: Mutex<HashMap<String, (Decision, Instant)>>,
 }
 
-/// Entries beyond which expired ones are swept (and, if that is not enough,
-/// the cache is emptied): user ids come from a request header, so the cache
-/// must not grow without bound.
-const MAX_ENTRIES: usize = 100_000;
-
 impl AccessGate {
-    /// A gate asking `lookup` on a cache miss, caching an allow for
-    /// `allow_ttl` and a deny for `deny_ttl`.
+    /// A gate keeping `decisions`, asking `lookup` through them.
     pub fn new(
-        allow_ttl: Duration,
-        deny_ttl: Duration,
-        lookup: impl Fn(&str, Instant) -> Result<Decision, LookupError> + Send + Sync + 'static,
+        decisions: Cache<String, Decision>,
+        lookup: impl Fn(&Cache<String, Decision>, &str, Instant) -> Result<Decision, LookupError>
+        + Send
+        + Sync
+        + 'static,
     ) -> Self {
-        AccessGate { lookup: Box::new(lookup), allow_ttl, deny_ttl, cache: Mutex::new(HashMap::new()) }
+        AccessGate { decisions, lookup: Box::new(lookup) }
     }
 
-    /// May `user` use checkout? A cached decision if one is fresh, else
-    /// account's answer by `deadline` (then cached). An error means: refuse
-    /// with 503.
+    /// May `user` use checkout? A kept decision, else account's answer by
+    /// `deadline`. An error means: refuse with 503.
     pub fn check(&self, user: &str, deadline: Instant) -> Result<Decision, LookupError> {
-        let now = Instant::now();
-        if let Some(&(decision, expires)) = self.cache.lock().get(user)
-            && now < expires
-        {
-            return Ok(decision);
-        }
-        // Concurrent misses for one user each ask account; the answers agree,
-        // and the dependency's bounded pool caps how many can be in flight.
-        match (self.lookup)(user, deadline) {
-            Ok(decision) => {
-                let ttl = match decision {
-                    Decision::Allowed => self.allow_ttl,
-                    Decision::Denied => self.deny_ttl,
-                };
-                let mut cache = self.cache.lock();
-                if cache.len() >= MAX_ENTRIES {
-                    cache.retain(|_, &mut (_, expires)| expires > now);
-                    if cache.len() >= MAX_ENTRIES {
-                        cache.clear();
-                    }
-                }
-                cache.insert(user.to_owned(), (decision, Instant::now() + ttl));
-                Ok(decision)
+        let answer = (self.lookup)(&self.decisions, user, deadline);
+        match &answer {
+            Err(LookupError::Rejected { status }) => log::error!(
+                "access check rejected by account (status {status}): failing closed, check the internal \
+                 credentials and URL"
+            ),
+            Err(LookupError::Unavailable(why)) => {
+                log::warn!("access check unavailable: failing closed: {why}")
             }
-            Err(err) => {
-                match &err {
-                    LookupError::Rejected { status } => log::error!(
-                        "access check rejected by account (status {status}): failing closed, check the \
-                         internal credentials and URL"
-                    ),
-                    LookupError::Unavailable(why) => {
-                        log::warn!("access check unavailable: failing closed: {why}")
-                    }
-                }
-                Err(err)
-            }
+            Ok(_) => {}
         }
+        answer
     }
 
-    /// Cached decisions (fresh or not yet swept).
-    pub fn cached(&self) -> usize {
-        self.cache.lock().len()
+    /// The decisions kept, for the registry (metrics, `/circuits`).
+    pub fn decisions(&self) -> &Cache<String, Decision> {
+        &self.decisions
     }
 }

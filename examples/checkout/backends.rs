@@ -15,12 +15,15 @@
 //! while notification hangs each checkout leaves one more behind, for up to
 //! the client timeout.
 
+use std::borrow::Borrow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::access::{Decision, LookupError};
+use watertight::cache::Cache;
 use watertight::http::WithDeadline;
 use watertight::{CallContext, Dependency, Error, Outcome};
 
@@ -183,19 +186,35 @@ impl Backends {
         }
     }
 
-    /// Asks account whether `user` may use checkout. `user` is already
-    /// validated as URL-safe by the route.
-    pub fn has_access(&self, user: &str, deadline: Instant) -> Result<Decision, LookupError> {
+    /// Asks account whether `user` may use checkout, through `decisions`
+    /// in bulkhead mode (a kept decision, or one call shared by every
+    /// concurrent check of the user), on the request thread and every time
+    /// in direct mode. `user` is already validated as URL-safe by the route.
+    pub fn has_access(
+        &self,
+        decisions: &Cache<String, Decision>,
+        user: &str,
+        deadline: Instant,
+    ) -> Result<Decision, LookupError> {
         let url = format!("{}/users/{user}/access?service=checkout", self.account_url);
-        let answer: Result<AccessAnswer, _> = self.run(
-            |d| &d.access,
-            deadline,
-            move |agent, ctx| bounded(agent.get(&url), ctx).call()?.body_mut().read_json(),
-        );
+        let agent = self.agent.clone();
+        let ask = move |ctx: Option<&CallContext>| -> Result<Decision, ureq::Error> {
+            let answer: AccessAnswer = bounded(agent.get(&url), ctx).call()?.body_mut().read_json()?;
+            Ok(if answer.allowed { Decision::Allowed } else { Decision::Denied })
+        };
+        // ureq's error, in an `Arc`: one answer goes to every caller that shared the call.
+        let answer = match &self.mode {
+            Mode::Bulkhead(deps) => decisions
+                .get_or_call(&deps.access, user, deadline, move |ctx: &CallContext| {
+                    ask(Some(ctx)).map_err(Arc::new)
+                })
+                .map(|kept| kept.value),
+            Mode::Direct => ask(None).map_err(|e| Error::Failed(Arc::new(e))),
+        };
         match answer {
-            Ok(AccessAnswer { allowed: true }) => Ok(Decision::Allowed),
-            Ok(AccessAnswer { allowed: false }) => Ok(Decision::Denied),
-            Err(Error::Failed(ureq::Error::StatusCode(status))) if (400..500).contains(&status) => {
+            Ok(decision) => Ok(decision),
+            Err(Error::Failed(e)) if matches!(*e, ureq::Error::StatusCode(400..=499)) => {
+                let ureq::Error::StatusCode(status) = *e else { unreachable!("matched above") };
                 Err(LookupError::Rejected { status })
             }
             Err(err) => {
@@ -244,16 +263,17 @@ impl Backends {
     }
 }
 
-/// Names the failure with a stable reason code.
-fn unavailable(err: Error<ureq::Error>) -> Unavailable {
+/// Names the failure with a stable reason code (for ureq's error, or one
+/// shared as an `Arc`).
+fn unavailable<E: Borrow<ureq::Error> + watertight::Classify>(err: Error<E>) -> Unavailable {
     // The crate's outcome labels, so logs, JSON and metrics say one thing one way.
     let reason = match &err {
-        Error::Failed(ureq::Error::Json(_)) => "bad_answer",
-        Error::Failed(ureq::Error::Timeout(_)) => Outcome::TimedOut.as_str(),
+        Error::Failed(e) if matches!(e.borrow(), ureq::Error::Json(_)) => "bad_answer",
+        Error::Failed(e) if matches!(e.borrow(), ureq::Error::Timeout(_)) => Outcome::TimedOut.as_str(),
         other => other.classified_outcome().as_str(),
     };
     let detail = match err {
-        Error::Failed(e) => e.to_string(),
+        Error::Failed(e) => e.borrow().to_string(),
         other => other.to_string(),
     };
     Unavailable { reason, detail }

@@ -290,10 +290,14 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     registry.start_history()?;
     let direct_timeout = (args.direct_timeout > 0).then(|| Duration::from_secs(args.direct_timeout));
     let backends = Arc::new(Backends::new(mode, fraud_url, account_url, notification_url, direct_timeout));
-    let gate = AccessGate::new(Duration::from_secs(60), Duration::from_secs(10), {
+    let gate = AccessGate::new(access::decisions()?, {
         let backends = Arc::clone(&backends);
-        move |user: &str, deadline| backends.has_access(user, deadline)
+        move |decisions: &_, user: &str, deadline| backends.has_access(decisions, user, deadline)
     });
+    if backends.deps().is_some() {
+        // Its hits, misses and shared calls in /metrics and /circuits.
+        registry.register_cache(gate.decisions())?;
+    }
     // The dependencies' metrics, and the request pool's gauges once the server
     // below has attached them to the registry (ServerConfig::registry).
     let mut prometheus = watertight::metrics::PrometheusRegistry::default();

@@ -6,7 +6,7 @@
 //! | `GET /orders/{id}`      | the order from memory: never calls a provider                 |
 //! | `GET /me`               | the user's profile from account (the `account-read` path)     |
 //! | `GET /health`           | liveness: 200 whatever the breakers say                       |
-//! | `GET /circuits`         | every dependency's state, counters and pool, as JSON          |
+//! | `GET /circuits`         | every dependency's state, counters and pool, and the caches' counts, as JSON |
 //! | `GET /metrics`          | Prometheus text                                               |
 //! | `GET /circuits/events`  | every dependency's last events (transitions, reconfigurations, summaries) |
 //! | `GET /circuits/stream`  | Server-Sent Events: the history, then a snapshot every second |
@@ -352,6 +352,27 @@ impl App {
             })
             .collect();
         let mode = if self.backends.deps().is_some() { "bulkhead" } else { "direct" };
+        // The access gate's decisions (bulkhead mode): hits never reach account.
+        let caches: Vec<Value> = self
+            .registry
+            .cache_snapshots()
+            .into_iter()
+            .map(|c| {
+                json!({
+                    "name": c.name,
+                    "hits": c.hits,
+                    "misses": c.misses,
+                    "stale": c.stale,
+                    "coalesced": c.coalesced,
+                    "refused": c.refused,
+                    "evictions": c.evictions,
+                    "entries": c.entries,
+                    "capacity": c.capacity,
+                    "in_flight": c.in_flight,
+                    "waiting": c.waiting,
+                })
+            })
+            .collect();
         json!({
             "mode": mode,
             "uptime_ms": self.started.elapsed().as_millis() as u64,
@@ -360,6 +381,7 @@ impl App {
                 "busy": self.in_flight.load(Ordering::Relaxed),
             },
             "dependencies": deps,
+            "caches": caches,
         })
     }
 

@@ -5,6 +5,9 @@
 //! `history.rs`).
 
 mod capacity;
+// The caches named beside the dependencies (feature `cache`).
+#[cfg(feature = "cache")]
+mod caches;
 mod gauges;
 mod history;
 
@@ -43,6 +46,9 @@ pub struct Registry {
     request_pool: Arc<Mutex<Option<RequestPoolGauges>>>,
     /// The history's points, shared with its sampler (weakly, see `history.rs`).
     history: Arc<self::history::HistoryState>,
+    /// The caches registered, in registration order (`caches.rs`).
+    #[cfg(feature = "cache")]
+    caches: Arc<RwLock<Vec<Arc<dyn crate::cache::Watched>>>>,
 }
 
 impl Registry {

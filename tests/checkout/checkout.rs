@@ -477,11 +477,13 @@ fn circuit(agent: &ureq::Agent, server: &Checkout, name: &str) -> Value {
 }
 
 /// Seed 000's incident as shipped: account hangs while users are not yet
-/// cached. The permission checks are cut short by the 5 s request budget
-/// (account-access's own timeout is 10 s); each has run far longer than
-/// account ever takes, so each counts against it, and the first wave of 12
-/// opens the circuit. Later waves are answered 503 at once; a cached user
-/// still checks out.
+/// cached. The first wave of 12 gets 503 within the 5 s request budget: 4
+/// checks start a shared call each (account-access has 4 workers and no
+/// queue), the other 8 are refused at once. The shared calls are not cut
+/// short by their callers' budget (other callers of those users may still
+/// come): they end at account-access's own 10 s timeout, each a failure, and
+/// the circuit opens then. Later waves are answered 503 at once; a cached
+/// user still checks out.
 #[test]
 fn a_hung_account_provider_opens_its_circuit_after_the_first_wave() {
     let server = Checkout::start(&[]);
@@ -516,8 +518,12 @@ fn a_hung_account_provider_opens_its_circuit_after_the_first_wave() {
         assert_eq!((*status, &body["code"]), (503, &json!("SERVICE_ACCESS_UNAVAILABLE")), "{body}");
         assert!(*took < Duration::from_secs(7), "a first-wave checkout took {took:?} (budget 5 s)");
     }
+    let opened = support::wait_until(Duration::from_secs(12), || {
+        circuit(&agent, &server, "account-access")["state"] == "open"
+    });
     let access = circuit(&agent, &server, "account-access");
-    assert_eq!(access["state"], "open", "after the first wave: {access}\n{}", server.stderr());
+    assert!(opened, "the first wave's calls ended without opening: {access}\n{}", server.stderr());
+    assert_eq!(access["calls"]["successful"], 1, "alice's call, then the four hung ones: {access}");
 
     for n in 2..=3 {
         let answers = wave(n);

@@ -8,6 +8,7 @@ mod checkout_bin;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_cache;
 mod checkout;
 mod checkout_config;
 mod checkout_input;

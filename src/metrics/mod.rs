@@ -20,6 +20,10 @@
 //! # Ok::<(), watertight::ConfigError>(())
 //! ```
 
+// The caches' families (feature `cache`).
+#[cfg(feature = "cache")]
+mod caches;
+
 /// The `prometheus-client` crate this exporter is built on, so that the
 /// application's own metrics can use the same version.
 pub use prometheus_client;
@@ -67,6 +71,21 @@ use crate::registry::Registry;
 /// | `watertight_pool_queued` | gauge | | jobs waiting in the queue |
 /// | `watertight_pool_queue_capacity` | gauge | | the queue's bound |
 /// | `watertight_pool_abandoned` | gauge | | running jobs whose caller gave up |
+///
+/// And, for every cache registered ([`Registry::register_cache`], feature
+/// `cache`), each labelled `cache="<name>"`:
+///
+/// | name | type | meaning |
+/// |---|---|---|
+/// | `watertight_cache_hits_total` | counter | lookups answered with a fresh value, no call |
+/// | `watertight_cache_misses_total` | counter | lookups that found none: each started or joined a shared call |
+/// | `watertight_cache_stale_total` | counter | misses answered with the last good value |
+/// | `watertight_cache_coalesced_total` | counter | misses that joined a shared call in flight |
+/// | `watertight_cache_refused_total` | counter | misses refused at once: `max_waiting` callers were waiting |
+/// | `watertight_cache_evictions_total` | counter | entries pushed out to make room |
+/// | `watertight_cache_entries` | gauge | entries kept now |
+/// | `watertight_cache_in_flight` | gauge | shared calls in flight now |
+/// | `watertight_cache_waiting` | gauge | callers waiting on them now |
 ///
 /// And, while a server given the registry runs
 /// ([`Registry::request_pool`]), two gauges without labels:
@@ -248,6 +267,9 @@ impl prometheus_client::collector::Collector for Collector {
         let deps = self.registry.dependencies();
         let snaps: Vec<DependencySnapshot> = deps.iter().map(Dependency::snapshot).collect();
         let enc = &mut encoder;
+
+        #[cfg(feature = "cache")]
+        self::caches::encode(enc, &self.registry.cache_snapshots())?;
 
         if let Some(pool) = self.registry.request_pool() {
             encode_request_pool(enc, pool.threads(), pool.busy())?;

@@ -1,0 +1,137 @@
+//! [`CacheBuilder`]: a [`Cache`]'s settings, each with its default.
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::store::{self, Counters};
+use super::{Cache, Inner, Ttl};
+use crate::clock::Clock;
+use crate::error::ConfigError;
+
+/// Builds a [`Cache`]; from [`Cache::builder`].
+#[must_use = "a CacheBuilder does nothing until `.build()`"]
+pub struct CacheBuilder<K, V> {
+    name: String,
+    capacity: usize,
+    ttl: Box<Ttl<V>>,
+    stale_for: Option<Duration>,
+    max_waiting: usize,
+    clock: Option<Arc<dyn Clock>>,
+    _key: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K, V> CacheBuilder<K, V> {
+    pub(super) fn new(name: String) -> Self {
+        CacheBuilder {
+            name,
+            capacity: 10_000,
+            ttl: Box::new(|_: &V| Duration::from_secs(60)),
+            stale_for: None,
+            max_waiting: usize::MAX,
+            clock: None,
+            _key: std::marker::PhantomData,
+        }
+    }
+
+    /// The most entries kept; beyond it, `quick_cache` evicts the least
+    /// useful. At least 1. Defaults to 10 000.
+    pub fn capacity(mut self, entries: usize) -> Self {
+        self.capacity = entries;
+        self
+    }
+
+    /// How long a good answer is kept, chosen by the answer itself:
+    /// `|d: &Decision| if d.allowed { 60 s } else { 10 s }`. A zero TTL keeps
+    /// nothing (the answer is still shared by the callers of its flight).
+    /// Defaults to 60 s for every answer.
+    pub fn ttl(mut self, ttl: impl Fn(&V) -> Duration + Send + Sync + 'static) -> Self {
+        self.ttl = Box::new(ttl);
+        self
+    }
+
+    /// Answers a miss whose call fails, is refused or outlives the caller's
+    /// deadline with the last good value of its key, if that expired at most
+    /// `max_stale` ago, marked [`stale`](super::Cached::stale) with its age. Past
+    /// that, the error again.
+    ///
+    /// Defaults to never: where the default state on failure would be
+    /// "permissions wide open", fail closed (see the [module docs](super)).
+    pub fn serve_stale(mut self, max_stale: Duration) -> Self {
+        self.stale_for = Some(max_stale);
+        self
+    }
+
+    /// The most callers that wait on the cache's shared calls at once, all
+    /// keys together. A miss beyond it waits for a seat as a call waits for
+    /// room in a full pool (within the dependency's
+    /// [`max_wait`](crate::DependencyBuilder::max_wait) and its deadline),
+    /// then is refused with [`QueueFull`](crate::Rejection::QueueFull) (or
+    /// answered with the last good value where that is allowed), having
+    /// started no call. At least 1.
+    ///
+    /// Each waiting caller holds its thread until the answer or its deadline,
+    /// and the dependency's pool does not bound them (its shared call holds
+    /// one worker however many wait): on a server with a fixed request pool,
+    /// keep this within what the capacity rule leaves for the dependency
+    /// (its `workers + queue`, say), or one hot key of a hung provider can
+    /// hold every request thread. Defaults to no bound.
+    pub fn max_waiting(mut self, callers: usize) -> Self {
+        self.max_waiting = callers;
+        self
+    }
+
+    /// The clock that ages entries (a [`ManualClock`](crate::ManualClock) in
+    /// tests). Waiting for a call is on real time, whatever the clock.
+    /// Defaults to the system clock.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The cache, or the setting that is out of range (`name` empty,
+    /// `capacity` or `max_waiting` 0).
+    pub fn build(self) -> Result<Cache<K, V>, ConfigError>
+    where
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+    {
+        if self.name.is_empty() {
+            return Err(ConfigError::new("name", "not empty", "\"\""));
+        }
+        if self.capacity == 0 {
+            return Err(ConfigError::new("capacity", ">= 1", 0));
+        }
+        if self.max_waiting == 0 {
+            return Err(ConfigError::new("max_waiting", ">= 1", 0));
+        }
+        let counters = Counters::default();
+        let map = store::map(self.capacity, Arc::clone(&counters.evictions));
+        Ok(Cache {
+            inner: Arc::new(Inner {
+                name: self.name.into(),
+                map,
+                capacity: self.capacity,
+                ttl: self.ttl,
+                stale_for: self.stale_for,
+                max_waiting: self.max_waiting,
+                clock: self.clock,
+                counters,
+                flights: Arc::default(),
+                born: std::time::Instant::now(),
+            }),
+        })
+    }
+}
+
+impl<K, V> fmt::Debug for CacheBuilder<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheBuilder")
+            .field("name", &self.name)
+            .field("capacity", &self.capacity)
+            .field("serve_stale", &self.stale_for)
+            .field("max_waiting", &self.max_waiting)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,500 @@
+//! Answers worth keeping (feature `cache`): a per-key [`Cache`] in front of a
+//! [`Dependency`], whose time to live is chosen by each answer, with one
+//! shared call per key, and, where it is safe, the last good value.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::{Duration, Instant};
+//! use watertight::{CallContext, Dependency, cache::Cache};
+//!
+//! #[derive(Clone, Copy, Debug, PartialEq)]
+//! struct Decision { allowed: bool }
+//!
+//! let account = Dependency::builder("account-access").workers(4).build()?;
+//! // The permissions report's rule in one line: allow 60 s, deny 10 s.
+//! let access: Cache<String, Decision> = Cache::builder("access")
+//!     .capacity(100_000)
+//!     .ttl(|d: &Decision| Duration::from_secs(if d.allowed { 60 } else { 10 }))
+//!     .build()?;
+//!
+//! let deadline = Instant::now() + Duration::from_secs(2);
+//! // The error is shared by every caller of one call, so it is `Clone`:
+//! // an `Arc` around one that is not (it is judged as the error itself).
+//! let ask = |_: &CallContext| Ok::<_, Arc<std::io::Error>>(Decision { allowed: true });
+//! let first = access.get_or_call(&account, "alice", deadline, ask)?;
+//! assert_eq!((first.value, first.stale), (Decision { allowed: true }, None));
+//! // Within 60 s: from the cache, without touching the pool or the breaker.
+//! let again = access.get_or_call(&account, "alice", deadline, |_: &CallContext| {
+//!     Err::<Decision, _>(Arc::new(std::io::Error::other("not called")))
+//! })?;
+//! assert!(again.value.allowed);
+//! assert_eq!((access.snapshot().hits, access.snapshot().misses), (1, 1));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What it does
+//!
+//! - **A hit** (a value younger than its TTL) is answered from memory: no
+//!   pool, no breaker, no limit is touched, and nothing is recorded on the
+//!   dependency.
+//! - **A miss** asks the dependency, through its breaker, pool and deadline
+//!   like any call. Only a good answer (`Ok`) is kept, for as long as
+//!   [`ttl`](CacheBuilder::ttl) says for that answer. Failures, rejections
+//!   and timeouts are never kept: the next miss asks again.
+//! - **Single flight.** Concurrent misses of one key share one call. The
+//!   call is detached ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)): it lives on a worker,
+//!   not on the stack of the caller that started it, under the dependency's
+//!   own timeout. Each caller waits for it until its *own* deadline; one that
+//!   gives up leaves it running for the others (and for the cache). The call's
+//!   outcome is counted and recorded by the breaker once, however many
+//!   callers shared it.
+//! - **Waiting is bounded.** The callers waiting on shared calls each hold
+//!   their thread, and the pool does not count them (one worker runs the
+//!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
+//!   bounds them; a miss beyond it waits for a seat as long as a call would
+//!   wait for room in the pool, then is refused, as a full queue would be. The shared call is submitted once its pool has room, waited
+//!   for within the pool's [`max_wait`](crate::DependencyBuilder::max_wait)
+//!   (2 ms at least, and up to 200 ms while a worker of the cache is on its
+//!   way back from handing out an answer) and the caller's deadline; a pool
+//!   still full then
+//!   refuses it ([`QueueFull`](crate::Rejection::QueueFull)), for every
+//!   caller of the key.
+//! - **The last good value** is off by default. With
+//!   [`serve_stale`](CacheBuilder::serve_stale), a miss whose call fails, is
+//!   refused or outlives the caller's deadline is answered with the last good
+//!   value of the key, if it expired at most that long ago, and the answer
+//!   says so ([`Cached::stale`], with its age).
+//!
+//! # Why the last good value is off by default
+//!
+//! Decide by asking what the default state on failure is. For a permission
+//! check it would be "permissions wide open": an outage of the permission
+//! service would silently extend every decision it ever made, revoked ones
+//! included, for as long as it lasts. Such a check must fail *closed* (a 503,
+//! distinct from the 403 of a real denial), and its cache must never stretch
+//! a TTL because the provider is down. Turn it on only where an old answer is
+//! a safe answer (a price list, a feature flag's rollout), and show the age
+//! to whoever reads it.
+//!
+//! # Why `quick_cache`
+//!
+//! The entries are bounded by count and evicted by
+//! [`quick_cache`](https://docs.rs/quick_cache) (S3-FIFO-like, with ghost
+//! entries, so a scan of one-time keys does not flush the hot ones): a small,
+//! maintained crate with no `unsafe` in its public surface, no background
+//! thread, sharded read-write locks that make a hit a hash and a read lock
+//! (about as cheap as a lookup can be across threads), a lifecycle hook that
+//! counts evictions, and a rust-version (1.85) below this crate's. Expiry is
+//! this module's: each entry carries its own, read on the injected
+//! [`Clock`], and an expired entry stays until it is evicted or
+//! replaced, so that it can be served stale where that is allowed.
+//!
+//! Keys are the caller's: put in the key everything the answer depends on
+//! (a user *and* a service, say), and nothing from a request that an
+//! attacker could vary to fill the cache with one-time keys faster than it
+//! evicts them... which it does at its capacity anyway.
+
+mod builder;
+mod flight;
+mod store;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+pub use self::builder::CacheBuilder;
+use self::flight::{Flight, Flights, Landing};
+use self::store::{Counters, Entry, Held, Map};
+use crate::classify::{ByError, Classifier, Classify};
+use crate::clock::Clock;
+use crate::dependency::Dependency;
+use crate::error::{Error, Rejection};
+use crate::pool::CallContext;
+
+/// A value from a [`Cache`]: fresh, or the last good one, served stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Cached<V> {
+    /// The answer.
+    pub value: V,
+    /// `None` for a fresh value (a hit, or the call's own answer). `Some(age)`
+    /// for the last good value, served because the call failed, was refused
+    /// or timed out ([`CacheBuilder::serve_stale`]); `age` is the time since
+    /// the call that got it ended.
+    pub stale: Option<Duration>,
+}
+
+impl<V> Cached<V> {
+    /// Whether this is the last good value rather than a fresh one.
+    pub fn is_stale(&self) -> bool {
+        self.stale.is_some()
+    }
+}
+
+/// A point-in-time view of one [`Cache`]'s counters, each monotonic except
+/// `entries`, `in_flight` and `waiting`.
+///
+/// ```text
+/// lookups = hits + misses        misses = shared calls started + coalesced + refused
+/// ```
+///
+/// A miss answered with the last good value is counted in `misses` and in
+/// `stale`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheSnapshot {
+    /// The cache's name.
+    pub name: String,
+    /// Lookups answered with a fresh value, without a call.
+    pub hits: u64,
+    /// Lookups that found no fresh value: each started the shared call of
+    /// its key or joined one.
+    pub misses: u64,
+    /// Misses answered with the last good value.
+    pub stale: u64,
+    /// Misses that joined a shared call already in flight instead of making
+    /// their own.
+    pub coalesced: u64,
+    /// Misses refused at once because [`max_waiting`](CacheBuilder::max_waiting)
+    /// callers were waiting already.
+    pub refused: u64,
+    /// Entries pushed out to make room.
+    pub evictions: u64,
+    /// Entries kept now, expired ones included until evicted or replaced.
+    pub entries: usize,
+    /// The most entries it keeps.
+    pub capacity: usize,
+    /// Shared calls in flight now.
+    pub in_flight: usize,
+    /// Callers waiting on them now.
+    pub waiting: usize,
+}
+
+/// A per-key cache of a dependency's good answers; see the [module
+/// docs](self). Cheap to clone (an `Arc` inside); clones share everything.
+pub struct Cache<K, V> {
+    inner: Arc<Inner<K, V>>,
+}
+
+/// How long an answer is kept, chosen by the answer.
+type Ttl<V> = dyn Fn(&V) -> Duration + Send + Sync;
+
+struct Inner<K, V> {
+    name: Arc<str>,
+    map: Map<K, V>,
+    capacity: usize,
+    ttl: Box<Ttl<V>>,
+    /// How long past its expiry the last good value may answer a failed call.
+    stale_for: Option<Duration>,
+    /// The most callers waiting on shared calls at once.
+    max_waiting: usize,
+    /// `None`: the system clock (a direct `Instant::now`).
+    clock: Option<Arc<dyn Clock>>,
+    counters: Counters,
+    flights: Arc<Flights<K>>,
+    /// When it was built (real time): `counters.landed` counts from it.
+    born: Instant,
+}
+
+impl<K, V> Clone for Cache<K, V> {
+    fn clone(&self) -> Self {
+        Cache { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<K, V> Cache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// A builder with every default (see each setter), named `name` in
+    /// snapshots and metrics.
+    pub fn builder(name: impl Into<String>) -> CacheBuilder<K, V> {
+        CacheBuilder::new(name.into())
+    }
+
+    /// The fresh value of `key`, or the answer of `dep` to `job`, waited for
+    /// until `deadline` at most (see the [module docs](self)): a hit answers
+    /// at once; a miss starts the key's shared call, or joins the one in
+    /// flight. `E`'s [`Classify`] judges the outcome; a job's error that is
+    /// not `Clone` can be shared as an `Arc` (`map_err(Arc::new)`).
+    ///
+    /// `Err` is the error of the shared call, or [`Error::Timeout`] when
+    /// `deadline` came first (the call goes on for the others), unless the
+    /// cache serves the last good value instead.
+    pub fn get_or_call<Q, E, F>(
+        &self,
+        dep: &Dependency,
+        key: &Q,
+        deadline: Instant,
+        job: F,
+    ) -> Result<Cached<V>, Error<E>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        E: Classify + Clone + Send + 'static,
+        F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
+    {
+        self.get_or_call_with(dep, key, deadline, ByError, job)
+    }
+
+    /// [`get_or_call`](Self::get_or_call) with a classifier of its own:
+    /// what the shared call's outcome means to the breaker (see
+    /// [`CallBuilder::classify`](crate::CallBuilder::classify)), judged on
+    /// the worker.
+    pub fn get_or_call_with<Q, C, E, F>(
+        &self,
+        dep: &Dependency,
+        key: &Q,
+        deadline: Instant,
+        classify: C,
+        job: F,
+    ) -> Result<Cached<V>, Error<E>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Classifier<V, E> + Send + 'static,
+        E: Clone + Send + 'static,
+        F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
+    {
+        let inner = &*self.inner;
+        if let Some(value) = inner.fresh(key) {
+            return Ok(Cached { value, stale: None });
+        }
+        // After the hit: a hit reads the clock once, to age its entry.
+        let began = Instant::now();
+        // A seat in the waiting room, held until this caller has its answer;
+        // waited for like room in the pool, within its `max_wait`.
+        let seat = || Held::below(&inner.counters.waiting, inner.max_waiting);
+        let Some(_seat) = seat().or_else(|| flight::wait_for(dep, deadline, Duration::ZERO, seat)) else {
+            Counters::bump(&inner.counters.misses);
+            Counters::bump(&inner.counters.refused);
+            return inner.stale(key).ok_or(Error::Rejected(Rejection::QueueFull));
+        };
+        let (flight, landing) = {
+            let mut table = inner.flights.lock();
+            // Again under the table's lock: a flight that landed since the
+            // first look put its good answer in the map before leaving the
+            // table (flight.rs), so no second call is made for it.
+            if let Some(value) = inner.fresh(key) {
+                return Ok(Cached { value, stale: None });
+            }
+            match table.get(key).cloned().map(|f| f.downcast::<Flight<V, E>>()) {
+                Some(Ok(flight)) => {
+                    Counters::bump(&inner.counters.coalesced);
+                    (flight, None)
+                }
+                found => {
+                    let flight = Arc::new(Flight::new());
+                    let erased: Arc<dyn std::any::Any + Send + Sync> = flight.clone();
+                    // A flight of the key with another error type stays where
+                    // it is: this caller makes a call of its own, untabled.
+                    if found.is_none() {
+                        table.insert(key.to_owned(), Arc::clone(&erased));
+                    }
+                    let flights = Arc::clone(&inner.flights);
+                    let landing =
+                        Landing { key: key.to_owned(), flight: Arc::clone(&flight), erased, flights };
+                    (flight, Some(landing))
+                }
+            }
+        };
+        Counters::bump(&inner.counters.misses);
+        if let Some(landing) = landing {
+            flight::wait_for_room(dep, deadline, || inner.handing_back());
+            let cache = Arc::clone(&self.inner);
+            let on_done = move |answer| cache.land(landing, answer);
+            let started = dep.with().classify(classify).spawn_with(on_done, job);
+            if let Err(rejection) = started {
+                // The landing went with the refused call: the flight is out
+                // of the table already; answer those who joined it.
+                flight.answer(Err(Error::Rejected(rejection)));
+            }
+        }
+        let answer = flight.wait(deadline).unwrap_or_else(|| Err(Error::Timeout { waited: began.elapsed() }));
+        match answer {
+            Ok(value) => Ok(Cached { value, stale: None }),
+            Err(err) => inner.stale(key).ok_or(err),
+        }
+    }
+
+    /// Forgets `key`'s value (a permission just changed, say): the next
+    /// lookup asks again. A shared call in flight still lands its answer.
+    pub fn remove<Q>(&self, key: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.inner.map.remove(key);
+    }
+}
+
+impl<K, V> Cache<K, V> {
+    /// The cache's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Its counters now (relaxed reads, no lock but the flights' table's,
+    /// held to count it).
+    pub fn snapshot(&self) -> CacheSnapshot
+    where
+        K: Hash + Eq,
+        V: Clone,
+    {
+        self.inner.snapshot()
+    }
+}
+
+impl<K: Hash + Eq, V: Clone> Inner<K, V> {
+    #[inline]
+    fn now(&self) -> Instant {
+        match &self.clock {
+            None => Instant::now(),
+            Some(clock) => clock.now(),
+        }
+    }
+
+    /// Whether a worker of this cache may still be on its way back to its
+    /// pool: landing a call now, or done with one less than 20 ms ago (it
+    /// still has its pool's bookkeeping to do, and may be paused in it).
+    fn handing_back(&self) -> bool {
+        let c = &self.counters;
+        let since_start = |t: Instant| crate::time::saturating_nanos(t.saturating_duration_since(self.born));
+        // `landed` is 0 until the first landing.
+        let landed = c.landed.load(Relaxed);
+        c.landing.load(Relaxed) > 0
+            || (landed > 0 && since_start(Instant::now()).saturating_sub(landed) < 20_000_000)
+    }
+
+    /// How many callers wait on shared calls now (seats held).
+    fn waiting(&self) -> usize {
+        self.counters.waiting.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `key`'s value if it is fresh; counts the hit.
+    #[inline]
+    fn fresh<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let entry = self.map.get(key)?;
+        if !entry.is_fresh(self.now()) {
+            return None;
+        }
+        Counters::bump(&self.counters.hits);
+        Some(entry.value)
+    }
+
+    /// `key`'s last good value, served stale, if the cache allows it and it
+    /// expired recently enough; counts it.
+    fn stale<Q>(&self, key: &Q) -> Option<Cached<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let max_stale = self.stale_for?;
+        let entry = self.map.peek(key)?;
+        let age = entry.stale_age(self.now(), max_stale)?;
+        Counters::bump(&self.counters.stale);
+        Some(Cached { value: entry.value, stale: Some(age) })
+    }
+
+    /// Lands a shared call (in the order flight.rs explains): a good answer
+    /// into the map, then the flight out of the table, then the answer to
+    /// its waiters. Runs on the worker that ran the call.
+    fn land<E: Clone>(&self, landing: Landing<K, V, E>, answer: Result<V, Error<E>>)
+    where
+        K: Clone,
+    {
+        // Until this returns, its worker is busy: a leader finding the pool
+        // full waits for it (flight.rs, `wait_for_room`).
+        let _landing = Held::one(&self.counters.landing);
+        if let Ok(value) = &answer {
+            let ttl = (self.ttl)(value);
+            if !ttl.is_zero() {
+                let fetched = self.now();
+                // A TTL too long to add is "for as long as it stays".
+                let expires = fetched.checked_add(ttl).unwrap_or(fetched + Duration::from_secs(86_400 * 365));
+                let entry = Entry { value: value.clone(), fetched, expires };
+                self.map.insert(landing.key.clone(), entry);
+            }
+        }
+        landing.land(answer);
+        let landed = crate::time::saturating_nanos(self.born.elapsed());
+        self.counters.landed.fetch_max(landed, Relaxed);
+    }
+
+    fn snapshot(&self) -> CacheSnapshot {
+        let c = &self.counters;
+        let load = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+        CacheSnapshot {
+            name: self.name.to_string(),
+            hits: load(&c.hits),
+            misses: load(&c.misses),
+            stale: load(&c.stale),
+            coalesced: load(&c.coalesced),
+            refused: load(&c.refused),
+            evictions: load(&c.evictions),
+            entries: self.map.len(),
+            capacity: self.capacity,
+            in_flight: self.flights.lock().len(),
+            waiting: self.waiting(),
+        }
+    }
+}
+
+/// What a [`Registry`](crate::Registry) keeps of a cache: its name and
+/// snapshots, whatever its key and value types.
+pub(crate) trait Watched: Send + Sync {
+    fn name(&self) -> &str;
+    fn snapshot(&self) -> CacheSnapshot;
+}
+
+impl<K, V> Watched for Inner<K, V>
+where
+    K: Hash + Eq + Send + Sync,
+    V: Clone + Send + Sync,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn snapshot(&self) -> CacheSnapshot {
+        Inner::snapshot(self)
+    }
+}
+
+impl<K, V> Cache<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// The cache as a registry watches it.
+    pub(crate) fn watched(&self) -> Arc<dyn Watched> {
+        self.inner.clone()
+    }
+}
+
+impl<K, V> fmt::Debug for Cache<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("name", &self.inner.name)
+            .field("capacity", &self.inner.capacity)
+            .field("serve_stale", &self.inner.stale_for)
+            .field("max_waiting", &self.inner.max_waiting)
+            .finish_non_exhaustive()
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync + Clone + 'static>() {}
+    is::<Cache<String, u64>>();
+}
