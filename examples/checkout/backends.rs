@@ -265,7 +265,9 @@ impl Backends {
 
 /// Names the failure with a stable reason code (for ureq's error, or one
 /// shared as an `Arc`).
-fn unavailable<E: Borrow<ureq::Error> + watertight::Classify + std::fmt::Display>(err: Error<E>) -> Unavailable {
+fn unavailable<E: Borrow<ureq::Error> + watertight::Classify + std::fmt::Display>(
+    err: Error<E>,
+) -> Unavailable {
     // The crate's outcome labels, so logs, JSON and metrics say one thing one way.
     let reason = match &err {
         Error::Failed(e) if matches!(e.borrow(), ureq::Error::Json(_)) => "bad_answer",

@@ -119,7 +119,6 @@ impl<K, V> CacheBuilder<K, V> {
                 clock: self.clock,
                 counters,
                 flights: Arc::default(),
-                born: std::time::Instant::now(),
             }),
         })
     }

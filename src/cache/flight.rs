@@ -34,41 +34,6 @@ use parking_lot::{Condvar, Mutex};
 use crate::dependency::Dependency;
 use crate::error::Error;
 
-/// The least a shared call waits for room, whatever the pool's `max_wait`:
-/// a waiter is woken by the worker's callback, before that worker is free
-/// again, so a caller that misses again at once can find the pool full for
-/// the moment it takes the worker to return.
-const HAND_BACK: Duration = Duration::from_millis(2);
-
-/// How long a shared call waits for room while a worker of this cache is
-/// still handing an answer back, or did so moments ago (a worker the
-/// scheduler paused between waking its waiters and returning to its queue,
-/// on a busy machine): it will be free as soon as it runs again.
-const HANDING_BACK: Duration = Duration::from_millis(200);
-
-/// Waits, until the earlier of `deadline` and the pool's `max_wait` (at
-/// least [`HAND_BACK`], and [`HANDING_BACK`] while `handing_back()` says a
-/// worker of this cache may be between its answer and its return) from now,
-/// for `dep`'s pool to have a worker or a queue slot free; returns at once
-/// when it has. A detached call never waits for room itself (it is refused
-/// at once), and a refusal would be counted against the dependency as
-/// `queue_full`. Only a leader whose pool is full waits here.
-pub(super) fn wait_for_room(dep: &Dependency, deadline: Instant, handing_back: impl Fn() -> bool) {
-    let Some(pool) = dep.pool() else { return };
-    // What the pool's admission looks at: an idle worker (one that is back
-    // in the queue's hands, not merely done with its job), else a free slot.
-    let room = || (pool.has_idle_worker() || pool.stats().queued < pool.queue_capacity()).then_some(());
-    if room().is_some() {
-        return;
-    }
-    let patient = if handing_back() { HANDING_BACK } else { HAND_BACK };
-    // Once more, with the longer patience, if a worker turns out to be on its
-    // way back only after the first wait.
-    if wait_for(dep, deadline, patient, room).is_none() && handing_back() {
-        wait_for(dep, deadline, HANDING_BACK, room);
-    }
-}
-
 /// Polls `ready` until it gives a value, for at most the pool's `max_wait`
 /// (at least `at_least`) and never past `deadline`, with pauses doubling
 /// from 20 us to 1 ms; `None` when the time is up first.

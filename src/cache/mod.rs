@@ -52,13 +52,15 @@
 //!   their thread, and the pool does not count them (one worker runs the
 //!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
 //!   bounds them; a miss beyond it waits for a seat as long as a call would
-//!   wait for room in the pool, then is refused, as a full queue would be. The shared call is submitted once its pool has room, waited
-//!   for within the pool's [`max_wait`](crate::DependencyBuilder::max_wait)
-//!   (2 ms at least, and up to 200 ms while a worker of the cache is on its
-//!   way back from handing out an answer) and the caller's deadline; a pool
-//!   still full then
-//!   refuses it ([`QueueFull`](crate::Rejection::QueueFull)), for every
-//!   caller of the key.
+//!   wait for room in the pool, then is refused, as a full queue would be.
+//!   The shared call waits for room in a full pool as a blocking call does
+//!   (admission by time, within the pool's
+//!   [`max_wait`](crate::DependencyBuilder::max_wait) and the leader's
+//!   deadline, the stall rule included), then runs detached; a pool still
+//!   full refuses it ([`QueueFull`](crate::Rejection::QueueFull)), for
+//!   every caller of the key. (A worker that has just landed an answer is
+//!   busy until it returns to its pool: with a `max_wait` of zero, a miss
+//!   right after an answer may find no room.)
 //! - **The last good value** is off by default. With
 //!   [`serve_stale`](CacheBuilder::serve_stale), a miss whose call fails, is
 //!   refused or outlives the caller's deadline is answered with the last good
@@ -104,7 +106,6 @@ use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 pub use self::builder::CacheBuilder;
@@ -197,8 +198,6 @@ struct Inner<K, V> {
     clock: Option<Arc<dyn Clock>>,
     counters: Counters,
     flights: Arc<Flights<K>>,
-    /// When it was built (real time): `counters.landed` counts from it.
-    born: Instant,
 }
 
 impl<K, V> Clone for Cache<K, V> {
@@ -306,10 +305,14 @@ where
         };
         Counters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
-            flight::wait_for_room(dep, deadline, || inner.handing_back());
             let cache = Arc::clone(&self.inner);
             let on_done = move |answer| cache.land(landing, answer);
-            let started = dep.with().classify(classify).spawn_with(on_done, job);
+            // Detached once in (so a caller who gives up does not cancel it
+            // for the others), under the dependency's own timeout; a full
+            // pool is waited for as a blocking call waits, within this
+            // caller's deadline. (A worker landing an answer is busy until it
+            // returns: the pool's wait for room covers that moment too.)
+            let started = dep.with().classify(classify).spawn_with_room(deadline, on_done, job);
             if let Err(rejection) = started {
                 // The landing went with the refused call: the flight is out
                 // of the table already; answer those who joined it.
@@ -360,18 +363,6 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         }
     }
 
-    /// Whether a worker of this cache may still be on its way back to its
-    /// pool: landing a call now, or done with one less than 20 ms ago (it
-    /// still has its pool's bookkeeping to do, and may be paused in it).
-    fn handing_back(&self) -> bool {
-        let c = &self.counters;
-        let since_start = |t: Instant| crate::time::saturating_nanos(t.saturating_duration_since(self.born));
-        // `landed` is 0 until the first landing.
-        let landed = c.landed.load(Relaxed);
-        c.landing.load(Relaxed) > 0
-            || (landed > 0 && since_start(Instant::now()).saturating_sub(landed) < 20_000_000)
-    }
-
     /// How many callers wait on shared calls now (seats held).
     fn waiting(&self) -> usize {
         self.counters.waiting.load(std::sync::atomic::Ordering::Relaxed)
@@ -413,9 +404,6 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
     where
         K: Clone,
     {
-        // Until this returns, its worker is busy: a leader finding the pool
-        // full waits for it (flight.rs, `wait_for_room`).
-        let _landing = Held::one(&self.counters.landing);
         if let Ok(value) = &answer {
             let ttl = (self.ttl)(value);
             if !ttl.is_zero() {
@@ -427,8 +415,6 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
             }
         }
         landing.land(answer);
-        let landed = crate::time::saturating_nanos(self.born.elapsed());
-        self.counters.landed.fetch_max(landed, Relaxed);
     }
 
     fn snapshot(&self) -> CacheSnapshot {

@@ -43,12 +43,6 @@ pub(super) struct Counters {
     pub(super) refused: AtomicU64,
     /// Callers waiting on shared calls now (a gauge, not a counter).
     pub(super) waiting: AtomicUsize,
-    /// Workers landing a shared call now: between taking its answer and
-    /// returning to their pool.
-    pub(super) landing: AtomicUsize,
-    /// When the last landing ended, in nanoseconds since the cache was built
-    /// (real time).
-    pub(super) landed: AtomicU64,
     /// Shared with the map's [`CountEvictions`] lifecycle.
     pub(super) evictions: Arc<AtomicU64>,
 }
@@ -60,17 +54,11 @@ impl Counters {
     }
 }
 
-/// One unit of a gauge (a seat among the waiting callers, a worker landing
-/// a call), given back by its `Drop` however the holder's work ends.
+/// One unit of a gauge (a seat among the waiting callers), given back by its
+/// `Drop` however the holder's work ends.
 pub(super) struct Held<'a>(&'a AtomicUsize);
 
 impl<'a> Held<'a> {
-    /// One more, unconditionally.
-    pub(super) fn one(gauge: &'a AtomicUsize) -> Held<'a> {
-        gauge.fetch_add(1, Ordering::Relaxed);
-        Held(gauge)
-    }
-
     /// One more if fewer than `max` are held, else `None`.
     pub(super) fn below(gauge: &'a AtomicUsize, max: usize) -> Option<Held<'a>> {
         // Relaxed: the gauge guards nothing but itself.

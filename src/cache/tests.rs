@@ -124,8 +124,14 @@ fn without_serve_stale_an_expired_value_is_never_answered() {
 fn capacity_bounds_the_entries_and_evictions_are_counted() {
     let cache: Cache<u64, u64> = Cache::builder("squares").capacity(50).build().unwrap();
     // One worker and no queue: each miss comes right after the previous
-    // answer, while its worker may still be handing it back.
-    let dep = Dependency::builder("squares").workers(1).queue(0).max_wait(Duration::ZERO).build().unwrap();
+    // answer, while its worker may still be handing it back; the pool's
+    // wait for room covers that moment.
+    let dep = Dependency::builder("squares")
+        .workers(1)
+        .queue(0)
+        .max_wait(Duration::from_millis(100))
+        .build()
+        .unwrap();
     for n in 0..500u64 {
         let got = cache.get_or_call(&dep, &n, soon(), move |_: &CallContext| Ok::<_, String>(n * n));
         assert_eq!(got.unwrap().value, n * n);

@@ -279,10 +279,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         self.spawn_with(
             move |answer: Result<T, Error<E>>| {
                 if let Err(err) = answer {
-                    log::warn!(
-                        "dependency {name}: detached call failed: {}",
-                        super::detached::describe(&err)
-                    );
+                    log::warn!("dependency {name}: detached call failed: {}", err.to_string());
                 }
             },
             job,
@@ -328,7 +325,27 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
         D: FnOnce(Result<T, Error<E>>) + Send + 'static,
     {
-        self.dependency.detach(self.deadline, self.priority, self.classify, on_done, job)
+        self.dependency.detach(self.deadline, None, self.priority, self.classify, on_done, job)
+    }
+
+    /// [`spawn_with`](Self::spawn_with), but a full pool is waited for, as a
+    /// blocking call waits (within `max_wait`), until `room_until` at the
+    /// latest; once in, the call is detached. For a caller that hands the
+    /// call on to others (the cache's shared call).
+    pub(crate) fn spawn_with_room<T, E, F, D>(
+        self,
+        room_until: Instant,
+        on_done: D,
+        job: F,
+    ) -> Result<(), Rejection>
+    where
+        C: Classifier<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+        D: FnOnce(Result<T, Error<E>>) + Send + 'static,
+    {
+        self.dependency.detach(self.deadline, Some(room_until), self.priority, self.classify, on_done, job)
     }
 }
 

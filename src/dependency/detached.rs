@@ -101,6 +101,7 @@ impl Dependency {
     pub(super) fn detach<T, E, F, C, D>(
         &self,
         caller: Option<Instant>,
+        room_until: Option<Instant>,
         priority: Priority,
         classify: C,
         on_done: D,
@@ -145,7 +146,15 @@ impl Dependency {
                     }
                 }
             };
-            match pool.submit(Submit::by(deadline.at).no_wait(), task) {
+            // Admitted or refused at once, unless the caller may wait for
+            // room; a refusal while every worker is stuck opens the breaker
+            // (the stall rule), as for any call.
+            let how = Submit::by(deadline.at).stall(inner.stall_threshold());
+            let how = match room_until {
+                Some(at) => how.room_until(at),
+                None => how.no_wait(),
+            };
+            match pool.submit(how, task) {
                 Ok(ticket) => {
                     ticket.detach();
                     Ok(())
@@ -159,15 +168,6 @@ impl Dependency {
             }
         });
         admitted.map_err(|refused| refused.rejection)
-    }
-}
-
-/// The error for the log, with the job's own error when there is one
-/// (`Error`'s `Display` leaves that to `source()`).
-pub(super) fn describe<E: fmt::Display>(err: &Error<E>) -> String {
-    match err {
-        Error::Failed(e) => format!("{err}: {e}"),
-        other => other.to_string(),
     }
 }
 

@@ -35,13 +35,23 @@ pub struct Submit {
     wait: bool,
     idle_only: bool,
     stall: Option<Duration>,
+    /// The latest a wait for room may last, when earlier than the deadline.
+    room_until: Option<Instant>,
 }
 
 impl Submit {
     /// A job to answer by `deadline`. It may wait for room as long as the
     /// pool's [`max_wait`](super::PoolBuilder::max_wait) and the deadline allow.
     pub fn by(deadline: Instant) -> Submit {
-        Submit { deadline, now: None, attempt: 1, wait: true, idle_only: false, stall: None }
+        Submit {
+            deadline,
+            now: None,
+            attempt: 1,
+            wait: true,
+            idle_only: false,
+            stall: None,
+            room_until: None,
+        }
     }
 
     /// A job to answer within `timeout` from now.
@@ -80,6 +90,14 @@ impl Submit {
     /// ([`SubmitError::stalled`]).
     pub(crate) fn stall(mut self, after: Duration) -> Submit {
         self.stall = Some(after);
+        self
+    }
+
+    /// Waits for room until `at` at the latest, when that is earlier than
+    /// the deadline (a caller who hands the call on once it is in, and
+    /// has a deadline of its own for getting it in).
+    pub(crate) fn room_until(mut self, at: Instant) -> Submit {
+        self.room_until = Some(at);
         self
     }
 }
@@ -132,6 +150,7 @@ impl Pool {
                         Err((Refused::Full, queued))
                     } else {
                         let until = how.deadline.min(deadline_after(now, max_wait));
+                        let until = how.room_until.map_or(until, |at| until.min(at));
                         let mut line = InLine { shared: &h.shared, deadline: how.deadline, until, max_wait };
                         let waited = queue.push_until(queued, &mut line, busy, &stats.callers.waiting);
                         if matches!(waited, Err((Refused::Full, _))) {

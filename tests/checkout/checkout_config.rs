@@ -80,7 +80,7 @@ fn the_example_file_holds_the_examples_defaults_and_round_trips() {
     for (name, workers) in [("account-access", 4), ("account-read", 2)] {
         let a = &config.dependencies[name];
         assert_eq!((a.workers, a.queue, a.max_wait), (workers, 0, Duration::from_millis(100)), "{name}");
-        assert_eq!(a.timeout, Duration::from_secs(10));
+        assert_eq!(a.timeout, Duration::from_secs(4));
         let b = &a.breaker;
         assert_eq!((b.window, b.minimum_calls), (WindowKind::Time(30), workers as u32));
         assert_eq!((b.open_for, b.half_open_calls), (Duration::from_secs(15), 3));
@@ -319,7 +319,7 @@ fn put_config_changes_a_dependency_live() {
     assert_eq!(live["config"]["retry"]["max_attempts"], 2);
     assert_eq!(live["adaptive_limit"]["max"], 6, "{live}");
     // The others are untouched.
-    assert_eq!(dependency(&circuits, "account-read")["timeout_ms"], 10_000);
+    assert_eq!(dependency(&circuits, "account-read")["timeout_ms"], 4_000);
 
     // 12 + 4 = 16 of the 14 request threads left after the reserve: refused
     // by the capacity rule, and nothing changes.
