@@ -279,7 +279,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         self.spawn_with(
             move |answer: Result<T, Error<E>>| {
                 if let Err(err) = answer {
-                    log::warn!("dependency {name}: detached call failed: {}", err.to_string());
+                    log::warn!("dependency {name}: detached call failed: {err}");
                 }
             },
             job,
