@@ -187,7 +187,7 @@ fn wrong_methods_get_405_and_events_list_each_ring() {
     assert_eq!((e["seq"].as_u64(), e["kind"].as_str()), (Some(1), Some("reconfigured")), "{e}");
     assert_eq!(
         (e["workers"].as_u64(), e["queue"].as_u64(), e["timeout_ms"].as_u64()),
-        (Some(2), Some(0), Some(10_000))
+        (Some(2), Some(0), Some(4_000))
     );
     assert!(e["at_ms"].as_u64().is_some_and(|t| t > 1_600_000_000_000), "wall-clock milliseconds: {e}");
 }
