@@ -151,10 +151,10 @@ pub(super) enum End<T, E> {
 /// deadline's doing: a job's own timeout set to the deadline (ureq's, by
 /// `with_deadline`) fires at it, give or take the rounding of its timer.
 const AT_DEADLINE: Duration = Duration::from_millis(2);
-/// The least time a job must have had before its deadline for a failure at
-/// the deadline to be taken as its own timeout: a job started a moment
-/// before its deadline (the last attempt of a retry, say) that fails at once
-/// has failed, not timed out.
+/// A job that had this long before its deadline and failed at it timed out
+/// there. One that had less (started late, on a loaded machine, or as the
+/// last attempt of a retry) timed out only if it ran for at least half of
+/// what it had: failing at once, a moment before the deadline, is a failure.
 const TIMED_BUDGET: Duration = Duration::from_millis(10);
 
 impl Inner {
@@ -457,8 +457,11 @@ impl Attempt {
 /// `began` came back at (or past) the attempt's deadline `at`, having had
 /// the time to wait for it.
 fn at_deadline(ended: Instant, began: Option<Instant>, at: Instant) -> bool {
-    began
-        .is_some_and(|began| at.saturating_duration_since(began) >= TIMED_BUDGET && ended + AT_DEADLINE >= at)
+    began.is_some_and(|began| {
+        let had = at.saturating_duration_since(began);
+        let ran = ended.saturating_duration_since(began);
+        ended + AT_DEADLINE >= at && (had >= TIMED_BUDGET || ran * 2 >= had)
+    })
 }
 
 /// The job's own outcome, its verdict and its outcome kind. A classifier
