@@ -345,6 +345,12 @@ where
     fn attempted(&mut self, answer: Result<T, Error<E>>, verdict: Option<crate::classify::Verdict>) {
         self.stage = match &mut self.retried {
             None => Stage::Done(answer),
+            // A timeout at the deadline whose attempt its worker recorded a
+            // moment before (no verdict here) was made, not refused: it is
+            // the leg's answer, and its retry keeps the budget's token.
+            Some(_) if verdict.is_none() && matches!(answer, Err(Error::Timeout { .. })) => {
+                Stage::Done(answer)
+            }
             Some(retried) => match self.dependency.with_retrier(|r| r.after(retried, answer, verdict)) {
                 Next::Done(answer) => Stage::Done(answer),
                 Next::RetryAt(at) => Stage::Pausing(at),
