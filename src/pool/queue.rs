@@ -66,11 +66,11 @@ pub trait Line {
     /// Under the queue lock, once: whether a caller may wait, with `ahead`
     /// as the line stands. Plain arithmetic on what it is handed and what
     /// the caller read before: no other lock.
-    fn admit(&mut self, ahead: Ahead, now: Instant) -> bool;
+    fn admit(&self, ahead: Ahead, now: Instant) -> bool;
     /// Outside the lock, right after admission and then when the moment it
     /// named comes: `None` to give up (the line has stopped moving), else
     /// when to look again.
-    fn recheck(&mut self, now: Instant) -> Option<Instant>;
+    fn recheck(&self, now: Instant) -> Option<Instant>;
 }
 
 /// The line as a caller about to join it finds it.
@@ -230,7 +230,7 @@ impl<J> Queue<J> {
     pub fn push_until(
         &self,
         mut job: J,
-        line: &mut dyn Line,
+        line: &dyn Line,
         busy: &AtomicUsize,
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {

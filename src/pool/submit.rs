@@ -151,8 +151,8 @@ impl Pool {
                     } else {
                         let until = how.deadline.min(deadline_after(now, max_wait));
                         let until = how.room_until.map_or(until, |at| until.min(at));
-                        let mut line = InLine { shared: &h.shared, deadline: how.deadline, until, max_wait };
-                        let waited = queue.push_until(queued, &mut line, busy, &stats.callers.waiting);
+                        let line = InLine { shared: &h.shared, deadline: how.deadline, until, max_wait };
+                        let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
                         if matches!(waited, Err((Refused::Full, _))) {
                             stalled = self.is_stalled(Instant::now(), how.stall);
                         }
@@ -264,7 +264,7 @@ impl Line for InLine<'_> {
         self.until
     }
 
-    fn admit(&mut self, ahead: Ahead, now: Instant) -> bool {
+    fn admit(&self, ahead: Ahead, now: Instant) -> bool {
         // Each call that finishes lets the first queued job go to a worker:
         // room comes for this caller once `calls + 1 - capacity` calls have
         // finished, and it reaches a worker once `calls + 1` have, `workers`
@@ -285,7 +285,7 @@ impl Line for InLine<'_> {
         for_room <= allowed && deadline_after(now, for_worker) < self.deadline
     }
 
-    fn recheck(&mut self, now: Instant) -> Option<Instant> {
+    fn recheck(&self, now: Instant) -> Option<Instant> {
         self.next_check(now)
     }
 }
