@@ -65,8 +65,8 @@
 //! # Files
 //!
 //! `state.rs` (the vocabulary), `machine.rs` (the locked state machine),
-//! `acquire.rs` (asking for a permit), `manual.rs` (moves by hand),
-//! `announce.rs` (transitions told after the lock), `permit.rs`, `config.rs`
+//! `acquire.rs` (asking for a permit, and the permits), `manual.rs` (moves
+//! by hand), `announce.rs` (transitions told after the lock), `config.rs`
 //! and `window.rs` (the sliding windows).
 
 mod acquire;
@@ -74,16 +74,16 @@ mod announce;
 mod config;
 mod machine;
 mod manual;
-mod permit;
+
 mod state;
 mod window;
 
 use std::fmt;
 use std::sync::Arc;
 
+pub use self::acquire::{OwnedPermit, Permit};
 pub use self::config::{BreakerConfig, OpenBackoff, WindowKind};
 use self::machine::Inner;
-pub use self::permit::{OwnedPermit, Permit};
 use self::state::state_of;
 pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};
 use crate::clock::Clock;

@@ -18,23 +18,25 @@
 //!   breaker/acquire.rs       Breaker::try_acquire_owned (CLOSED: one atomic load)
 //!   priority.rs              Occupancy::take: the place (one compare-and-swap)
 //!   pool/submit.rs           Pool::submit: deadline-aware admission, the queue
-//!   pool/call.rs, context.rs   the call's one allocation: job, context, reply slot
+//!   pool/call.rs               the call's one allocation: job, context, reply slot
 //!   pool/queue.rs              hand-off to an idle worker (or queue)
+//!   pool/mailbox.rs            the letter posted to that worker
 //!   pool/ticket.rs, slot.rs  Ticket::wait: spin, then park, until the answer or the deadline
 //! worker thread
-//!   pool/worker.rs         take the call; pool/call.rs Job::run: the job, under catch_unwind
+//!   pool/worker.rs         take the call, mark the worker busy; pool/call.rs
+//!                          Job::run: the job, under catch_unwind
 //!   pool/slot.rs           complete: the answer, and the caller unparked
 //! caller thread
 //!   dependency/attempt.rs  Attempt::settle: classify, late answer, cut short,
 //!                          then the call-time histogram, the normal latency
 //!                          (pool/latency.rs), the counts (counts.rs), the
-//!                          breaker (breaker/permit.rs -> machine.rs -> window.rs)
+//!                          breaker (breaker/acquire.rs OwnedPermit::record ->
+//!                          machine.rs -> window.rs)
 //! ```
 //!
 //! Besides these, the path reads the live settings (`dependency/config.rs`),
-//! spins and parks through `sync.rs`, marks the worker busy in
-//! `pool/stall.rs`, records into `histogram/mod.rs` and, with the `tracing`
-//! feature, enters a span (`trace.rs`): 23 files in all.
+//! spins and parks through `sync.rs`, records into `histogram/mod.rs` and,
+//! with the `tracing` feature, enters a span (`trace.rs`): 21 files in all.
 //!
 //! A refusal at any step of admission is counted, logged and announced
 //! there, once; what the attempt had taken (its permits, its place) is given

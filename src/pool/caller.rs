@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::context::Owner;
+use super::call::Owner;
 use super::{CallContext, Pool, PoolStats, Semaphore};
 use crate::error::{ConfigError, Rejection};
 

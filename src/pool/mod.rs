@@ -20,10 +20,10 @@
 mod builder;
 mod call;
 mod caller;
-mod context;
+
 mod latency;
 mod mailbox;
-mod stall;
+
 mod stats;
 mod submit;
 mod ticket;
@@ -52,11 +52,11 @@ use parking_lot::Mutex;
 
 pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
+pub use self::call::CallContext;
 use self::call::QueuedJob;
 pub use self::call::SubmitError;
 pub use self::caller::Mode;
 pub(crate) use self::caller::{CallerThread, Exec};
-pub use self::context::CallContext;
 pub(crate) use self::latency::Latency;
 use self::queue::Queue;
 pub use self::semaphore::{Semaphore, SemaphorePermit};
@@ -127,8 +127,8 @@ pub(crate) struct Shared {
     /// Whether workers record the latency histograms (always, but for the
     /// bench that measures what recording costs).
     pub(crate) record_latency: bool,
-    /// When each worker's current job started (`stall.rs`).
-    pub(crate) running: self::stall::Running,
+    /// When each worker's current job started (`worker.rs`).
+    pub(crate) running: self::worker::Running,
 }
 
 /// The handle side: the live settings, and the threads to join. Dropping the

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+use super::call::CallContext;
 use super::call::{Call, QueuedJob, SubmitError};
-use super::context::CallContext;
 use super::queue::{Ahead, Line, Refused};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};

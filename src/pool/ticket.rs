@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use super::Shared;
+use super::call::CallContext;
 use super::call::{Reply, drop_quietly};
-use super::context::CallContext;
 use super::slot::{Finish, Slot};
 use crate::error::{Error, Rejection};
 use crate::sync::{CALLER_SPIN, current, park_timeout, spin_until};
