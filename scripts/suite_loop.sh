@@ -2,7 +2,8 @@
 # The README's test command, run after run, with a second build beside it, for the
 # suite's stability record in tests/README.md.
 #
-#   bash scripts/suite_loop.sh [RUNS]      # default 20; stops at the first failure's end of run
+#   bash scripts/suite_loop.sh [RUNS]      # default 20
+#   LOAD=spin bash scripts/suite_loop.sh 10  # two busy loops (`yes`) beside it instead of the build
 #
 # Each run's output is kept in target/suite-loop/run-<n>.log; one line per run goes to
 # target/suite-loop/summary.log (verdict, seconds, load average). The second build is a
@@ -17,14 +18,23 @@ summary=$out/summary.log
 echo "commit $(git rev-parse --short HEAD), started $(date -u +%H:%M:%S)" > "$summary"
 stop=$out/stop
 rm -f "$stop"
-(
-    while [ ! -f "$stop" ]; do
-        CARGO_TARGET_DIR=target/suite-loop-load nice -n 5 cargo build --release --all-features --all-targets >/dev/null 2>&1
-        CARGO_TARGET_DIR=target/suite-loop-load cargo clean -p watertight --release >/dev/null 2>&1
-    done
-) &
-load=$!
-trap 'touch "$stop"; kill $load 2>/dev/null' EXIT INT TERM
+if [ "${LOAD:-build}" = spin ]; then
+    echo "load: two busy loops" >>"$summary"
+    yes >/dev/null &
+    spin1=$!
+    yes >/dev/null &
+    spin2=$!
+    trap 'kill $spin1 $spin2 2>/dev/null' EXIT INT TERM
+else
+    (
+        while [ ! -f "$stop" ]; do
+            CARGO_TARGET_DIR=target/suite-loop-load nice -n 5 cargo build --release --all-features --all-targets >/dev/null 2>&1
+            CARGO_TARGET_DIR=target/suite-loop-load cargo clean -p watertight --release >/dev/null 2>&1
+        done
+    ) &
+    load=$!
+    trap 'touch "$stop"; kill $load 2>/dev/null' EXIT INT TERM
+fi
 failed=0
 for i in $(seq 1 "$runs"); do
     start=$(date +%s)
