@@ -652,7 +652,13 @@ fn backoff_never_sleeps_past_the_overall_timeout() {
         let t = Instant::now();
         let r = dep.with().retry().call(fail);
         let took = t.elapsed();
-        assert!(matches!(r, Err(Error::Failed(_))));
+        // The job fails at once and the backoff would pass the overall timeout:
+        // its failure is the answer. Only a thread held off the CPU until the
+        // overall timeout (two busy loops beside the suite did it once) turns
+        // it into that timeout's answer, as the README's Semantics say.
+        let at_overall_timeout =
+            matches!(r, Err(Error::Timeout { .. })) && took >= Duration::from_millis(140);
+        assert!(matches!(r, Err(Error::Failed(_))) || at_overall_timeout, "{r:?} after {took:?}");
         assert!(took < Duration::from_millis(400), "took {took:?} with a 150 ms overall timeout");
     }
 }
