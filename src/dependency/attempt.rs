@@ -151,11 +151,6 @@ pub(super) enum End<T, E> {
 /// deadline's doing: a job's own timeout set to the deadline (ureq's, by
 /// `with_deadline`) fires at it, give or take the rounding of its timer.
 const AT_DEADLINE: Duration = Duration::from_millis(2);
-/// A job that had this long before its deadline and failed at it timed out
-/// there. One that had less (started late, on a loaded machine, or as the
-/// last attempt of a retry) timed out only if it ran for at least half of
-/// what it had: failing at once, a moment before the deadline, is a failure.
-const TIMED_BUDGET: Duration = Duration::from_millis(10);
 
 impl Inner {
     /// The one admission (see the module docs). `launch` starts the admitted
@@ -454,13 +449,16 @@ impl Attempt {
 }
 
 /// Whether a failed answer that came back at `ended` from a job started at
-/// `began` came back at (or past) the attempt's deadline `at`, having had
-/// the time to wait for it.
+/// `began` came back at (or past) the attempt's deadline `at`, having run
+/// for at least half of what it had: a job started a moment before its
+/// deadline (late, on a loaded machine, or as the last attempt of a retry)
+/// that fails at once has failed, not timed out. (A job that had 4 ms or more
+/// and came back within `AT_DEADLINE` of the deadline always ran that long.)
 fn at_deadline(ended: Instant, began: Option<Instant>, at: Instant) -> bool {
     began.is_some_and(|began| {
         let had = at.saturating_duration_since(began);
         let ran = ended.saturating_duration_since(began);
-        ended + AT_DEADLINE >= at && (had >= TIMED_BUDGET || ran * 2 >= had)
+        ended + AT_DEADLINE >= at && ran * 2 >= had
     })
 }
 

@@ -20,10 +20,8 @@
 mod builder;
 mod call;
 mod caller;
-
 mod latency;
 mod mailbox;
-
 mod stats;
 mod submit;
 mod ticket;

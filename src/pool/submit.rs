@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::call::CallContext;
-use super::call::{Call, QueuedJob, SubmitError};
+use super::call::{Call, CallContext, QueuedJob, SubmitError};
 use super::queue::{Ahead, Line, Refused};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
