@@ -201,6 +201,7 @@ mod tests {
     use crate::classify::Verdict;
     use crate::clock::{Clock, ManualClock};
     use proptest::prelude::*;
+    use proptest::test_runner::RngSeed;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -326,6 +327,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { rng_seed: RngSeed::Fixed(0x5eed), ..ProptestConfig::default() })]
+
         #[test]
         fn limit_stays_in_bounds_and_in_flight_matches_permits(
             (config, max) in config(),

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use super::Registry;
 use crate::breaker::BreakerConfig;
+use crate::retry::Retry;
 use crate::settings::{CallShape, DependencyConfig};
 
 impl Registry {
@@ -49,6 +50,8 @@ impl Registry {
     ///   (a network partition) can still take every request thread.
     /// - **warning**: a timeout longer than the request budget, when one is
     ///   given: see [`CapacityReport::warnings`].
+    /// - **warning**: a retry that can hold its caller longer than the request
+    ///   budget ([`CapacityEntry::retry_hold`]), when one is given.
     ///
     /// The breaker opening, deadline-aware admission and short timeouts all make
     /// the real hold smaller; the rule takes the worst case because that is what
@@ -177,6 +180,7 @@ pub(super) fn rule(
                 hold,
                 room_left: available.saturating_sub(hold),
                 timeout: config.timeout,
+                retry_hold: retry_hold(&config.retry, config.timeout),
                 max_wait,
                 waiters,
                 failures_to_open: failures_to_open(&config.breaker),
@@ -251,6 +255,12 @@ pub struct CapacityEntry {
     pub room_left: usize,
     /// How long it holds each of them at most (its timeout).
     pub timeout: Duration,
+    /// How long a [`retry`](crate::CallBuilder::retry)ing caller can hold its
+    /// request thread at most, when it gives the call no deadline of its own:
+    /// every attempt's timeout and every backoff between them, or the retry's
+    /// overall timeout when that is shorter. `None` when retries are off
+    /// (`max_attempts` 1).
+    pub retry_hold: Option<Duration>,
     /// How long any further caller may wait for room (a short hold), zero
     /// when a full pool refuses at once.
     pub max_wait: Duration,
@@ -284,6 +294,23 @@ pub struct CapacityReport {
     pub total_hold: usize,
     /// One entry per dependency, in registration order.
     pub entries: Vec<CapacityEntry>,
+}
+
+/// The longest a retried call can hold its caller (see
+/// [`CapacityEntry::retry_hold`]). Past 64 retries the backoff is taken at
+/// its 64th value, a lower bound (it only grows), which is all a warning needs.
+fn retry_hold(retry: &Retry, timeout: Duration) -> Option<Duration> {
+    let attempts = retry.max_attempts();
+    if attempts <= 1 {
+        return None;
+    }
+    let retries = attempts - 1;
+    let mut hold = timeout.saturating_mul(attempts);
+    for n in 1..=retries.min(64) {
+        hold = hold.saturating_add(retry.backoff_cap(n));
+    }
+    hold = hold.saturating_add(retry.backoff_cap(64).saturating_mul(retries.saturating_sub(64)));
+    Some(retry.overall_timeout().map_or(hold, |overall| hold.min(overall)))
 }
 
 /// The failures a breaker needs to open at the worst (see
@@ -322,8 +349,9 @@ impl CapacityReport {
     /// One line per finding that is not an error: dependencies above half the
     /// available request threads, or at all of them with their waiters;
     /// breakers that need more failures to open than their pool can hold;
-    /// the holds adding up to all of them; and timeouts longer than the
-    /// request budget, with what that costs.
+    /// the holds adding up to all of them; timeouts longer than the
+    /// request budget, with what that costs; and retries that can hold a
+    /// caller longer than the request budget.
     pub fn warnings(&self) -> Vec<String> {
         let available = self.available();
         let of = self.of_threads();
@@ -363,6 +391,17 @@ impl CapacityReport {
                 && e.timeout > budget
             {
                 out.push(budget_warning(e, budget));
+            }
+            if let Some(budget) = self.request_budget
+                && e.calls != CallShape::Detached
+                && let Some(hold) = e.retry_hold.filter(|hold| *hold > budget)
+            {
+                out.push(format!(
+                    "dependency `{}`: a retried call can hold its request thread for {hold:?} (its attempts' \
+                     timeouts and backoffs, or its overall timeout), outlasting the request budget {budget:?}: \
+                     give each retried call the request's deadline, or set retry.overall_timeout within the budget",
+                    e.name
+                ));
             }
         }
         let holders = self.entries.iter().filter(|e| e.hold > 0).count();

@@ -115,15 +115,67 @@ fn a_timeout_longer_than_the_request_budget_is_warned_about() {
     let registry = registry([slow, dep("hotels", 6, 2, CallShape::Blocking)]);
     let budget = RequestThreads::new(32).request_budget(Duration::from_millis(800));
     let warnings = registry.check_capacity(budget).unwrap().warnings();
-    let about: Vec<&String> = warnings.iter().filter(|w| w.contains("request budget")).collect();
+    let about: Vec<&String> =
+        warnings.iter().filter(|w| w.contains("is longer than the request budget")).collect();
     assert_eq!(about.len(), 1, "{warnings:?}");
     for words in ["`flights`", "5s", "800ms", "cut short", "cut-short rule", "breaker opens later"] {
         assert!(about[0].contains(words), "{words}: {}", about[0]);
     }
-    // Without a budget, or under one as long as the timeout, nothing is said.
+    // Without a budget, or under one as long as the timeout, nothing is said
+    // of the timeout (a retried call, three attempts of 5 s, still outlasts it).
     assert!(registry.check_capacity(32).unwrap().warnings().is_empty());
     let long = RequestThreads::new(32).request_budget(Duration::from_secs(5));
-    assert!(registry.check_capacity(long).unwrap().warnings().is_empty());
+    let warnings = registry.check_capacity(long).unwrap().warnings();
+    assert!(warnings.iter().all(|w| !w.contains("is longer than")), "{warnings:?}");
+}
+
+#[test]
+fn a_retry_that_can_outlast_the_request_budget_is_warned_about() {
+    use crate::retry::Retry;
+    let retried = |name: &str, retry: Retry| {
+        Dependency::builder(name)
+            .workers(2)
+            .timeout(Duration::from_millis(200))
+            .breaker(BreakerConfig::count_based(2).minimum_calls(2))
+            .retry(retry)
+            .build()
+            .unwrap()
+    };
+    let policy = |attempts: u32, backoff: Duration| {
+        Retry::builder().max_attempts(attempts).backoff(backoff, backoff).jitter(crate::retry::Jitter::None)
+    };
+    let registry = registry([
+        // 3 x 200 ms + 2 x 100 ms = 800 ms: within a budget of 1 s.
+        retried("within", policy(3, Duration::from_millis(100)).build().unwrap()),
+        // Two attempts and an hour's backoff: the hold is the backoff's.
+        retried("sleeper", policy(2, Duration::from_secs(3600)).build().unwrap()),
+        // The same, bounded by an overall timeout inside the budget.
+        retried(
+            "bounded",
+            policy(2, Duration::from_secs(3600)).overall_timeout(Duration::from_millis(900)).build().unwrap(),
+        ),
+        // Never retried.
+        retried("once", Retry::disabled()),
+        // Attempts without end: the hold saturates, and it is still named.
+        retried("endless", policy(u32::MAX, Duration::from_secs(1)).build().unwrap()),
+    ]);
+    let report =
+        registry.check_capacity(RequestThreads::new(32).request_budget(Duration::from_secs(1))).unwrap();
+    let hold = |name: &str| report.entries.iter().find(|e| e.name == name).unwrap().retry_hold;
+    assert_eq!(hold("within"), Some(Duration::from_millis(800)));
+    assert_eq!(hold("sleeper"), Some(Duration::from_millis(400) + Duration::from_secs(3600)));
+    assert_eq!(hold("bounded"), Some(Duration::from_millis(900)));
+    assert_eq!(hold("once"), None);
+    assert!(hold("endless").unwrap() > Duration::from_secs(3600 * 24 * 365));
+    let warnings = report.warnings();
+    let retried: Vec<&String> = warnings.iter().filter(|w| w.contains("a retried call")).collect();
+    assert_eq!(retried.len(), 2, "{warnings:?}");
+    assert!(retried[0].contains("`sleeper`") && retried[0].contains("3600.4s"), "{}", retried[0]);
+    assert!(retried[0].contains("overall_timeout") && retried[0].contains("1s"), "{}", retried[0]);
+    assert!(retried[1].contains("`endless`"), "{}", retried[1]);
+    // Without a budget, nothing to compare with.
+    let unbudgeted = registry.check_capacity(32).unwrap().warnings();
+    assert!(unbudgeted.iter().all(|w| !w.contains("a retried call")), "{unbudgeted:?}");
 }
 
 #[test]

@@ -514,6 +514,7 @@ fn not_permitted_maps_to_the_not_permitted_rejection() {
 mod model {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::RngSeed;
 
     /// The rules, restated as plainly as possible: windows are lists of
     /// timestamped outcomes filtered on demand, rounds are counters.
@@ -782,7 +783,7 @@ mod model {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 256, rng_seed: RngSeed::Fixed(0x5eed), ..ProptestConfig::default() })]
 
         #[test]
         fn breaker_agrees_with_the_model(cfg in cfg(), ops in proptest::collection::vec(op(), 1..120)) {

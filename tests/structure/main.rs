@@ -3,5 +3,6 @@
 //! One test binary for the area; each file is a module, with the shared
 //! `tests/support` helpers declared here once.
 
+mod determinism;
 mod layering;
 mod tracing_span;
