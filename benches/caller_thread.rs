@@ -3,7 +3,7 @@
 //!
 //! | id              | what one iteration is                                                    |
 //! |-----------------|--------------------------------------------------------------------------|
-//! | `bare`          | a breaker `try_acquire` + `record`, and one semaphore acquire + release   |
+//! | `bare`          | a breaker `try_acquire` + `record`, and one room seat taken + given back  |
 //! | `caller_thread` | `Dependency::call` in caller-thread mode (4 permits), a job that answers at once |
 //! | `pool`          | `Dependency::call` in pool mode (4 workers), the same job, back to back  |
 //! | `bare_metrics`  | `bare`, plus what every call of a dependency also keeps: one more clock read, a latency histogram sample and an outcome count |
@@ -30,12 +30,12 @@ use criterion::Criterion;
 use watertight::breaker::{Breaker, BreakerConfig};
 use watertight::dependency::Mode;
 use watertight::histogram::LatencyHistogram;
-use watertight::pool::Semaphore;
+use watertight::pool::Room;
 use watertight::{CallContext, Dependency, Verdict};
 
 struct Parts {
     breaker: Breaker,
-    semaphore: Semaphore,
+    semaphore: Room,
     caller: Dependency,
     pool: Dependency,
     histogram: LatencyHistogram,
@@ -53,7 +53,7 @@ fn parts() -> Parts {
     };
     Parts {
         breaker: Breaker::new("bare", BreakerConfig::count_based(100)).expect("valid"),
-        semaphore: Semaphore::new(4, Duration::ZERO).expect("valid"),
+        semaphore: Room::new(4, Duration::ZERO).expect("valid"),
         caller: dep(Mode::CallerThread),
         pool: dep(Mode::Pool),
         histogram: LatencyHistogram::new(Duration::from_secs(30)),

@@ -19,8 +19,9 @@
 //! `rouille = { version = "3.6", default-features = false }`.
 //!
 //! rouille keeps its threads, so an ordinary request that finds the ordinary
-//! share full is answered `503` at once rather than waiting for a thread
-//! (`RequestPool::enter`).
+//! share full waits on its own thread for one, within the config's
+//! `max_wait` (100 ms by default) and only when the wait it can expect fits;
+//! else it is answered `503` (`RequestPool::enter`).
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -73,7 +73,9 @@ pub mod clock;
 mod duration;
 mod error;
 pub mod histogram;
+mod latency;
 mod listeners;
+mod room;
 mod sync;
 mod time;
 // The `tracing` feature's hooks on the call path (empty without it).

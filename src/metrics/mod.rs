@@ -94,6 +94,7 @@ use crate::registry::Registry;
 /// |---|---|---|
 /// | `watertight_request_pool_threads` | gauge | threads of the shared request pool |
 /// | `watertight_request_pool_busy` | gauge | request threads handling a request now |
+/// | `watertight_request_pool_refused_total` | counter | ordinary requests refused, labelled `reason` (`full`, `max_wait`, `budget`, `stuck`) |
 ///
 /// Durations are in seconds, each the decimal of its exact nanoseconds
 /// (a bucket bound of 1.6384 s reads `le="1.6384"`).
@@ -153,7 +154,12 @@ fn seconds(d: Duration) -> f64 {
 /// registry that carries them (a
 /// [`RequestPool`](crate::server::RequestPool), a collector of its own,
 /// exports the same two).
-fn encode_request_pool(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy: usize) -> Res {
+fn encode_request_pool(
+    encoder: &mut DescriptorEncoder<'_>,
+    threads: usize,
+    busy: usize,
+    refused: &[(&str, u64)],
+) -> Res {
     for (name, help, value) in [
         ("watertight_request_pool_threads", "Threads of the shared request pool.", threads),
         ("watertight_request_pool_busy", "Request threads handling a request now.", busy),
@@ -161,7 +167,33 @@ fn encode_request_pool(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy
         let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
         metric.encode_gauge(&value)?;
     }
+    let mut metric = encoder.encode_descriptor(
+        "watertight_request_pool_refused",
+        "Ordinary requests the request pool refused, by reason.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (reason, n) in refused {
+        counter(&mut metric, &[("reason", reason)], *n)?;
+    }
     Ok(())
+}
+
+/// With the `prometheus` feature, a request pool's gauges are a
+/// `prometheus-client` collector of their own, for a `prometheus-client`
+/// registry built by hand: `prometheus.register_collector(Box::new(pool.gauges()))`
+/// (from [`RequestPool::gauges`](crate::server::RequestPool::gauges)). A pool
+/// whose config names a [`Registry`] needs none of that: [`register`] over
+/// that registry exports the same families (register one or the other, not
+/// both, or each is exported twice).
+impl prometheus_client::collector::Collector for crate::registry::RequestPoolGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Res {
+        encode_request_pool(&mut encoder, self.threads(), self.busy(), &self.refused())?;
+        if let Some((threads, busy, waiting)) = self.reserve() {
+            encode_reserve(&mut encoder, threads, busy, waiting)?;
+        }
+        Ok(())
+    }
 }
 
 /// The reserved share's three gauges (a [`RequestPool`](crate::server::RequestPool)
@@ -272,7 +304,7 @@ impl prometheus_client::collector::Collector for Collector {
         self::caches::encode(enc, &self.registry.cache_snapshots())?;
 
         if let Some(pool) = self.registry.request_pool() {
-            encode_request_pool(enc, pool.threads(), pool.busy())?;
+            encode_request_pool(enc, pool.threads(), pool.busy(), &pool.refused())?;
             if let Some((threads, busy, waiting)) = pool.reserve() {
                 encode_reserve(enc, threads, busy, waiting)?;
             }

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::latency::Latency;
 use super::queue::Queue;
 use super::stats::{PoolCounters, PoolLatency};
 use super::{Control, Handle, Pool, Shared};
 use crate::error::ConfigError;
+use crate::latency::Latency;
 use crate::time::saturating_nanos;
 
 /// Most workers one pool may have: far beyond any sane bulkhead, low enough to

@@ -17,8 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::call::Owner;
-use super::{CallContext, Pool, PoolStats, Semaphore};
+use super::{CallContext, Pool, PoolStats};
 use crate::error::{ConfigError, Rejection};
+use crate::room::{NoSeat, Room};
 
 /// Where a dependency runs its calls. In a file (feature `serde`):
 /// `mode = "pool"` or `mode = "caller_thread"`.
@@ -56,7 +57,7 @@ pub(crate) enum Exec {
 
 /// Caller-thread mode's permits and counts.
 pub(crate) struct CallerThread {
-    permits: Semaphore,
+    permits: Room,
     /// For the [`CallContext`]s of jobs run on callers.
     name: Arc<str>,
     shut: AtomicBool,
@@ -66,7 +67,7 @@ impl CallerThread {
     pub(crate) fn new(name: &str, limit: usize, max_wait: Duration) -> Result<CallerThread, ConfigError> {
         Ok(CallerThread {
             // The dependency's config has checked both (`workers`, `max_wait`).
-            permits: Semaphore::new(limit, max_wait)?,
+            permits: Room::new(limit, max_wait)?,
             name: Arc::from(name),
             shut: AtomicBool::new(false),
         })
@@ -88,12 +89,10 @@ impl CallerThread {
         if self.shut.load(Ordering::Acquire) {
             return Err(Rejection::ShuttingDown);
         }
-        let Some((_permit, waited)) = self.permits.acquire_timed(deadline) else {
-            return Err(if Instant::now() >= deadline {
-                Rejection::DeadlineUnmeetable
-            } else {
-                Rejection::QueueFull
-            });
+        let (_permit, waited) = match self.permits.acquire_timed(0, deadline) {
+            Ok(seat) => seat,
+            Err(NoSeat::Deadline) => return Err(Rejection::DeadlineUnmeetable),
+            Err(_) => return Err(Rejection::QueueFull),
         };
         // Shut down while this caller waited: it must not run after all.
         if waited && self.shut.load(Ordering::Acquire) {

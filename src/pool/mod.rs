@@ -20,7 +20,7 @@
 mod builder;
 mod call;
 mod caller;
-mod latency;
+
 mod mailbox;
 mod stats;
 mod submit;
@@ -32,7 +32,6 @@ pub mod queue;
 #[cfg(not(loom))]
 mod queue;
 mod resize;
-mod semaphore;
 #[cfg(loom)]
 pub mod slot;
 #[cfg(not(loom))]
@@ -55,15 +54,15 @@ use self::call::QueuedJob;
 pub use self::call::SubmitError;
 pub use self::caller::Mode;
 pub(crate) use self::caller::{CallerThread, Exec};
-pub(crate) use self::latency::Latency;
 use self::queue::Queue;
-pub use self::semaphore::{Semaphore, SemaphorePermit};
 pub use self::stats::PoolStats;
 use self::stats::{PoolCounters, PoolLatency};
 pub use self::submit::Submit;
 pub(crate) use self::ticket::Left;
 pub use self::ticket::Ticket;
 use self::worker::join_worker;
+pub(crate) use crate::latency::Latency;
+pub use crate::room::{NoSeat, Room, Seat};
 
 use crate::histogram::LatencyHistogram;
 

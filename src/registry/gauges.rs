@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The gauges of a shared request pool, as a [`Registry`](super::Registry)
 /// carries them for an exporter (from
@@ -19,12 +19,62 @@ pub struct RequestPoolGauges {
     /// requests being handled, and the ordinary requests waiting for an
     /// ordinary thread (the server's counts, read here).
     reserve: Option<(usize, Arc<AtomicUsize>, Arc<AtomicUsize>)>,
+    /// Requests refused, by reason (the server counts, this side reads).
+    refused: Arc<Refused>,
+}
+
+/// Requests a request pool refused, counted by reason: relaxed counters,
+/// written by the pool, read by the gauges.
+#[derive(Default)]
+pub(crate) struct Refused {
+    counts: [AtomicU64; REFUSAL_REASONS.len()],
+}
+
+/// Why a request pool refuses an ordinary request, as `/metrics` labels it
+/// (`watertight_request_pool_refused_total{reason}`):
+/// - `full`: the wait it could expect passed `max_wait` or its budget;
+/// - `max_wait`: it waited `max_wait` and no thread came;
+/// - `budget`: its own budget ran out while it waited;
+/// - `stuck`: no ordinary request had finished for several normal
+///   latencies while every ordinary thread was busy.
+pub const REFUSAL_REASONS: [&str; 4] = ["full", "max_wait", "budget", "stuck"];
+
+impl Refused {
+    /// Counts one refusal for `reason`, an index into [`REFUSAL_REASONS`];
+    /// returns the new count.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server counts them
+    pub(crate) fn count(&self, reason: usize) -> u64 {
+        self.counts[reason].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Every refusal, whatever its reason.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server logs it
+    pub(crate) fn total(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+
+    fn get(&self) -> [(&'static str, u64); REFUSAL_REASONS.len()] {
+        std::array::from_fn(|i| (REFUSAL_REASONS[i], self.counts[i].load(Ordering::Relaxed)))
+    }
 }
 
 impl RequestPoolGauges {
     #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(crate) fn new(threads: usize, busy: Arc<AtomicUsize>) -> Self {
-        RequestPoolGauges { threads, busy, reserve: None }
+        RequestPoolGauges { threads, busy, reserve: None, refused: Arc::default() }
+    }
+
+    /// The counts of refusals the pool writes.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server counts them
+    pub(crate) fn with_refused(mut self, refused: Arc<Refused>) -> Self {
+        self.refused = refused;
+        self
+    }
+
+    /// Requests refused since the pool started, by reason
+    /// ([`REFUSAL_REASONS`]), every reason listed.
+    pub fn refused(&self) -> [(&'static str, u64); REFUSAL_REASONS.len()] {
+        self.refused.get()
     }
 
     /// The same, for a pool with a reserved share of `threads`.

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 pub use self::capacity::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, RequestThreads};
-pub use self::gauges::RequestPoolGauges;
+pub(crate) use self::gauges::Refused;
+pub use self::gauges::{REFUSAL_REASONS, RequestPoolGauges};
 pub use self::history::{DependencyHistory, HistoryPoint};
 use crate::dependency::{Dependency, DependencyConfig, DependencySnapshot};
 use crate::error::ConfigError;

@@ -89,24 +89,6 @@ impl<T> Admission<T> {
         None
     }
 
-    /// For a server whose threads are not this pool's (it cannot hand a
-    /// request to another thread): admits a request (`reserved` or not) now,
-    /// or refuses an ordinary one while the ordinary requests are at their
-    /// limit. Nothing ever waits, so the invariant holds with `waiting`
-    /// empty; end each admitted request with [`done`](Self::done).
-    pub(super) fn try_admit(&self, reserved: bool) -> bool {
-        if reserved {
-            self.reserved_busy.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        let mut state = self.state.lock();
-        if state.ordinary < self.ordinary_limit {
-            state.ordinary += 1;
-            return true;
-        }
-        false
-    }
-
     /// The calling thread has answered a request (`reserved` or not): the
     /// oldest waiting ordinary request, which it handles next in the slot of
     /// the one it answered, or `None` when it is free.

@@ -31,6 +31,7 @@ pub struct ServerConfig {
     max_body_bytes: u64,
     max_connections: usize,
     request_budget: Duration,
+    max_wait: Duration,
     answer_timeout: Duration,
     trusted_proxies: TrustedProxies,
     reserve: Option<CompiledReserve>,
@@ -131,6 +132,11 @@ impl ServerConfig {
         self.request_budget
     }
 
+    /// See [`ServerConfigBuilder::max_wait`].
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
     /// See [`ServerConfigBuilder::answer_timeout`].
     pub fn answer_timeout(&self) -> Duration {
         self.answer_timeout
@@ -183,6 +189,7 @@ impl ServerConfigBuilder {
                 max_body_bytes: 1024 * 1024,
                 max_connections: 256,
                 request_budget: Duration::from_secs(30),
+                max_wait: Duration::from_millis(100),
                 answer_timeout: Duration::from_secs(60),
                 trusted_proxies: TrustedProxies::none(),
                 reserve: None,
@@ -249,6 +256,19 @@ impl ServerConfigBuilder {
     /// Default 30 s; at most one day.
     pub fn request_budget(mut self, budget: Duration) -> Self {
         self.cfg.request_budget = budget;
+        self
+    }
+
+    /// The longest an ordinary request waits for an ordinary request thread
+    /// when every one is busy ([`RequestPool::enter`](super::RequestPool::enter)),
+    /// and never past its budget. It waits only when the wait it can expect
+    /// fits: the mean time a request holds its thread, times the rounds of
+    /// ordinary threads ahead of it (the README's "Sizing"); else, or once the
+    /// wait ends with no thread, it is refused (`503 SERVER_BUSY`), counted in
+    /// `watertight_request_pool_refused_total{reason}`. Zero refuses at once
+    /// while the ordinary share is full. Default 100 ms; at most one minute.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.cfg.max_wait = max_wait;
         self
     }
 
@@ -331,6 +351,9 @@ impl ServerConfigBuilder {
             if value > MAX_TIMEOUT {
                 return Err(ConfigError::new(field, "at most one day", format!("{value:?}")));
             }
+        }
+        if c.max_wait > Duration::from_secs(60) {
+            return Err(ConfigError::new("max_wait", "at most one minute", format!("{:?}", c.max_wait)));
         }
         if !(256..=1024 * 1024).contains(&c.max_head_bytes) {
             return Err(ConfigError::new("max_head_bytes", "in [256, 1048576]", c.max_head_bytes));

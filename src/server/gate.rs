@@ -2,11 +2,14 @@
 //! and budget for a server that is not this crate's own (rouille, or tiny_http
 //! served by hand).
 //!
-//! Such a server's threads are its own, so a request that may not run cannot
-//! wait for another thread as it does in [`serve`](super::serve): an ordinary
-//! request that finds the ordinary share full is refused at once
-//! ([`EnterError::Busy`], answer `503`), which keeps the reserved threads free
-//! for the reserved routes. The count is the one admission of `admission.rs`.
+//! Such a server's threads are its own, so an ordinary request that finds the
+//! ordinary share full waits on its own thread for a seat of the request
+//! pool's [`Room`] (the crate's one primitive for waiting for room, with the
+//! reserve as a share kept from ordinary requests): at most the config's
+//! `max_wait`, never past its budget, and only when the wait it can expect
+//! fits. Else it is refused ([`EnterError::Busy`], answer `503`), which keeps
+//! the reserved threads free for the reserved routes. Refusals are counted
+//! by reason and logged at most once a second.
 
 use std::fmt;
 use std::io;
@@ -15,12 +18,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::admission::Admission;
 use super::config::ServerConfig;
 use super::proxy::TrustedProxies;
 use super::request::{self, Arrival, RequestContext, TIMEOUT_HEADER};
-use crate::registry::{Registry, RequestPoolGauges};
+use crate::registry::{REFUSAL_REASONS, Refused, Registry, RequestPoolGauges};
 use crate::reserve::{self, Route};
+use crate::room::{NoSeat, Room, Seat};
 
 /// The request pool's live counts, shared with its gauges in a registry.
 #[derive(Default, Clone)]
@@ -28,6 +31,41 @@ pub(super) struct Counts {
     pub(super) busy: Arc<AtomicUsize>,
     pub(super) reserved_busy: Arc<AtomicUsize>,
     pub(super) waiting: Arc<AtomicUsize>,
+    pub(super) refused: Arc<Refused>,
+}
+
+impl Counts {
+    /// The gauges of a pool of `threads` with these counts, and the
+    /// reserve's when it has `reserved` threads.
+    fn gauges(&self, threads: usize, reserved: Option<usize>) -> RequestPoolGauges {
+        let gauges =
+            RequestPoolGauges::new(threads, Arc::clone(&self.busy)).with_refused(Arc::clone(&self.refused));
+        match reserved {
+            Some(r) => gauges.with_reserve(r, Arc::clone(&self.reserved_busy), Arc::clone(&self.waiting)),
+            None => gauges,
+        }
+    }
+
+    /// Counts a refusal of `why`, and logs the refusals at most once a
+    /// second: the first of a second at once, the rest with the next line.
+    pub(super) fn refuse(&self, why: NoSeat, log_gate: &LogGate) {
+        let reason = match why {
+            NoSeat::Full => 0,
+            NoSeat::Waited => 1,
+            NoSeat::Deadline => 2,
+            NoSeat::Stuck => 3,
+        };
+        self.refused.count(reason);
+        if let Some(since) = log_gate.pass() {
+            let all = self.refused.total();
+            log::warn!(
+                "request pool: refused an ordinary request ({}); {} refused in all, {} since the last line {since:?} ago",
+                REFUSAL_REASONS[reason],
+                all,
+                all - log_gate.seen(all),
+            );
+        }
+    }
 }
 
 /// Refuses a reserve that leaves a pool of `threads` no ordinary thread.
@@ -48,14 +86,7 @@ pub(super) fn attach_gauges(
 ) -> io::Result<(Counts, Option<AttachedGauges>)> {
     let counts = Counts::default();
     let Some(registry) = config.registry() else { return Ok((counts, None)) };
-    let mut gauges = RequestPoolGauges::new(threads, Arc::clone(&counts.busy));
-    if let Some(reserve) = config.reserve() {
-        gauges = gauges.with_reserve(
-            reserve.threads,
-            Arc::clone(&counts.reserved_busy),
-            Arc::clone(&counts.waiting),
-        );
-    }
+    let gauges = counts.gauges(threads, config.reserve().map(|r| r.threads));
     match registry.attach_request_pool(gauges.clone()) {
         Ok(()) => Ok((counts, Some(AttachedGauges { registry: registry.clone(), gauges }))),
         Err(running) => Err(io::Error::new(
@@ -110,8 +141,10 @@ impl Drop for AttachedGauges {
 /// let one = pool.enter("GET", "/search?q=x", None, &[]).expect("room");
 /// assert!(one.context().remaining() <= Duration::from_millis(800));
 /// let two = pool.enter("GET", "/search?q=y", None, &[]).expect("room");
-/// // The ordinary share (3 - 1) is full: refused at once, answer 503.
+/// // The ordinary share (3 - 1) is full: this one waits for a thread (within
+/// // `max_wait`, 100 ms by default, and its budget), and none comes: 503.
 /// assert!(matches!(pool.enter("GET", "/search", None, &[]), Err(EnterError::Busy)));
+/// assert_eq!(pool.gauges().refused().iter().map(|(_, n)| n).sum::<u64>(), 1);
 /// // The reserved route still gets its thread.
 /// let health = pool.enter("GET", "/health", None, &[]).expect("the reserve");
 /// assert_eq!((pool.busy(), pool.reserved_busy()), (3, 1));
@@ -135,7 +168,10 @@ struct Inner {
 
 /// What [`RequestPool::enter`] needs.
 struct Gate {
-    admission: Admission<()>,
+    /// The request threads as seats: class 0, ordinary requests, keeps the
+    /// reserve's; class 1, reserved ones, keeps none.
+    room: Room,
+    log_gate: LogGate,
     routes: Vec<Route>,
     budget: Duration,
     proxies: TrustedProxies,
@@ -169,12 +205,11 @@ impl RequestPool {
         let (counts, gauges) = attach_gauges(config, threads)?;
         let compiled = config.compiled_reserve();
         let reserved = compiled.map(|r| r.share.threads);
+        let room = Room::with_shares(threads, config.max_wait(), &[reserved.unwrap_or(0), 0])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let gate = Gate {
-            admission: Admission::with_gauges(
-                threads - reserved.unwrap_or(0),
-                Arc::clone(&counts.reserved_busy),
-                Arc::clone(&counts.waiting),
-            ),
+            room,
+            log_gate: LogGate::default(),
             routes: compiled.map(|r| r.routes.clone()).unwrap_or_default(),
             budget: config.request_budget(),
             proxies: config.trusted_proxies().clone(),
@@ -192,8 +227,10 @@ impl RequestPool {
     ///
     /// # Errors
     ///
-    /// [`EnterError::Busy`] for an ordinary request while the ordinary share
-    /// is full (a reserved one is never refused);
+    /// [`EnterError::Busy`] for an ordinary request that found the ordinary
+    /// share full and could not wait for a thread, or waited and got none
+    /// (see [`ServerConfigBuilder::max_wait`](super::ServerConfigBuilder::max_wait);
+    /// a reserved one is never refused);
     /// [`EnterError::InvalidRequestTimeout`] for a malformed
     /// `X-Request-Timeout`; [`EnterError::NotAGate`] on the gauges of the
     /// crate's own server, which counts its requests itself.
@@ -212,16 +249,30 @@ impl RequestPool {
         };
         let reserved = reserve::routes_take(&gate.routes, method, url);
         let asked = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(TIMEOUT_HEADER)).map(|h| h.1);
-        if !gate.admission.try_admit(reserved) {
-            return Err(EnterError::Busy);
+        // The context first: a malformed header is answered without a seat,
+        // and the wait for one ends by the request's own deadline.
+        let counts = &self.inner.counts;
+        let context =
+            request::context(asked, arrival, gate.budget, self.busy() + 1, self.inner.threads, reserved)
+                .map_err(EnterError::InvalidRequestTimeout)?;
+        let class = usize::from(reserved);
+        let seat = match gate.room.acquire_as(class, arrival.received) {
+            Ok(seat) => seat,
+            Err(_) => {
+                counts.waiting.fetch_add(1, Ordering::Relaxed);
+                let seat = gate.room.acquire_as(class, context.deadline());
+                counts.waiting.fetch_sub(1, Ordering::Relaxed);
+                seat.map_err(|why| {
+                    counts.refuse(why, &gate.log_gate);
+                    EnterError::Busy
+                })?
+            }
+        };
+        counts.busy.fetch_add(1, Ordering::Relaxed);
+        if reserved {
+            counts.reserved_busy.fetch_add(1, Ordering::Relaxed);
         }
-        let busy = self.inner.counts.busy.fetch_add(1, Ordering::Relaxed) + 1;
-        // Counted in from here: dropped on the error below, it counts out.
-        let mut entered = Entered { pool: self.clone(), reserved, context: None };
-        let context = request::context(asked, arrival, gate.budget, busy, self.inner.threads, reserved)
-            .map_err(EnterError::InvalidRequestTimeout)?;
-        entered.context = Some(context);
-        Ok(entered)
+        Ok(Entered { pool: self.clone(), seat: Some(seat), context })
     }
 
     /// Requests being handled right now.
@@ -247,10 +298,16 @@ impl RequestPool {
     }
 
     /// Ordinary requests waiting for an ordinary thread, because every thread
-    /// but the reserved ones is busy with one (always 0 for a pool made by
-    /// [`new`](Self::new), whose requests never wait).
+    /// but the reserved ones is busy with one.
     pub fn waiting(&self) -> usize {
         self.inner.counts.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Its gauges, as a [`Registry`] carries them: the same counts, for an
+    /// exporter (with the `prometheus` feature, a `prometheus-client`
+    /// collector of their own).
+    pub fn gauges(&self) -> RequestPoolGauges {
+        self.inner.counts.gauges(self.inner.threads, self.inner.reserved)
     }
 }
 
@@ -259,30 +316,64 @@ impl RequestPool {
 #[must_use = "the request counts as in flight only while this is kept: hold it until the answer is made"]
 pub struct Entered {
     pool: RequestPool,
-    reserved: bool,
-    /// `None` only while `enter` builds it; always `Some` when handed out.
-    context: Option<RequestContext>,
+    /// The request thread's seat, given back after the counts (`None` only
+    /// in `drop`).
+    seat: Option<Seat>,
+    context: RequestContext,
 }
 
 impl Entered {
     /// The request's deadline, client and the pool's state when it entered.
     pub fn context(&self) -> &RequestContext {
-        self.context.as_ref().expect("an entered request has its context")
+        &self.context
     }
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        let Some(gate) = &self.pool.inner.gate else { return };
-        self.pool.inner.counts.busy.fetch_sub(1, Ordering::Relaxed);
-        // Never anything waiting to hand over: nothing waits at a gate.
-        let _ = gate.admission.done(self.reserved);
+        let counts = &self.pool.inner.counts;
+        counts.busy.fetch_sub(1, Ordering::Relaxed);
+        if self.seat.as_ref().is_some_and(|s| s.class() == 1) {
+            counts.reserved_busy.fetch_sub(1, Ordering::Relaxed);
+        }
+        // The seat last: a waiter it goes to finds the counts lowered.
+        drop(self.seat.take());
     }
 }
 
 impl fmt::Debug for Entered {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Entered").field("reserved", &self.reserved).field("context", &self.context).finish()
+        f.debug_struct("Entered").field("seat", &self.seat).field("context", &self.context).finish()
+    }
+}
+
+/// Lets a log line through at most once a second, and remembers the count
+/// it last reported.
+#[derive(Default)]
+pub(super) struct LogGate {
+    /// When the last line went out, in nanoseconds since `epoch`; 0: never.
+    last: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+    seen: std::sync::atomic::AtomicU64,
+}
+
+impl LogGate {
+    /// `Some(time since the last line)` when a line may go out now (one
+    /// caller wins the second), else `None`.
+    fn pass(&self) -> Option<Duration> {
+        let epoch = *self.epoch.get_or_init(Instant::now);
+        let now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+        let last = self.last.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < 1_000_000_000 {
+            return None;
+        }
+        self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).ok()?;
+        Some(Duration::from_nanos(if last == 0 { 0 } else { now - last }))
+    }
+
+    /// The count reported by the line before this one, recording `all` for the next.
+    fn seen(&self, all: u64) -> u64 {
+        self.seen.swap(all, Ordering::Relaxed)
     }
 }
 
@@ -290,7 +381,8 @@ impl fmt::Debug for Entered {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EnterError {
-    /// An ordinary request, while the ordinary share of the pool is full:
+    /// An ordinary request, while the ordinary share of the pool is full,
+    /// whose wait for a thread could not fit, or did not end with one:
     /// answer `503` (`SERVER_BUSY`).
     Busy,
     /// The client's `X-Request-Timeout` is not a duration: answer `400`
@@ -334,52 +426,6 @@ impl fmt::Display for EnterError {
 }
 
 impl std::error::Error for EnterError {}
-
-/// With the `prometheus` feature, a [`RequestPool`] is a `prometheus-client`
-/// collector of two gauges, `watertight_request_pool_threads` and
-/// `watertight_request_pool_busy` (and the reserve's three when there is
-/// one), for a `prometheus-client` registry built by hand:
-/// `prometheus.register_collector(Box::new(pool))`. A pool whose config
-/// names a [`Registry`] needs none of that:
-/// [`metrics::register`](crate::metrics::register) over that registry
-/// exports the same gauges (register one or the other, not both, or each
-/// gauge is exported twice).
-#[cfg(feature = "prometheus")]
-impl prometheus_client::collector::Collector for RequestPool {
-    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> fmt::Result {
-        use prometheus_client::metrics::MetricType;
-        // The names and help of the metrics exporter's (`metrics::Collector`);
-        // the edges do not import each other, so they are spelled twice.
-        let mut gauges = vec![
-            ("watertight_request_pool_threads", "Threads of the shared request pool.", self.threads()),
-            ("watertight_request_pool_busy", "Request threads handling a request now.", self.busy()),
-        ];
-        if self.inner.reserved.is_some() {
-            gauges.extend([
-                (
-                    "watertight_request_pool_reserved_threads",
-                    "Request threads kept for the reserved routes.",
-                    self.reserved_threads(),
-                ),
-                (
-                    "watertight_request_pool_reserved_busy",
-                    "Reserved requests being handled now.",
-                    self.reserved_busy(),
-                ),
-                (
-                    "watertight_request_pool_waiting",
-                    "Ordinary requests waiting for an ordinary thread.",
-                    self.waiting(),
-                ),
-            ]);
-        }
-        for (name, help, value) in gauges {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            metric.encode_gauge(&value)?;
-        }
-        Ok(())
-    }
-}
 
 impl fmt::Debug for RequestPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,0 +1,238 @@
+//! The room: seats, shares per class, the FIFO wait admitted by time.
+
+use super::*;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(30)
+}
+
+/// Yields until `cond` holds; panics after 10 s.
+fn wait_for(mut cond: impl FnMut() -> bool) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < give_up, "the condition never came");
+        thread::yield_now();
+    }
+}
+
+#[test]
+fn a_waiter_that_gives_up_frees_its_place() {
+    let sem = Room::new(1, Duration::from_millis(30)).unwrap();
+    let held = sem.acquire(far()).unwrap();
+    assert!(sem.acquire(far()).is_none(), "gave up after max_wait");
+    assert_eq!(sem.waiting(), 0, "and left the queue");
+    drop(held);
+    assert_eq!(sem.in_use(), 0);
+    assert!(sem.acquire(far()).is_some(), "the place went to nobody");
+}
+
+#[test]
+fn waiters_are_served_in_order_and_never_past_their_deadline() {
+    let sem = Room::new(1, Duration::from_secs(5)).unwrap();
+    let held = sem.acquire(far()).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..3 {
+        let (s, order) = (sem.clone(), Arc::clone(&order));
+        threads.push(thread::spawn(move || {
+            let p = s.acquire(far()).unwrap();
+            order.lock().push(i);
+            drop(p);
+        }));
+        // Queued one after the other.
+        wait_for(|| sem.waiting() == i + 1);
+    }
+    // One with a short deadline gives up on its own, well within its bound.
+    let began = Instant::now();
+    assert!(sem.acquire(Instant::now() + Duration::from_millis(20)).is_none());
+    assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
+    drop(held);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock(), [0, 1, 2]);
+    assert_eq!((sem.in_use(), sem.waiting()), (0, 0));
+}
+
+#[test]
+fn a_panic_releases_the_permit() {
+    let sem = Room::new(1, Duration::ZERO).unwrap();
+    let s = sem.clone();
+    let r = thread::spawn(move || {
+        let _p = s.acquire(far()).unwrap();
+        panic!("the job panics");
+    })
+    .join();
+    assert!(r.is_err());
+    assert_eq!(sem.in_use(), 0);
+    assert!(sem.acquire(far()).is_some());
+}
+
+#[test]
+fn a_shrink_is_absorbed_by_returning_permits_and_a_grow_serves_waiters() {
+    let sem = Room::new(3, Duration::from_secs(5)).unwrap();
+    let permits: Vec<_> = (0..3).map(|_| sem.acquire(far()).unwrap()).collect();
+    sem.resize(1, Duration::from_secs(5)).unwrap();
+    assert_eq!(sem.in_use(), 3, "nobody is blocked or robbed by a shrink");
+    let mut permits = permits.into_iter();
+    drop(permits.next());
+    drop(permits.next());
+    assert_eq!(sem.in_use(), 1);
+    assert!(sem.acquire(Instant::now()).is_none(), "at the new limit");
+    let s = sem.clone();
+    let waiter = thread::spawn(move || s.acquire(far()).is_some());
+    wait_for(|| sem.waiting() == 1);
+    sem.resize(2, Duration::from_secs(5)).unwrap();
+    assert!(waiter.join().unwrap(), "a grow hands the new permit to the waiter");
+    assert_eq!(sem.resize(0, Duration::ZERO).unwrap_err().field(), "max_concurrent");
+}
+
+#[test]
+fn never_more_inside_than_the_limit_with_sixteen_threads_racing() {
+    const THREADS: usize = 16;
+    let sem = Room::new(4, Duration::from_millis(50)).unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (sem, inside, most, start) = (sem.clone(), inside.clone(), most.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let (mut got, mut refused) = (0, 0);
+                for _ in 0..500 {
+                    match sem.acquire(far()) {
+                        Some(p) => {
+                            let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(n, Ordering::SeqCst);
+                            thread::yield_now();
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                            drop(p);
+                            got += 1;
+                        }
+                        None => refused += 1,
+                    }
+                }
+                (got, refused)
+            })
+        })
+        .collect();
+    let (mut got, mut refused) = (0, 0);
+    for t in threads {
+        let (g, r) = t.join().unwrap();
+        got += g;
+        refused += r;
+    }
+    assert_eq!(got + refused, THREADS * 500, "every acquire answered once");
+    assert!(most.load(Ordering::SeqCst) <= 4, "{} inside at once", most.load(Ordering::SeqCst));
+    assert_eq!((sem.in_use(), sem.waiting()), (0, 0));
+}
+
+#[test]
+fn a_class_never_takes_the_seats_it_keeps_and_the_other_class_takes_any() {
+    // 4 seats; class 0 keeps 1 for class 1.
+    let room = Room::with_shares(4, Duration::ZERO, &[1, 0]).unwrap();
+    let ordinary: Vec<_> = (0..3).map(|_| room.acquire_as(0, far()).unwrap()).collect();
+    assert_eq!(room.acquire_as(0, far()).unwrap_err(), NoSeat::Full);
+    let reserved = room.acquire_as(1, far()).expect("the kept seat");
+    assert_eq!(room.acquire_as(1, far()).unwrap_err(), NoSeat::Full, "every seat taken");
+    assert_eq!((room.held_by(0), room.held_by(1), room.in_use()), (3, 1, 4));
+    drop(ordinary);
+    // With the ordinary seats free, class 1 takes any of them.
+    let more: Vec<_> = (0..3).map(|_| room.acquire_as(1, far()).unwrap()).collect();
+    assert_eq!(room.held_by(1), 4);
+    drop((more, reserved));
+    assert_eq!(room.in_use(), 0);
+}
+
+#[test]
+fn a_waiter_of_the_kept_class_is_not_passed_by_the_other_and_a_reserved_one_passes_it() {
+    let room = Room::with_shares(2, Duration::from_secs(5), &[1, 0]).unwrap();
+    let held = room.acquire_as(0, far()).unwrap();
+    // Class 0 is at its ceiling (1 of 2): its next caller waits.
+    let r = room.clone();
+    let waiter = thread::spawn(move || r.acquire_as(0, far()).map(|s| s.class()));
+    wait_for(|| room.waiting() == 1);
+    // A class-1 caller takes the free seat at once, past the waiter.
+    let reserved = room.acquire_as(1, Instant::now() + Duration::from_millis(1)).expect("free for class 1");
+    drop(reserved);
+    assert_eq!(room.waiting(), 1, "the free seat is still not the waiter's");
+    drop(held);
+    assert_eq!(waiter.join().unwrap(), Ok(0));
+}
+
+#[test]
+fn a_caller_whose_expected_wait_passes_max_wait_is_refused_on_arrival() {
+    // 2 seats held 400 ms each, max_wait 1 s: a caller expects 400 ms x
+    // rounds, one round per 2 callers ahead.
+    let room = Room::new(2, Duration::from_secs(1)).unwrap();
+    (0..4).for_each(|_| room.inner.hold[0].record(Duration::from_millis(400)));
+    assert_eq!(room.mean_hold(0), Some(Duration::from_millis(400)));
+    let held: Vec<_> = (0..2).map(|_| room.acquire(far()).unwrap()).collect();
+    // Waiters join while `mean x rounds` fits 1 s (2 rounds of 2 seats:
+    // 4 waiters); the rest are refused at once. (The two seats given back
+    // at the end add their holds to the mean.)
+    let stop = Instant::now() + Duration::from_secs(5);
+    let mut waiting = Vec::new();
+    let mut refused = 0;
+    for _ in 0..8 {
+        let r = room.clone();
+        let before = room.waiting();
+        let began = Instant::now();
+        let t = thread::spawn(move || r.acquire_as(0, stop).map(drop));
+        // Either it joins the line, or it is refused at once.
+        loop {
+            if room.waiting() > before {
+                waiting.push(t);
+                break;
+            }
+            if t.is_finished() {
+                assert_eq!(t.join().unwrap(), Err(NoSeat::Full));
+                assert!(began.elapsed() < Duration::from_millis(500), "refused on arrival");
+                refused += 1;
+                break;
+            }
+            thread::yield_now();
+        }
+    }
+    let joined = waiting.len();
+    assert_eq!(joined, 4, "{joined} joined, {refused} refused");
+    assert_eq!(joined + refused, 8);
+    drop(held);
+    for t in waiting {
+        // Each gets a seat in turn, or leaves at max_wait: never refused on arrival.
+        assert_ne!(t.join().unwrap(), Err(NoSeat::Full));
+    }
+}
+
+#[test]
+fn a_line_that_does_not_move_is_left() {
+    let room = Room::new(1, Duration::from_secs(30)).unwrap();
+    // A normal hold of 2 ms (stuck after the 20 ms floor), then a seat
+    // that never comes back.
+    (0..8).for_each(|_| room.inner.hold[0].record(Duration::from_millis(2)));
+    let stuck = room.acquire(far()).unwrap();
+    let began = Instant::now();
+    let r = room.clone();
+    let waiter = thread::spawn(move || r.acquire_as(0, far()).map(drop));
+    assert_eq!(waiter.join().unwrap().unwrap_err(), NoSeat::Stuck);
+    // Left after a few normal holds (at least 20 ms), far before max_wait.
+    assert!(began.elapsed() < Duration::from_secs(5), "{:?}", began.elapsed());
+    // Once stuck, a newcomer is refused at once.
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(room.acquire_as(0, far()).unwrap_err(), NoSeat::Stuck);
+    drop(stuck);
+    assert!(room.acquire(far()).is_some(), "moves again once a seat comes back");
+}
+
+#[test]
+fn a_caller_deadline_is_told_apart_from_max_wait() {
+    let room = Room::new(1, Duration::from_millis(50)).unwrap();
+    let held = room.acquire(far()).unwrap();
+    assert_eq!(room.acquire_as(0, Instant::now() + Duration::from_millis(10)).unwrap_err(), NoSeat::Deadline);
+    assert_eq!(room.acquire_as(0, far()).unwrap_err(), NoSeat::Waited);
+    assert_eq!(room.acquire_as(0, Instant::now()).unwrap_err(), NoSeat::Deadline);
+    drop(held);
+}
