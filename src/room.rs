@@ -100,6 +100,14 @@ impl NoSeat {
     }
 }
 
+/// A line of callers waiting for a seat: how many are ahead of the next
+/// one, and since when it has stood without a break (`None`: nobody waits).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Line {
+    pub(crate) ahead: usize,
+    pub(crate) since: Option<Instant>,
+}
+
 struct Waiter {
     thread: Thread,
     class: usize,
@@ -264,27 +272,11 @@ impl Room {
         let class = class.min(inner.kept.len() - 1);
         let mut st = inner.state.lock();
         let now = Instant::now();
-        if st.free_for(class, &inner.kept) {
-            st.take(class);
-            if st.in_use == st.limit {
-                st.moved = now;
-            }
-            return Ok((self.seat(class, now), false));
+        if let Some(seat) = self.take_seat(&mut st, class, now) {
+            return Ok((seat, false));
         }
-        let max_wait = self.max_wait();
-        if deadline <= now {
-            return Err(NoSeat::Deadline);
-        }
-        let until = deadline.min(deadline_after(now, max_wait));
-        if until <= now {
-            return Err(NoSeat::Full);
-        }
-        if self.stuck(&st, class, now) {
-            return Err(NoSeat::Stuck);
-        }
-        if !self.admits(&st, class, now, deadline, max_wait) {
-            return Err(NoSeat::Full);
-        }
+        let until =
+            self.may_wait(&st, class, now, deadline, Line { ahead: st.waiters.len(), since: st.line_since })?;
         let me = Arc::new(Waiter { thread: thread::current(), class, granted: AtomicBool::new(false) });
         if st.waiters.is_empty() {
             st.line_since = Some(now);
@@ -321,21 +313,84 @@ impl Room {
         Seat { inner: Arc::clone(&self.inner), class, since }
     }
 
-    /// Under the lock: whether a caller of `class` may join the line, by
-    /// the wait it can expect (see the module docs).
-    fn admits(&self, st: &State, class: usize, now: Instant, deadline: Instant, max_wait: Duration) -> bool {
+    /// Under the lock, for a caller of `class` that found no seat: until
+    /// when it may wait in `line`, or why it may not (see "Admission by time"
+    /// in the module docs).
+    fn may_wait(
+        &self,
+        st: &State,
+        class: usize,
+        now: Instant,
+        deadline: Instant,
+        line: Line,
+    ) -> Result<Instant, NoSeat> {
+        if deadline <= now {
+            return Err(NoSeat::Deadline);
+        }
+        let max_wait = self.max_wait();
+        let until = deadline.min(deadline_after(now, max_wait));
+        if until <= now {
+            return Err(NoSeat::Full);
+        }
+        if self.stuck(st, class, now) {
+            return Err(NoSeat::Stuck);
+        }
         let mean = self.inner.hold[class].mean().unwrap_or(Duration::ZERO);
         let seats = st.limit.saturating_sub(self.inner.kept[class]).max(1);
-        let ahead = st.waiters.len() + 1;
-        let rounds = u32::try_from(ahead.div_ceil(seats)).unwrap_or(u32::MAX);
+        let rounds = u32::try_from((line.ahead + 1).div_ceil(seats)).unwrap_or(u32::MAX);
         let expected = mean.saturating_mul(rounds);
-        let standing = st.line_since.is_some_and(|since| now.saturating_duration_since(since) > max_wait);
+        let standing = line.since.is_some_and(|since| now.saturating_duration_since(since) > max_wait);
         let allowed = if standing { max_wait.min(mean) } else { max_wait };
-        expected <= allowed && deadline_after(now, expected) < deadline
+        if expected <= allowed && deadline_after(now, expected) < deadline {
+            Ok(until)
+        } else {
+            Err(NoSeat::Full)
+        }
     }
 
-    /// The time after which a full room whose seats have not come back is
-    /// stuck, `None` before the first hold is timed.
+    /// For a line kept outside the room (the crate's own server keeps its
+    /// waiting requests, not its threads, in line): a seat for `class` if one
+    /// is free now, else until when a caller with `deadline` may wait behind
+    /// `line`, or why it may not. The caller keeps the line and asks
+    /// [`try_seat`](Self::try_seat) again as seats come back.
+    #[cfg(feature = "tiny_http")]
+    pub(crate) fn seat_or_wait(
+        &self,
+        class: usize,
+        deadline: Instant,
+        line: Line,
+    ) -> Result<Seat, Result<Instant, NoSeat>> {
+        let class = class.min(self.inner.kept.len() - 1);
+        let mut st = self.inner.state.lock();
+        let now = Instant::now();
+        match self.take_seat(&mut st, class, now) {
+            Some(seat) => Ok(seat),
+            None => Err(self.may_wait(&st, class, now, deadline, line)),
+        }
+    }
+
+    /// A seat for `class` if one is free now.
+    #[cfg(feature = "tiny_http")]
+    pub(crate) fn try_seat(&self, class: usize) -> Option<Seat> {
+        let class = class.min(self.inner.kept.len() - 1);
+        let mut st = self.inner.state.lock();
+        self.take_seat(&mut st, class, Instant::now())
+    }
+
+    /// Under the lock: a seat for `class` if it has one free.
+    fn take_seat(&self, st: &mut State, class: usize, now: Instant) -> Option<Seat> {
+        if !st.free_for(class, &self.inner.kept) {
+            return None;
+        }
+        st.take(class);
+        if st.in_use == st.limit {
+            st.moved = now;
+        }
+        Some(self.seat(class, now))
+    }
+
+    /// The time after which a class with no free seat, none of whose seats
+    /// has come back, is stuck; `None` before its first hold is timed.
     fn stuck_after(&self, class: usize) -> Option<Duration> {
         let normal = self.inner.hold[class].normal()?;
         Some(normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR))

@@ -142,3 +142,113 @@ fn refusals_appear_in_the_metrics_with_their_reason() {
     prometheus_client::encoding::text::encode(&mut out, &own).unwrap();
     assert!(out.contains("watertight_request_pool_refused_total{reason=\"full\"} 2\n"), "{out}");
 }
+
+/// A rouille server (its own pool of 32 threads) over the request pool:
+/// `/search` a 30 ms handler, `/health` reserved, `/metrics` the registry.
+fn rouille_server(
+    registry: &Registry,
+) -> (std::net::SocketAddr, std::sync::mpsc::Sender<()>, thread::JoinHandle<()>) {
+    let pool = pool(registry);
+    let registry = registry.clone();
+    let server = rouille::Server::new("127.0.0.1:0", move |req| {
+        let headers: Vec<(&str, &str)> = req.headers().collect();
+        let entered = match pool.enter(req.method(), req.raw_url(), Some(*req.remote_addr()), &headers) {
+            Ok(entered) => entered,
+            Err(e) => return rouille::Response::text(e.code()).with_status_code(e.status()),
+        };
+        let answer = match req.url().as_str() {
+            "/search" => {
+                thread::sleep(HANDLER);
+                rouille::Response::text("found")
+            }
+            "/health" => rouille::Response::text("UP"),
+            "/metrics" => rouille::Response::text(watertight::metrics::encode_text(&registry)),
+            _ => rouille::Response::empty_404(),
+        };
+        drop(entered);
+        answer
+    })
+    .expect("listen on loopback")
+    .pool_size(THREADS);
+    let addr = server.server_addr();
+    let (join, stop) = server.stoppable();
+    (addr, stop, join)
+}
+
+/// `n` requests at once to `url`: with `hey` where it is installed (the
+/// statuses it counts), else from `n` threads. The count of each status.
+fn load(url: &str, n: usize) -> std::collections::BTreeMap<u16, usize> {
+    let mut statuses = std::collections::BTreeMap::new();
+    let hey = std::process::Command::new("hey")
+        .args(["-disable-keepalive", "-n", &n.to_string(), "-c", &n.to_string(), "-t", "10", url])
+        .output();
+    if let Some(out) = hey.ok().filter(|o| o.status.success()) {
+        // "  [200]\t64 responses"
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let line = line.trim();
+            if let Some(rest) = line.strip_prefix('[')
+                && let Some((code, count)) = rest.split_once(']')
+                && let (Ok(code), Some(Ok(count))) =
+                    (code.parse::<u16>(), count.split_whitespace().next().map(str::parse::<usize>))
+            {
+                *statuses.entry(code).or_default() += count;
+            }
+        }
+        let answered: usize = statuses.values().sum();
+        if answered != n {
+            eprintln!("hey: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        return statuses;
+    }
+    eprintln!("hey is not installed: {n} threads instead");
+    let start = Arc::new(Barrier::new(n));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (url, start) = (url.to_owned(), Arc::clone(&start));
+            thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(10)))
+                    .build()
+                    .into();
+                start.wait();
+                agent.get(&url).call().map_or(0, |r| r.status().as_u16())
+            })
+        })
+        .collect();
+    for t in threads {
+        *statuses.entry(t.join().unwrap()).or_default() += 1;
+    }
+    statuses
+}
+
+#[test]
+fn through_rouille_a_burst_of_64_is_served_whole_and_refusals_are_in_the_metrics() {
+    let registry = Registry::new();
+    let (addr, stop, join) = rouille_server(&registry);
+    let url = |path: &str| format!("http://{addr}{path}");
+    let warm = load(&url("/search"), 30);
+    assert_eq!(warm.get(&200), Some(&30), "{warm:?}");
+    for round in 0..3 {
+        let burst = load(&url("/search"), 64);
+        eprintln!("rouille, burst of 64, round {round}: {burst:?}");
+        assert_eq!(burst.get(&200), Some(&64), "round {round}: {burst:?}");
+    }
+    // A burst twice the pool: what rouille queues itself waits there; what
+    // reaches `enter` past the ordinary share waits by the rule, or is
+    // refused and counted.
+    let burst = load(&url("/search"), 128);
+    eprintln!("rouille, burst of 128: {burst:?}");
+    assert_eq!(burst.values().sum::<usize>(), 128, "{burst:?}");
+    assert!(burst.keys().all(|s| *s == 200 || *s == 503), "{burst:?}");
+    let agent = ureq::Agent::new_with_defaults();
+    let metrics = agent.get(&url("/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
+    let counted: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("watertight_request_pool_refused_total{reason="))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(counted as usize, burst.get(&503).copied().unwrap_or(0), "{metrics}");
+    stop.send(()).unwrap();
+    join.join().unwrap();
+}

@@ -332,6 +332,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
     /// blocking call waits (within `max_wait`), until `room_until` at the
     /// latest; once in, the call is detached. For a caller that hands the
     /// call on to others (the cache's shared call).
+    #[cfg(feature = "cache")]
     pub(crate) fn spawn_with_room<T, E, F, D>(
         self,
         room_until: Instant,

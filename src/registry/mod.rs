@@ -17,6 +17,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 pub use self::capacity::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, RequestThreads};
+#[cfg(feature = "tiny_http")]
 pub(crate) use self::gauges::Refused;
 pub use self::gauges::{REFUSAL_REASONS, RequestPoolGauges};
 pub use self::history::{DependencyHistory, HistoryPoint};

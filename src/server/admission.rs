@@ -1,109 +1,168 @@
 //! Which request a free request thread handles next, so that ordinary
-//! requests never take the [reserved share](super::Reserve).
+//! requests never take the [reserved share](super::Reserve), and how long an
+//! ordinary request waits for an ordinary thread.
 //!
-//! Every request thread takes requests from tiny_http as before, and a
-//! request it takes is classified (reserved or ordinary) before its handler
-//! runs. A reserved request runs at once: the thread that took it is free,
-//! and a reserved request may use any free thread. An ordinary request runs
-//! at once only while fewer than `ordinary_limit` (the pool's threads less
-//! the reserve) ordinary requests are being handled; otherwise it waits in
-//! `waiting`, and the thread goes back to tiny_http for the next request
-//! (which may be a reserved one). The thread that finishes an ordinary
-//! request takes the oldest waiting one before anything else, keeping its
-//! ordinary slot.
+//! The request threads are the seats of a [`Room`] (the crate's one
+//! primitive for room): ordinary requests are a class that keeps the
+//! reserve's seats, reserved requests a class that keeps none. Every request
+//! thread takes requests from tiny_http (or the guard) as before, and a
+//! request it takes is classified before its handler runs. The thread takes
+//! a seat for it; a reserved request always finds one (this thread is free,
+//! so fewer seats than threads are held), an ordinary one while the ordinary
+//! share has one free. An ordinary request that finds none may wait, by the
+//! room's rule (its expected wait fits `max_wait` and its budget, the line is
+//! not standing, the ordinary seats are not stuck): it waits in `line`, and
+//! the thread goes back for the next request (which may be a reserved one).
+//! Otherwise it is refused (`503`). Unlike a caller of a dependency, the
+//! waiting request holds no thread: its thread is free for the next one.
 //!
-//! Both steps are decided under the one lock on [`State`], so no two
-//! threads can both see the last ordinary slot free.
+//! The thread that finishes a request gives its seat back and, under the
+//! same lock, takes the oldest waiting request with a seat for it, answering
+//! first the waiting requests whose wait has ended (`503`). An idle thread
+//! does the same each time it has waited a while for a new request, so a
+//! waiting request is answered by its deadline even while every ordinary
+//! thread is held.
 //!
-//! Invariant, under the lock: `waiting` is not empty only while `ordinary ==
-//! ordinary_limit`. An ordinary request is pushed only when that holds, and a
-//! finished ordinary request hands its slot to the oldest waiting one rather
-//! than freeing it. So a waiting request is never stranded: `ordinary_limit`
-//! threads (at least one) are handling ordinary requests, and the first of
-//! them to finish takes it. This also holds while the pool stops: a thread
-//! that leaves on its wake-up leaves no waiting request without a thread to
-//! answer it.
+//! Invariant, under the `line` lock (every seat of this room is taken and
+//! given back under it): `line` is not empty only while the ordinary class
+//! has no free seat. A request is queued only when that holds, and every
+//! seat given back hands itself to the oldest waiting request. So a waiting
+//! request is never stranded while a seat is free.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use parking_lot::Mutex;
+
+use crate::room::{Line, NoSeat, Room, Seat};
 
 /// The admission of a request pool whose requests are `T`s (tiny_http's
 /// requests in the pool; plain values in the tests).
 pub(super) struct Admission<T> {
-    /// The most ordinary requests handled at once: the pool's threads less
-    /// the reserve's (all of them without a reserve). At least 1.
-    ordinary_limit: usize,
-    state: Mutex<State<T>>,
+    /// The request threads as seats: class 0 (ordinary) keeps the reserve's.
+    room: Room,
+    line: Mutex<Waiting<T>>,
     /// Reserved requests being handled: a gauge, relaxed (it orders nothing).
     /// Shared with the registry's gauges, if any.
     reserved_busy: Arc<AtomicUsize>,
-    /// `state.waiting.len()`, readable without the lock: a gauge, relaxed.
+    /// `line.queue.len()`, readable without the lock: a gauge, relaxed.
     waiting: Arc<AtomicUsize>,
 }
 
-struct State<T> {
-    /// Ordinary requests being handled.
-    ordinary: usize,
-    /// Ordinary requests taken while `ordinary == ordinary_limit`, oldest first.
-    waiting: VecDeque<T>,
+struct Waiting<T> {
+    /// Ordinary requests waiting for a seat, oldest first, each with the end
+    /// of its wait and why it would end there.
+    queue: VecDeque<(T, Instant, NoSeat)>,
+    /// Since when requests have waited without a break.
+    since: Option<Instant>,
+}
+
+/// What [`Admission::admit`] decided.
+pub(super) enum Admit<T> {
+    /// Handle it now, on the calling thread, in this seat.
+    Run(T, Seat),
+    /// It waits for an ordinary thread.
+    Waits,
+    /// Answer it `503`.
+    Refused(T, NoSeat),
+}
+
+/// The next request a thread that gave its seat back handles (with a seat
+/// for it), and the waiting requests whose wait ended, to answer `503`.
+pub(super) struct Next<T> {
+    pub(super) run: Option<(T, Seat)>,
+    pub(super) expired: Vec<(T, NoSeat)>,
 }
 
 impl<T> Admission<T> {
-    #[cfg(test)]
-    pub(super) fn new(ordinary_limit: usize) -> Admission<T> {
-        Self::with_gauges(ordinary_limit, Arc::default(), Arc::default())
-    }
-
-    /// An admission whose two gauges are `reserved_busy` and `waiting`.
-    pub(super) fn with_gauges(
-        ordinary_limit: usize,
+    /// An admission over `room` (class 0 ordinary, class 1 reserved) whose
+    /// two gauges are `reserved_busy` and `waiting`.
+    pub(super) fn new(
+        room: Room,
         reserved_busy: Arc<AtomicUsize>,
         waiting: Arc<AtomicUsize>,
     ) -> Admission<T> {
         Admission {
-            ordinary_limit: ordinary_limit.max(1),
-            state: Mutex::new(State { ordinary: 0, waiting: VecDeque::new() }),
+            room,
+            line: Mutex::new(Waiting { queue: VecDeque::new(), since: None }),
             reserved_busy,
             waiting,
         }
     }
 
-    /// `taken` (`reserved` or not), to handle now on the calling thread
-    /// (which is free), or `None` when it waits for an ordinary thread.
-    pub(super) fn admit(&self, taken: T, reserved: bool) -> Option<T> {
-        if reserved {
-            self.reserved_busy.fetch_add(1, Ordering::Relaxed);
-            return Some(taken);
+    /// `taken` (`reserved` or not, due by `deadline`), on the calling
+    /// thread, which is free.
+    pub(super) fn admit(&self, taken: T, reserved: bool, deadline: Instant) -> Admit<T> {
+        let mut line = self.line.lock();
+        let queued = Line { ahead: line.queue.len(), since: line.since };
+        match self.room.seat_or_wait(usize::from(reserved), deadline, queued) {
+            Ok(seat) => {
+                if reserved {
+                    self.reserved_busy.fetch_add(1, Ordering::Relaxed);
+                }
+                Admit::Run(taken, seat)
+            }
+            Err(Ok(until)) => {
+                let why = if until >= deadline { NoSeat::Deadline } else { NoSeat::Waited };
+                line.since.get_or_insert_with(Instant::now);
+                line.queue.push_back((taken, until, why));
+                self.waiting.store(line.queue.len(), Ordering::Relaxed);
+                Admit::Waits
+            }
+            Err(Err(why)) => Admit::Refused(taken, why),
         }
-        let mut state = self.state.lock();
-        if state.ordinary < self.ordinary_limit {
-            // By the invariant, nothing is waiting: this one is the oldest.
-            state.ordinary += 1;
-            return Some(taken);
-        }
-        state.waiting.push_back(taken);
-        self.waiting.store(state.waiting.len(), Ordering::Relaxed);
-        None
     }
 
-    /// The calling thread has answered a request (`reserved` or not): the
-    /// oldest waiting ordinary request, which it handles next in the slot of
-    /// the one it answered, or `None` when it is free.
-    pub(super) fn done(&self, reserved: bool) -> Option<T> {
-        if reserved {
+    /// The calling thread has answered the request it held `seat` for:
+    /// gives it back and says what the thread does next.
+    pub(super) fn done(&self, seat: Seat) -> Next<T> {
+        if seat.class() == 1 {
             self.reserved_busy.fetch_sub(1, Ordering::Relaxed);
-            return None;
         }
-        let mut state = self.state.lock();
-        let next = state.waiting.pop_front();
-        match next {
-            Some(_) => self.waiting.store(state.waiting.len(), Ordering::Relaxed),
-            None => state.ordinary -= 1,
+        let mut line = self.line.lock();
+        drop(seat);
+        self.next(&mut line)
+    }
+
+    /// For an idle thread: the waiting requests whose wait ended, and the
+    /// oldest other one if a seat is free for it (none is, by the invariant,
+    /// unless the room grew).
+    pub(super) fn sweep(&self) -> Next<T> {
+        let mut line = self.line.lock();
+        self.next(&mut line)
+    }
+
+    fn next(&self, line: &mut Waiting<T>) -> Next<T> {
+        let now = Instant::now();
+        let mut next = Next { run: None, expired: Vec::new() };
+        while let Some((_, until, why)) = line.queue.front() {
+            if *until <= now {
+                let why = *why;
+                let (taken, ..) = line.queue.pop_front().expect("a front");
+                next.expired.push((taken, why));
+                continue;
+            }
+            if let Some(seat) = self.room.try_seat(0) {
+                let (taken, ..) = line.queue.pop_front().expect("a front");
+                next.run = Some((taken, seat));
+            }
+            break;
         }
+        if line.queue.is_empty() {
+            line.since = None;
+        }
+        self.waiting.store(line.queue.len(), Ordering::Relaxed);
         next
+    }
+
+    /// Every waiting request, oldest first, for a pool that stops.
+    pub(super) fn drain(&self) -> Vec<T> {
+        let mut line = self.line.lock();
+        line.since = None;
+        self.waiting.store(0, Ordering::Relaxed);
+        line.queue.drain(..).map(|(taken, ..)| taken).collect()
     }
 
     /// Reserved requests being handled now.
@@ -122,6 +181,18 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    /// An admission of `threads` seats, `reserved` of them kept from
+    /// ordinary requests, whose waiting requests wait up to a minute.
+    fn admission<T>(threads: usize, reserved: usize) -> Admission<T> {
+        let room = Room::with_shares(threads, Duration::from_secs(60), &[reserved, 0]).unwrap();
+        Admission::new(room, Arc::default(), Arc::default())
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
 
     /// 16 threads race over a stream of requests, a third of them reserved,
     /// as the request threads do over tiny_http's: ordinary requests never
@@ -133,7 +204,7 @@ mod tests {
         const RESERVED: usize = 3;
         const REQUESTS: usize = 20_000;
         for _round in 0..5 {
-            let admission = Arc::new(Admission::<usize>::new(THREADS - RESERVED));
+            let admission = Arc::new(admission::<usize>(THREADS, RESERVED));
             let (tx, rx) = crossbeam_channel::unbounded();
             for i in 0..REQUESTS {
                 tx.send(i).unwrap();
@@ -155,13 +226,14 @@ mod tests {
                         let (mut most_ordinary, mut most_all) = (0, 0);
                         let mut next = None;
                         loop {
-                            let i = match next.take() {
+                            let (i, seat) = match next.take() {
                                 Some(i) => i,
                                 // The free thread takes the next request, as from tiny_http.
                                 None => match rx.try_recv() {
-                                    Ok(i) => match admission.admit(i, reserved_of(i)) {
-                                        Some(i) => i,
-                                        None => continue,
+                                    Ok(i) => match admission.admit(i, reserved_of(i), far()) {
+                                        Admit::Run(i, seat) => (i, seat),
+                                        Admit::Waits => continue,
+                                        Admit::Refused(i, why) => panic!("{i} refused: {why:?}"),
                                     },
                                     Err(_) => break,
                                 },
@@ -185,7 +257,9 @@ mod tests {
                             if !reserved {
                                 ordinary_now.fetch_sub(1, Ordering::SeqCst);
                             }
-                            next = admission.done(reserved);
+                            let after = admission.done(seat);
+                            assert!(after.expired.is_empty(), "a wait of a minute ended");
+                            next = after.run;
                         }
                         (most_ordinary, most_all)
                     })
@@ -202,27 +276,75 @@ mod tests {
             let unanswered = answered.iter().filter(|a| !a.load(Ordering::SeqCst)).count();
             assert_eq!(unanswered, 0, "requests left waiting");
             assert_eq!((admission.waiting(), admission.reserved_busy()), (0, 0));
-            assert_eq!(admission.state.lock().ordinary, 0);
+            assert_eq!(admission.room.in_use(), 0);
         }
     }
 
     #[test]
     fn an_ordinary_request_waits_only_while_the_ordinary_threads_are_full() {
-        let admission = Admission::new(2);
-        assert_eq!(admission.admit(1, false), Some(1));
-        assert_eq!(admission.admit(2, false), Some(2));
+        let admission = admission(3, 1);
+        let run = |a: Admit<i32>| match a {
+            Admit::Run(i, seat) => (i, seat),
+            _ => panic!("not run"),
+        };
+        let (_, one) = run(admission.admit(1, false, far()));
+        let (_, two) = run(admission.admit(2, false, far()));
         // Full: the next ordinary waits, a reserved one runs.
-        assert_eq!(admission.admit(3, false), None);
-        assert_eq!(admission.admit(4, false), None);
-        assert_eq!(admission.admit(5, true), Some(5));
+        assert!(matches!(admission.admit(3, false, far()), Admit::Waits));
+        assert!(matches!(admission.admit(4, false, far()), Admit::Waits));
+        let (five, reserved) = run(admission.admit(5, true, far()));
+        assert_eq!(five, 5);
         assert_eq!((admission.waiting(), admission.reserved_busy()), (2, 1));
-        // A reserved request finishing frees no ordinary slot.
-        assert_eq!(admission.done(true), None);
-        // An ordinary one hands its slot to the oldest waiting.
-        assert_eq!(admission.done(false), Some(3));
-        assert_eq!(admission.done(false), Some(4));
+        // A reserved request finishing frees no ordinary seat.
+        let next = admission.done(reserved);
+        assert!(next.run.is_none() && next.expired.is_empty());
+        // An ordinary one hands its seat to the oldest waiting.
+        let (three, three_seat) = admission.done(one).run.unwrap();
+        let (four, four_seat) = admission.done(two).run.unwrap();
+        assert_eq!((three, four), (3, 4));
         assert_eq!(admission.waiting(), 0);
-        assert_eq!(admission.done(false), None);
-        assert_eq!(admission.admit(6, false), Some(6));
+        assert!(admission.done(three_seat).run.is_none());
+        drop(four_seat);
+        assert!(matches!(admission.admit(6, false, far()), Admit::Run(6, _)));
+    }
+
+    #[test]
+    fn a_waiting_request_past_its_wait_is_answered_by_the_next_thread_free() {
+        let room = Room::with_shares(2, Duration::from_millis(20), &[1, 0]).unwrap();
+        let admission = Admission::new(room, Arc::default(), Arc::default());
+        let Admit::Run(_, held) = admission.admit(1, false, far()) else { panic!("run") };
+        assert!(matches!(admission.admit(2, false, far()), Admit::Waits));
+        // Its deadline, nearer than max_wait, is the end of its wait.
+        assert!(matches!(admission.admit(3, false, Instant::now() + Duration::from_millis(5)), Admit::Waits));
+        let give_up = Instant::now() + Duration::from_secs(10);
+        let mut expired = Vec::new();
+        while expired.len() < 2 {
+            assert!(Instant::now() < give_up, "never expired");
+            expired.extend(admission.sweep().expired);
+            std::thread::yield_now();
+        }
+        expired.sort_by_key(|(i, _)| *i);
+        assert_eq!(expired, [(2, NoSeat::Waited), (3, NoSeat::Deadline)]);
+        assert_eq!(admission.waiting(), 0);
+        drop(held);
+        // max_wait 0: nobody waits.
+        let none = Room::with_shares(2, Duration::ZERO, &[1, 0]).unwrap();
+        let admission = Admission::new(none, Arc::default(), Arc::default());
+        let Admit::Run(_, _held) = admission.admit(1, false, far()) else { panic!("run") };
+        assert!(matches!(admission.admit(2, false, far()), Admit::Refused(2, NoSeat::Full)));
+    }
+
+    #[test]
+    fn a_stopping_pool_drains_every_waiting_request_oldest_first() {
+        let room = Room::with_shares(2, Duration::from_secs(10), &[1, 0]).unwrap();
+        let admission = Admission::new(room, Arc::default(), Arc::default());
+        let Admit::Run(_, held) = admission.admit(1, false, far()) else { panic!("run") };
+        assert!(matches!(admission.admit(2, false, far()), Admit::Waits));
+        assert!(matches!(admission.admit(3, false, far()), Admit::Waits));
+        assert_eq!(admission.waiting(), 2);
+        assert_eq!(admission.drain(), [2, 3]);
+        assert_eq!(admission.waiting(), 0);
+        // Nothing is left for the seat given back.
+        assert!(admission.done(held).run.is_none());
     }
 }

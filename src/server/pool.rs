@@ -1,7 +1,7 @@
 //! The request threads: each takes the next request (from the guard, in
-//! process, or from tiny_http reading the clients itself), waits for an
-//! ordinary thread if it must (`admission.rs`), calls the handler, and sends
-//! its answer.
+//! process, or from tiny_http reading the clients itself), lets it wait for
+//! an ordinary thread or refuses it if it must (`admission.rs`), calls the
+//! handler, and sends its answer.
 
 use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -13,13 +13,14 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use tiny_http::{Header, Request, Response, ResponseBox, Server};
 
-use super::admission::Admission;
+use super::admission::{Admission, Admit, Next};
 use super::answer::Reply;
 use super::config::{CompiledReserve, ServerConfig};
-use super::gate::Counts;
+use super::gate::{Counts, LogGate};
 use super::proxy::TrustedProxies;
 use super::request::{self, Arrival, Handed, RequestContext};
 use crate::error::panic_message;
+use crate::room::{NoSeat, Room, Seat};
 
 pub(super) type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
 
@@ -62,6 +63,9 @@ pub(super) struct Shared {
     pub(super) threads: usize,
     /// Which request a free thread handles next (see `admission.rs`).
     pub(super) admission: Admission<Taken>,
+    /// How often an idle thread looks for waiting requests whose wait ended.
+    sweep_every: Duration,
+    log_gate: LogGate,
     /// The reserved share, if any, with its routes parsed.
     pub(super) reserve: Option<CompiledReserve>,
 }
@@ -94,6 +98,8 @@ pub(super) fn start(
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
     let reserve = config.compiled_reserve().cloned();
     let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
+    let room = Room::with_shares(threads.max(1), config.max_wait(), &[reserved, 0])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let shared = Arc::new(Shared {
         source,
         busy: Arc::clone(&counts.busy),
@@ -103,11 +109,12 @@ pub(super) fn start(
         budget: config.request_budget(),
         proxies: config.trusted_proxies().clone(),
         threads,
-        admission: Admission::with_gauges(
-            threads.saturating_sub(reserved),
-            counts.reserved_busy,
-            counts.waiting,
-        ),
+        admission: Admission::new(room, counts.reserved_busy, counts.waiting),
+        sweep_every: match config.max_wait() {
+            Duration::ZERO => Duration::from_secs(1),
+            wait => wait.max(Duration::from_millis(10)),
+        },
+        log_gate: LogGate::default(),
         reserve,
     });
     let mut joins = Vec::with_capacity(threads);
@@ -157,44 +164,71 @@ impl Shared {
     fn run(&self) {
         let mut next = None;
         loop {
-            let taken = match next.take() {
+            let (taken, seat) = match next.take() {
                 Some(taken) => taken,
                 None => match self.take() {
                     Some(taken) => taken,
                     None => return,
                 },
             };
-            let reserved = taken.reserved;
             self.answer(taken);
-            next = self.admission.done(reserved);
+            next = self.refuse_expired(self.admission.done(seat));
         }
     }
 
-    /// The next request that this (free) thread may handle; ordinary
-    /// requests it may not handle are left waiting for an ordinary thread.
-    /// `None` once the pool is stopping.
-    fn take(&self) -> Option<Taken> {
+    /// Answers `503` to the waiting requests whose wait ended; the request
+    /// to handle next, if any.
+    fn refuse_expired(&self, next: Next<Taken>) -> Option<(Taken, Seat)> {
+        for (taken, why) in next.expired {
+            self.refuse(taken, why);
+        }
+        next.run
+    }
+
+    /// Answers an ordinary request that could not have a thread `503`,
+    /// counted by reason (and logged at most once a second).
+    fn refuse(&self, taken: Taken, why: NoSeat) {
+        self.counts.refuse(why, &self.log_gate);
+        let busy = json_error(503, "SERVER_BUSY", "every ordinary request thread is busy, try again later");
+        self.send(taken.request, taken.reply, busy);
+    }
+
+    /// The next request that this (free) thread may handle, with its seat;
+    /// ordinary requests it may not handle are left waiting for an ordinary
+    /// thread, or refused. `None` once the pool is stopping.
+    fn take(&self) -> Option<(Taken, Seat)> {
         loop {
             let (request, arrival, reply) = match &self.source {
-                Source::Guard { rx, .. } => match rx.recv() {
+                Source::Guard { rx, .. } => match rx.recv_timeout(self.sweep_every) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        match self.refuse_expired(self.admission.sweep()) {
+                            Some(next) => return Some(next),
+                            None => continue,
+                        }
+                    }
                     Ok(Handed::Request(incoming)) => {
                         let incoming = *incoming;
                         // The hop sets it before it hands the request on.
                         let Some(request) = incoming.request else { continue };
                         (request, incoming.arrival, Some(incoming.reply))
                     }
-                    Ok(Handed::Stop) | Err(_) => return None,
+                    Ok(Handed::Stop) | Err(_) => return self.leave(),
                 },
-                Source::Clients(server) => match server.recv() {
-                    Ok(request) => {
+                Source::Clients(server) => match server.recv_timeout(self.sweep_every) {
+                    // `unblock` wakes `recv_timeout` as a timeout would: one
+                    // wake-up per call, consumed by exactly one thread.
+                    Ok(None) if self.stopping.load(Ordering::Acquire) => return self.leave(),
+                    Ok(None) => match self.refuse_expired(self.admission.sweep()) {
+                        Some(next) => return Some(next),
+                        None => continue,
+                    },
+                    Ok(Some(request)) => {
                         let arrival = request::unguarded_arrival(&request, &self.proxies);
                         (request, arrival, None)
                     }
-                    // `recv` fails when `unblock` was called (one wake-up per
-                    // call, consumed by exactly one thread) or on an accept error.
                     Err(err) => {
                         if self.stopping.load(Ordering::Acquire) {
-                            return None;
+                            return self.leave();
                         }
                         log::warn!("request pool: receiving a request failed: {err}");
                         continue;
@@ -202,10 +236,24 @@ impl Shared {
                 },
             };
             let reserved = self.reserve.as_ref().is_some_and(|r| r.share.takes(&r.routes, &request));
-            if let Some(taken) = self.admission.admit(Taken { request, arrival, reply, reserved }, reserved) {
-                return Some(taken);
+            let deadline = crate::time::deadline_after(arrival.received, self.budget);
+            match self.admission.admit(Taken { request, arrival, reply, reserved }, reserved, deadline) {
+                Admit::Run(taken, seat) => return Some((taken, seat)),
+                Admit::Waits => {}
+                Admit::Refused(taken, why) => self.refuse(taken, why),
             }
         }
+    }
+
+    /// A thread leaving a stopping pool answers the requests still waiting
+    /// for an ordinary thread (`503`, not counted as refused): none is left
+    /// without an answer. `None`, for [`take`](Self::take) to return.
+    fn leave(&self) -> Option<(Taken, Seat)> {
+        for taken in self.admission.drain() {
+            let stopping = json_error(503, "SERVER_STOPPING", "the server is shutting down");
+            self.send(taken.request, taken.reply, stopping);
+        }
+        None
     }
 
     /// Calls the handler on `taken` and sends its answer. Never panics: the
@@ -230,6 +278,11 @@ impl Shared {
             },
             Err(message) => json_error(400, "INVALID_REQUEST_TIMEOUT", &message),
         };
+        self.send(request, reply, response);
+    }
+
+    /// Sends `response` to `request`, through the guard's `reply` if any.
+    fn send(&self, request: Request, reply: Option<Reply>, response: ResponseBox) {
         match reply {
             // Catches a panic of the response's body itself (see `Reply::send`).
             Some(reply) => reply.send(request, response),

@@ -133,7 +133,7 @@ fn a_registry_given_to_the_server_carries_its_request_pool_gauges_to_metrics() {
             .collect()
     };
     assert_eq!(descriptors(&text), descriptors(&own), "{own}");
-    assert_eq!(descriptors(&own).len(), 4, "HELP and TYPE of both: {own}");
+    assert_eq!(descriptors(&own).len(), 6, "HELP and TYPE of the two gauges and the refusals: {own}");
 
     let pool = registry.request_pool().expect("attached while the server runs");
     assert_eq!(pool.threads(), 4);
