@@ -77,41 +77,49 @@ pub(super) struct Ask {
     pub(super) form: Form,
 }
 
-/// Why an attempt was not admitted.
+/// Why an attempt was not admitted: refused, or its deadline came while it
+/// waited (for a rate permit, for room, for a caller-thread permit).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Refusal {
     pub(super) rejection: Rejection,
     /// For the rate limit: when a permit would be free.
     retry_after: Option<Duration>,
+    /// The attempt's deadline ended its wait, after this long: a timeout,
+    /// not a refusal (`rejection` is then only what the pool said).
+    timed_out: Option<Duration>,
 }
 
 impl Refusal {
     pub(super) fn into_error<E>(self) -> Error<E> {
-        match self.retry_after {
-            Some(retry_after) => Error::RateLimited { retry_after },
-            None => Error::Rejected(self.rejection),
+        match (self.timed_out, self.retry_after) {
+            (Some(waited), _) => Error::Timeout { waited },
+            (None, Some(retry_after)) => Error::RateLimited { retry_after },
+            (None, None) => Error::Rejected(self.rejection),
         }
     }
 }
 
 /// Why a launch failed: the pool refused the job, or the caller-thread
-/// permits did.
+/// permits did, or the deadline ended the wait for either
+/// ([`Attempt::unlaunched`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Unlaunched {
     rejection: Rejection,
     /// Refused for lack of room while every worker was stuck in its job.
     stalled: bool,
+    /// The deadline ended the wait for room, after this long.
+    timed_out: Option<Duration>,
 }
 
 impl<F> From<SubmitError<F>> for Unlaunched {
     fn from(refused: SubmitError<F>) -> Self {
-        Unlaunched { rejection: refused.rejection(), stalled: refused.stalled() }
+        Unlaunched { rejection: refused.rejection(), stalled: refused.stalled(), timed_out: None }
     }
 }
 
 impl From<Rejection> for Unlaunched {
     fn from(rejection: Rejection) -> Self {
-        Unlaunched { rejection, stalled: false }
+        Unlaunched { rejection, stalled: false, timed_out: None }
     }
 }
 
@@ -183,8 +191,11 @@ impl Inner {
                 Ok(wait) => {
                     std::thread::sleep(wait);
                     now = Instant::now();
+                    // Overslept past the deadline: the caller's time ran out
+                    // while it waited, a timeout (no permit of the breaker's
+                    // has been taken yet).
                     if at <= now {
-                        return Err(self.refuse(ask.form, Rejection::DeadlineUnmeetable, None));
+                        return Err(self.time_out(now.saturating_duration_since(ask.now)));
                     }
                 }
                 Err(refused) => {
@@ -252,8 +263,23 @@ impl Inner {
             if hedge && rate {
                 self.rate.give_back();
             }
-            self.refuse(ask.form, unlaunched.rejection, None)
+            match unlaunched.timed_out {
+                Some(waited) => self.time_out(waited),
+                None => self.refuse(ask.form, unlaunched.rejection, None),
+            }
         })
+    }
+
+    /// A blocking attempt whose deadline ended its wait (for a rate permit,
+    /// for room, for a caller-thread permit): counted `timed_out` and
+    /// announced as a timeout, and recorded by nobody: the provider was
+    /// never asked, and the dependency did not refuse.
+    fn time_out(&self, waited: Duration) -> Refusal {
+        #[cfg(test)]
+        super::tests::tally(&self.name, super::tests::REFUSED);
+        self.counters.outcome(Outcome::TimedOut);
+        self.announce_timeout(waited);
+        Refusal { rejection: Rejection::DeadlineUnmeetable, retry_after: None, timed_out: Some(waited) }
     }
 
     /// A call found no room while every worker was stuck in its call. Neither
@@ -300,7 +326,7 @@ impl Inner {
                 self.listeners.notify(&event, &self.name);
             }
         }
-        Refusal { rejection, retry_after }
+        Refusal { rejection, retry_after, timed_out: None }
     }
 
     /// The provider's normal latency, once it has answered successfully.
@@ -358,6 +384,27 @@ impl Attempt {
             let _place = place;
             job(ctx)
         }
+    }
+
+    /// A blocking attempt that could not be launched: `refused` by the pool
+    /// or the caller-thread permits. When the refusal comes at or past the
+    /// attempt's deadline, the deadline ended the caller's wait for room (the
+    /// pool's `max_wait` wait and the permits' wait both end at the earlier
+    /// of `max_wait` and the deadline, and say only "no room"): that is the
+    /// caller's timeout, not the dependency's refusal. Its breaker permit is
+    /// then let go unrecorded (in HALF_OPEN, dropped, so that its probe slot
+    /// goes back).
+    pub(super) fn unlaunched(self, refused: impl Into<Unlaunched>) -> Unlaunched {
+        let mut unlaunched = refused.into();
+        let now = Instant::now();
+        let waiting = matches!(unlaunched.rejection, Rejection::QueueFull | Rejection::DeadlineUnmeetable);
+        if waiting && now >= self.deadline.at {
+            unlaunched.timed_out = Some(now.saturating_duration_since(self.called));
+            if self.permit.state() == crate::breaker::State::Closed {
+                self.permit.forget();
+            }
+        }
+        unlaunched
     }
 
     /// A hedge's attempt that was admitted but could not start after all:

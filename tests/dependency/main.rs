@@ -12,6 +12,7 @@ mod budget;
 mod burst;
 mod caller;
 mod config_props;
+mod deadline;
 mod dependency;
 mod detached;
 mod fanout;
