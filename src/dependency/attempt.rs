@@ -7,8 +7,12 @@
 //! - **Admission**, in one fixed order: the deadline, the rate limit, the
 //!   breaker, the adaptive limit, the priority place; then the launch (the
 //!   submission to the pool, or the run on the caller's thread). A refusal
-//!   at any step is counted, logged and announced there, once; what the
-//!   attempt had taken is given back by the [`Attempt`]'s `Drop`.
+//!   at any step is counted, logged (in aggregate, `quiet_log.rs`) and
+//!   announced there, once; what the attempt had taken is given back by the
+//!   [`Attempt`]'s `Drop`. A wait (for a rate permit, for room, for a
+//!   caller-thread permit) that the attempt's deadline ends is no refusal:
+//!   it is the caller's timeout, counted `timed_out` and recorded by no
+//!   breaker ([`Attempt::unlaunched`]).
 //! - **Settlement**, exactly once: classification under `catch_unwind`, the
 //!   late-answer rule (an answer after the deadline is a timeout), the
 //!   job's own timeout at the deadline (the same event as the caller's), the
@@ -319,7 +323,7 @@ impl Inner {
         super::tests::tally(&self.name, super::tests::REFUSED);
         if form != Form::Hedge {
             self.counters.outcome(rejection.outcome());
-            log::debug!("dependency {}: call rejected: {rejection}", self.name);
+            self.log.refused(&self.name, rejection);
             crate::trace::rejected(&self.name, rejection);
             if !self.listeners.is_empty() {
                 let event = Event::Rejected { dependency: Arc::clone(&self.name), rejection };
@@ -362,7 +366,7 @@ impl Inner {
     /// recorded (so that a slow or panicking listener cannot change what the
     /// breaker saw).
     fn announce_timeout(&self, waited: Duration) {
-        log::debug!("dependency {}: no answer within {waited:?}", self.name);
+        self.log.timed_out(&self.name, waited);
         crate::trace::timed_out(&self.name, waited);
         if !self.listeners.is_empty() {
             let event = Event::TimedOut { dependency: Arc::clone(&self.name), waited };

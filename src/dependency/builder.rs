@@ -328,6 +328,7 @@ impl DependencyBuilder {
                 normal: crate::pool::Latency::default(),
                 occupancy: Arc::default(),
                 ring,
+                log: Default::default(),
             }),
         })
     }

@@ -20,5 +20,6 @@ mod hang;
 mod hedge;
 mod priority;
 mod reconfigure;
+mod refusal_log;
 mod stuck;
 mod vocabulary;
