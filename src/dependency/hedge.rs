@@ -20,7 +20,11 @@
 //!   any rejection.
 //!
 //! The first acceptable answer (a verdict other than failure) is the
-//! call's. The other legs are given up: a queued one is withdrawn, a running
+//! call's. A failure (a panic excepted) starts the next hedge at once,
+//! under the same conditions as one after the delay; when every leg made
+//! has answered and none acceptably, the last answer is the call's. A zero
+//! delay starts every hedge at once, into the workers idle then. The other
+//! legs are given up: a queued one is withdrawn, a running
 //! one sees [`CallContext::is_cancelled`] turn true, keeps its worker until
 //! its job returns (threads cannot be killed), and is recorded then.
 //!
