@@ -90,7 +90,9 @@ outcomes! {
         /// HALF_OPEN with every probe slot taken. The provider is not called.
         /// Resilience4j's name for it, and its label: `not_permitted`.
         NotPermitted = "not_permitted", "the circuit breaker permits no call";
-        /// Every worker is busy and the bounded queue is full.
+        /// Every worker is busy and the bounded queue is full (and, with a
+        /// `max_wait`, no room came within it). A wait for room that the
+        /// call's own deadline ends is a timeout, never this.
         QueueFull = "queue_full", "the worker pool and its queue are full";
         /// The work already queued is estimated to take longer than the call's
         /// remaining deadline, so queueing it could only end in a timeout; also
@@ -181,7 +183,9 @@ pub enum Error<E> {
     },
     /// No answer came before the deadline. The caller stopped waiting after
     /// `waited`; the job, if it had started, is abandoned and finishes on its
-    /// worker without anyone waiting for it.
+    /// worker without anyone waiting for it. Also the answer when the
+    /// deadline came while the call waited for room or a permit: the job
+    /// never started, and the breaker records nothing.
     Timeout {
         /// How long the caller waited, from the call to giving up.
         waited: Duration,

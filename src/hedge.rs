@@ -9,7 +9,9 @@ use crate::time::MAX_TIMEOUT;
 
 /// When a hedged call starts another attempt, and how many it may start.
 ///
-/// The delay is fixed ([`after`](Self::after)), or the dependency's own
+/// A hedge starts when no acceptable answer has come after the delay, and at
+/// once when an attempt fails (as the classifier judges it), within the same
+/// rules: an idle worker, the breaker CLOSED, the retry budget. The delay is fixed ([`after`](Self::after)), or the dependency's own
 /// recent call-time quantile ([`at_quantile`](Self::at_quantile), p95 by
 /// default), clamped to `[min_delay, max_delay]` and used only once the
 /// recent window holds `min_samples` calls (until then, `max_delay`). In a
@@ -25,6 +27,8 @@ use crate::time::MAX_TIMEOUT;
 /// let adaptive = Hedge::at_quantile(0.95).clamp(Duration::from_millis(5), Duration::from_millis(200));
 /// assert!(adaptive.validate().is_ok());
 /// assert_eq!(Hedge::at_quantile(1.5).validate().unwrap_err().field(), "hedge.quantile");
+/// // Every attempt at once, each on an idle worker.
+/// assert!(Hedge::after(Duration::ZERO).max_hedges(2).validate().is_ok());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -61,25 +65,35 @@ impl Default for Hedge {
 }
 
 impl Hedge {
-    /// A hedge after a fixed `delay`.
+    /// A hedge after a fixed `delay`: at most one day (`validate` refuses
+    /// more, naming `hedge.delay`). Zero is allowed: every attempt starts at
+    /// once, each on a worker idle at that moment (none queues), as Polly's
+    /// parallel mode and failsafe-go's backup executions do.
     pub fn after(delay: Duration) -> Self {
         Hedge { delay: Some(delay), ..Hedge::default() }
     }
 
     /// A hedge after the dependency's recent call time at `quantile` (0.95:
-    /// p95). Clamped to 1 ms - 1 s, used after 100 samples; see
-    /// [`clamp`](Self::clamp) and [`min_samples`](Self::min_samples).
+    /// p95), strictly between 0 and 1 (`validate` refuses anything else,
+    /// NaN included, naming `hedge.quantile`). Clamped to 1 ms - 1 s and used
+    /// after 100 samples unless set otherwise; see [`clamp`](Self::clamp)
+    /// and [`min_samples`](Self::min_samples).
     pub fn at_quantile(quantile: f64) -> Self {
         Hedge { quantile, ..Hedge::default() }
     }
 
-    /// The most extra attempts one call may start. Defaults to 1.
+    /// The most extra attempts one call may start: between 1 and 8
+    /// (`validate` refuses anything else, naming `hedge.max_hedges`).
+    /// Defaults to 1.
     pub fn max_hedges(mut self, n: u32) -> Self {
         self.max_hedges = n;
         self
     }
 
-    /// The bounds of a quantile delay. Defaults to 1 ms and 1 s.
+    /// The bounds of a quantile delay: `min` at most `max`, `max` at most one
+    /// day; `min` may be zero (`validate` refuses anything else, naming
+    /// `hedge.min_delay`). Defaults to 1 ms and 1 s. A fixed delay
+    /// ([`after`](Self::after)) ignores them.
     pub fn clamp(mut self, min: Duration, max: Duration) -> Self {
         self.min_delay = min;
         self.max_delay = max;
@@ -87,7 +101,8 @@ impl Hedge {
     }
 
     /// Calls the recent window must hold before the quantile is trusted
-    /// (before that, the delay is the maximum). Defaults to 100.
+    /// (before that, the delay is the maximum of [`clamp`](Self::clamp)).
+    /// Any count; 0 trusts the quantile from the first call. Defaults to 100.
     pub fn min_samples(mut self, n: u64) -> Self {
         self.min_samples = n;
         self
@@ -104,22 +119,18 @@ impl Hedge {
             return Err(ConfigError::new("hedge.max_hedges", "between 1 and 8", self.max_hedges));
         }
         if let Some(d) = self.delay
-            && (d.is_zero() || d > MAX_TIMEOUT)
+            && d > MAX_TIMEOUT
         {
-            return Err(ConfigError::new(
-                "hedge.delay",
-                "greater than zero and at most one day",
-                format!("{d:?}"),
-            ));
+            return Err(ConfigError::new("hedge.delay", "at most one day", format!("{d:?}")));
         }
         // `!(q > 0 && q < 1)` refuses NaN too.
         if !(self.quantile > 0.0 && self.quantile < 1.0) {
             return Err(ConfigError::new("hedge.quantile", "strictly between 0 and 1", self.quantile));
         }
-        if self.min_delay.is_zero() || self.min_delay > self.max_delay || self.max_delay > MAX_TIMEOUT {
+        if self.min_delay > self.max_delay || self.max_delay > MAX_TIMEOUT {
             return Err(ConfigError::new(
                 "hedge.min_delay",
-                "greater than zero and at most max_delay (at most one day)",
+                "at most max_delay (at most one day)",
                 format!("{:?} .. {:?}", self.min_delay, self.max_delay),
             ));
         }

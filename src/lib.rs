@@ -75,6 +75,7 @@ mod error;
 pub mod histogram;
 mod latency;
 mod listeners;
+mod quiet;
 mod room;
 mod sync;
 mod time;

@@ -7,8 +7,12 @@
 //! - **Admission**, in one fixed order: the deadline, the rate limit, the
 //!   breaker, the adaptive limit, the priority place; then the launch (the
 //!   submission to the pool, or the run on the caller's thread). A refusal
-//!   at any step is counted, logged and announced there, once; what the
-//!   attempt had taken is given back by the [`Attempt`]'s `Drop`.
+//!   at any step is counted, logged (in aggregate, `quiet_log.rs`) and
+//!   announced there, once; what the attempt had taken is given back by the
+//!   [`Attempt`]'s `Drop`. A wait (for a rate permit, for room, for a
+//!   caller-thread permit) that the attempt's deadline ends is no refusal:
+//!   it is the caller's timeout, counted `timed_out` and recorded by no
+//!   breaker ([`Attempt::unlaunched`]).
 //! - **Settlement**, exactly once: classification under `catch_unwind`, the
 //!   late-answer rule (an answer after the deadline is a timeout), the
 //!   job's own timeout at the deadline (the same event as the caller's), the
@@ -77,41 +81,49 @@ pub(super) struct Ask {
     pub(super) form: Form,
 }
 
-/// Why an attempt was not admitted.
+/// Why an attempt was not admitted: refused, or its deadline came while it
+/// waited (for a rate permit, for room, for a caller-thread permit).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Refusal {
     pub(super) rejection: Rejection,
     /// For the rate limit: when a permit would be free.
     retry_after: Option<Duration>,
+    /// The attempt's deadline ended its wait, after this long: a timeout,
+    /// not a refusal (`rejection` is then only what the pool said).
+    timed_out: Option<Duration>,
 }
 
 impl Refusal {
     pub(super) fn into_error<E>(self) -> Error<E> {
-        match self.retry_after {
-            Some(retry_after) => Error::RateLimited { retry_after },
-            None => Error::Rejected(self.rejection),
+        match (self.timed_out, self.retry_after) {
+            (Some(waited), _) => Error::Timeout { waited },
+            (None, Some(retry_after)) => Error::RateLimited { retry_after },
+            (None, None) => Error::Rejected(self.rejection),
         }
     }
 }
 
 /// Why a launch failed: the pool refused the job, or the caller-thread
-/// permits did.
+/// permits did, or the deadline ended the wait for either
+/// ([`Attempt::unlaunched`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Unlaunched {
     rejection: Rejection,
     /// Refused for lack of room while every worker was stuck in its job.
     stalled: bool,
+    /// The deadline ended the wait for room, after this long.
+    timed_out: Option<Duration>,
 }
 
 impl<F> From<SubmitError<F>> for Unlaunched {
     fn from(refused: SubmitError<F>) -> Self {
-        Unlaunched { rejection: refused.rejection(), stalled: refused.stalled() }
+        Unlaunched { rejection: refused.rejection(), stalled: refused.stalled(), timed_out: None }
     }
 }
 
 impl From<Rejection> for Unlaunched {
     fn from(rejection: Rejection) -> Self {
-        Unlaunched { rejection, stalled: false }
+        Unlaunched { rejection, stalled: false, timed_out: None }
     }
 }
 
@@ -183,8 +195,11 @@ impl Inner {
                 Ok(wait) => {
                     std::thread::sleep(wait);
                     now = Instant::now();
+                    // Overslept past the deadline: the caller's time ran out
+                    // while it waited, a timeout (no permit of the breaker's
+                    // has been taken yet).
                     if at <= now {
-                        return Err(self.refuse(ask.form, Rejection::DeadlineUnmeetable, None));
+                        return Err(self.time_out(now.saturating_duration_since(ask.now)));
                     }
                 }
                 Err(refused) => {
@@ -252,8 +267,23 @@ impl Inner {
             if hedge && rate {
                 self.rate.give_back();
             }
-            self.refuse(ask.form, unlaunched.rejection, None)
+            match unlaunched.timed_out {
+                Some(waited) => self.time_out(waited),
+                None => self.refuse(ask.form, unlaunched.rejection, None),
+            }
         })
+    }
+
+    /// A blocking attempt whose deadline ended its wait (for a rate permit,
+    /// for room, for a caller-thread permit): counted `timed_out` and
+    /// announced as a timeout, and recorded by nobody: the provider was
+    /// never asked, and the dependency did not refuse.
+    fn time_out(&self, waited: Duration) -> Refusal {
+        #[cfg(test)]
+        super::tests::tally(&self.name, super::tests::REFUSED);
+        self.counters.outcome(Outcome::TimedOut);
+        self.announce_timeout(waited);
+        Refusal { rejection: Rejection::DeadlineUnmeetable, retry_after: None, timed_out: Some(waited) }
     }
 
     /// A call found no room while every worker was stuck in its call. Neither
@@ -293,14 +323,14 @@ impl Inner {
         super::tests::tally(&self.name, super::tests::REFUSED);
         if form != Form::Hedge {
             self.counters.outcome(rejection.outcome());
-            log::debug!("dependency {}: call rejected: {rejection}", self.name);
+            self.log.refused(&self.name, rejection);
             crate::trace::rejected(&self.name, rejection);
             if !self.listeners.is_empty() {
                 let event = Event::Rejected { dependency: Arc::clone(&self.name), rejection };
                 self.listeners.notify(&event, &self.name);
             }
         }
-        Refusal { rejection, retry_after }
+        Refusal { rejection, retry_after, timed_out: None }
     }
 
     /// The provider's normal latency, once it has answered successfully.
@@ -336,7 +366,7 @@ impl Inner {
     /// recorded (so that a slow or panicking listener cannot change what the
     /// breaker saw).
     fn announce_timeout(&self, waited: Duration) {
-        log::debug!("dependency {}: no answer within {waited:?}", self.name);
+        self.log.timed_out(&self.name, waited);
         crate::trace::timed_out(&self.name, waited);
         if !self.listeners.is_empty() {
             let event = Event::TimedOut { dependency: Arc::clone(&self.name), waited };
@@ -358,6 +388,27 @@ impl Attempt {
             let _place = place;
             job(ctx)
         }
+    }
+
+    /// A blocking attempt that could not be launched: `refused` by the pool
+    /// or the caller-thread permits. When the refusal comes at or past the
+    /// attempt's deadline, the deadline ended the caller's wait for room (the
+    /// pool's `max_wait` wait and the permits' wait both end at the earlier
+    /// of `max_wait` and the deadline, and say only "no room"): that is the
+    /// caller's timeout, not the dependency's refusal. Its breaker permit is
+    /// then let go unrecorded (in HALF_OPEN, dropped, so that its probe slot
+    /// goes back).
+    pub(super) fn unlaunched(self, refused: impl Into<Unlaunched>) -> Unlaunched {
+        let mut unlaunched = refused.into();
+        let now = Instant::now();
+        let waiting = matches!(unlaunched.rejection, Rejection::QueueFull | Rejection::DeadlineUnmeetable);
+        if waiting && now >= self.deadline.at {
+            unlaunched.timed_out = Some(now.saturating_duration_since(self.called));
+            if self.permit.state() == crate::breaker::State::Closed {
+                self.permit.forget();
+            }
+        }
+        unlaunched
     }
 
     /// A hedge's attempt that was admitted but could not start after all:

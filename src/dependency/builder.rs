@@ -99,7 +99,11 @@ impl DependencyBuilder {
 
     /// How long a call may wait for room when every worker is busy and the
     /// queue is full (see [`PoolBuilder::max_wait`]); zero refuses at once
-    /// with `QueueFull`. At most one minute and at most the timeout.
+    /// with `QueueFull`. A wait that `max_wait` ends is refused `QueueFull`;
+    /// one that the call's deadline ends first is the call's
+    /// [`Error::Timeout`](crate::Error::Timeout), counted `timed_out` and
+    /// never recorded by the breaker. In caller-thread mode, the same for the
+    /// wait for a permit. At most one minute and at most the timeout.
     /// Defaults to zero.
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.config.max_wait = wait;
@@ -196,9 +200,13 @@ impl DependencyBuilder {
     }
 
     /// The hedging policy of calls made with
-    /// [`with().hedge()`](crate::CallBuilder::hedge): when a second attempt
-    /// may start, and how many. Hedges share the retry budget. Defaults to
-    /// none: a hedged call makes one attempt.
+    /// [`with().hedge()`](crate::CallBuilder::hedge): when another attempt
+    /// may start (after the delay, or at once after a failure), and how
+    /// many. Hedges share the retry budget. The limits of each setting are
+    /// in the docs of [`Hedge`](crate::dependency::Hedge)'s setters (a delay
+    /// of at most one day, zero allowed; a quantile strictly between 0 and 1;
+    /// 1 to 8 hedges); [`build`](Self::build) refuses anything else, naming
+    /// the field. Defaults to none: a hedged call makes one attempt.
     pub fn hedge(mut self, hedge: crate::dependency::Hedge) -> Self {
         self.config.hedge = Some(hedge);
         self
@@ -328,6 +336,7 @@ impl DependencyBuilder {
                 normal: crate::pool::Latency::default(),
                 occupancy: Arc::default(),
                 ring,
+                log: Default::default(),
             }),
         })
     }

@@ -98,6 +98,10 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
     ///   records it as a failure only once a worker had run the attempt for
     ///   longer than the provider's normal latency (see the README's
     ///   "Semantics"), else as ignored.
+    /// - A wait for room (the pool's `max_wait`, a caller-thread permit, a
+    ///   rate permit) that this deadline ends is a timeout too, never a
+    ///   rejection: [`Error::Timeout`], counted `timed_out`, and not recorded
+    ///   by the breaker at all (the provider was never asked).
     /// - Retries never start an attempt, nor sleep, past it.
     ///
     /// Defaults to none.
@@ -193,7 +197,11 @@ impl<'a, C> CallBuilder<'a, C, Once> {
     /// Hedges with the dependency's [`Hedge`](super::Hedge) policy: when no
     /// acceptable answer (a verdict other than failure) has come after the
     /// hedge delay, another attempt starts on another worker, and the first
-    /// acceptable answer is the call's. A hedge starts only when a worker is
+    /// acceptable answer is the call's. An attempt that fails (as the
+    /// classifier judges it; not a panic, which another attempt would only
+    /// repeat) starts the next hedge at once, under the same conditions;
+    /// when no attempt answers acceptably, the last answer is the call's. A
+    /// zero delay starts every attempt at once. A hedge starts only when a worker is
     /// idle at that moment (it never queues), the breaker is CLOSED, the
     /// adaptive and rate limits grant it, the retry budget allows it (hedges
     /// and retries share it) and the deadline leaves it the provider's normal

@@ -20,7 +20,11 @@
 //!   any rejection.
 //!
 //! The first acceptable answer (a verdict other than failure) is the
-//! call's. The other legs are given up: a queued one is withdrawn, a running
+//! call's. A failure (a panic excepted) starts the next hedge at once,
+//! under the same conditions as one after the delay; when every leg made
+//! has answered and none acceptably, the last answer is the call's. A zero
+//! delay starts every hedge at once, into the workers idle then. The other
+//! legs are given up: a queued one is withdrawn, a running
 //! one sees [`CallContext::is_cancelled`] turn true, keeps its worker until
 //! its job returns (threads cannot be killed), and is recorded then.
 //!
@@ -187,12 +191,17 @@ where
                 _ => how.stall(inner.stall_threshold()),
             };
             pool.submit(how, work).map(|ticket| Leg { ticket, slot: Arc::clone(&slot) }).map_err(|refused| {
-                if let Some(attempt) = slot.lock().take()
-                    && form == Form::Hedge
-                {
-                    attempt.forget();
+                let attempt = slot.lock().take();
+                match attempt {
+                    Some(attempt) if form == Form::Hedge => {
+                        attempt.forget();
+                        refused.into()
+                    }
+                    // The first leg waits for room as any call: its deadline
+                    // ending that wait is its timeout.
+                    Some(attempt) => attempt.unlaunched(refused),
+                    None => refused.into(),
                 }
-                refused.into()
             })
         })
     }
@@ -237,10 +246,13 @@ where
     /// Looks without waiting: the call's answer once it has one (the first
     /// acceptable answer, the last answer when none is, or a timeout at the
     /// deadline) with the verdict recorded; meanwhile, starts a hedge when
-    /// one is due.
+    /// one is due, and at once when a leg has failed.
     pub(super) fn poll(&mut self) -> Option<Judged<T, E>> {
-        let inner = &*self.dependency.inner;
         loop {
+            let inner = &*self.dependency.inner;
+            // The last unacceptable answer taken in, and whether it was a
+            // failure the provider answered (shutdown's answer is not).
+            let mut last = None;
             for index in 0..self.legs.len() {
                 if !self.legs[index].as_ref().is_some_and(|l| l.ticket.is_settled()) {
                     continue;
@@ -255,15 +267,31 @@ where
                         let _ = self.give_up(false);
                         return Some((result, verdict));
                     }
-                    Some(judged) => judged,
-                    None => (Err(Error::Rejected(Rejection::ShuttingDown)), None),
+                    // A panic is a bug in the job, not a fault of the
+                    // provider's: another attempt would only panic again.
+                    Some(judged) => {
+                        let failed = !matches!(judged.0, Err(Error::Panicked(_)));
+                        (judged, failed)
+                    }
+                    None => ((Err(Error::Rejected(Rejection::ShuttingDown)), None), false),
                 };
+                if let Some(((earlier, _), _)) = last.replace(answer) {
+                    drop_quietly(earlier);
+                }
+            }
+            let now = Instant::now();
+            if let Some((answer, failed)) = last {
+                // A failure is answered with the next hedge, at once (within
+                // the same rules as a hedge after the delay).
+                if failed && now < self.deadline.at {
+                    self.hedge(now, true);
+                }
                 // Every leg made has answered, none acceptably: the last is the call's.
                 if self.legs.iter().all(Option::is_none) {
                     return Some(answer);
                 }
+                drop_quietly(answer);
             }
-            let now = Instant::now();
             if now >= self.deadline.at {
                 // A leg that answered just now still counts.
                 if self.legs.iter().flatten().any(|l| l.ticket.is_settled()) {
@@ -275,16 +303,17 @@ where
                     (None, verdict) => (Err(Error::Timeout { waited }), verdict),
                 });
             }
-            self.maybe_hedge(now);
+            self.hedge(now, false);
             return None;
         }
     }
 
-    /// Starts a hedge if one is due at `now`.
-    fn maybe_hedge(&mut self, now: Instant) {
+    /// Starts the hedges due at `now`: one once the delay has passed since
+    /// the last (every one left at once for a zero delay), and one at once
+    /// after a leg `failed`.
+    fn hedge(&mut self, now: Instant, failed: bool) {
         let Some(policy) = self.policy else { return };
-        let more = self.legs.len() <= policy.hedges() as usize;
-        if !more || self.hedge_at.is_none_or(|at| now < at) {
+        if !failed && self.hedge_at.is_none_or(|at| now < at) {
             return;
         }
         let inner = &*self.dependency.inner;
@@ -293,17 +322,31 @@ where
             None => {
                 let d = policy.delay_for(&inner.call_time);
                 self.delay = Some(d);
-                // Later than the earliest: wait on until then.
-                if let Some(at) = self.called.checked_add(d).filter(|at| *at > now) {
+                // Later than the earliest: wait on until then (a failure does not wait).
+                if let Some(at) = self.called.checked_add(d).filter(|at| *at > now && !failed) {
                     self.hedge_at = Some(at);
                     return;
                 }
                 d
             }
         };
-        // Nothing is taken for a hedge that cannot start: a worker must
-        // be idle, the deadline must leave it the provider's normal
-        // latency, and the retry budget (shared with retries) must allow it.
+        while self.legs.len() <= policy.hedges() as usize {
+            let started = self.try_hedge(now);
+            // The next timed hedge comes a delay later; with no delay, every
+            // hedge that could start has, and only a failure starts another.
+            self.hedge_at = now.checked_add(delay).filter(|_| !delay.is_zero());
+            if !started || !delay.is_zero() {
+                break;
+            }
+        }
+    }
+
+    /// Starts one hedge, if it can make no outage worse: nothing is taken
+    /// for a hedge that cannot start. A worker must be idle, the deadline
+    /// must leave it the provider's normal latency, and the retry budget
+    /// (shared with retries) must allow it.
+    fn try_hedge(&mut self, now: Instant) -> bool {
+        let inner = &*self.dependency.inner;
         let normal = inner.normal_latency().unwrap_or_default();
         if inner.exec.pool().is_some_and(crate::pool::Pool::has_idle_worker)
             && self.deadline.at.saturating_duration_since(now) > normal
@@ -313,11 +356,12 @@ where
                 Ok(leg) => {
                     inner.counters.hedged();
                     self.legs.push(Some(leg));
+                    return true;
                 }
                 Err(_) => inner.budget.refund(inner.clock_now(now)),
             }
         }
-        self.hedge_at = now.checked_add(delay);
+        false
     }
 
     /// Gives up every leg still held: at the deadline (a timeout for each

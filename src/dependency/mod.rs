@@ -38,7 +38,8 @@
 //! spins and parks through `sync.rs`, records into `histogram/mod.rs` and,
 //! with the `tracing` feature, enters a span (`trace.rs`): 21 files in all.
 //!
-//! A refusal at any step of admission is counted, logged and announced
+//! A refusal at any step of admission is counted, logged (in aggregate:
+//! at most a line a second per reason, `quiet_log.rs`) and announced
 //! there, once; what the attempt had taken (its permits, its place) is given
 //! back by its `Drop`, unrecorded, because a full queue or an open breaker
 //! says nothing about the provider. An attempt's deadline is the earlier of
@@ -64,6 +65,7 @@ mod detached;
 mod fanout;
 mod hedge;
 mod once;
+mod quiet_log;
 mod retrying;
 #[cfg(test)]
 mod tests;
@@ -151,6 +153,8 @@ struct Inner {
     occupancy: Arc<crate::priority::Occupancy>,
     /// The last events, for `recent_events`.
     ring: Arc<crate::events::EventRing>,
+    /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).
+    log: quiet_log::QuietLog,
 }
 
 impl Inner {

@@ -62,7 +62,10 @@ impl Dependency {
                 // not queued to time out and be retried.
                 let how =
                     Submit::by(attempt.deadline.at).attempt(attempt.number).stall(inner.stall_threshold());
-                let ticket = pool.submit(how, job)?;
+                let ticket = match pool.submit(how, job) {
+                    Ok(ticket) => ticket,
+                    Err(refused) => return Err(attempt.unlaunched(refused)),
+                };
                 let (answer, began) = ticket.wait_timed();
                 let end = match answer {
                     // The pool answered before the deadline, however late this thread woke.
@@ -77,7 +80,10 @@ impl Dependency {
             }),
             Exec::Caller(caller) => inner.admit(ask, |attempt| {
                 let (ran, began, ended) =
-                    caller.run(attempt.called, attempt.deadline.at, attempt.number, traced)?;
+                    match caller.run(attempt.called, attempt.deadline.at, attempt.number, traced) {
+                        Ok(ran) => ran,
+                        Err(refused) => return Err(attempt.unlaunched(refused)),
+                    };
                 let end = match ran {
                     Ok(result) => End::Returned(result),
                     Err(payload) => End::Panicked(panic_message(payload.as_ref())),

@@ -271,8 +271,10 @@ pub struct CapacityEntry {
     pub waiters: usize,
     /// How many failed calls the breaker needs to open, at the worst: a
     /// count window full of successes, or a time window's minimum. When it
-    /// exceeds `hold`, one wave of hung calls cannot open it by its rates
-    /// alone (the stall rule still can, see the README's "Semantics").
+    /// exceeds `workers + queue`, the rates open it only after more failures
+    /// than the pool holds: a hang is cut by the stall rule (every worker
+    /// inside one call for a quarter of the timeout), see the README's
+    /// "Semantics".
     pub failures_to_open: u32,
     /// The verdict for this dependency.
     pub level: CapacityLevel,
@@ -381,9 +383,17 @@ impl CapacityReport {
             let places = e.workers.saturating_add(e.queue);
             if e.failures_to_open as usize > places {
                 out.push(format!(
-                    "dependency `{}`: its breaker needs {} failures to open, more than the {} calls it can hold \
-                     (workers {} + queue {}); one wave of hung calls cannot open it by its rates",
-                    e.name, e.failures_to_open, places, e.workers, e.queue
+                    "dependency `{}`: its breaker opens by its rates only after {} failures, more than the {} \
+                     calls it can hold (workers {} + queue {}): a hang is cut by the stall rule instead, which \
+                     opens it once every worker has been inside one call for {:?} (the stall threshold: a \
+                     quarter of the timeout, or twice the provider's normal latency if longer)",
+                    e.name,
+                    e.failures_to_open,
+                    places,
+                    e.workers,
+                    e.queue,
+                    // Before the provider has answered: its normal latency is unknown.
+                    crate::pool::Latency::default().stall_threshold(e.timeout, e.timeout)
                 ));
             }
             if let Some(budget) = self.request_budget

@@ -40,17 +40,10 @@ pub(crate) struct Refused {
 pub const REFUSAL_REASONS: [&str; 4] = ["full", "max_wait", "budget", "stuck"];
 
 impl Refused {
-    /// Counts one refusal for `reason`, an index into [`REFUSAL_REASONS`];
-    /// returns the new count.
+    /// Counts one refusal for `reason`, an index into [`REFUSAL_REASONS`].
     #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server counts them
-    pub(crate) fn count(&self, reason: usize) -> u64 {
-        self.counts[reason].fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// Every refusal, whatever its reason.
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server logs it
-    pub(crate) fn total(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    pub(crate) fn count(&self, reason: usize) {
+        self.counts[reason].fetch_add(1, Ordering::Relaxed);
     }
 
     fn get(&self) -> [(&'static str, u64); REFUSAL_REASONS.len()] {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use super::config::ServerConfig;
 use super::proxy::TrustedProxies;
 use super::request::{self, Arrival, RequestContext, TIMEOUT_HEADER};
+use crate::quiet::Quiet;
 use crate::registry::{REFUSAL_REASONS, Refused, Registry, RequestPoolGauges};
 use crate::reserve::{self, Route};
 use crate::room::{NoSeat, Room, Seat};
@@ -32,6 +33,8 @@ pub(super) struct Counts {
     pub(super) reserved_busy: Arc<AtomicUsize>,
     pub(super) waiting: Arc<AtomicUsize>,
     pub(super) refused: Arc<Refused>,
+    /// The refusals' log, one kind per reason.
+    quiet: Arc<Quiet<{ REFUSAL_REASONS.len() }>>,
 }
 
 impl Counts {
@@ -48,7 +51,7 @@ impl Counts {
 
     /// Counts a refusal of `why`, and logs the refusals at most once a
     /// second: the first of a second at once, the rest with the next line.
-    pub(super) fn refuse(&self, why: NoSeat, log_gate: &LogGate) {
+    pub(super) fn refuse(&self, why: NoSeat) {
         let reason = match why {
             NoSeat::Full => 0,
             NoSeat::Waited => 1,
@@ -56,14 +59,16 @@ impl Counts {
             NoSeat::Stuck => 3,
         };
         self.refused.count(reason);
-        if let Some(since) = log_gate.pass() {
-            let all = self.refused.total();
-            log::warn!(
-                "request pool: refused an ordinary request ({}); {} refused in all, {} since the last line {since:?} ago",
+        match self.quiet.note(reason, Instant::now()) {
+            Some((1, _)) => {
+                log::warn!("request pool: refused an ordinary request ({})", REFUSAL_REASONS[reason])
+            }
+            Some((n, ago)) => log::warn!(
+                "request pool: refused {n} ordinary requests ({}) in the last {:?}",
                 REFUSAL_REASONS[reason],
-                all,
-                all - log_gate.seen(all),
-            );
+                ago.unwrap_or_default()
+            ),
+            None => {}
         }
     }
 }
@@ -171,7 +176,6 @@ struct Gate {
     /// The request threads as seats: class 0, ordinary requests, keeps the
     /// reserve's; class 1, reserved ones, keeps none.
     room: Room,
-    log_gate: LogGate,
     routes: Vec<Route>,
     budget: Duration,
     proxies: TrustedProxies,
@@ -209,7 +213,6 @@ impl RequestPool {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let gate = Gate {
             room,
-            log_gate: LogGate::default(),
             routes: compiled.map(|r| r.routes.clone()).unwrap_or_default(),
             budget: config.request_budget(),
             proxies: config.trusted_proxies().clone(),
@@ -263,7 +266,7 @@ impl RequestPool {
                 let seat = gate.room.acquire_as(class, context.deadline());
                 counts.waiting.fetch_sub(1, Ordering::Relaxed);
                 seat.map_err(|why| {
-                    counts.refuse(why, &gate.log_gate);
+                    counts.refuse(why);
                     EnterError::Busy
                 })?
             }
@@ -344,36 +347,6 @@ impl Drop for Entered {
 impl fmt::Debug for Entered {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Entered").field("seat", &self.seat).field("context", &self.context).finish()
-    }
-}
-
-/// Lets a log line through at most once a second, and remembers the count
-/// it last reported.
-#[derive(Default)]
-pub(super) struct LogGate {
-    /// When the last line went out, in nanoseconds since `epoch`; 0: never.
-    last: std::sync::atomic::AtomicU64,
-    epoch: std::sync::OnceLock<Instant>,
-    seen: std::sync::atomic::AtomicU64,
-}
-
-impl LogGate {
-    /// `Some(time since the last line)` when a line may go out now (one
-    /// caller wins the second), else `None`.
-    fn pass(&self) -> Option<Duration> {
-        let epoch = *self.epoch.get_or_init(Instant::now);
-        let now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
-        let last = self.last.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < 1_000_000_000 {
-            return None;
-        }
-        self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).ok()?;
-        Some(Duration::from_nanos(if last == 0 { 0 } else { now - last }))
-    }
-
-    /// The count reported by the line before this one, recording `all` for the next.
-    fn seen(&self, all: u64) -> u64 {
-        self.seen.swap(all, Ordering::Relaxed)
     }
 }
 

@@ -16,7 +16,7 @@ use tiny_http::{Header, Request, Response, ResponseBox, Server};
 use super::admission::{Admission, Admit, Next};
 use super::answer::Reply;
 use super::config::{CompiledReserve, ServerConfig};
-use super::gate::{Counts, LogGate};
+use super::gate::Counts;
 use super::proxy::TrustedProxies;
 use super::request::{self, Arrival, Handed, RequestContext};
 use crate::error::panic_message;
@@ -65,7 +65,6 @@ pub(super) struct Shared {
     pub(super) admission: Admission<Taken>,
     /// How often an idle thread looks for waiting requests whose wait ended.
     sweep_every: Duration,
-    log_gate: LogGate,
     /// The reserved share, if any, with its routes parsed.
     pub(super) reserve: Option<CompiledReserve>,
 }
@@ -114,7 +113,6 @@ pub(super) fn start(
             Duration::ZERO => Duration::from_secs(1),
             wait => wait.max(Duration::from_millis(10)),
         },
-        log_gate: LogGate::default(),
         reserve,
     });
     let mut joins = Vec::with_capacity(threads);
@@ -188,7 +186,7 @@ impl Shared {
     /// Answers an ordinary request that could not have a thread `503`,
     /// counted by reason (and logged at most once a second).
     fn refuse(&self, taken: Taken, why: NoSeat) {
-        self.counts.refuse(why, &self.log_gate);
+        self.counts.refuse(why);
         let busy = json_error(503, "SERVER_BUSY", "every ordinary request thread is busy, try again later");
         self.send(taken.request, taken.reply, busy);
     }

@@ -344,10 +344,11 @@ fn a_retry_never_sleeps_into_the_breaker_its_own_attempt_opened() {
     assert_eq!((calls.failed, calls.not_permitted, calls.retried), (2, 0, 1), "{calls:?}");
 }
 
-/// `check_capacity` says when a breaker cannot open within one wave of hung
-/// calls, and counts the waiters.
+/// `check_capacity` says when a breaker opens by its rates only after more
+/// failures than the pool holds (a hang is then cut by the stall rule), and
+/// counts the waiters.
 #[test]
-fn capacity_warns_of_breakers_one_wave_cannot_open_and_of_waiters() {
+fn capacity_warns_that_the_stall_rule_cuts_a_hang_the_rates_cannot_and_of_waiters() {
     let registry = Registry::new();
     registry
         .register(
@@ -375,11 +376,20 @@ fn capacity_warns_of_breakers_one_wave_cannot_open_and_of_waiters() {
     let account = &report.entries[1];
     assert_eq!((account.hold, account.waiters, account.failures_to_open), (5, 5, 4));
     let warnings = report.warnings();
-    assert!(warnings.iter().any(|w| w.contains("`fraud`: its breaker needs 10 failures")), "{warnings:?}");
+    // What will happen, not what will not: the rates need more failures than the pool holds, so
+    // the stall rule cuts a hang.
+    let fraud_warning = "`fraud`: its breaker opens by its rates only after 10 failures, more than the 8 calls \
+                         it can hold (workers 6 + queue 2): a hang is cut by the stall rule instead, which opens \
+                         it once every worker has been inside one call for 250ms (the stall threshold: a quarter of the \
+                         timeout, or twice the provider's normal latency if longer)";
+    assert!(warnings.iter().any(|w| w.contains(fraud_warning)), "{warnings:?}");
+    assert!(!warnings.iter().any(|w| w.contains("cannot open")), "{warnings:?}");
     assert!(
         warnings.iter().any(|w| w.contains("`account` can hold 10 of 10 request threads with its 5 waiters"))
     );
     assert!(!warnings.iter().any(|w| w.contains("`account`: its breaker")), "{warnings:?}");
     // The start-up table shows them too.
-    assert!(report.to_string().contains("warning: dependency `fraud`: its breaker needs 10 failures"));
+    assert!(
+        report.to_string().contains("warning: dependency `fraud`: its breaker opens by its rates only after")
+    );
 }

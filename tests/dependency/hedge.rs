@@ -248,8 +248,107 @@ fn without_a_policy_a_hedged_call_is_one_attempt_and_the_config_round_trips() {
     config.hedge = Some(Hedge::at_quantile(0.9).clamp(Duration::from_millis(5), Duration::from_millis(20)));
     dep.reconfigure(config.clone()).unwrap();
     assert_eq!(dep.config().hedge, config.hedge);
-    config.hedge = Some(Hedge::after(Duration::ZERO));
+    config.hedge = Some(Hedge::after(Duration::from_secs(2 * 86_400)));
     let err = dep.reconfigure(config).unwrap_err();
     assert_eq!(err.field(), "hedge.delay");
     assert!(dep.config().hedge.is_some(), "a refused change changes nothing");
+}
+
+/// Has every worker of `dep` run a job (all `workers` at once, so each thread
+/// has started) and gone back to idle, so that a hedge finds idle workers.
+fn every_worker_started(dep: &Dependency, workers: usize) {
+    let all = Arc::new(std::sync::Barrier::new(workers));
+    for _ in 0..workers {
+        let all = Arc::clone(&all);
+        dep.spawn(move |_: &CallContext| -> Result<(), std::io::Error> {
+            all.wait();
+            Ok(())
+        })
+        .unwrap();
+    }
+    assert!(wait_until(SETTLE, || {
+        let s = dep.snapshot();
+        s.calls.successful == workers as u64 && s.pool.busy == 0
+    }));
+}
+
+#[test]
+fn a_failure_before_the_delay_starts_the_next_hedge_at_once() {
+    let p = provider(Fault::Healthy);
+    // The first request fails at once with a 503; the next is answered.
+    p.script([Fault::Error(503)]);
+    // A delay longer than the timeout (5 s): only the failure can start the hedge.
+    let dep = hedging("failed-first", 4, Hedge::after(Duration::from_secs(60))).build().unwrap();
+    every_worker_started(&dep, 4);
+    let (agent, url) = (client(), p.url());
+    let started = Instant::now();
+    let answer = dep.with().hedge().call(move |ctx: &CallContext| {
+        get(&agent, &url, ctx).map(|b| format!("{b} from attempt {}", ctx.attempt()))
+    });
+    let took = started.elapsed();
+    assert_eq!(answer.unwrap(), "ok from attempt 2");
+    assert!(took < Duration::from_secs(5), "answered before the deadline: {took:?}");
+    let calls = dep.snapshot().calls;
+    assert_eq!((calls.hedged, calls.hedges_won, calls.failed), (1, 1, 1), "{calls:?}");
+    let m = dep.breaker().metrics();
+    assert_eq!((m.successful, m.failed), (4 + 1, 1), "{m:?}");
+    assert_eq!(p.hits(), 2);
+}
+
+#[test]
+fn when_every_attempt_fails_the_call_answers_the_last_failure() {
+    let p = provider(Fault::Error(503));
+    // A delay longer than the timeout (5 s): only failures can start hedges.
+    let dep = hedging("all-failed", 4, Hedge::after(Duration::from_secs(60)).max_hedges(2)).build().unwrap();
+    every_worker_started(&dep, 4);
+    let (agent, url) = (client(), p.url());
+    // The attempt whose failure came last.
+    let last = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen = Arc::clone(&last);
+    let started = Instant::now();
+    let answer = dep.with().hedge().call(move |ctx: &CallContext| {
+        let answer = get(&agent, &url, ctx);
+        seen.store(ctx.attempt(), Ordering::SeqCst);
+        answer
+    });
+    let took = started.elapsed();
+    assert!(matches!(answer, Err(Error::Failed(ureq::Error::StatusCode(503)))), "{answer:?}");
+    assert_eq!(last.load(Ordering::SeqCst), 3, "attempts one after another, each on a failure");
+    assert!(took < Duration::from_secs(5), "answered before the deadline: {took:?}");
+    let calls = dep.snapshot().calls;
+    assert_eq!((calls.hedged, calls.hedges_won, calls.failed), (2, 0, 3), "{calls:?}");
+    assert_eq!(dep.breaker().metrics().failed, 3);
+    assert_eq!(p.hits(), 3);
+}
+
+#[test]
+fn a_zero_delay_starts_every_attempt_at_once_into_idle_workers_only() {
+    let slow = provider(Fault::Slow(Duration::from_secs(2)));
+    let fast = provider(Fault::Healthy);
+    // Attempt 1 is slow; the hedges, started with it, answer at once.
+    let job = {
+        let (agent, slow, fast) = (client(), slow.url(), fast.url());
+        move |ctx: &CallContext| {
+            let url = if ctx.attempt() == 1 { &slow } else { &fast };
+            get(&agent, url, ctx).map(|b| format!("{b} from attempt {}", ctx.attempt()))
+        }
+    };
+    let dep = hedging("all-at-once", 8, Hedge::after(Duration::ZERO).max_hedges(2)).build().unwrap();
+    every_worker_started(&dep, 8);
+    let started = Instant::now();
+    let answer = dep.with().hedge().call(job.clone()).unwrap();
+    let took = started.elapsed();
+    assert!(answer == "ok from attempt 2" || answer == "ok from attempt 3", "{answer}");
+    assert!(took < Duration::from_secs(1), "the hedges did not wait for the slow attempt: {took:?}");
+    // Both were handed to idle workers at once (the loser may be given up
+    // before its worker takes it, so the provider's hits are not counted here).
+    assert_eq!(dep.snapshot().calls.hedged, 2, "both hedges started at once");
+
+    // Two workers: the first attempt takes one, one hedge the other, and
+    // nothing more starts or queues.
+    let dep = hedging("two-at-once", 2, Hedge::after(Duration::ZERO).max_hedges(3)).queue(4).build().unwrap();
+    every_worker_started(&dep, 2);
+    assert_eq!(dep.with().hedge().call(job).unwrap(), "ok from attempt 2");
+    let snap = dep.snapshot();
+    assert_eq!((snap.calls.hedged, snap.pool.queued), (1, 0), "{snap:?}");
 }

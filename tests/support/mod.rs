@@ -51,24 +51,49 @@ pub fn median(samples: &mut [Duration]) -> Duration {
 /// Warnings logged by this test binary (the first call installs the logger;
 /// a binary has one, so every test that reads warnings goes through this).
 pub fn warnings() -> &'static std::sync::Mutex<Vec<String>> {
+    install_logger();
+    &logged().0
+}
+
+/// The lines about rejected calls that dependencies logged at `debug` in
+/// this test binary (through the same logger as [`warnings`]).
+pub fn rejection_lines() -> &'static std::sync::Mutex<Vec<String>> {
+    install_logger();
+    &logged().1
+}
+
+/// Lines kept by the logger.
+type Lines = std::sync::Mutex<Vec<String>>;
+
+/// What the logger keeps: warnings, and the dependencies' debug lines
+/// about rejected calls.
+fn logged() -> &'static (Lines, Lines) {
+    static LOGGED: std::sync::OnceLock<(Lines, Lines)> = std::sync::OnceLock::new();
+    LOGGED.get_or_init(Default::default)
+}
+
+fn install_logger() {
     struct Capture;
-    static WARNINGS: std::sync::OnceLock<std::sync::Mutex<Vec<String>>> = std::sync::OnceLock::new();
     static LOGGER: Capture = Capture;
     impl log::Log for Capture {
         fn enabled(&self, m: &log::Metadata) -> bool {
             m.level() <= log::Level::Warn
+                || (m.level() <= log::Level::Debug && m.target().starts_with("watertight::dependency"))
         }
         fn log(&self, record: &log::Record) {
-            if self.enabled(record.metadata()) {
-                let w = WARNINGS.get_or_init(Default::default);
-                w.lock().unwrap().push(record.args().to_string());
+            if !self.enabled(record.metadata()) {
+                return;
+            }
+            let line = record.args().to_string();
+            if record.level() <= log::Level::Warn {
+                logged().0.lock().unwrap().push(line);
+            } else if line.contains("rejected") {
+                logged().1.lock().unwrap().push(line);
             }
         }
         fn flush(&self) {}
     }
-    let w = WARNINGS.get_or_init(Default::default);
     if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(log::LevelFilter::Warn);
+        log::set_max_level(log::LevelFilter::Debug);
     }
-    w
 }
