@@ -469,15 +469,21 @@ where
         E: Clone + Send + 'static,
         F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
     {
+        let inner = &*self.inner;
         let (flight, landing) = {
-            let mut table = self.inner.flights.lock();
-            if table.contains_key(key) {
+            let mut table = inner.flights.lock();
+            // Under the table's lock, where a landing puts its answer in the
+            // map before it leaves the table: a refresh (or a miss's call)
+            // in flight, or one that has landed since this hit read the map,
+            // is seen here, so one value is refreshed once.
+            let due = inner.map.peek(key).is_some_and(|entry| entry.is_due(inner.now()));
+            if !due || table.contains_key(key) {
                 return;
             }
             self.board(&mut table, key, true)
         };
         match self.launch(dep, landing, None, classify, job) {
-            Ok(()) => Counters::bump(&self.inner.counters.refreshes),
+            Ok(()) => Counters::bump(&inner.counters.refreshes),
             // No room now: the current value stays until its TTL, and the
             // next hit past the age tries again. A miss that joined the
             // flight meanwhile (the value expired since) has its answer.
