@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use watertight::cache::{Cache, Cached};
 use watertight::http::WithDeadline;
 use watertight::testing::{FakeProvider, Fault};
-use watertight::{CallContext, Dependency, Error};
+use watertight::{CallContext, Dependency, Error, ManualClock, Verdict};
 
 /// A provider that answers every request with the user's permission.
 fn account(fault: Fault) -> FakeProvider {
@@ -146,4 +146,108 @@ fn a_hung_provider_holds_each_caller_only_until_its_own_deadline() {
     let answer = cache.get_or_call(&dep, "carol", Instant::now() + Duration::from_secs(5), ask(url));
     assert_eq!(answer.expect("asked again").value, r#"{"user":"/users/carol"}"#);
     assert_eq!(provider.hits(), 2);
+}
+
+/// The job of a client that reads every status as an answer
+/// (`http_status_as_error(false)`): the status and the body.
+fn status_of(
+    url: String,
+) -> impl FnOnce(&CallContext) -> Result<(u16, String), Arc<ureq::Error>> + Send + 'static {
+    move |ctx: &CallContext| {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut resp = agent.get(&url).with_deadline(ctx).call().map_err(Arc::new)?;
+        Ok((resp.status().as_u16(), resp.body_mut().read_to_string().map_err(Arc::new)?))
+    }
+}
+
+/// 5xx a failure, 4xx ignored: the status decides, as `classify_response` does.
+fn by_status(r: &Result<(u16, String), Arc<ureq::Error>>) -> Verdict {
+    use watertight::Classify;
+    match r {
+        Ok((status, _)) if *status >= 500 => Verdict::Failure,
+        Ok((status, _)) if *status >= 400 => Verdict::Ignore,
+        Ok(_) => Verdict::Success,
+        Err(e) => e.classify(),
+    }
+}
+
+// (In the two tests below, each lookup comes right after the previous
+// answer, whose worker may still be on its way back to the pool: the queue
+// takes the lookup meanwhile.)
+
+/// A provider that answers `200`, then `500` as an `Ok` that the classifier
+/// judges a failure: the 500 is never kept, and the last good value answers
+/// it where allowed; without `serve_stale`, the 500 as it came.
+#[test]
+fn a_500_the_classifier_judges_a_failure_is_never_kept() {
+    let provider = account(Fault::Healthy);
+    let dep =
+        Dependency::builder("account").workers(2).queue(4).timeout(Duration::from_secs(5)).build().unwrap();
+    let clock = ManualClock::new();
+    let builder =
+        || Cache::builder("pages").ttl(|_: &(u16, String)| Duration::from_secs(10)).clock(clock.clone());
+    let (stale, closed) =
+        (builder().serve_stale(Duration::from_secs(60)).build().unwrap(), builder().build().unwrap());
+    let url = format!("{}/users/dave", provider.url());
+    let ask = |cache: &Cache<String, (u16, String)>| {
+        cache.get_or_call_with(
+            &dep,
+            "dave",
+            Instant::now() + Duration::from_secs(5),
+            by_status,
+            status_of(url.clone()),
+        )
+    };
+    let good = (200, r#"{"user":"/users/dave"}"#.to_owned());
+    assert_eq!(ask(&stale).unwrap().value, good);
+    assert_eq!(ask(&closed).unwrap().value, good);
+
+    clock.advance(Duration::from_secs(11));
+    provider.set_fault(Fault::Error(500));
+    let fell_back = ask(&stale).unwrap();
+    assert_eq!(
+        (&fell_back.value, fell_back.stale),
+        (&good, Some(Duration::from_secs(11))),
+        "the last good value"
+    );
+    assert_eq!(ask(&closed).unwrap().value.0, 500, "without serve_stale: the answer as it came");
+    assert_eq!(provider.hits(), 4);
+
+    // Neither kept the 500: healed, both ask again.
+    provider.set_fault(Fault::Healthy);
+    for cache in [&stale, &closed] {
+        let fresh = ask(cache).unwrap();
+        assert_eq!((&fresh.value, fresh.stale), (&good, None));
+    }
+    assert_eq!(provider.hits(), 6);
+    assert_eq!(dep.snapshot().calls.failed, 2, "{:?}", dep.snapshot().calls);
+}
+
+/// A provider that answers `200`, then `403` (an `Err` the classifier
+/// ignores): the 403 is the answer, never the last good value.
+#[test]
+fn a_403_the_classifier_ignores_is_the_answer_never_the_last_good_value() {
+    let provider = account(Fault::Healthy);
+    let dep =
+        Dependency::builder("account").workers(2).queue(4).timeout(Duration::from_secs(5)).build().unwrap();
+    let clock = ManualClock::new();
+    let cache: Cache<String, String> = Cache::builder("access")
+        .ttl(|_: &String| Duration::from_secs(10))
+        .serve_stale(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let url = format!("{}/users/erin", provider.url());
+    let ask = || cache.get_or_call(&dep, "erin", Instant::now() + Duration::from_secs(5), ask(url.clone()));
+    assert!(ask().is_ok());
+    clock.advance(Duration::from_secs(11));
+    provider.set_fault(Fault::Error(403));
+    let denied = ask().unwrap_err();
+    assert!(matches!(&denied, Error::Failed(e) if matches!(**e, ureq::Error::StatusCode(403))), "{denied:?}");
+    assert_eq!(cache.snapshot().stale, 0);
+    // A failure still gets the last good value.
+    provider.set_fault(Fault::Error(503));
+    assert_eq!(ask().unwrap().stale, Some(Duration::from_secs(11)));
+    let calls = dep.snapshot().calls;
+    assert_eq!((calls.successful, calls.ignored, calls.failed), (1, 1, 1), "{calls:?}");
 }

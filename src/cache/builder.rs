@@ -17,6 +17,7 @@ pub struct CacheBuilder<K, V> {
     capacity: usize,
     ttl: Box<Ttl<V>>,
     stale_for: Option<Duration>,
+    refresh_after: Option<Duration>,
     max_waiting: usize,
     clock: Option<Arc<dyn Clock>>,
     _key: std::marker::PhantomData<fn() -> K>,
@@ -29,6 +30,7 @@ impl<K, V> CacheBuilder<K, V> {
             capacity: 10_000,
             ttl: Box::new(|_: &V| Duration::from_secs(60)),
             stale_for: None,
+            refresh_after: None,
             max_waiting: usize::MAX,
             clock: None,
             _key: std::marker::PhantomData,
@@ -42,24 +44,47 @@ impl<K, V> CacheBuilder<K, V> {
         self
     }
 
-    /// How long a good answer is kept, chosen by the answer itself:
+    /// How long a good answer (an `Ok` the call's classifier judges a
+    /// success) is kept, chosen by the answer itself:
     /// `|d: &Decision| if d.allowed { 60 s } else { 10 s }`. A zero TTL keeps
-    /// nothing (the answer is still shared by the callers of its flight).
-    /// Defaults to 60 s for every answer.
+    /// nothing (the answer is still shared by the callers of its flight); one
+    /// too long to add to now is a year. Defaults to 60 s for every answer.
     pub fn ttl(mut self, ttl: impl Fn(&V) -> Duration + Send + Sync + 'static) -> Self {
         self.ttl = Box::new(ttl);
         self
     }
 
-    /// Answers a miss whose call fails, is refused or outlives the caller's
-    /// deadline with the last good value of its key, if that expired at most
-    /// `max_stale` ago, marked [`stale`](super::Cached::stale) with its age. Past
-    /// that, the error again.
+    /// Answers a miss whose call fails (as the call's classifier judges it:
+    /// an `Ok(500)` judged a failure is one), is refused or outlives the
+    /// caller's deadline with the last good value of its key, if that expired
+    /// at most `max_stale` ago, marked [`stale`](super::Cached::stale) with
+    /// its age. Past that, the answer as it came. An answer the classifier
+    /// ignores (a 403, a 404) is never replaced by the last good value. Any
+    /// duration; a zero one serves only a value that expired this instant.
     ///
     /// Defaults to never: where the default state on failure would be
     /// "permissions wide open", fail closed (see the [module docs](super)).
     pub fn serve_stale(mut self, max_stale: Duration) -> Self {
         self.stale_for = Some(max_stale);
+        self
+    }
+
+    /// Refreshes a value ahead of its expiry, once it is `age` old (Caffeine's
+    /// `refreshAfterWrite`): a hit past that age answers the current value at
+    /// once, and starts one shared call for the key in the background (the
+    /// key's flight, which later misses join), if the dependency has room for
+    /// it at that moment (a detached call, as
+    /// [`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with): never
+    /// waited for). Its answer is judged as a miss's is: a good one replaces
+    /// the value; a failed or refused refresh keeps the current value until
+    /// its TTL, and the next hit past the age tries again. One refresh at a
+    /// time per key. So a key that is asked for more often than its TTL never
+    /// expires while its provider is healthy, and its callers never wait.
+    ///
+    /// A value whose TTL is not longer than `age` is not refreshed ahead:
+    /// it expires as without this setting. At least 1 ns. Defaults to never.
+    pub fn refresh_after(mut self, age: Duration) -> Self {
+        self.refresh_after = Some(age);
         self
     }
 
@@ -91,7 +116,7 @@ impl<K, V> CacheBuilder<K, V> {
     }
 
     /// The cache, or the setting that is out of range (`name` empty,
-    /// `capacity` or `max_waiting` 0).
+    /// `capacity` or `max_waiting` 0, `refresh_after` zero).
     pub fn build(self) -> Result<Cache<K, V>, ConfigError>
     where
         K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -106,8 +131,11 @@ impl<K, V> CacheBuilder<K, V> {
         if self.max_waiting == 0 {
             return Err(ConfigError::new("max_waiting", ">= 1", 0));
         }
+        if self.refresh_after == Some(Duration::ZERO) {
+            return Err(ConfigError::new("refresh_after", "> 0", "0ns"));
+        }
         let counters = Counters::default();
-        let map = store::map(self.capacity, Arc::clone(&counters.evictions));
+        let map = store::map(self.capacity);
         Ok(Cache {
             inner: Arc::new(Inner {
                 name: self.name.into(),
@@ -115,6 +143,7 @@ impl<K, V> CacheBuilder<K, V> {
                 capacity: self.capacity,
                 ttl: self.ttl,
                 stale_for: self.stale_for,
+                refresh_after: self.refresh_after,
                 max_waiting: self.max_waiting,
                 clock: self.clock,
                 counters,
@@ -130,6 +159,7 @@ impl<K, V> fmt::Debug for CacheBuilder<K, V> {
             .field("name", &self.name)
             .field("capacity", &self.capacity)
             .field("serve_stale", &self.stale_for)
+            .field("refresh_after", &self.refresh_after)
             .field("max_waiting", &self.max_waiting)
             .finish_non_exhaustive()
     }

@@ -1,36 +1,45 @@
 //! Single flight: one shared call per key, and the callers waiting for it.
 //!
 //! A [`Flight`] is the answer slot of one shared call. It is created by the
-//! first caller of a key that found no fresh value (the leader), put in the
-//! cache's table of flights under that key, and handed to the call as a
-//! [`Landing`]. Every later caller of the key finds it there and waits on it.
-//! Nobody's stack owns the call: the leader submits it detached, and the
-//! landing travels with it to the worker. Each caller waits on the slot until
-//! the answer or its *own* deadline, whichever comes first; a caller that
-//! gives up leaves the call running for the others.
+//! first caller of a key that found no fresh value (the leader), or by a hit
+//! that starts a refresh ahead of expiry, put in the cache's table of
+//! flights under that key, and handed to the call as a [`Landing`]. Every
+//! later caller of the key finds it there and waits on it. Nobody's stack
+//! owns the call: the leader submits it detached, and the landing travels
+//! with it to the worker. Each caller waits on the slot until the answer or
+//! its *own* deadline, whichever comes first; a caller that gives up leaves
+//! the call running for the others.
 //!
 //! The landing, in order (`Cache`'s `land`, on the worker):
 //!
-//! 1. a good answer is put in the cache;
-//! 2. the flight is taken out of the table;
-//! 3. the answer is put in the slot and every waiter woken.
+//! 1. under the table's lock: if the flight is still the key's, a good
+//!    answer is put in the cache, and the flight is taken out of the table;
+//! 2. the answer is put in the slot and every waiter woken.
 //!
 //! So a caller that looks for a flight and finds none (under the table's
 //! lock) finds the answer in the cache instead, if there is a good one: it
 //! never starts a second call for an answer that has already come. And no
 //! caller can join a flight once its answer is out: a waiter woken by a
 //! failure that asks again at once starts a new call rather than reading the
-//! old failure (3 before 2 would keep a failure for that moment). A landing
-//! dropped without an answer (the pool refused the call, so it never ran)
-//! only takes the flight out of the table; the leader then answers the slot
-//! with the refusal.
+//! old failure (2 before 1 would keep a failure for that moment).
+//!
+//! **Removal wins.** `Cache::remove` takes the key's flight out of the table
+//! and its value out of the cache, both under the table's lock. A flight
+//! that lands after that is no longer the key's: its answer goes to those who
+//! wait on it, and is never kept (the flight's identity in the table is its
+//! generation, as Go's singleflight `Forget` makes it). A lookup after the
+//! removal starts a call of its own. A landing dropped without an answer (the
+//! pool refused the call, so it never ran) only takes the flight out of the
+//! table; the leader then answers the slot with the refusal.
 
+use crate::sync::Thread;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::classify::Verdict;
 use crate::dependency::Dependency;
 use crate::error::Error;
 
@@ -57,33 +66,95 @@ pub(super) fn wait_for<T>(
     }
 }
 
+/// The answer of a shared call, and what the cache makes of it.
+pub(super) type Judged<V, E> = (Result<V, Error<E>>, Judgement);
+
+/// What a shared call's answer is to the cache: the call's outcome, judged
+/// by the call's classifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Judgement {
+    /// A good answer (an `Ok` judged a success): kept for its TTL.
+    Good,
+    /// A failure (judged so, or a timeout, a refusal or a panic): never
+    /// kept; answered with the last good value where that is allowed.
+    Failed,
+    /// Neither (an error the classifier ignores, a 403 or a 404; an `Ok` it
+    /// does not call a success): never kept, and returned as it came.
+    AsItCame,
+}
+
+impl Judgement {
+    /// Judges `answer`, given the verdict the call's classifier gave it
+    /// (`None` when it judged nothing: the call timed out, panicked or was
+    /// refused, and the answer is an error of ours).
+    pub(super) fn of<V, E>(answer: &Result<V, Error<E>>, verdict: Option<Verdict>) -> Judgement {
+        match (answer, verdict) {
+            (Ok(_), Some(Verdict::Success) | None) => Judgement::Good,
+            (_, Some(Verdict::Failure)) => Judgement::Failed,
+            (Ok(_), Some(Verdict::Ignore)) | (Err(Error::Failed(_)), Some(_)) => Judgement::AsItCame,
+            (Err(_), _) => Judgement::Failed,
+        }
+    }
+}
+
 /// The answer of one shared call, once it has come.
 pub(super) struct Flight<V, E> {
-    answer: Mutex<Option<Result<V, Error<E>>>>,
+    slot: Mutex<Slot<V, E>>,
     landed: Condvar,
+}
+
+/// A flight's answer, and the fan-outs' threads to unpark when it comes.
+struct Slot<V, E> {
+    answer: Option<Judged<V, E>>,
+    /// Threads driving a fan-out with a leg waiting on this flight
+    /// (`Cache::fan`), each once.
+    watchers: Vec<Thread>,
 }
 
 impl<V: Clone, E: Clone> Flight<V, E> {
     pub(super) fn new() -> Self {
-        Flight { answer: Mutex::new(None), landed: Condvar::new() }
+        Flight { slot: Mutex::new(Slot { answer: None, watchers: Vec::new() }), landed: Condvar::new() }
     }
 
     /// Puts `answer` in the slot, unless one is there already, and wakes
-    /// every waiter.
-    pub(super) fn answer(&self, answer: Result<V, Error<E>>) {
-        let mut slot = self.answer.lock();
-        if slot.is_none() {
-            *slot = Some(answer);
+    /// every waiter: those blocked in [`wait`](Self::wait), and the watching
+    /// fan-outs.
+    pub(super) fn answer(&self, answer: Judged<V, E>) {
+        let mut slot = self.slot.lock();
+        if slot.answer.is_none() {
+            slot.answer = Some(answer);
             self.landed.notify_all();
+            for thread in slot.watchers.drain(..) {
+                thread.unpark();
+            }
         }
+    }
+
+    /// A copy of the answer if it has come; never waits.
+    pub(super) fn peek(&self) -> Option<Judged<V, E>> {
+        self.slot.lock().answer.clone()
+    }
+
+    /// Asks for `thread` to be unparked when the answer comes; `false` when
+    /// it has come already (look again rather than park). Under the slot's
+    /// lock, so an answer between a look and the park is never missed.
+    pub(super) fn register(&self, thread: &Thread) -> bool {
+        let mut slot = self.slot.lock();
+        if slot.answer.is_some() {
+            return false;
+        }
+        if !slot.watchers.iter().any(|t| t.id() == thread.id()) {
+            slot.watchers.push(thread.clone());
+        }
+        true
     }
 
     /// A copy of the answer, waiting for it until `deadline` at most; `None`
     /// when the deadline came first.
-    pub(super) fn wait(&self, deadline: Instant) -> Option<Result<V, Error<E>>> {
-        let mut slot = self.answer.lock();
+    pub(super) fn wait(&self, deadline: Instant) -> Option<Judged<V, E>> {
+        let mut slot = self.slot.lock();
         loop {
-            if let Some(answer) = slot.as_ref() {
+            if let Some(answer) = slot.answer.as_ref() {
                 return Some(answer.clone());
             }
             // `wait_until` returns at the deadline or on a notification (or
@@ -126,14 +197,21 @@ pub(super) struct Landing<K: Hash + Eq, V, E> {
 }
 
 impl<K: Hash + Eq, V, E> Landing<K, V, E> {
-    /// Takes the flight out of the table (step 2), then answers its waiters
-    /// (step 3).
-    pub(super) fn land(self, answer: Result<V, Error<E>>)
+    /// Under the table's lock, if the flight is still the key's: `keep` (put
+    /// a good answer in the cache), and the flight out of the table (step 1);
+    /// then the answer to its waiters (step 2).
+    pub(super) fn land(self, answer: Judged<V, E>, keep: impl FnOnce(&K))
     where
         V: Clone,
         E: Clone,
     {
-        take_off(&self.flights, &self.key, &self.erased);
+        {
+            let mut table = self.flights.lock();
+            if table.get(&self.key).is_some_and(|f| Arc::ptr_eq(f, &self.erased)) {
+                keep(&self.key);
+                table.remove(&self.key);
+            }
+        }
         self.flight.answer(answer);
         // `Drop` looks once more and finds the flight gone (or a newer one of
         // the key, which it leaves).

@@ -38,9 +38,16 @@
 //!   pool, no breaker, no limit is touched, and nothing is recorded on the
 //!   dependency.
 //! - **A miss** asks the dependency, through its breaker, pool and deadline
-//!   like any call. Only a good answer (`Ok`) is kept, for as long as
-//!   [`ttl`](CacheBuilder::ttl) says for that answer. Failures, rejections
-//!   and timeouts are never kept: the next miss asks again.
+//!   like any call, and its outcome is the call's: judged on the worker by
+//!   the call's classifier (`E`'s [`Classify`], or the one given to
+//!   [`get_or_call_with`](Cache::get_or_call_with)), once, for the breaker
+//!   and the cache alike. Only a good answer (an `Ok` judged a success) is
+//!   kept, for as long as [`ttl`](CacheBuilder::ttl) says for that answer.
+//!   An answer judged a failure (an `Ok(500)` so judged, a failed call, a
+//!   rejection, a timeout) is never kept, and is handled as a failure (below).
+//!   An answer the classifier ignores (a 403 or a 404 `Err`: the provider is
+//!   healthy and has answered) is never kept either, and is returned as it
+//!   came. The next miss asks again.
 //! - **Single flight.** Concurrent misses of one key share one call. The
 //!   call is detached ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)): it lives on a worker,
 //!   not on the stack of the caller that started it, under the dependency's
@@ -62,10 +69,31 @@
 //!   busy until it returns to its pool: with a `max_wait` of zero, a miss
 //!   right after an answer may find no room.)
 //! - **The last good value** is off by default. With
-//!   [`serve_stale`](CacheBuilder::serve_stale), a miss whose call fails, is
-//!   refused or outlives the caller's deadline is answered with the last good
-//!   value of the key, if it expired at most that long ago, and the answer
-//!   says so ([`Cached::stale`], with its age).
+//!   [`serve_stale`](CacheBuilder::serve_stale), a miss whose call fails (as
+//!   its classifier judges it), is refused or outlives the caller's deadline
+//!   is answered with the last good value of the key, if it expired at most
+//!   that long ago, and the answer says so ([`Cached::stale`], with its age).
+//!   Without it, the failure is the answer (an `Ok` judged a failure is
+//!   returned as it came, as the call returns it). An answer the classifier
+//!   ignores is never replaced by the last good value: for a permission
+//!   check that would turn a real "no" into the last "yes".
+//! - **Removal wins.** [`remove`](Cache::remove) during a shared call of its
+//!   key: the call's answer still goes to those who wait for it, but is never
+//!   kept, and a lookup after the removal makes a call of its own (flight.rs
+//!   says how: a landing keeps its answer only while its flight is still the
+//!   key's, checked under the lock that `remove` takes).
+//! - **Refresh ahead** is opt-in: with
+//!   [`refresh_after`](CacheBuilder::refresh_after), a hit on a value older
+//!   than that answers it at once and starts one shared call of the key in
+//!   the background, if the pool has room right then (a detached call that
+//!   never waits). Its answer is judged as a miss's: a good one replaces the
+//!   value; a failed one leaves the current value until its TTL. A hot key of
+//!   a healthy provider then never expires, and its callers never wait.
+//! - **A lookup can be a leg of a fan-out** ([`Cache::fan`]): a hit's leg
+//!   has its answer at once; a miss's answer is taken in by the fan-out's
+//!   thread while it drives the other legs' retries and hedges.
+//! - **Evictions** count only entries pushed out for room: a value replaced
+//!   by its key's new one (a refresh, a miss after expiry) is not one.
 //!
 //! # Why the last good value is off by default
 //!
@@ -98,24 +126,37 @@
 
 mod builder;
 mod flight;
+mod leg;
 mod store;
 #[cfg(test)]
 mod tests;
 
+use std::any::Any;
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 pub use self::builder::CacheBuilder;
-use self::flight::{Flight, Flights, Landing};
+use self::flight::{Flight, Flights, Judged, Judgement, Landing};
 use self::store::{Counters, Entry, Held, Map};
 use crate::classify::{ByError, Classifier, Classify};
 use crate::clock::Clock;
 use crate::dependency::Dependency;
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
+
+/// How a lookup starts.
+enum Started<V, E> {
+    /// Answered already: a hit, or a refusal.
+    Done(Result<Cached<V>, Error<E>>),
+    /// Waiting on the key's flight, since `began`, in `seat`.
+    Flying { flight: Arc<Flight<V, E>>, began: Instant, seat: Held },
+}
 
 /// A value from a [`Cache`]: fresh, or the last good one, served stale.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,9 +165,10 @@ pub struct Cached<V> {
     /// The answer.
     pub value: V,
     /// `None` for a fresh value (a hit, or the call's own answer). `Some(age)`
-    /// for the last good value, served because the call failed, was refused
-    /// or timed out ([`CacheBuilder::serve_stale`]); `age` is the time since
-    /// the call that got it ended.
+    /// for the last good value, served because the call failed (as its
+    /// classifier judged it), was refused or timed out
+    /// ([`CacheBuilder::serve_stale`]); `age` is the time since the call that
+    /// got it ended.
     pub stale: Option<Duration>,
 }
 
@@ -164,7 +206,11 @@ pub struct CacheSnapshot {
     /// Misses refused at once because [`max_waiting`](CacheBuilder::max_waiting)
     /// callers were waiting already.
     pub refused: u64,
-    /// Entries pushed out to make room.
+    /// Refreshes started ahead of expiry ([`CacheBuilder::refresh_after`]):
+    /// shared calls made for a hit, admitted by the dependency.
+    pub refreshes: u64,
+    /// Entries pushed out to make room (a value replaced by its key's new
+    /// one is not).
     pub evictions: u64,
     /// Entries kept now, expired ones included until evicted or replaced.
     pub entries: usize,
@@ -192,6 +238,8 @@ struct Inner<K, V> {
     ttl: Box<Ttl<V>>,
     /// How long past its expiry the last good value may answer a failed call.
     stale_for: Option<Duration>,
+    /// The age at which a hit refreshes its value ahead of expiry.
+    refresh_after: Option<Duration>,
     /// The most callers waiting on shared calls at once.
     max_waiting: usize,
     /// `None`: the system clock (a direct `Instant::now`).
@@ -245,7 +293,12 @@ where
     /// [`get_or_call`](Self::get_or_call) with a classifier of its own:
     /// what the shared call's outcome means to the breaker (see
     /// [`CallBuilder::classify`](crate::CallBuilder::classify)), judged on
-    /// the worker.
+    /// the worker, and so what it means to the cache: only an `Ok` it judges
+    /// a success is kept; an answer it judges a failure (an `Ok(500)`, say)
+    /// is handled as one (the last good value where
+    /// [`serve_stale`](CacheBuilder::serve_stale) allows it, else the answer
+    /// as it came); an answer it ignores (a 403, a 404) is returned as it
+    /// came, never replaced by the last good value.
     pub fn get_or_call_with<Q, C, E, F>(
         &self,
         dep: &Dependency,
@@ -261,78 +314,196 @@ where
         E: Clone + Send + 'static,
         F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
     {
+        match self.start(dep, key, deadline, classify, job) {
+            Started::Done(answer) => answer,
+            Started::Flying { flight, began, seat: _seat } => {
+                self.inner.answer(key, flight.wait(deadline), began)
+            }
+        }
+    }
+
+    /// The start of a lookup: a hit (which may start a refresh), a refusal,
+    /// or a seat on the key's flight (its shared call started if it was not
+    /// in the air).
+    #[inline]
+    fn start<Q, C, E, F>(
+        &self,
+        dep: &Dependency,
+        key: &Q,
+        deadline: Instant,
+        classify: C,
+        job: F,
+    ) -> Started<V, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Classifier<V, E> + Send + 'static,
+        E: Clone + Send + 'static,
+        F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
+    {
         let inner = &*self.inner;
-        if let Some(value) = inner.fresh(key) {
-            return Ok(Cached { value, stale: None });
+        if let Some((value, due)) = inner.fresh(key) {
+            if due {
+                self.refresh(dep, key, classify, job);
+            }
+            return Started::Done(Ok(Cached { value, stale: None }));
         }
         // After the hit: a hit reads the clock once, to age its entry.
         let began = Instant::now();
         // A seat in the waiting room, held until this caller has its answer;
         // waited for like room in the pool, within its `max_wait`.
         let seat = || Held::below(&inner.counters.waiting, inner.max_waiting);
-        let Some(_seat) = seat().or_else(|| flight::wait_for(dep, deadline, Duration::ZERO, seat)) else {
+        let Some(seat) = seat().or_else(|| flight::wait_for(dep, deadline, Duration::ZERO, seat)) else {
             Counters::bump(&inner.counters.misses);
             Counters::bump(&inner.counters.refused);
-            return inner.stale(key).ok_or(Error::Rejected(Rejection::QueueFull));
+            return Started::Done(inner.stale(key).ok_or(Error::Rejected(Rejection::QueueFull)));
         };
         let (flight, landing) = {
             let mut table = inner.flights.lock();
             // Again under the table's lock: a flight that landed since the
             // first look put its good answer in the map before leaving the
             // table (flight.rs), so no second call is made for it.
-            if let Some(value) = inner.fresh(key) {
-                return Ok(Cached { value, stale: None });
+            if let Some((value, _)) = inner.fresh(key) {
+                return Started::Done(Ok(Cached { value, stale: None }));
             }
             match table.get(key).cloned().map(|f| f.downcast::<Flight<V, E>>()) {
                 Some(Ok(flight)) => {
                     Counters::bump(&inner.counters.coalesced);
                     (flight, None)
                 }
+                // A flight of the key with another error type stays where
+                // it is: this caller makes a call of its own, untabled (its
+                // answer is not kept: it is not the key's flight).
                 found => {
-                    let flight = Arc::new(Flight::new());
-                    let erased: Arc<dyn std::any::Any + Send + Sync> = flight.clone();
-                    // A flight of the key with another error type stays where
-                    // it is: this caller makes a call of its own, untabled.
-                    if found.is_none() {
-                        table.insert(key.to_owned(), Arc::clone(&erased));
-                    }
-                    let flights = Arc::clone(&inner.flights);
-                    let landing =
-                        Landing { key: key.to_owned(), flight: Arc::clone(&flight), erased, flights };
+                    let (flight, landing) = self.board(&mut table, key, found.is_none());
                     (flight, Some(landing))
                 }
             }
         };
         Counters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
-            let cache = Arc::clone(&self.inner);
-            let on_done = move |answer| cache.land(landing, answer);
             // Detached once in (so a caller who gives up does not cancel it
             // for the others), under the dependency's own timeout; a full
             // pool is waited for as a blocking call waits, within this
             // caller's deadline. (A worker landing an answer is busy until it
             // returns: the pool's wait for room covers that moment too.)
-            let started = dep.with().classify(classify).spawn_with_room(deadline, on_done, job);
-            if let Err(rejection) = started {
+            if let Err(rejection) = self.launch(dep, landing, Some(deadline), classify, job) {
                 // The landing went with the refused call: the flight is out
                 // of the table already; answer those who joined it.
-                flight.answer(Err(Error::Rejected(rejection)));
+                flight.answer((Err(Error::Rejected(rejection)), Judgement::Failed));
             }
         }
-        let answer = flight.wait(deadline).unwrap_or_else(|| Err(Error::Timeout { waited: began.elapsed() }));
-        match answer {
-            Ok(value) => Ok(Cached { value, stale: None }),
-            Err(err) => inner.stale(key).ok_or(err),
+        Started::Flying { flight, began, seat }
+    }
+
+    /// A new flight of `key`, put in the table when `tabled`, and the
+    /// obligation to land it.
+    fn board<Q, E>(
+        &self,
+        table: &mut HashMap<K, Arc<dyn Any + Send + Sync>>,
+        key: &Q,
+        tabled: bool,
+    ) -> (Arc<Flight<V, E>>, Landing<K, V, E>)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        E: Clone + Send + 'static,
+    {
+        let flight = Arc::new(Flight::new());
+        let erased: Arc<dyn Any + Send + Sync> = flight.clone();
+        if tabled {
+            table.insert(key.to_owned(), Arc::clone(&erased));
+        }
+        let flights = Arc::clone(&self.inner.flights);
+        let landing = Landing { key: key.to_owned(), flight: Arc::clone(&flight), erased, flights };
+        (flight, landing)
+    }
+
+    /// Submits the shared call of `landing`'s flight, detached, waiting for
+    /// room until `room_until` (`None`: not at all). `classify` judges its
+    /// outcome on the worker, for the breaker and for the cache alike: the
+    /// verdict it gives is noted, and the landing reads it.
+    fn launch<C, E, F>(
+        &self,
+        dep: &Dependency,
+        landing: Landing<K, V, E>,
+        room_until: Option<Instant>,
+        classify: C,
+        job: F,
+    ) -> Result<(), Rejection>
+    where
+        C: Classifier<V, E> + Send + 'static,
+        E: Clone + Send + 'static,
+        F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
+    {
+        // Written by the classifier, then read by the callback, both on the
+        // worker that ran the call, in that order (the outcome is recorded
+        // before the answer is handed on).
+        let verdict = Arc::new(Mutex::new(None));
+        let noted = Arc::clone(&verdict);
+        let judge = move |outcome: &Result<V, E>| {
+            let said = classify.verdict(outcome);
+            *noted.lock() = Some(said);
+            said
+        };
+        let cache = Arc::clone(&self.inner);
+        let on_done = move |answer: Result<V, Error<E>>| {
+            let judgement = Judgement::of(&answer, verdict.lock().take());
+            cache.land(landing, (answer, judgement));
+        };
+        let call = dep.with().classify(judge);
+        match room_until {
+            Some(until) => call.spawn_with_room(until, on_done, job),
+            None => call.spawn_with(on_done, job),
+        }
+    }
+
+    /// Starts a refresh of `key` ahead of its expiry, unless a call of the
+    /// key is in flight already; only if the pool has room now.
+    #[cold]
+    fn refresh<Q, C, E, F>(&self, dep: &Dependency, key: &Q, classify: C, job: F)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        C: Classifier<V, E> + Send + 'static,
+        E: Clone + Send + 'static,
+        F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
+    {
+        let inner = &*self.inner;
+        let (flight, landing) = {
+            let mut table = inner.flights.lock();
+            // Under the table's lock, where a landing puts its answer in the
+            // map before it leaves the table: a refresh (or a miss's call)
+            // in flight, or one that has landed since this hit read the map,
+            // is seen here, so one value is refreshed once.
+            let due = inner.map.peek(key).is_some_and(|entry| entry.is_due(inner.now()));
+            if !due || table.contains_key(key) {
+                return;
+            }
+            self.board(&mut table, key, true)
+        };
+        match self.launch(dep, landing, None, classify, job) {
+            Ok(()) => Counters::bump(&inner.counters.refreshes),
+            // No room now: the current value stays until its TTL, and the
+            // next hit past the age tries again. A miss that joined the
+            // flight meanwhile (the value expired since) has its answer.
+            Err(rejection) => flight.answer((Err(Error::Rejected(rejection)), Judgement::Failed)),
         }
     }
 
     /// Forgets `key`'s value (a permission just changed, say): the next
-    /// lookup asks again. A shared call in flight still lands its answer.
+    /// lookup asks again. Removal wins over a shared call of the key in
+    /// flight: its answer still goes to the callers waiting for it, but is
+    /// never kept, and a lookup from now on makes a call of its own.
     pub fn remove<Q>(&self, key: &Q)
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        // Both under the table's lock, which a landing holds to keep its
+        // answer only while its flight is still the key's (flight.rs).
+        let mut table = self.inner.flights.lock();
+        table.remove(key);
         self.inner.map.remove(key);
     }
 }
@@ -368,19 +539,48 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         self.counters.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// `key`'s value if it is fresh; counts the hit.
+    /// `key`'s value if it is fresh, and whether it is due for a refresh;
+    /// counts the hit.
     #[inline]
-    fn fresh<Q>(&self, key: &Q) -> Option<V>
+    fn fresh<Q>(&self, key: &Q) -> Option<(V, bool)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let entry = self.map.get(key)?;
-        if !entry.is_fresh(self.now()) {
+        let now = self.now();
+        if !entry.is_fresh(now) {
             return None;
         }
         Counters::bump(&self.counters.hits);
-        Some(entry.value)
+        let due = entry.is_due(now);
+        Some((entry.value, due))
+    }
+
+    /// A waiting caller's answer: the flight's (`None`: the caller's
+    /// deadline came first), as the call's classifier judged it.
+    fn answer<Q, E>(
+        &self,
+        key: &Q,
+        judged: Option<Judged<V, E>>,
+        began: Instant,
+    ) -> Result<Cached<V>, Error<E>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match judged {
+            Some((Ok(value), Judgement::Good | Judgement::AsItCame)) => Ok(Cached { value, stale: None }),
+            // Judged a failure by the classifier (an `Ok(500)`, say): the
+            // last good value where allowed, else the answer as it came.
+            Some((answer, Judgement::Failed)) => {
+                self.stale(key).map_or_else(|| answer.map(|value| Cached { value, stale: None }), Ok)
+            }
+            // Ignored (a 403, a 404): the provider has answered; never
+            // replaced by an old value.
+            Some((Err(err), _)) => Err(err),
+            None => self.stale(key).ok_or(Error::Timeout { waited: began.elapsed() }),
+        }
     }
 
     /// `key`'s last good value, served stale, if the cache allows it and it
@@ -398,23 +598,26 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
     }
 
     /// Lands a shared call (in the order flight.rs explains): a good answer
-    /// into the map, then the flight out of the table, then the answer to
+    /// into the map while its flight is still the key's, then the answer to
     /// its waiters. Runs on the worker that ran the call.
-    fn land<E: Clone>(&self, landing: Landing<K, V, E>, answer: Result<V, Error<E>>)
+    fn land<E: Clone>(&self, landing: Landing<K, V, E>, answer: Judged<V, E>)
     where
         K: Clone,
     {
-        if let Ok(value) = &answer {
-            let ttl = (self.ttl)(value);
-            if !ttl.is_zero() {
-                let fetched = self.now();
-                // A TTL too long to add is "for as long as it stays".
-                let expires = fetched.checked_add(ttl).unwrap_or(fetched + Duration::from_secs(86_400 * 365));
-                let entry = Entry { value: value.clone(), fetched, expires };
-                self.map.insert(landing.key.clone(), entry);
+        // The entry is made before the table's lock is taken: the TTL is the
+        // user's code.
+        let entry = match (&answer.0, answer.1) {
+            (Ok(value), Judgement::Good) => {
+                let ttl = (self.ttl)(value);
+                (!ttl.is_zero()).then(|| Entry::new(value.clone(), self.now(), ttl, self.refresh_after))
             }
-        }
-        landing.land(answer);
+            _ => None,
+        };
+        landing.land(answer, |key| {
+            if let Some(entry) = entry {
+                store::keep(&self.map, key, entry, &self.counters.evictions);
+            }
+        });
     }
 
     fn snapshot(&self) -> CacheSnapshot {
@@ -427,6 +630,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
             stale: load(&c.stale),
             coalesced: load(&c.coalesced),
             refused: load(&c.refused),
+            refreshes: load(&c.refreshes),
             evictions: load(&c.evictions),
             entries: self.map.len(),
             capacity: self.capacity,
@@ -474,6 +678,7 @@ impl<K, V> fmt::Debug for Cache<K, V> {
             .field("name", &self.inner.name)
             .field("capacity", &self.inner.capacity)
             .field("serve_stale", &self.inner.stale_for)
+            .field("refresh_after", &self.inner.refresh_after)
             .field("max_waiting", &self.inner.max_waiting)
             .finish_non_exhaustive()
     }

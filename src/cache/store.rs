@@ -13,15 +13,36 @@ pub(super) struct Entry<V> {
     pub(super) value: V,
     /// When the call that got it ended, on the cache's clock.
     pub(super) fetched: Instant,
+    /// When a hit starts a refresh ahead of expiry: `fetched` plus the
+    /// cache's refresh age, or `expires` when that is not earlier (no
+    /// refresh ahead).
+    pub(super) refresh: Instant,
     /// `fetched` plus the TTL the value chose.
     pub(super) expires: Instant,
 }
 
 impl<V> Entry<V> {
+    /// A value fetched at `fetched`, kept for `ttl`, refreshed ahead of
+    /// expiry once `refresh_after` old (`None`: never ahead).
+    pub(super) fn new(value: V, fetched: Instant, ttl: Duration, refresh_after: Option<Duration>) -> Self {
+        // A TTL too long to add is "for as long as it stays".
+        let expires = fetched.checked_add(ttl).unwrap_or(fetched + Duration::from_secs(86_400 * 365));
+        let refresh =
+            refresh_after.and_then(|age| fetched.checked_add(age)).map_or(expires, |at| at.min(expires));
+        Entry { value, fetched, refresh, expires }
+    }
+
     /// Whether it may be answered as fresh at `now`.
     #[inline]
     pub(super) fn is_fresh(&self, now: Instant) -> bool {
         now < self.expires
+    }
+
+    /// Whether a hit at `now` should start a refresh (it is fresh, and past
+    /// its refresh age).
+    #[inline]
+    pub(super) fn is_due(&self, now: Instant) -> bool {
+        now >= self.refresh
     }
 
     /// Its age at `now`, if it may still be served stale: at most `max_stale`
@@ -41,10 +62,11 @@ pub(super) struct Counters {
     pub(super) stale: AtomicU64,
     pub(super) coalesced: AtomicU64,
     pub(super) refused: AtomicU64,
-    /// Callers waiting on shared calls now (a gauge, not a counter).
-    pub(super) waiting: AtomicUsize,
-    /// Shared with the map's [`CountEvictions`] lifecycle.
-    pub(super) evictions: Arc<AtomicU64>,
+    pub(super) refreshes: AtomicU64,
+    pub(super) evictions: AtomicU64,
+    /// Callers waiting on shared calls now (a gauge, not a counter; shared
+    /// with the seats).
+    pub(super) waiting: Arc<AtomicUsize>,
 }
 
 impl Counters {
@@ -55,38 +77,54 @@ impl Counters {
 }
 
 /// One unit of a gauge (a seat among the waiting callers), given back by its
-/// `Drop` however the holder's work ends.
-pub(super) struct Held<'a>(&'a AtomicUsize);
+/// `Drop` however the holder's work ends (a fan-out's leg holds its seat
+/// until its answer, so it owns it).
+pub(super) struct Held(Arc<AtomicUsize>);
 
-impl<'a> Held<'a> {
+impl Held {
     /// One more if fewer than `max` are held, else `None`.
-    pub(super) fn below(gauge: &'a AtomicUsize, max: usize) -> Option<Held<'a>> {
+    pub(super) fn below(gauge: &Arc<AtomicUsize>, max: usize) -> Option<Held> {
         // Relaxed: the gauge guards nothing but itself.
         let taken = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1));
-        taken.ok().map(|_| Held(gauge))
+        taken.ok().map(|_| Held(Arc::clone(gauge)))
     }
 }
 
-impl Drop for Held<'_> {
+impl Drop for Held {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// The `quick_cache` lifecycle that counts evictions (entries pushed out to
-/// make room; a value replaced for its own key is not one). Evicted entries
-/// are kept in the request state, like `quick_cache`'s default lifecycle
-/// does, so that they are dropped after the shard lock is released.
-#[derive(Clone)]
-pub(super) struct CountEvictions(pub(super) Arc<AtomicU64>);
+/// The `quick_cache` lifecycle that collects what an insert pushes out, so
+/// that [`keep`] can count evictions. `quick_cache` reports a value replaced
+/// for its own key through the same hook as an entry pushed out for room:
+/// only the second is an eviction. Evicted entries are kept in the request
+/// state, like `quick_cache`'s default lifecycle does, so that they are
+/// dropped after the shard lock is released.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Collect;
 
-impl<K, V> quick_cache::Lifecycle<K, V> for CountEvictions {
-    type RequestState = [Option<(K, V)>; 2];
+/// What one insert pushed out: how many, and the first two of them (the
+/// replaced value of the key, if any, comes first).
+pub(super) struct Pushed<K, V> {
+    count: u64,
+    first: [Option<(K, V)>; 2],
+}
+
+impl<K, V> Default for Pushed<K, V> {
+    fn default() -> Self {
+        Pushed { count: 0, first: [None, None] }
+    }
+}
+
+impl<K, V> quick_cache::Lifecycle<K, V> for Collect {
+    type RequestState = Pushed<K, V>;
 
     #[inline]
     fn on_evict(&self, state: &mut Self::RequestState, key: K, val: V) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        if let Some(free) = state.iter_mut().find(|s| s.is_none()) {
+        state.count += 1;
+        if let Some(free) = state.first.iter_mut().find(|s| s.is_none()) {
             *free = Some((key, val));
         }
     }
@@ -98,16 +136,33 @@ pub(super) type Map<K, V> = quick_cache::sync::Cache<
     Entry<V>,
     quick_cache::UnitWeighter,
     quick_cache::DefaultHashBuilder,
-    CountEvictions,
+    Collect,
 >;
 
-/// A map of at most `capacity` entries, counting its evictions into `evictions`.
-pub(super) fn map<K: Eq + Hash, V: Clone>(capacity: usize, evictions: Arc<AtomicU64>) -> Map<K, V> {
+/// A map of at most `capacity` entries.
+pub(super) fn map<K: Eq + Hash + Clone, V: Clone>(capacity: usize) -> Map<K, V> {
     quick_cache::sync::Cache::with(
         capacity,
         capacity as u64,
         quick_cache::UnitWeighter,
         quick_cache::DefaultHashBuilder::default(),
-        CountEvictions(evictions),
+        Collect,
     )
+}
+
+/// Puts `entry` in `map` under `key`, counting into `evictions` the entries
+/// it pushed out for room (the key's own value, replaced, is not one).
+pub(super) fn keep<K: Eq + Hash + Clone, V: Clone>(
+    map: &Map<K, V>,
+    key: &K,
+    entry: Entry<V>,
+    evictions: &AtomicU64,
+) {
+    let mut pushed = Pushed::default();
+    map.insert_with_lifecycle(key.clone(), entry, &mut pushed);
+    let replaced = pushed.first.iter().flatten().any(|(k, _)| k == key);
+    let evicted = pushed.count - u64::from(replaced);
+    if evicted > 0 {
+        evictions.fetch_add(evicted, Ordering::Relaxed);
+    }
 }

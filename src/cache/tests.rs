@@ -175,6 +175,8 @@ fn the_builder_refuses_what_cannot_work() {
     assert_eq!(none.field(), "capacity");
     let nobody = Cache::<u8, u8>::builder("c").max_waiting(0).build().unwrap_err();
     assert_eq!(nobody.field(), "max_waiting");
+    let always = Cache::<u8, u8>::builder("c").refresh_after(Duration::ZERO).build().unwrap_err();
+    assert_eq!(always.field(), "refresh_after");
 }
 
 #[test]
@@ -268,4 +270,380 @@ fn a_hit_touches_neither_the_pool_nor_the_breaker() {
     assert_eq!(dep.pool().unwrap().stats().submitted, submitted, "nothing submitted");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(cache.snapshot().hits, 10);
+}
+
+/// A classifier by status, as a client that returns the status as `Ok`:
+/// 5xx is a failure, 4xx ignored, the rest a success.
+fn by_status(r: &Result<u16, Arc<std::io::Error>>) -> crate::classify::Verdict {
+    use crate::classify::{Classify, Verdict};
+    match r {
+        Ok(s) if *s >= 500 => Verdict::Failure,
+        Ok(s) if *s >= 400 => Verdict::Ignore,
+        Ok(_) => Verdict::Success,
+        Err(e) => e.classify(),
+    }
+}
+
+fn statuses(clock: &ManualClock) -> CacheBuilder<String, u16> {
+    Cache::builder("pages").ttl(|_: &u16| Duration::from_secs(10)).clock(clock.clone())
+}
+
+#[test]
+fn an_answer_the_classifier_judges_a_failure_is_never_kept_and_is_handled_as_one() {
+    let clock = ManualClock::new();
+    let stale = statuses(&clock).serve_stale(Duration::from_secs(60)).build().unwrap();
+    let closed = statuses(&clock).build().unwrap();
+    let dep = Dependency::builder("pages").workers(2).queue(2).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let ask = |cache: &Cache<String, u16>, status: u16| {
+        let calls = Arc::clone(&calls);
+        cache.get_or_call_with(&dep, "home", soon(), by_status, move |_: &CallContext| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Arc<std::io::Error>>(status)
+        })
+    };
+    assert_eq!(ask(&stale, 200).unwrap(), Cached { value: 200, stale: None });
+    assert_eq!(ask(&closed, 200).unwrap(), Cached { value: 200, stale: None });
+    clock.advance(Duration::from_secs(11));
+
+    // Expired, and the provider answers `Ok(500)`, judged a failure: the
+    // last good value, labelled stale (it was `Cached { 500, None }`).
+    let fell_back = ask(&stale, 500).unwrap();
+    assert_eq!(fell_back, Cached { value: 200, stale: Some(Duration::from_secs(11)) });
+    // Without serve_stale: the answer as it came, as the call returns it.
+    assert_eq!(ask(&closed, 500).unwrap(), Cached { value: 500, stale: None });
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+
+    // Neither kept the 500: the next lookups ask again (they were hits of 500).
+    assert_eq!(ask(&stale, 201).unwrap(), Cached { value: 201, stale: None });
+    assert_eq!(ask(&closed, 201).unwrap(), Cached { value: 201, stale: None });
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+    assert_eq!(dep.snapshot().calls.failed, 2, "the classifier's verdict, recorded once per call");
+    assert_eq!(stale.snapshot().stale, 1);
+}
+
+#[test]
+fn an_answer_the_classifier_ignores_is_returned_as_it_came_and_never_kept() {
+    let clock = ManualClock::new();
+    let cache = statuses(&clock).serve_stale(Duration::from_secs(60)).build().unwrap();
+    let dep = Dependency::builder("pages").workers(2).queue(2).build().unwrap();
+    let ask = |answer: Result<u16, std::io::ErrorKind>| {
+        cache.get_or_call_with(&dep, "home", soon(), by_status, move |_: &CallContext| {
+            answer.map_err(|kind| Arc::new(std::io::Error::from(kind)))
+        })
+    };
+    assert_eq!(ask(Ok(200)).unwrap().value, 200);
+    clock.advance(Duration::from_secs(11));
+
+    // An `Err` the classifier ignores (built by the caller, like a 403): the
+    // provider has answered; the error, never the last good value (it was
+    // `Ok(Cached { 200, stale: Some(11 s) })`).
+    let denied = ask(Err(std::io::ErrorKind::InvalidInput)).unwrap_err();
+    assert!(
+        matches!(&denied, Error::Failed(e) if e.kind() == std::io::ErrorKind::InvalidInput),
+        "{denied:?}"
+    );
+    // An `Ok(404)` it ignores: returned as it came, not kept, not stale.
+    assert_eq!(ask(Ok(404)).unwrap(), Cached { value: 404, stale: None });
+    assert_eq!(ask(Ok(201)).unwrap(), Cached { value: 201, stale: None }, "the 404 was not kept");
+    // A failure is still answered with the last good value.
+    clock.advance(Duration::from_secs(11));
+    assert_eq!(ask(Err(std::io::ErrorKind::ConnectionReset)).unwrap().stale, Some(Duration::from_secs(11)));
+    assert_eq!(cache.snapshot().stale, 1);
+    let calls = dep.snapshot().calls;
+    assert_eq!((calls.successful, calls.ignored, calls.failed), (2, 2, 1), "{calls:?}");
+}
+
+#[test]
+fn removal_wins_over_a_shared_call_in_flight() {
+    let clock = ManualClock::new();
+    let cache = permissions(&clock).build().unwrap();
+    let dep = Dependency::builder("account-access").workers(2).queue(2).build().unwrap();
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let checking = {
+        let (cache, dep) = (cache.clone(), dep.clone());
+        std::thread::spawn(move || {
+            cache.get_or_call(&dep, "alice", soon(), move |_: &CallContext| {
+                // Decided before the revocation, answered after it.
+                let _ = gate.recv_timeout(Duration::from_secs(10));
+                Ok::<_, Arc<std::io::Error>>(Decision { allowed: true })
+            })
+        })
+    };
+    let started = Instant::now() + Duration::from_secs(10);
+    while cache.snapshot().in_flight < 1 && Instant::now() < started {
+        std::thread::yield_now();
+    }
+    assert_eq!(cache.snapshot().in_flight, 1);
+    cache.remove("alice");
+    assert_eq!(cache.snapshot().in_flight, 0, "a lookup from now on makes a call of its own");
+    open.send(()).unwrap();
+    // The caller waiting on the call still gets its answer...
+    assert_eq!(checking.join().unwrap().unwrap(), Cached { value: Decision { allowed: true }, stale: None });
+    // ...but it was not kept (it was, for 60 s): the next lookup asks again.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let revoked = cache.get_or_call(&dep, "mallory-now", soon(), account("mallory", &calls, false)).unwrap();
+    assert!(!revoked.value.allowed);
+    let again = cache.get_or_call(&dep, "alice", soon(), account("mallory", &calls, false)).unwrap();
+    assert_eq!(again.value, Decision { allowed: false }, "the revoked answer was kept");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A check (a lookup of alice) races a revocation (alice's permission taken
+/// away, then `remove`) for 10,000 rounds: the revoked answer is never
+/// kept. In each round the revocation comes at another moment of the check:
+/// before its call, while its provider decides, or after its answer.
+#[test]
+fn a_revocation_racing_a_check_is_never_kept() {
+    const ROUNDS: usize = 10_000;
+    let cache: Cache<String, Decision> = Cache::builder("access").build().unwrap();
+    // Each call comes right after the previous answer: a worker on its way
+    // back is waited for.
+    let dep = Dependency::builder("account-access")
+        .workers(2)
+        .queue(2)
+        .max_wait(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let allowed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let check = |allowed: &Arc<std::sync::atomic::AtomicBool>| {
+        let allowed = Arc::clone(allowed);
+        move |_: &CallContext| {
+            let decision = Decision { allowed: allowed.load(Ordering::SeqCst) };
+            // The provider answers a moment after it decides.
+            let decided = Instant::now();
+            while decided.elapsed() < Duration::from_micros(20) {
+                std::hint::spin_loop();
+            }
+            Ok::<_, Arc<std::io::Error>>(decision)
+        }
+    };
+    let (start, done) = (Arc::new(std::sync::Barrier::new(2)), Arc::new(std::sync::Barrier::new(2)));
+    let revoker = {
+        let (cache, allowed, start, done) =
+            (cache.clone(), Arc::clone(&allowed), Arc::clone(&start), Arc::clone(&done));
+        std::thread::spawn(move || {
+            for round in 0..ROUNDS {
+                start.wait();
+                let at = Instant::now() + Duration::from_micros((round % 100) as u64);
+                while Instant::now() < at {
+                    std::hint::spin_loop();
+                }
+                allowed.store(false, Ordering::SeqCst);
+                cache.remove("alice");
+                done.wait();
+            }
+        })
+    };
+    let began = Instant::now();
+    let (mut kept, mut failed) = (0, Vec::new());
+    for _ in 0..ROUNDS {
+        start.wait();
+        // The check's own answer may be either: it raced the revocation.
+        if let Err(err) = cache.get_or_call(&dep, "alice", soon(), check(&allowed)) {
+            failed.push(err);
+        }
+        done.wait();
+        // Revoked: a lookup now must not find the old "yes".
+        let after = cache.get_or_call(&dep, "alice", soon(), check(&allowed));
+        kept += usize::from(after.is_ok_and(|a| a.value.allowed));
+        allowed.store(true, Ordering::SeqCst);
+        cache.remove("alice");
+    }
+    revoker.join().unwrap();
+    assert_eq!(kept, 0, "revoked answers kept, of {ROUNDS}");
+    // (A check refused on a loaded machine races nothing: a few at most.)
+    assert!(failed.len() < ROUNDS / 100, "{} checks failed: {:?}", failed.len(), failed.first());
+    assert!(began.elapsed() < Duration::from_secs(120), "took {:?}", began.elapsed());
+}
+
+/// One healthy key looked up 160 times a second (two callers, each 80 a
+/// second) for ten TTLs, refreshed ahead of expiry at half its TTL: it never
+/// expires, so no lookup waits, none is refused or stale, and each refresh
+/// is one call. The provider answers within one tick (each tick waits for
+/// the refresh in flight to land).
+#[test]
+fn refresh_ahead_keeps_a_hot_key_fresh_with_one_call_per_refresh() {
+    const TICKS: u32 = 800;
+    let tick = Duration::from_micros(12_500);
+    let clock = ManualClock::new();
+    let cache: Cache<String, u32> = Cache::builder("prices")
+        .ttl(|_: &u32| Duration::from_secs(1))
+        .refresh_after(Duration::from_millis(500))
+        .capacity(1)
+        .max_waiting(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let dep = Dependency::builder("prices").workers(2).queue(2).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    // The first lookup is the one miss.
+    let first = Arc::clone(&calls);
+    let primed = cache.get_or_call(&dep, "list", soon(), move |_: &CallContext| {
+        Ok::<_, String>(first.fetch_add(1, Ordering::SeqCst) as u32)
+    });
+    assert_eq!(primed.unwrap().value, 0);
+    let (start, done) = (Arc::new(std::sync::Barrier::new(3)), Arc::new(std::sync::Barrier::new(3)));
+    let callers: Vec<_> = (0..2)
+        .map(|_| {
+            let (cache, dep, calls) = (cache.clone(), dep.clone(), Arc::clone(&calls));
+            let (start, done) = (Arc::clone(&start), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                for _ in 0..TICKS {
+                    start.wait();
+                    let calls = Arc::clone(&calls);
+                    answers.push(cache.get_or_call(&dep, "list", soon(), move |_: &CallContext| {
+                        Ok::<_, String>(calls.fetch_add(1, Ordering::SeqCst) as u32)
+                    }));
+                    done.wait();
+                }
+                answers
+            })
+        })
+        .collect();
+    let began = Instant::now();
+    for _ in 0..TICKS {
+        clock.advance(tick);
+        start.wait();
+        done.wait();
+        let landed = Instant::now() + Duration::from_secs(10);
+        while cache.snapshot().in_flight > 0 && Instant::now() < landed {
+            std::thread::yield_now();
+        }
+    }
+    for caller in callers {
+        for answer in caller.join().unwrap() {
+            assert!(matches!(answer, Ok(Cached { stale: None, .. })), "every lookup fresh: {answer:?}");
+        }
+    }
+    let snap = cache.snapshot();
+    // Without refresh ahead, each of the ten expiries was a miss.
+    assert_eq!((snap.misses, snap.refused, snap.stale, snap.evictions), (1, 0, 0, 0), "{snap:?}");
+    assert_eq!(snap.hits, 2 * u64::from(TICKS), "{snap:?}");
+    let calls = calls.load(Ordering::SeqCst) as u64;
+    assert_eq!(calls, 1 + snap.refreshes, "one call per refresh: {snap:?}");
+    // 10 s of lookups, a refresh due every 500 ms: 19 or 20.
+    assert!((19..=20).contains(&snap.refreshes), "{snap:?}");
+    assert_eq!(dep.snapshot().calls.successful, calls);
+    assert!(began.elapsed() < Duration::from_secs(60), "took {:?}", began.elapsed());
+}
+
+#[test]
+fn a_failed_refresh_keeps_the_current_value_until_its_ttl() {
+    let clock = ManualClock::new();
+    let cache = permissions(&clock).refresh_after(Duration::from_secs(30)).build().unwrap();
+    let dep = Dependency::builder("account-access").workers(1).queue(2).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let landed = |cache: &Cache<String, Decision>| {
+        let until = Instant::now() + Duration::from_secs(10);
+        while cache.snapshot().in_flight > 0 && Instant::now() < until {
+            std::thread::yield_now();
+        }
+    };
+    assert!(cache.get_or_call(&dep, "alice", soon(), account("alice", &calls, false)).unwrap().value.allowed);
+    clock.advance(Duration::from_secs(31));
+    // Past the refresh age: the current value at once, and a refresh that fails.
+    let hit = cache.get_or_call(&dep, "alice", soon(), account("alice", &calls, true)).unwrap();
+    assert_eq!(hit, Cached { value: Decision { allowed: true }, stale: None });
+    landed(&cache);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // The value stays until its TTL; each hit past the age tries again.
+    clock.advance(Duration::from_secs(20));
+    let still = cache.get_or_call(&dep, "alice", soon(), account("alice", &calls, true)).unwrap();
+    assert_eq!(still.value, Decision { allowed: true });
+    landed(&cache);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    clock.advance(Duration::from_secs(10));
+    // 61 s old: expired, a miss, and the failure is the answer.
+    let err = cache.get_or_call(&dep, "alice", soon(), account("alice", &calls, true)).unwrap_err();
+    assert!(matches!(err, Error::Failed(_)), "{err:?}");
+    let snap = cache.snapshot();
+    assert_eq!((snap.hits, snap.misses, snap.refreshes), (2, 2, 2), "{snap:?}");
+    // A refresh refused (an open breaker, as a full pool would) is not made: the value stays.
+    assert!(cache.get_or_call(&dep, "bob", soon(), account("bob", &calls, false)).is_ok());
+    clock.advance(Duration::from_secs(31));
+    dep.breaker().transition_to(State::ForcedOpen);
+    assert!(cache.get_or_call(&dep, "bob", soon(), account("bob", &calls, false)).unwrap().value.allowed);
+    assert_eq!(cache.snapshot().refreshes, 2, "a refused refresh is not counted");
+    assert_eq!(cache.snapshot().in_flight, 0);
+}
+
+#[test]
+fn a_value_replaced_for_its_key_is_not_an_eviction() {
+    let clock = ManualClock::new();
+    let cache = permissions(&clock).capacity(1).build().unwrap();
+    let dep = Dependency::builder("account-access").workers(1).queue(2).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    for _ in 0..5 {
+        cache.get_or_call(&dep, "alice", soon(), account("alice", &calls, false)).unwrap();
+        clock.advance(Duration::from_secs(61));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+    // It counted one per replacement.
+    assert_eq!((cache.snapshot().evictions, cache.snapshot().entries), (0, 1));
+    cache.get_or_call(&dep, "bob", soon(), account("bob", &calls, false)).unwrap();
+    assert_eq!(cache.snapshot().evictions, 1, "pushed out for room");
+}
+
+#[test]
+fn a_lookup_is_a_leg_of_a_fan_out() {
+    use crate::dependency::FanOut;
+    let clock = ManualClock::new();
+    let cache = permissions(&clock).build().unwrap();
+    let dep = Dependency::builder("account-access").workers(2).queue(2).build().unwrap();
+    let pricing = Dependency::builder("pricing").workers(2).queue(2).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+
+    // A miss, beside a retried leg: the fan-out's thread takes the shared
+    // call's answer in (it is woken by it: the provider takes 30 ms, the
+    // fan-out has 10 s) while it starts the other leg's retry.
+    let fan = FanOut::timeout(Duration::from_secs(10));
+    let ask = account("alice", &calls, false);
+    let allowed = cache.fan(&fan, &dep, "alice", move |ctx: &CallContext| {
+        std::thread::sleep(Duration::from_millis(30));
+        ask(ctx)
+    });
+    let price = pricing.with().retry().fan(&fan, |ctx: &CallContext| {
+        if ctx.attempt() == 1 {
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+        } else {
+            Ok(1999)
+        }
+    });
+    let began = Instant::now();
+    assert_eq!(allowed.wait().unwrap(), Cached { value: Decision { allowed: true }, stale: None });
+    assert!(began.elapsed() < Duration::from_secs(5), "woken by the answer: {:?}", began.elapsed());
+    assert_eq!(price.wait().unwrap(), 1999);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // A hit: its leg has its answer at once, with no call.
+    let fan = FanOut::timeout(Duration::from_secs(10));
+    let hit = cache.fan(&fan, &dep, "alice", account("alice", &calls, true));
+    assert!(hit.is_done(), "a hit answers at once");
+    assert!(hit.wait().unwrap().value.allowed);
+
+    // A miss whose call outlives the fan-out: a timeout at its deadline;
+    // the shared call goes on, and its answer is kept for the next lookup.
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let fan = FanOut::timeout(Duration::from_millis(100));
+    let ask = account("bob", &calls, false);
+    let slow = cache.fan(&fan, &dep, "bob", move |ctx: &CallContext| {
+        let _ = gate.recv_timeout(Duration::from_secs(10));
+        ask(ctx)
+    });
+    let began = Instant::now();
+    let late = slow.wait().unwrap_err();
+    assert!(matches!(late, Error::Timeout { .. }), "{late:?}");
+    assert!(began.elapsed() < Duration::from_secs(5), "{:?}", began.elapsed());
+    open.send(()).unwrap();
+    let landed = Instant::now() + Duration::from_secs(10);
+    while cache.snapshot().in_flight > 0 && Instant::now() < landed {
+        std::thread::yield_now();
+    }
+    let kept = cache.get_or_call(&dep, "bob", soon(), account("bob", &calls, true)).unwrap();
+    assert!(kept.value.allowed, "the shared call's answer was kept");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let snap = cache.snapshot();
+    assert_eq!((snap.waiting, snap.misses, snap.hits), (0, 2, 2), "{snap:?}");
 }

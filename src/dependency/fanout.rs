@@ -97,8 +97,9 @@ struct Fan {
     legs: RefCell<Vec<Weak<RefCell<dyn Drive>>>>,
 }
 
-/// One leg, as the fan-out drives it.
-trait Drive {
+/// One leg, as the fan-out drives it. Crate-wide, so that a leg of another
+/// kind (a cache lookup: `Cache::fan`) can join a fan-out.
+pub(crate) trait Drive {
     /// Takes in an answer that has come, starts what is due; never waits.
     fn drive(&mut self);
     /// Whether the leg has its answer.
@@ -111,7 +112,7 @@ trait Drive {
 }
 
 /// One leg, as its handle reads it.
-trait Answer<T, E>: Drive {
+pub(crate) trait Answer<T, E>: Drive {
     /// The answer, once; `None` before it, or after it was taken.
     fn take(&mut self) -> Option<Result<T, Error<E>>>;
 }
@@ -162,6 +163,15 @@ impl FanOut {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     {
         dependency.with().fan(self, job)
+    }
+
+    /// Makes `leg` a leg of this fan-out: driven with the others, answered by
+    /// the handle returned. A leg has its answer by the fan-out's deadline.
+    pub(crate) fn join<T, E>(&self, leg: impl Answer<T, E> + 'static) -> FanLeg<T, E> {
+        let leg = Rc::new(RefCell::new(leg));
+        let weak: Weak<RefCell<dyn Drive>> = Rc::downgrade(&leg) as Weak<RefCell<dyn Drive>>;
+        self.fan.legs.borrow_mut().push(weak);
+        FanLeg { fan: Rc::clone(&self.fan), leg }
     }
 
     /// Waits until every leg started (and not dropped) has its answer: by
@@ -312,10 +322,7 @@ impl Dependency {
             };
             driven.launch(now);
         }
-        let leg = Rc::new(RefCell::new(driven));
-        let weak: Weak<RefCell<dyn Drive>> = Rc::downgrade(&leg) as Weak<RefCell<dyn Drive>>;
-        fan.fan.legs.borrow_mut().push(weak);
-        FanLeg { fan: Rc::clone(&fan.fan), leg }
+        fan.join(driven)
     }
 }
 

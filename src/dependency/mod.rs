@@ -77,6 +77,8 @@ use std::time::{Duration, Instant};
 pub use self::builder::DependencyBuilder;
 pub use self::call::{CallBuilder, Hedging, Once, Retrying};
 use self::config::Live;
+#[cfg(feature = "cache")]
+pub(crate) use self::fanout::{Answer as FanAnswer, Drive as FanDrive};
 pub use self::fanout::{FanLeg, FanOut};
 use crate::breaker::Breaker;
 use crate::classify::Classify;

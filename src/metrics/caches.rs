@@ -10,7 +10,7 @@ use crate::cache::CacheSnapshot;
 /// The caches' families, one sample per cache, labelled `cache`.
 pub(super) fn encode(encoder: &mut DescriptorEncoder<'_>, caches: &[crate::cache::CacheSnapshot]) -> Res {
     type Read = fn(&CacheSnapshot) -> u64;
-    let counted: [(&str, &str, Read); 6] = [
+    let counted: [(&str, &str, Read); 7] = [
         ("watertight_cache_hits", "Cache lookups answered with a fresh value, without a call.", |c| c.hits),
         (
             "watertight_cache_misses",
@@ -24,6 +24,7 @@ pub(super) fn encode(encoder: &mut DescriptorEncoder<'_>, caches: &[crate::cache
             "Cache misses refused at once: max_waiting callers were waiting already.",
             |c| c.refused,
         ),
+        ("watertight_cache_refreshes", "Cache refreshes started ahead of expiry.", |c| c.refreshes),
         ("watertight_cache_evictions", "Cache entries pushed out to make room.", |c| c.evictions),
     ];
     for (name, help, read) in counted {

@@ -82,7 +82,8 @@ use crate::registry::Registry;
 /// | `watertight_cache_stale_total` | counter | misses answered with the last good value |
 /// | `watertight_cache_coalesced_total` | counter | misses that joined a shared call in flight |
 /// | `watertight_cache_refused_total` | counter | misses refused at once: `max_waiting` callers were waiting |
-/// | `watertight_cache_evictions_total` | counter | entries pushed out to make room |
+/// | `watertight_cache_refreshes_total` | counter | refreshes started ahead of expiry (`refresh_after`) |
+/// | `watertight_cache_evictions_total` | counter | entries pushed out to make room (a value replaced for its key is not) |
 /// | `watertight_cache_entries` | gauge | entries kept now |
 /// | `watertight_cache_in_flight` | gauge | shared calls in flight now |
 /// | `watertight_cache_waiting` | gauge | callers waiting on them now |
