@@ -60,7 +60,7 @@ struct Threads {
 
 impl Threads {
     /// Registers `conn` under `id`, or says why not: the guard is at
-    /// `max_connections`, or its peer at `per_peer`.
+    /// `max_connections`, or its peer at `max_connections_per_peer`.
     fn register(&mut self, id: u64, conn: &Arc<Conn>, cfg: &ServerConfig) -> Result<(), Refusal> {
         if self.conns.len() >= cfg.max_connections() {
             return Err(Refusal::BUSY);
@@ -369,7 +369,6 @@ impl Drop for Deregister<'_> {
 /// A `503` written without waiting (the accept loop must not block on a
 /// client), then the close.
 fn refuse_busy(mut stream: TcpStream, refusal: Refusal) {
-    log::debug!("guard: answering {} ({})", refusal.status, refusal.message);
     let _ = stream.set_nonblocking(true);
     let _ = stream.write_all(&refusal.bytes());
     let _ = stream.shutdown(Shutdown::Write);
