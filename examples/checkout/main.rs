@@ -340,6 +340,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         move |req: &mut tiny_http::Request, ctx: &RequestContext| app.handle(req, ctx)
     };
     let handle = if args.no_guard {
+        app.streams.refuse_http10();
         let server = tiny_http::Server::http(&args.addr)
             .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
         serve_unguarded(server, threads, server_config, handler)?

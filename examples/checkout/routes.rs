@@ -174,7 +174,8 @@ impl App {
             ["circuits", "events"] => method_not_allowed("GET"),
             ["circuits", "stream"] if get => {
                 let app = Arc::clone(self);
-                stream::stream(&self.streams, &self.registry, move || app.circuits_json())
+                let http10 = *req.http_version() == tiny_http::HTTPVersion(1, 0);
+                stream::stream(&self.streams, &self.registry, http10, move || app.circuits_json())
             }
             ["circuits", "stream"] => method_not_allowed("GET"),
             ["metrics"] if get => self.metrics(),

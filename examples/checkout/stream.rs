@@ -13,8 +13,17 @@
 //! at most [`MAX_STREAMS`] at once (another client gets `503`), each ends
 //! after [`STREAM_LIFE`] (EventSource reconnects by itself, and is sent the
 //! history again), and all end within a second of the server starting to
-//! stop. A client that goes away frees its thread at the next event: the
-//! guard shuts the hop when a write to the client fails.
+//! stop. A client that goes away frees its thread and its place at the next
+//! event: while the guard waits for an event it watches the client's
+//! connection, and once the client has closed it, the handler's next write
+//! fails.
+//!
+//! An HTTP/1.0 client has no chunked answers. Behind the guard it gets the
+//! stream as it goes all the same, ended by the close (no `Content-Length`,
+//! `Connection: close`). Without the guard (`--no-guard`) tiny_http would
+//! read an answer of unknown length whole before sending it to an HTTP/1.0
+//! client, and never notice that client leave: there the stream is refused
+//! to HTTP/1.0 with `505`.
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -47,6 +56,8 @@ const NAP: Duration = Duration::from_millis(200);
 pub struct Streams {
     open: AtomicUsize,
     stopping: AtomicBool,
+    /// Refuse HTTP/1.0 clients: the server runs without the guard.
+    refuse_http10: AtomicBool,
 }
 
 impl Streams {
@@ -54,6 +65,13 @@ impl Streams {
     /// is stopping, and waits for every request (a stream is one) to end.
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+    }
+
+    /// Refuses streams to HTTP/1.0 clients from now on: the server runs
+    /// without the guard, and tiny_http alone sends them nothing until the
+    /// stream ends.
+    pub fn refuse_http10(&self) {
+        self.refuse_http10.store(true, Ordering::SeqCst);
     }
 
     /// A place for one more stream, if there is one.
@@ -88,12 +106,22 @@ pub fn events(registry: &Registry) -> ResponseBox {
     json_response(200, &json!({ "dependencies": deps }))
 }
 
-/// `GET /circuits/stream`, with `circuits` the body of `/circuits` now.
+/// `GET /circuits/stream` for a client of HTTP/1.0 (`http10`) or 1.1, with
+/// `circuits` the body of `/circuits` now.
 pub fn stream(
     streams: &Arc<Streams>,
     registry: &Registry,
+    http10: bool,
     circuits: impl Fn() -> Value + Send + 'static,
 ) -> ResponseBox {
+    if http10 && streams.refuse_http10.load(Ordering::SeqCst) {
+        return error(
+            505,
+            "HTTP_VERSION_NOT_SUPPORTED",
+            "an event stream needs HTTP/1.1 on this server: without the guard, an HTTP/1.0 answer of \
+             unknown length is sent only once it has ended",
+        );
+    }
     let Some(slot) = streams.open() else {
         return error(
             503,
@@ -121,7 +149,8 @@ pub fn stream(
         // A proxy such as nginx would otherwise buffer it.
         header("X-Accel-Buffering", "no"),
     ];
-    // No length: tiny_http sends it chunked (see `sse.rs`).
+    // No length: tiny_http sends it chunked (see `sse.rs`); the guard sends
+    // it to an HTTP/1.0 client as it goes, ended by the close.
     Response::new(StatusCode(200), headers, reader, None, None).boxed()
 }
 

@@ -53,8 +53,9 @@ pub(super) struct Admission<T> {
 
 struct Waiting<T> {
     /// Ordinary requests waiting for a seat, oldest first, each with the end
-    /// of its wait and why it would end there.
-    queue: VecDeque<(T, Instant, NoSeat)>,
+    /// of its wait (`None`: a patient one, see [`Admission::admit`]) and why
+    /// it would end there.
+    queue: VecDeque<(T, Option<Instant>, NoSeat)>,
     /// Since when requests have waited without a break.
     since: Option<Instant>,
 }
@@ -93,8 +94,13 @@ impl<T> Admission<T> {
     }
 
     /// `taken` (`reserved` or not, due by `deadline`), on the calling
-    /// thread, which is free.
-    pub(super) fn admit(&self, taken: T, reserved: bool, deadline: Instant) -> Admit<T> {
+    /// thread, which is free. A `patient` ordinary request is never refused:
+    /// it waits for an ordinary thread however long. It is one whose answer
+    /// costs a thread as long as its client takes to send its body (tiny_http
+    /// reads an unread body to its end before it takes the connection's next
+    /// request), so that refusing it would hold this thread, reserved or not,
+    /// on a client that trickles.
+    pub(super) fn admit(&self, taken: T, reserved: bool, patient: bool, deadline: Instant) -> Admit<T> {
         let mut line = self.line.lock();
         let queued = Line { ahead: line.queue.len(), since: line.since };
         match self.room.seat_or_wait(usize::from(reserved), deadline, queued) {
@@ -104,14 +110,18 @@ impl<T> Admission<T> {
                 }
                 Admit::Run(taken, seat)
             }
-            Err(Ok(until)) => {
-                let why = if until >= deadline { NoSeat::Deadline } else { NoSeat::Waited };
+            Err(wait) => {
+                let (until, why) = match wait {
+                    Ok(until) if until >= deadline => (Some(until), NoSeat::Deadline),
+                    Ok(until) => (Some(until), NoSeat::Waited),
+                    Err(why) if !patient => return Admit::Refused(taken, why),
+                    Err(why) => (None, why),
+                };
                 line.since.get_or_insert_with(Instant::now);
-                line.queue.push_back((taken, until, why));
+                line.queue.push_back((taken, until.filter(|_| !patient), why));
                 self.waiting.store(line.queue.len(), Ordering::Relaxed);
                 Admit::Waits
             }
-            Err(Err(why)) => Admit::Refused(taken, why),
         }
     }
 
@@ -137,18 +147,21 @@ impl<T> Admission<T> {
     fn next(&self, line: &mut Waiting<T>) -> Next<T> {
         let now = Instant::now();
         let mut next = Next { run: None, expired: Vec::new() };
-        while let Some((_, until, why)) = line.queue.front() {
-            if *until <= now {
-                let why = *why;
-                let (taken, ..) = line.queue.pop_front().expect("a front");
-                next.expired.push((taken, why));
-                continue;
+        if line.queue.iter().any(|(_, until, _)| until.is_some_and(|u| u <= now)) {
+            let mut kept = VecDeque::with_capacity(line.queue.len());
+            for (taken, until, why) in line.queue.drain(..) {
+                match until {
+                    Some(u) if u <= now => next.expired.push((taken, why)),
+                    _ => kept.push_back((taken, until, why)),
+                }
             }
-            if let Some(seat) = self.room.try_seat(0) {
-                let (taken, ..) = line.queue.pop_front().expect("a front");
-                next.run = Some((taken, seat));
-            }
-            break;
+            line.queue = kept;
+        }
+        if !line.queue.is_empty()
+            && let Some(seat) = self.room.try_seat(0)
+        {
+            let (taken, ..) = line.queue.pop_front().expect("not empty");
+            next.run = Some((taken, seat));
         }
         if line.queue.is_empty() {
             line.since = None;
@@ -230,7 +243,7 @@ mod tests {
                                 Some(i) => i,
                                 // The free thread takes the next request, as from tiny_http.
                                 None => match rx.try_recv() {
-                                    Ok(i) => match admission.admit(i, reserved_of(i), far()) {
+                                    Ok(i) => match admission.admit(i, reserved_of(i), false, far()) {
                                         Admit::Run(i, seat) => (i, seat),
                                         Admit::Waits => continue,
                                         Admit::Refused(i, why) => panic!("{i} refused: {why:?}"),
@@ -287,12 +300,12 @@ mod tests {
             Admit::Run(i, seat) => (i, seat),
             _ => panic!("not run"),
         };
-        let (_, one) = run(admission.admit(1, false, far()));
-        let (_, two) = run(admission.admit(2, false, far()));
+        let (_, one) = run(admission.admit(1, false, false, far()));
+        let (_, two) = run(admission.admit(2, false, false, far()));
         // Full: the next ordinary waits, a reserved one runs.
-        assert!(matches!(admission.admit(3, false, far()), Admit::Waits));
-        assert!(matches!(admission.admit(4, false, far()), Admit::Waits));
-        let (five, reserved) = run(admission.admit(5, true, far()));
+        assert!(matches!(admission.admit(3, false, false, far()), Admit::Waits));
+        assert!(matches!(admission.admit(4, false, false, far()), Admit::Waits));
+        let (five, reserved) = run(admission.admit(5, true, false, far()));
         assert_eq!(five, 5);
         assert_eq!((admission.waiting(), admission.reserved_busy()), (2, 1));
         // A reserved request finishing frees no ordinary seat.
@@ -305,17 +318,20 @@ mod tests {
         assert_eq!(admission.waiting(), 0);
         assert!(admission.done(three_seat).run.is_none());
         drop(four_seat);
-        assert!(matches!(admission.admit(6, false, far()), Admit::Run(6, _)));
+        assert!(matches!(admission.admit(6, false, false, far()), Admit::Run(6, _)));
     }
 
     #[test]
     fn a_waiting_request_past_its_wait_is_answered_by_the_next_thread_free() {
         let room = Room::with_shares(2, Duration::from_millis(20), &[1, 0]).unwrap();
         let admission = Admission::new(room, Arc::default(), Arc::default());
-        let Admit::Run(_, held) = admission.admit(1, false, far()) else { panic!("run") };
-        assert!(matches!(admission.admit(2, false, far()), Admit::Waits));
+        let Admit::Run(_, held) = admission.admit(1, false, false, far()) else { panic!("run") };
+        assert!(matches!(admission.admit(2, false, false, far()), Admit::Waits));
         // Its deadline, nearer than max_wait, is the end of its wait.
-        assert!(matches!(admission.admit(3, false, Instant::now() + Duration::from_millis(5)), Admit::Waits));
+        assert!(matches!(
+            admission.admit(3, false, false, Instant::now() + Duration::from_millis(5)),
+            Admit::Waits
+        ));
         let give_up = Instant::now() + Duration::from_secs(10);
         let mut expired = Vec::new();
         while expired.len() < 2 {
@@ -330,21 +346,35 @@ mod tests {
         // max_wait 0: nobody waits.
         let none = Room::with_shares(2, Duration::ZERO, &[1, 0]).unwrap();
         let admission = Admission::new(none, Arc::default(), Arc::default());
-        let Admit::Run(_, _held) = admission.admit(1, false, far()) else { panic!("run") };
-        assert!(matches!(admission.admit(2, false, far()), Admit::Refused(2, NoSeat::Full)));
+        let Admit::Run(_, _held) = admission.admit(1, false, false, far()) else { panic!("run") };
+        assert!(matches!(admission.admit(2, false, false, far()), Admit::Refused(2, NoSeat::Full)));
     }
 
     #[test]
     fn a_stopping_pool_drains_every_waiting_request_oldest_first() {
         let room = Room::with_shares(2, Duration::from_secs(10), &[1, 0]).unwrap();
         let admission = Admission::new(room, Arc::default(), Arc::default());
-        let Admit::Run(_, held) = admission.admit(1, false, far()) else { panic!("run") };
-        assert!(matches!(admission.admit(2, false, far()), Admit::Waits));
-        assert!(matches!(admission.admit(3, false, far()), Admit::Waits));
+        let Admit::Run(_, held) = admission.admit(1, false, false, far()) else { panic!("run") };
+        assert!(matches!(admission.admit(2, false, false, far()), Admit::Waits));
+        assert!(matches!(admission.admit(3, false, false, far()), Admit::Waits));
         assert_eq!(admission.waiting(), 2);
         assert_eq!(admission.drain(), [2, 3]);
         assert_eq!(admission.waiting(), 0);
         // Nothing is left for the seat given back.
         assert!(admission.done(held).run.is_none());
+    }
+
+    #[test]
+    fn a_patient_request_waits_past_max_wait_and_is_never_refused() {
+        let room = Room::with_shares(2, Duration::ZERO, &[1, 0]).unwrap();
+        let admission = Admission::new(room, Arc::default(), Arc::default());
+        let Admit::Run(_, held) = admission.admit(1, false, false, far()) else { panic!("run") };
+        // max_wait 0 refuses an ordinary request at once; a patient one waits.
+        assert!(matches!(admission.admit(2, false, false, far()), Admit::Refused(2, NoSeat::Full)));
+        assert!(matches!(admission.admit(3, false, true, Instant::now()), Admit::Waits));
+        let sweep = admission.sweep();
+        assert!(sweep.run.is_none() && sweep.expired.is_empty());
+        // The seat given back goes to it.
+        assert_eq!(admission.done(held).run.map(|(i, _)| i), Some(3));
     }
 }

@@ -28,13 +28,19 @@ const BUFFER_ANSWER: usize = 256 * 1024;
 /// longer answer waits for its client, a piece at a time.
 const PIECES: usize = 4;
 
+/// How often the connection thread looks at the client while it waits for
+/// an event stream's next piece: a client that has left frees its request
+/// thread and the stream's slot at the stream's next event, not the one
+/// after (a first write to a departed client still succeeds).
+const WATCH: Duration = Duration::from_millis(100);
+
 /// A piece of an answer.
 pub(super) enum Piece {
-    Data(Vec<u8>),
+    /// `stream`: a piece of an event stream, whose next piece may be long in
+    /// coming.
+    Data { bytes: Vec<u8>, stream: bool },
     /// The answer is whole; `close`: the connection closes after it.
-    End {
-        close: bool,
-    },
+    End { close: bool },
 }
 
 /// The request thread's side of one answer.
@@ -83,7 +89,10 @@ impl Reply {
             .any(|h| h.field.equiv("Content-Type") && h.value.as_str().starts_with("text/event-stream"));
         // A 1xx answer would be followed by another: not one this guard relays.
         let doubt = response.status_code().0 < 200;
-        let close = close_after || doubt;
+        // An event stream to an HTTP/1.0 client ends with the close (see
+        // `print_close_delimited`).
+        let close_delimited = streaming && minor == 0 && response.data_length().is_none() && !doubt;
+        let close = close_after || doubt || close_delimited;
         let connection: &[u8] = if close {
             b"Connection: close\r\n"
         } else if minor == 0 {
@@ -106,7 +115,11 @@ impl Reply {
         // The body is the handler's code too: a panic in it is the answer's
         // failure (502, or the close mid-answer), and the thread lives on.
         let printed = catch_unwind(AssertUnwindSafe(|| {
-            response.raw_print(&mut out, version, request.headers(), bodiless, None)
+            if close_delimited {
+                print_close_delimited(response, &mut out, bodiless)
+            } else {
+                response.raw_print(&mut out, version, request.headers(), bodiless, None)
+            }
         }))
         .unwrap_or_else(|payload| {
             let msg = crate::error::panic_message(&*payload);
@@ -135,6 +148,26 @@ impl Reply {
         // A connection thread that gave up on the answer has gone.
         let _ = tx.send(Piece::End { close });
     }
+}
+
+/// Prints an answer of unknown length to an HTTP/1.0 client as it goes,
+/// its end marked by the close (RFC 9112 6.3, rule 8): no `Content-Length`,
+/// `Connection: close` (the writer adds it), and every piece of the body
+/// sent as it is read. tiny_http would read the body whole first to learn its
+/// length (HTTP/1.0 has no chunks), so an event stream would reach its client
+/// only at its end, and a client that left would never be noticed.
+fn print_close_delimited(response: ResponseBox, out: &mut PieceWriter<'_>, bodiless: bool) -> io::Result<()> {
+    let status = response.status_code();
+    let mut head = format!("HTTP/1.0 {} {}\r\n", status.0, status.default_reason_phrase());
+    for header in response.headers() {
+        head.push_str(&format!("{header}\r\n"));
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    if !bodiless && !matches!(status.0, 204 | 304) {
+        io::copy(&mut response.into_reader(), out)?;
+    }
+    Ok(())
 }
 
 /// `response` rebuilt for the guard to print, its body held to its declared
@@ -217,9 +250,10 @@ impl PieceWriter<'_> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let piece = std::mem::take(&mut self.buf);
+        let bytes = std::mem::take(&mut self.buf);
         self.sent = true;
-        self.tx.send_timeout(Piece::Data(piece), self.wait).map_err(|e| match e {
+        let piece = Piece::Data { bytes, stream: self.streaming };
+        self.tx.send_timeout(piece, self.wait).map_err(|e| match e {
             SendTimeoutError::Timeout(_) => {
                 io::Error::new(io::ErrorKind::TimedOut, "the client reads too slowly")
             }
@@ -268,8 +302,10 @@ pub(super) struct Relayed {
 }
 
 /// Writes the pieces of one answer to `client` as they come, waiting at most
-/// `bound` for each. After a failed write it stops: dropping `rx` makes the
-/// request thread's next write fail.
+/// `bound` for each. After a failed write it stops, and while it waits for an
+/// event stream's next piece it stops as soon as the client has closed its
+/// side or reset the connection (looked at every [`WATCH`]): either way,
+/// dropping `rx` makes the request thread's next write fail.
 pub(super) fn relay(
     rx: Receiver<Piece>,
     first: Option<Piece>,
@@ -278,22 +314,29 @@ pub(super) fn relay(
 ) -> Relayed {
     let mut relayed = Relayed { ended: false, keep: false, started: false, timed_out: false };
     let mut next = first;
+    // The last piece was an event stream's: watch the client meanwhile.
+    let mut watch = false;
     loop {
         let piece = match next.take() {
             Some(piece) => piece,
-            None => match rx.recv_deadline(Instant::now() + bound) {
+            None => match next_piece(&rx, client, bound, watch) {
                 Ok(piece) => piece,
-                Err(RecvTimeoutError::Timeout) => {
+                Err(Waited::TimedOut) => {
                     log::warn!("guard: no answer from the request handler within {bound:?}; closing");
                     relayed.timed_out = true;
                     return relayed;
                 }
-                Err(RecvTimeoutError::Disconnected) => return relayed,
+                Err(Waited::Ended) => return relayed,
+                Err(Waited::ClientGone) => {
+                    log::debug!("guard: an event stream's client has left; ending it");
+                    return relayed;
+                }
             },
         };
         match piece {
-            Piece::Data(bytes) => {
+            Piece::Data { bytes, stream } => {
                 relayed.started = true;
+                watch = stream;
                 if (&mut &*client).write_all(&bytes).is_err() {
                     return relayed;
                 }
@@ -305,4 +348,51 @@ pub(super) fn relay(
             }
         }
     }
+}
+
+/// Why no next piece came.
+enum Waited {
+    TimedOut,
+    /// The request thread dropped the reply without an end.
+    Ended,
+    ClientGone,
+}
+
+/// The next piece within `bound`; while `watch`, the client is looked at
+/// every [`WATCH`] meanwhile.
+fn next_piece(
+    rx: &Receiver<Piece>,
+    client: &TcpStream,
+    bound: Duration,
+    watch: bool,
+) -> Result<Piece, Waited> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let until = if watch { deadline.min(Instant::now() + WATCH) } else { deadline };
+        match rx.recv_deadline(until) {
+            Ok(piece) => return Ok(piece),
+            Err(RecvTimeoutError::Disconnected) => return Err(Waited::Ended),
+            Err(RecvTimeoutError::Timeout) if Instant::now() >= deadline => return Err(Waited::TimedOut),
+            Err(RecvTimeoutError::Timeout) => {
+                if client_gone(client) {
+                    return Err(Waited::ClientGone);
+                }
+            }
+        }
+    }
+}
+
+/// Whether `client` has closed its side of the connection or reset it: a
+/// peek that sees the end of the stream or an error. Bytes waiting (a
+/// pipelined request) are left where they are.
+fn client_gone(client: &TcpStream) -> bool {
+    if client.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    let gone = match client.peek(&mut byte) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
+    };
+    gone || client.set_nonblocking(false).is_err()
 }

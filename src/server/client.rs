@@ -33,6 +33,12 @@ impl Refusal {
     /// Past `max_connections`, to a new connection.
     pub(super) const BUSY: Refusal =
         Refusal { status: 503, code: "SERVER_BUSY", message: "too many open connections, try again later" };
+    /// Past `max_connections_per_peer`, to a new connection from that peer.
+    pub(super) const PEER_BUSY: Refusal = Refusal {
+        status: 503,
+        code: "SERVER_BUSY",
+        message: "too many open connections from your address, try again later",
+    };
     /// The request pool gave no answer (it is stopping, or tiny_http refused
     /// what crossed the hop).
     pub(super) const UPSTREAM: Refusal =

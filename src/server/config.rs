@@ -12,6 +12,10 @@ use crate::time::MAX_TIMEOUT;
 
 use super::proxy::TrustedProxies;
 
+/// [`ServerConfigBuilder::first_byte_timeout`]'s default, where `idle_timeout`
+/// is not shorter.
+const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The server's settings, validated: what [`serve`](super::serve) uses by
 /// default and [`serve_with`](super::serve_with) takes: the guard's
 /// timeouts, caps and bounds, each request's time budget, the
@@ -30,6 +34,10 @@ pub struct ServerConfig {
     max_head_bytes: usize,
     max_body_bytes: u64,
     max_connections: usize,
+    /// `None`: a quarter of `max_connections`, at least 1.
+    max_connections_per_peer: Option<usize>,
+    /// `None`: 5 s, or `idle_timeout` if that is shorter.
+    first_byte_timeout: Option<Duration>,
     request_budget: Duration,
     max_wait: Duration,
     answer_timeout: Duration,
@@ -126,6 +134,19 @@ impl ServerConfig {
         self.max_connections
     }
 
+    /// The most connections open at once from one peer (see
+    /// [`ServerConfigBuilder::max_connections_per_peer`]): the value set, or
+    /// a quarter of [`max_connections`](Self::max_connections), at least 1.
+    pub fn max_connections_per_peer(&self) -> usize {
+        self.max_connections_per_peer.unwrap_or((self.max_connections / 4).max(1))
+    }
+
+    /// Time a new connection may wait for the first byte of its first
+    /// request (see [`ServerConfigBuilder::first_byte_timeout`]).
+    pub fn first_byte_timeout(&self) -> Duration {
+        self.first_byte_timeout.unwrap_or(DEFAULT_FIRST_BYTE_TIMEOUT.min(self.idle_timeout))
+    }
+
     /// Each request's time budget, from its arrival: its
     /// [`RequestContext::deadline`](super::RequestContext::deadline).
     pub fn request_budget(&self) -> Duration {
@@ -188,6 +209,8 @@ impl ServerConfigBuilder {
                 max_head_bytes: 8 * 1024,
                 max_body_bytes: 1024 * 1024,
                 max_connections: 256,
+                max_connections_per_peer: None,
+                first_byte_timeout: None,
                 request_budget: Duration::from_secs(30),
                 max_wait: Duration::from_millis(100),
                 answer_timeout: Duration::from_secs(60),
@@ -244,6 +267,35 @@ impl ServerConfigBuilder {
     /// gets `503` and is closed. At least 1, at most 65,536. Default 256.
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.cfg.max_connections = connections;
+        self
+    }
+
+    /// The most connections open at once from one peer, so that no single
+    /// client can hold the edge: past it a new connection from that peer
+    /// gets `503` (JSON, `SERVER_BUSY`) and is closed, at once, while other
+    /// peers are still served. A peer is an IPv4 address, or an IPv6 /64
+    /// (what one host is usually given); an IPv4 address mapped into IPv6
+    /// is that IPv4 address. A [trusted proxy](Self::trusted_proxies) stands
+    /// for many clients and is exempt: its connections are bounded by
+    /// [`max_connections`](Self::max_connections) alone (cap its clients at
+    /// the proxy, nginx's `limit_conn`). At least 1, at most
+    /// `max_connections`. Defaults to a quarter of `max_connections`, at
+    /// least 1 (64 of the default 256).
+    pub fn max_connections_per_peer(mut self, connections: usize) -> Self {
+        self.cfg.max_connections_per_peer = Some(connections);
+        self
+    }
+
+    /// Time a new connection may wait for the first byte of its first
+    /// request; past it the connection is closed without an answer (nginx's
+    /// `client_header_timeout`). Shorter than
+    /// [`idle_timeout`](Self::idle_timeout), which bounds the wait between
+    /// requests of a kept-alive connection: a connection that has not yet
+    /// asked for anything is cheap to hold for a client that never will.
+    /// Greater than zero, at most `idle_timeout`. Defaults to 5 s, or
+    /// `idle_timeout` where that is shorter.
+    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.first_byte_timeout = Some(timeout);
         self
     }
 
@@ -341,6 +393,7 @@ impl ServerConfigBuilder {
             ("head_timeout", c.head_timeout),
             ("body_timeout", c.body_timeout),
             ("idle_timeout", c.idle_timeout),
+            ("first_byte_timeout", c.first_byte_timeout.unwrap_or(DEFAULT_FIRST_BYTE_TIMEOUT)),
             ("write_timeout", c.write_timeout),
             ("request_budget", c.request_budget),
             ("answer_timeout", c.answer_timeout),
@@ -363,6 +416,18 @@ impl ServerConfigBuilder {
         }
         if !(1..=65_536).contains(&c.max_connections) {
             return Err(ConfigError::new("max_connections", "in [1, 65536]", c.max_connections));
+        }
+        if let Some(per_peer) = c.max_connections_per_peer
+            && !(1..=c.max_connections).contains(&per_peer)
+        {
+            let value = format!("{per_peer} (max_connections is {})", c.max_connections);
+            return Err(ConfigError::new("max_connections_per_peer", "in [1, max_connections]", value));
+        }
+        if let Some(first) = c.first_byte_timeout
+            && first > c.idle_timeout
+        {
+            let value = format!("{first:?} (idle_timeout is {:?})", c.idle_timeout);
+            return Err(ConfigError::new("first_byte_timeout", "at most idle_timeout", value));
         }
         let mut cfg = self.cfg;
         if let Some(reserve) = &mut cfg.reserve {
@@ -410,6 +475,46 @@ mod tests {
         let ok = ServerConfig::builder().max_body_bytes(0).max_connections(1).build().unwrap();
         assert_eq!(ok.max_body_bytes(), 0);
         assert_eq!(ok.reserve(), None);
+    }
+
+    #[test]
+    fn per_peer_cap_and_first_byte_timeout_default_validate_and_read_back() {
+        let cfg = ServerConfig::default();
+        assert_eq!(cfg.max_connections_per_peer(), 64);
+        assert_eq!(cfg.first_byte_timeout(), Duration::from_secs(5));
+        let small =
+            ServerConfig::builder().max_connections(3).idle_timeout(Duration::from_secs(2)).build().unwrap();
+        assert_eq!(small.max_connections_per_peer(), 1);
+        assert_eq!(small.first_byte_timeout(), Duration::from_secs(2));
+        let set = ServerConfig::builder()
+            .max_connections(64)
+            .max_connections_per_peer(8)
+            .first_byte_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (set.max_connections_per_peer(), set.first_byte_timeout()),
+            (8, Duration::from_millis(300))
+        );
+        let cases = [
+            (ServerConfig::builder().max_connections_per_peer(0), "max_connections_per_peer"),
+            (
+                ServerConfig::builder().max_connections(8).max_connections_per_peer(9),
+                "max_connections_per_peer",
+            ),
+            (ServerConfig::builder().first_byte_timeout(Duration::ZERO), "first_byte_timeout"),
+            (
+                ServerConfig::builder()
+                    .idle_timeout(Duration::from_secs(2))
+                    .first_byte_timeout(Duration::from_secs(3)),
+                "first_byte_timeout",
+            ),
+        ];
+        for (builder, field) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!(err.field(), field, "{err}");
+            assert!(err.to_string().starts_with(field), "{err}");
+        }
     }
 
     #[test]

@@ -35,16 +35,20 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
     }
     let Ok(peer) = stream.peer_addr() else { return };
     let mut client = Client::new(stream);
+    // A new connection has `first_byte_timeout` to begin its first request;
+    // a kept-alive one `idle_timeout` between requests.
+    let mut wait = cfg.first_byte_timeout();
     loop {
         // Between requests: the stop may close an idle connection; a
         // pipelined request already read in part is finished first.
         if !client.has_buffered() && shared.go_idle(conn) {
             return;
         }
-        // No byte by the idle timeout, or the client left: close, no answer.
-        if client.await_request(Instant::now() + cfg.idle_timeout()).is_err() {
+        // No byte in time, or the client left: close, no answer.
+        if client.await_request(Instant::now() + wait).is_err() {
             return;
         }
+        wait = cfg.idle_timeout();
         conn.idle.store(false, Ordering::SeqCst);
         let head = match client.read_head(cfg) {
             Ok(head) => head,

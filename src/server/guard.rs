@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -28,6 +28,9 @@ pub(super) struct Conn {
     /// Waiting for the first byte of a request (nothing half-read, nothing in
     /// flight): the stop may close it at once.
     pub(super) idle: AtomicBool,
+    /// The peer it counts against ([`peer_key`]); `None` for a trusted
+    /// proxy, which is exempt from the per-peer cap.
+    peer: Option<IpAddr>,
 }
 
 /// The open connections and the threads serving them, under one lock.
@@ -46,10 +49,56 @@ pub(super) struct Conn {
 struct Threads {
     /// The open connections, by id; its length is the count the limit bounds.
     conns: HashMap<u64, Arc<Conn>>,
+    /// Open connections by peer (those in `conns` whose `peer` is set), for
+    /// the per-peer cap; a peer with none has no entry.
+    peers: HashMap<IpAddr, usize>,
     /// Connection threads waiting for a connection.
     idle: usize,
     /// Connection threads alive, idle or not.
     alive: usize,
+}
+
+impl Threads {
+    /// Registers `conn` under `id`, or says why not: the guard is at
+    /// `max_connections`, or its peer at `max_connections_per_peer`.
+    fn register(&mut self, id: u64, conn: &Arc<Conn>, cfg: &ServerConfig) -> Result<(), Refusal> {
+        if self.conns.len() >= cfg.max_connections() {
+            return Err(Refusal::BUSY);
+        }
+        if let Some(peer) = conn.peer {
+            let open = self.peers.entry(peer).or_insert(0);
+            if *open >= cfg.max_connections_per_peer() {
+                return Err(Refusal::PEER_BUSY);
+            }
+            *open += 1;
+        }
+        self.conns.insert(id, Arc::clone(conn));
+        Ok(())
+    }
+
+    /// Takes the connection `id` off the books, its peer's count with it.
+    fn remove(&mut self, id: u64) -> Option<Arc<Conn>> {
+        let conn = self.conns.remove(&id)?;
+        if let Some(peer) = conn.peer
+            && let Some(open) = self.peers.get_mut(&peer)
+        {
+            *open -= 1;
+            if *open == 0 {
+                self.peers.remove(&peer);
+            }
+        }
+        Some(conn)
+    }
+}
+
+/// The peer a connection from `ip` counts against: an IPv4 address (an
+/// IPv4-mapped IPv6 one as such), or the /64 of an IPv6 address, which is
+/// what one host is usually given.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((v6.to_bits() & (u128::MAX << 64)).into()),
+        v4 => v4,
+    }
 }
 
 /// How long a connection thread waits for another connection before it exits.
@@ -193,10 +242,10 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<GuardShared>, serve_conn: fn
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let stream = match accepted {
-            Ok((stream, _)) => {
+        let (stream, peer) = match accepted {
+            Ok(accepted) => {
                 backoff = Duration::ZERO;
-                stream
+                accepted
             }
             Err(e) => {
                 // Out of descriptors or memory, or a connection that died
@@ -209,15 +258,17 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<GuardShared>, serve_conn: fn
                 continue;
             }
         };
-        admit(stream, shared, &handoff, &waiting, serve_conn);
+        admit(stream, peer, shared, &handoff, &waiting, serve_conn);
     }
 }
 
 /// Registers `stream` and gives it to an idle connection thread or a new
-/// one, or answers `503` and closes it when the guard is at its limit (or
-/// cannot start a thread).
+/// one, or answers `503` and closes it when the guard or its peer is at its
+/// limit (or no thread can be started). A trusted proxy's connections are
+/// bounded by the guard's limit alone.
 fn admit(
     stream: TcpStream,
+    peer: SocketAddr,
     shared: &Arc<GuardShared>,
     handoff: &crossbeam_channel::Sender<(u64, Arc<Conn>)>,
     waiting: &crossbeam_channel::Receiver<(u64, Arc<Conn>)>,
@@ -225,14 +276,16 @@ fn admit(
 ) {
     let _ = stream.set_nodelay(true);
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let peer = (!shared.cfg.trusted_proxies().contains(peer.ip())).then(|| peer_key(peer.ip()));
+    let conn = Arc::new(Conn { stream, idle: AtomicBool::new(true), peer });
     let mut threads = shared.threads.lock();
-    if threads.conns.len() >= shared.cfg.max_connections() {
+    if let Err(refusal) = threads.register(id, &conn, &shared.cfg) {
         drop(threads);
-        refuse_busy(stream);
+        if let Ok(conn) = Arc::try_unwrap(conn) {
+            refuse_busy(conn.stream, refusal);
+        }
         return;
     }
-    let conn = Arc::new(Conn { stream, idle: AtomicBool::new(true) });
-    threads.conns.insert(id, Arc::clone(&conn));
     if threads.idle > 0 {
         threads.idle -= 1;
         // Cannot fail: the accept loop holds a receiver too.
@@ -251,12 +304,12 @@ fn admit(
     if let Err(e) = spawned {
         log::warn!("guard: cannot start a connection thread ({e}); answering 503");
         let mut threads = shared.threads.lock();
-        threads.conns.remove(&id);
+        threads.remove(id);
         threads.alive -= 1;
         drop(threads);
         shared.ended.notify_all();
         if let Ok(conn) = Arc::try_unwrap(conn) {
-            refuse_busy(conn.stream);
+            refuse_busy(conn.stream, Refusal::BUSY);
         }
     }
 }
@@ -304,7 +357,7 @@ struct Deregister<'a> {
 
 impl Drop for Deregister<'_> {
     fn drop(&mut self) {
-        let removed = self.shared.threads.lock().conns.remove(&self.id);
+        let removed = self.shared.threads.lock().remove(self.id);
         // Close the socket now, not when the last `Arc` goes.
         if let Some(conn) = removed {
             let _ = conn.stream.shutdown(Shutdown::Both);
@@ -315,8 +368,24 @@ impl Drop for Deregister<'_> {
 
 /// A `503` written without waiting (the accept loop must not block on a
 /// client), then the close.
-fn refuse_busy(mut stream: TcpStream) {
+fn refuse_busy(mut stream: TcpStream, refusal: Refusal) {
     let _ = stream.set_nonblocking(true);
-    let _ = stream.write_all(&Refusal::BUSY.bytes());
+    let _ = stream.write_all(&refusal.bytes());
     let _ = stream.shutdown(Shutdown::Write);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peer_key;
+    use std::net::IpAddr;
+
+    #[test]
+    fn a_peer_is_an_ipv4_address_or_an_ipv6_64() {
+        let key = |s: &str| peer_key(s.parse::<IpAddr>().unwrap()).to_string();
+        assert_eq!(key("127.0.0.3"), "127.0.0.3");
+        assert_eq!(key("::ffff:10.1.2.3"), "10.1.2.3");
+        assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+    }
 }

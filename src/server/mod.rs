@@ -102,13 +102,23 @@
 //!   pause that doubles from 5 ms up to 1 s; the loop never ends on one.
 //! - **Bounds.** At most [`max_connections`](ServerConfig::max_connections)
 //!   connections are open, each on one `watertight-conn` thread; past it a new
-//!   connection gets `503` (JSON, `Connection: close`) and is closed.
+//!   connection gets `503` (JSON, `Connection: close`) and is closed. No peer
+//!   holds more than
+//!   [`max_connections_per_peer`](ServerConfig::max_connections_per_peer) of
+//!   them (a quarter by default): the accept thread counts the open
+//!   connections of each peer (an IPv4 address, or an IPv6 /64) under the
+//!   same lock as the total, and a connection past its peer's count gets the
+//!   same `503` at once; a connection's end takes it off both counts. A
+//!   [trusted proxy](ServerConfig::trusted_proxies) stands for many clients
+//!   and is counted in the total only.
 //! - **Reading.** The connection thread reads the request head with `httparse`
 //!   within [`head_timeout`](ServerConfig::head_timeout) of its first byte, and
 //!   the body within [`body_timeout`](ServerConfig::body_timeout) of the end of
-//!   the head; between requests it waits
-//!   [`idle_timeout`](ServerConfig::idle_timeout) for the next first byte, then
-//!   closes. Every read is bounded by what is left of its step's time, so a
+//!   the head. A new connection waits
+//!   [`first_byte_timeout`](ServerConfig::first_byte_timeout) for the first
+//!   byte of its first request, and a kept-alive one
+//!   [`idle_timeout`](ServerConfig::idle_timeout) between requests; then it
+//!   closes, without an answer. Every read is bounded by what is left of its step's time, so a
 //!   byte now and then does not extend it. A late head or body gets `408`.
 //! - **Caps.** A head over [`max_head_bytes`](ServerConfig::max_head_bytes) (or
 //!   with over 100 headers) gets `431`. A declared `Content-Length` over
@@ -145,8 +155,15 @@
 //!   a slow reader. Nothing is ever read back from the hop, and a hop
 //!   connection is reused only once its request has been answered. An event
 //!   stream (`Content-Type: text/event-stream`) goes on piece by piece as
-//!   tiny_http's chunked encoder writes it (in chunks of up to 8 KiB), and a
-//!   client gone ends it: the handler's next write fails. The guard waits at most
+//!   tiny_http's chunked encoder writes it (in chunks of up to 8 KiB); to an
+//!   HTTP/1.0 client, which has no chunks, the guard prints it itself, piece by
+//!   piece as the body is read, ended by the close (`Connection: close`, no
+//!   `Content-Length`), where tiny_http would read it whole first. While the
+//!   guard waits for a stream's next piece it peeks at the client's socket
+//!   every 100 ms; a client that has closed it (or reset it) ends the stream,
+//!   and the handler's next write fails, so its request thread is free at the
+//!   next event. (A client that half-closes its side while it still reads a
+//!   stream is taken for gone, as nginx does.) The guard waits at most
 //!   [`answer_timeout`](ServerConfig::answer_timeout) for the answer and for
 //!   each next piece (then `504`, or the close). An answer whose framing is
 //!   in doubt (a body shorter than its length, a failing reader, a 1xx

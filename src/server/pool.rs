@@ -235,7 +235,13 @@ impl Shared {
             };
             let reserved = self.reserve.as_ref().is_some_and(|r| r.share.takes(&r.routes, &request));
             let deadline = crate::time::deadline_after(arrival.received, self.budget);
-            match self.admission.admit(Taken { request, arrival, reply, reserved }, reserved, deadline) {
+            // Straight from tiny_http, a body past 1 KiB (and not chunked) is
+            // read on the handler's thread, and to its end when the request
+            // is answered; the guard hands on bodies it has read.
+            let patient =
+                matches!(self.source, Source::Clients(_)) && request.body_length().is_some_and(|n| n > 1024);
+            let taken = Taken { request, arrival, reply, reserved };
+            match self.admission.admit(taken, reserved, patient, deadline) {
                 Admit::Run(taken, seat) => return Some((taken, seat)),
                 Admit::Waits => {}
                 Admit::Refused(taken, why) => self.refuse(taken, why),

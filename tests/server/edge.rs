@@ -6,11 +6,12 @@
 //! - a body declared as 1,000,000,000,000 bytes, 7 of them sent: `413`, and the
 //!   process lives;
 //! - a 16 KiB header: `431` (nginx answers that one itself with `400`);
-//! - 48 clients trickling request heads and 48 trickling 4 KiB bodies at 2 B/s,
+//! - 48 clients trickling request heads and 48 trickling 4 KiB bodies at 2 B/s
+//!   (from 127.0.0.3 and 127.0.0.4, 48 each: within the per-peer cap),
 //!   while `GET /orders/{id}` is polled on new connections: at least 99 %
 //!   answered `200`, p99 at most 250 ms;
-//! - 200 connections opened at once, each asking `/health`: all answered
-//!   within 5 s;
+//! - 200 connections opened at once from 200 addresses (127.0.1.1 to
+//!   127.0.1.200), each asking `/health`: all answered within 5 s;
 //! - 10,000 connections opened and closed without a byte: the server's
 //!   threads and descriptors (`/proc/<pid>/task`, `/proc/<pid>/fd`) come back
 //!   to what they were, polled for at most 10 s.
@@ -22,8 +23,9 @@
 
 use crate::checkout_bin;
 use crate::nginx;
+use crate::peers::connect_from;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 use checkout_bin::Checkout;
 
 /// One target at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -103,7 +105,9 @@ fn tricklers(t: &mut Target<'_>, order_path: &str) -> Result<String, String> {
     let addr = t.addr;
     let mut slow = Vec::new();
     for i in 0..2 * TRICKLERS {
-        let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+        // Two peers, each within its share of the connections.
+        let from = if i < TRICKLERS { "127.0.0.3" } else { "127.0.0.4" };
+        let mut s = connect_from(from, addr).map_err(|e| format!("connect: {e}"))?;
         s.set_write_timeout(Some(Duration::from_secs(1))).map_err(|e| e.to_string())?;
         let head = if i % 2 == 0 {
             "GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_owned()
@@ -170,12 +174,12 @@ fn burst(t: &mut Target<'_>) -> Result<String, String> {
     let addr = t.addr;
     let start = Arc::new(Barrier::new(N + 1));
     let clients: Vec<_> = (0..N)
-        .map(|_| {
+        .map(|i| {
             let start = Arc::clone(&start);
             thread::spawn(move || {
                 start.wait();
                 let began = Instant::now();
-                let answer = checkout_bin::get(addr, "/health", Duration::from_secs(5));
+                let answer = get_from(&format!("127.0.1.{}", i + 1), addr, "/health");
                 (answer.map(|a| a.status), began.elapsed())
             })
         })
@@ -193,6 +197,17 @@ fn burst(t: &mut Target<'_>) -> Result<String, String> {
     }
     t.alive()?;
     Ok(seen)
+}
+
+/// `GET path` on a new connection from the address `from`.
+fn get_from(from: &str, addr: SocketAddr, path: &str) -> Result<checkout_bin::Answer, String> {
+    let mut stream = connect_from(from, addr).map_err(|e| format!("connect: {e}"))?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).map_err(|e| format!("write: {e}"))?;
+    let mut got = Vec::new();
+    let end = stream.read_to_end(&mut got);
+    checkout_bin::parse_answer(&got)
+        .ok_or_else(|| format!("no HTTP answer ({end:?}), got {:?}", String::from_utf8_lossy(&got)))
 }
 
 fn empty_connections(t: &mut Target<'_>) -> Result<String, String> {
@@ -305,7 +320,9 @@ fn the_attack_list_through_nginx() {
         );
         return;
     }
-    let mut checkout = Checkout::start(&[]);
+    // nginx connects from 127.0.0.2 (the recipe's `proxy_bind`): a trusted
+    // proxy, exempt from the per-peer cap.
+    let mut checkout = Checkout::start(&["--trusted-proxy", "127.0.0.2"]);
     let proxy = nginx::Nginx::start(checkout.addr);
     let mut target = Target {
         name: "nginx",

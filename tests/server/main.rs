@@ -12,6 +12,7 @@ mod admin_policy;
 mod answers;
 mod desync;
 mod edge;
+mod peers;
 mod proxies;
 mod reserve;
 mod server;
