@@ -20,4 +20,5 @@ mod hedge;
 mod priority;
 mod reconfigure;
 mod stuck;
+mod throttle;
 mod vocabulary;
