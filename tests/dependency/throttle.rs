@@ -31,7 +31,7 @@ struct Tally {
 
 /// Offers `seconds` of calls, `PER_SECOND` a second of `clock`.
 fn offer(dep: &Dependency, provider: &FakeProvider, clock: &ManualClock, seconds: u32) -> Tally {
-    let agent = support::agent(Duration::from_secs(2));
+    let agent = support::agent(Duration::from_secs(10));
     let url = provider.url();
     let hits = provider.hits();
     let mut tally = Tally::default();
@@ -66,7 +66,8 @@ fn the_provider_gets_about_k_times_what_it_accepts_of_the_calls_offered() {
     let k = 1.1;
     let account = Dependency::builder("account")
         .workers(2)
-        .timeout(Duration::from_secs(2))
+        // Generous: a loopback call on a busy machine has taken 2.5 s.
+        .timeout(Duration::from_secs(10))
         // The breaker would open at 60 % failures: off, to see the throttler alone.
         .breaker(BreakerConfig::default().enabled(false))
         .throttle(Throttle::new().k(k))
@@ -110,7 +111,7 @@ fn only_what_the_provider_answered_is_counted() {
     let clock = ManualClock::new();
     let dep = Dependency::builder("counted")
         .workers(2)
-        .timeout(Duration::from_millis(50))
+        .timeout(Duration::from_secs(2))
         .breaker(BreakerConfig::count_based(100).minimum_calls(100))
         .throttle(Throttle::new().min_requests(0))
         .throttle_seed(1)
@@ -134,7 +135,9 @@ fn only_what_the_provider_answered_is_counted() {
     assert!(matches!(status(404), Err(Error::Failed(404))));
     assert_eq!(window(), (2, 2), "a success and an ignored 4xx are accepts");
     assert!(matches!(status(503), Err(Error::Failed(503))));
-    let late = dep.call(|ctx| {
+    // A timeout at the caller's deadline (the dependency's own is 2 s, so
+    // that no other call times out on a busy machine).
+    let late = dep.with().timeout(Duration::from_millis(50)).call(|ctx| {
         std::thread::sleep(ctx.remaining() + Duration::from_millis(20));
         Ok::<_, std::io::Error>(())
     });
