@@ -90,7 +90,7 @@ pub struct DependencyLatency {
 /// ```text
 /// attempts = successful + failed + ignored + timed_out + panicked
 ///          + not_permitted + queue_full + deadline_unmeetable + shutting_down
-///          + limit_exceeded + rate_limited + shed
+///          + limit_exceeded + rate_limited + shed + throttled
 /// ```
 ///
 /// ([`CallCounts::total`]). A retried call (`with().retry()`) makes one attempt per
@@ -136,6 +136,8 @@ pub struct CallCounts {
     pub rate_limited: u64,
     /// [`Outcome::Shed`].
     pub shed: u64,
+    /// [`Outcome::Throttled`].
+    pub throttled: u64,
     /// Recorded attempts slower than the breaker's `slow_call_duration`
     /// (overlaps the recorded outcomes).
     pub slow: u64,
@@ -173,6 +175,7 @@ impl CallCounts {
             Outcome::LimitExceeded => self.limit_exceeded,
             Outcome::RateLimited => self.rate_limited,
             Outcome::Shed => self.shed,
+            Outcome::Throttled => self.throttled,
         }
     }
 
@@ -194,6 +197,7 @@ impl CallCounts {
             limit_exceeded: d(self.limit_exceeded, earlier.limit_exceeded),
             rate_limited: d(self.rate_limited, earlier.rate_limited),
             shed: d(self.shed, earlier.shed),
+            throttled: d(self.throttled, earlier.throttled),
             slow: d(self.slow, earlier.slow),
             retried: d(self.retried, earlier.retried),
             hedged: d(self.hedged, earlier.hedged),
@@ -204,7 +208,7 @@ impl CallCounts {
 
     /// Every outcome with its count, in [`Outcome::ALL`]'s order: the `kind`
     /// samples of `watertight_calls_total`. Their sum is [`total`](Self::total).
-    pub fn by_outcome(&self) -> [(Outcome, u64); 12] {
+    pub fn by_outcome(&self) -> [(Outcome, u64); 13] {
         Outcome::ALL.map(|o| (o, self.get(o)))
     }
 }
@@ -214,7 +218,7 @@ impl CallCounts {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     /// Indexed by the outcome's position in [`Outcome::ALL`].
-    outcomes: [AtomicU64; 12],
+    outcomes: [AtomicU64; 13],
     slow: AtomicU64,
     retried: AtomicU64,
     hedged: AtomicU64,
@@ -244,6 +248,7 @@ impl Counters {
             Outcome::LimitExceeded => 9,
             Outcome::RateLimited => 10,
             Outcome::Shed => 11,
+            Outcome::Throttled => 12,
         }
     }
 
@@ -287,6 +292,7 @@ impl Counters {
             limit_exceeded: o(Outcome::LimitExceeded),
             rate_limited: o(Outcome::RateLimited),
             shed: o(Outcome::Shed),
+            throttled: o(Outcome::Throttled),
             slow: self.slow.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             hedged: self.hedged.load(Ordering::Relaxed),

@@ -37,7 +37,8 @@ macro_rules! outcomes {
             /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
             /// `kind` label of `watertight_calls_total`, and in JSON
             /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
-            /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`, `"shed"`).
+            /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`, `"shed"`,
+            /// `"throttled"`).
             pub fn as_str(&self) -> &'static str {
                 match self { $( Rejection::$r => $rlabel, )* }
             }
@@ -118,6 +119,12 @@ outcomes! {
         /// one would take the share reserved for critical calls). Never recorded
         /// by the breaker.
         Shed = "shed", "shed for its priority: the room left is kept for higher ones";
+        /// Refused by the dependency's adaptive throttler
+        /// ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle)),
+        /// before the breaker and the pool: the provider has lately accepted too
+        /// few of the calls it got, and this one was drawn to be shed. Not a
+        /// request to the provider: never recorded by the breaker or the throttler.
+        Throttled = "throttled", "refused by the adaptive throttler: the provider accepts too few calls";
     }
 
     /// What one attempt ended in: exactly one per attempt, and the one word that

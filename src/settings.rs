@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::hedge::Hedge;
-use crate::limit::{AdaptiveLimit, RateLimit};
+use crate::limit::{AdaptiveLimit, RateLimit, Throttle};
 use crate::pool::Mode;
 use crate::retry::Retry;
 use crate::time::MAX_TIMEOUT;
@@ -39,6 +39,10 @@ use crate::time::MAX_TIMEOUT;
 ///
 /// [adaptive_limit]
 /// min_limit = 2
+///
+/// [throttle]
+/// k = 2.0
+/// window = "30s"
 /// ```
 ///
 /// ```
@@ -83,6 +87,11 @@ pub struct DependencyConfig {
     /// absent in a file: none.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub rate_limit: Option<RateLimit>,
+    /// The adaptive throttler, if any
+    /// ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle));
+    /// absent in a file: none.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub throttle: Option<Throttle>,
     /// The hedging policy of [`hedge`](crate::CallBuilder::hedge)d calls, if any
     /// ([`DependencyBuilder::hedge`](crate::DependencyBuilder::hedge));
     /// absent in a file: none, and a hedged call makes one attempt.
@@ -158,6 +167,7 @@ impl Default for DependencyConfig {
             retry: Retry::default(),
             adaptive_limit: None,
             rate_limit: None,
+            throttle: None,
             hedge: None,
             mode: Mode::Pool,
             reserved_for_critical: 0,
@@ -219,6 +229,9 @@ impl DependencyConfig {
         self.retry.validate()?;
         if let Some(rate) = &self.rate_limit {
             rate.validate()?;
+        }
+        if let Some(throttle) = &self.throttle {
+            throttle.validate()?;
         }
         if let Some(hedge) = &self.hedge {
             hedge.validate()?;

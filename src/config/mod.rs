@@ -7,8 +7,9 @@
 //! [`DependencyBuilder`](crate::DependencyBuilder) sets and
 //! [`Dependency::reconfigure`](crate::Dependency::reconfigure) applies, with
 //! a section each for the breaker ([`BreakerConfig`](crate::breaker::BreakerConfig)),
-//! the retry ([`Retry`](crate::retry::Retry)) and the adaptive limit
-//! ([`AdaptiveLimit`](crate::limit::AdaptiveLimit)). Every field may be left
+//! the retry ([`Retry`](crate::retry::Retry)), the adaptive limit
+//! ([`AdaptiveLimit`](crate::limit::AdaptiveLimit)) and the throttler
+//! ([`Throttle`](crate::limit::Throttle)). Every field may be left
 //! out and takes the builder's default; a field no section knows is refused.
 //!
 //! - Durations are strings: `"3s"`, `"250ms"`, `"1m 30s"` (`humantime`'s

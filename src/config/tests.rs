@@ -58,6 +58,9 @@ fn everything() -> Config {
         rate_limit: Some(
             crate::limit::RateLimit::per_second(250.0).burst(20).max_wait(Duration::from_millis(15)),
         ),
+        throttle: Some(
+            crate::limit::Throttle::new().k(1.5).window(Duration::from_secs(20)).buckets(40).min_requests(8),
+        ),
         hedge: Some(
             crate::dependency::Hedge::at_quantile(0.9)
                 .max_hedges(2)
@@ -169,6 +172,8 @@ fn a_built_registry_carries_every_value() {
     assert_eq!(fraud.retry().overall_timeout(), Some(Duration::from_secs(9)));
     let limiter = fraud.limiter().expect("an adaptive limit");
     assert_eq!((limiter.min_limit(), limiter.max_limit()), (3, 7));
+    let throttle = fraud.throttler().expect("a throttler").config();
+    assert_eq!((throttle.k, throttle.window, throttle.buckets), (1.5, Duration::from_secs(20), 40));
     // `enabled = false`: a disabled breaker.
     assert_eq!(fraud.breaker().state(), State::Disabled);
     assert_eq!(registry.len(), 2);
@@ -271,6 +276,13 @@ const READ_ERRORS: &[(&str, &str, &str)] = &[
         "dependencies.fraud.adaptive_limit.failure_cut",
         "(0, 100)",
     ),
+    ("[dependencies.fraud.throttle]\nk = 0.5", "dependencies.fraud.throttle.k", "in [1, 100], got 0.5"),
+    (
+        "[dependencies.fraud.throttle]\nwindow = \"500ms\"",
+        "dependencies.fraud.throttle.window",
+        "at least 1s",
+    ),
+    ("[dependencies.fraud.throttle]\nkay = 2", "dependencies.fraud.throttle.kay", "unknown field `kay`"),
     (
         "[dependencies.\"a.b\".breaker]\nminimum_calls = 0",
         "dependencies.\"a.b\".breaker.minimum_calls",

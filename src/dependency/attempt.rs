@@ -4,7 +4,7 @@
 //! thread) is made of attempts, and every attempt goes through these two
 //! functions and no other:
 //!
-//! - **Admission**, in one fixed order: the deadline, the rate limit, the
+//! - **Admission**, in one fixed order: the deadline, the throttler, the rate limit, the
 //!   breaker, the adaptive limit, the priority place; then the launch (the
 //!   submission to the pool, or the run on the caller's thread). A refusal
 //!   at any step is counted, logged (in aggregate, `quiet_log.rs`) and
@@ -16,7 +16,7 @@
 //! - **Settlement**, exactly once: classification under `catch_unwind`, the
 //!   late-answer rule (an answer after the deadline is a timeout), the
 //!   job's own timeout at the deadline (the same event as the caller's), the
-//!   cut-short rule, then the call-time sample, the outcome, the breaker,
+//!   cut-short rule, then the call-time sample, the outcome, the throttler, the breaker,
 //!   the limit and the announcement. An attempt dropped unsettled never ran:
 //!   its permits drop unrecorded (as ignored).
 
@@ -183,6 +183,11 @@ impl Inner {
         // take a half-open probe slot for a call that cannot be made.
         if at <= ask.now {
             return Err(self.refuse(ask.form, Rejection::DeadlineUnmeetable, None));
+        }
+        // The adaptive throttler, before anything is taken: a call it refuses
+        // was never a request to the provider (`limit/throttle.rs`).
+        if self.throttle.is_on() && self.throttle.refuses_at(self.clock_now(ask.now), ask.priority) {
+            return Err(self.refuse(ask.form, Rejection::Throttled, None));
         }
         // The rate limit, before the breaker: a caller waiting for its permit
         // holds no probe slot. Only a blocking call waits, and only within its deadline.
@@ -478,6 +483,11 @@ impl Attempt {
             inner.normal.record(ended.saturating_duration_since(began));
         }
         inner.counters.outcome(outcome);
+        // A request the provider answered: accepted unless a failure or a timeout.
+        if inner.throttle.is_on() {
+            let accepted = matches!(outcome, Outcome::Successful | Outcome::Ignored);
+            inner.throttle.record_at(inner.clock_now(ended), accepted);
+        }
         if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
             inner.counters.slow();
         }

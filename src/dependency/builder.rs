@@ -13,7 +13,7 @@ use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
 use crate::histogram::LatencyHistogram;
-use crate::limit::{AdaptiveLimit, Limiter, RateLimit, RateLimiter};
+use crate::limit::{AdaptiveLimit, Limiter, RateLimit, RateLimiter, Throttle, Throttler};
 use crate::listeners::{Listener, Listeners};
 use crate::pool::{CallerThread, Exec};
 use crate::pool::{Pool, PoolBuilder};
@@ -34,6 +34,8 @@ pub struct DependencyBuilder {
     config: DependencyConfig,
     /// `None` for the system clock, read directly (see `Inner::clock_now`).
     clock: Option<Arc<dyn Clock>>,
+    /// The throttler's seed; `None`: drawn at random.
+    throttle_seed: Option<u64>,
     listeners: Vec<Listener<Event>>,
 }
 
@@ -54,6 +56,7 @@ impl DependencyBuilder {
             pool: Pool::builder(name),
             config: DependencyConfig::default(),
             clock: None,
+            throttle_seed: None,
             listeners: Vec::new(),
         }
     }
@@ -199,6 +202,27 @@ impl DependencyBuilder {
         self
     }
 
+    /// Client-side adaptive throttling (the SRE book's rule, see
+    /// [`Throttler`]): each attempt is refused first, with
+    /// [`Rejection::Throttled`](crate::Rejection::Throttled), with probability
+    /// `max(0, (requests - k x accepts) / (requests + 1))` over the recent
+    /// window, bent by its priority (sheddable first, critical last). The
+    /// requests are the attempts the provider answered or timed out on; the
+    /// accepts, those the classifier did not call failures. A throttled call
+    /// is no request, and the breaker never records it. Defaults to none.
+    pub fn throttle(mut self, throttle: Throttle) -> Self {
+        self.config.throttle = Some(throttle);
+        self
+    }
+
+    /// The seed of the throttler's draws: the same calls with the same
+    /// answers on the same [`clock`](Self::clock) then make the same
+    /// decisions, for a test. Defaults to a seed drawn at random.
+    pub fn throttle_seed(mut self, seed: u64) -> Self {
+        self.throttle_seed = Some(seed);
+        self
+    }
+
     /// The hedging policy of calls made with
     /// [`with().hedge()`](crate::CallBuilder::hedge): when another attempt
     /// may start (after the delay, or at once after a failure), and how
@@ -305,7 +329,12 @@ impl DependencyBuilder {
             None => Arc::new(SystemClock),
         };
         // Always built, like the limiter; in force while `live.rate_on()`.
-        let rate = RateLimiter::with_clock(config.rate_limit.unwrap_or(RateLimit::per_second(1.0)), clock)?;
+        let rate = RateLimiter::with_clock(
+            config.rate_limit.unwrap_or(RateLimit::per_second(1.0)),
+            Arc::clone(&clock),
+        )?;
+        // Always built too; in force while its configuration is set.
+        let throttle = Throttler::for_dependency(config.throttle.clone(), clock, self.throttle_seed)?;
         let listeners = Arc::new(Listeners::new());
         for listener in self.listeners {
             listeners.add(listener);
@@ -331,6 +360,7 @@ impl DependencyBuilder {
                 breaker,
                 limiter,
                 rate,
+                throttle,
                 exec,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
                 normal: crate::pool::Latency::default(),

@@ -99,6 +99,7 @@ impl Dependency {
             retry: inner.live.retry(),
             adaptive_limit: inner.live.limit_on().then(|| inner.limiter.config()),
             rate_limit: inner.live.rate_on().then(|| inner.rate.config()),
+            throttle: inner.throttle.in_force(),
             hedge: inner.live.hedge(),
             mode: inner.exec.mode(),
             reserved_for_critical: inner.live.reserved(),
@@ -125,7 +126,10 @@ impl Dependency {
     /// - `rate_limit`: the permits already promised stand and the next follow
     ///   the new rate ([`RateLimiter::reconfigure`](crate::limit::RateLimiter::reconfigure));
     ///   no thread is involved and nobody is blocked; `None` turns it off.
-    ///
+    /// - `throttle`: a new `k` or floor applies to the next call, on what the
+    ///   window holds; a new window or bucket count starts an empty window;
+    ///   `None` turns it off, and `Some` on again
+    ///   ([`Throttler::reconfigure`](crate::limit::Throttler::reconfigure)).
     /// - `reserved_for_critical`: calls admitted from now on.
     /// - `hedge`: hedged calls made from now on; `None` makes them single attempts.
     /// - `calls`: the capacity rule's next check; calls are served as before.
@@ -167,6 +171,7 @@ impl Dependency {
             }
             None => inner.live.rate_on.store(false, Ordering::Relaxed),
         }
+        inner.throttle.set(new.throttle).expect("checked above");
         *inner.live.hedge.lock() = new.hedge;
         inner.live.reserved.store(new.reserved_for_critical, Ordering::Relaxed);
         *inner.live.calls.lock() = new.calls;

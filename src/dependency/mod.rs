@@ -14,7 +14,7 @@
 //!   dependency/mod.rs      Dependency::call -> with()
 //!   dependency/call.rs     CallBuilder::call: the classifier, the priority
 //!   dependency/once.rs     once -> attempt: the blocking driver
-//!   dependency/attempt.rs  Inner::admit: deadline, rate, breaker, limit, place
+//!   dependency/attempt.rs  Inner::admit: deadline, throttle, rate, breaker, limit, place
 //!   breaker/acquire.rs       Breaker::try_acquire_owned (CLOSED: one atomic load)
 //!   priority.rs              Occupancy::take: the place (one compare-and-swap)
 //!   pool/submit.rs           Pool::submit: deadline-aware admission, the queue
@@ -144,6 +144,8 @@ struct Inner {
     limiter: Limiter,
     /// Always built; in force while `live.rate_on()`.
     rate: crate::limit::RateLimiter,
+    /// Always built; in force while its configuration is set (`is_on`).
+    throttle: crate::limit::Throttler,
     /// Its pool, or caller-thread mode's permits.
     exec: crate::pool::Exec,
     /// Attempts that reached the pool, as their callers saw them.
@@ -251,6 +253,11 @@ impl Dependency {
     /// Its adaptive concurrency limit, if it has one.
     pub fn limiter(&self) -> Option<&Limiter> {
         self.inner.live.limit_on().then_some(&self.inner.limiter)
+    }
+
+    /// Its adaptive throttler, if it has one.
+    pub fn throttler(&self) -> Option<&crate::limit::Throttler> {
+        self.inner.throttle.is_on().then_some(&self.inner.throttle)
     }
 
     /// Its retry configuration.

@@ -1,7 +1,9 @@
 //! [`Limiter`]: an adaptive concurrency limit that follows the provider's
 //! latency (`limiter.rs`), and its [`LimitPermit`] (`permit.rs`); and
 //! [`RateLimiter`], a rate and a burst whose callers wait for a permit only
-//! as long as their deadline allows (`rate.rs`).
+//! as long as their deadline allows (`rate.rs`); and [`Throttler`], client-side
+//! adaptive throttling, which refuses the share of calls a struggling
+//! provider is not accepting (`throttle.rs`, where its rule is told).
 //!
 //! A fixed pool holds as many request threads as it admits for as long as the
 //! provider takes. When a provider browns out (5 ms becomes 500 ms, errors
@@ -114,11 +116,13 @@ mod limiter;
 mod permit;
 mod rate;
 mod rule;
+mod throttle;
 
 pub use self::config::AdaptiveLimit;
 pub use self::limiter::Limiter;
 pub use self::permit::LimitPermit;
 pub use self::rate::{RateLimit, RateLimited, RateLimiter};
+pub use self::throttle::{Throttle, ThrottleStats, Throttler};
 
 #[allow(dead_code)]
 fn _assert_send_sync() {
@@ -126,4 +130,5 @@ fn _assert_send_sync() {
     is::<Limiter>();
     is::<LimitPermit>();
     is::<AdaptiveLimit>();
+    is::<Throttler>();
 }

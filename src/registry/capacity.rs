@@ -184,6 +184,7 @@ pub(super) fn rule(
                 max_wait,
                 waiters,
                 failures_to_open: failures_to_open(&config.breaker),
+                throttled: config.throttle.is_some(),
                 level,
             }
         })
@@ -276,6 +277,10 @@ pub struct CapacityEntry {
     /// inside one call for a quarter of the timeout), see the README's
     /// "Semantics".
     pub failures_to_open: u32,
+    /// Whether an adaptive throttler sheds its calls while its provider
+    /// fails ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle)):
+    /// a share of them is refused at once, holding no request thread.
+    pub throttled: bool,
     /// The verdict for this dependency.
     pub level: CapacityLevel,
 }
@@ -455,7 +460,7 @@ impl fmt::Display for CapacityReport {
             };
             writeln!(
                 f,
-                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?}){}{}",
+                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?}){}{}{}",
                 e.name,
                 e.workers,
                 e.queue,
@@ -469,6 +474,7 @@ impl fmt::Display for CapacityReport {
                 } else {
                     format!("; others wait <= {:?}", e.max_wait)
                 },
+                if e.throttled { "; throttled" } else { "" },
             )?;
         }
         write!(f, "  total hold {}", self.total_hold)?;

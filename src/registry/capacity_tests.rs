@@ -212,3 +212,20 @@ fn a_blocking_call_on_a_dependency_declared_detached_is_served() {
     assert_eq!(answer.unwrap(), 7);
     assert_eq!(audit.snapshot().calls.successful, 1);
 }
+
+#[test]
+fn a_throttled_dependency_says_so() {
+    let account = dep("account", 4, 0, CallShape::Blocking);
+    let mut config = account.config();
+    config.throttle = Some(crate::limit::Throttle::new());
+    account.reconfigure(config.clone()).unwrap();
+    let registry = registry([account.clone(), dep("fraud", 4, 0, CallShape::Blocking)]);
+    let report = registry.check_capacity(32).unwrap();
+    assert_eq!((report.entries[0].throttled, report.entries[1].throttled), (true, false));
+    let shown = report.to_string();
+    assert_eq!(shown.matches("; throttled").count(), 1, "{shown}");
+    // Turned off live through the registry: no longer said.
+    config.throttle = None;
+    let report = registry.reconfigure("account", config, 32).unwrap();
+    assert!(!report.entries[0].throttled && account.throttler().is_none());
+}

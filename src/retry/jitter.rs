@@ -41,7 +41,8 @@ impl Jitter {
     }
 }
 
-/// A small, lock-free pseudo-random source for backoff jitter (SplitMix64).
+/// A small, lock-free pseudo-random source for backoff jitter and the
+/// throttler's draws (SplitMix64).
 ///
 /// Jitter needs spread, not cryptographic quality, and the core carries no
 /// `rand` dependency. Every draw advances one shared atomic by a fixed odd
@@ -70,6 +71,12 @@ impl JitterSource {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// A number drawn uniformly from `[0, 1)`: the top 53 bits of a draw,
+    /// as many as an `f64` holds exactly.
+    pub(crate) fn fraction(&self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// A duration drawn uniformly from `[0, cap]`.

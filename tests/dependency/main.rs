@@ -22,4 +22,5 @@ mod priority;
 mod reconfigure;
 mod refusal_log;
 mod stuck;
+mod throttle;
 mod vocabulary;

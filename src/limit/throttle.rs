@@ -1,0 +1,467 @@
+//! [`Throttler`]: client-side adaptive throttling (the Google SRE book,
+//! "Handling Overload"), and its settings, [`Throttle`].
+//!
+//! A breaker is all or nothing: a provider that answers 40 % of calls is
+//! either sent every call or none. A throttler sheds only the share the
+//! provider is not accepting, with no state machine and nothing to wait for
+//! once it recovers.
+//!
+//! # State
+//!
+//! One lock over the ring of buckets and its two sums; each decision and
+//! each record takes it for a few additions. Time comes from the injected
+//! [`Clock`] and the draws from a small seeded generator (SplitMix64, as for
+//! retry jitter), so a test on a [`ManualClock`](crate::ManualClock) with
+//! [`with_clock_and_seed`](Throttler::with_clock_and_seed) is exact.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::ConfigError;
+use crate::priority::Priority;
+use crate::retry::JitterSource;
+
+/// The largest `k`: past it the throttler refuses next to nothing.
+const MAX_K: f64 = 100.0;
+/// The longest window: one hour.
+const MAX_WINDOW: Duration = Duration::from_secs(60 * 60);
+/// The most buckets a window is cut into.
+const MAX_BUCKETS: u32 = 3600;
+/// The shortest bucket.
+const MIN_BUCKET: Duration = Duration::from_millis(10);
+/// The largest floor of requests.
+const MAX_MIN_REQUESTS: u32 = 1_000_000;
+
+/// The settings of an adaptive throttler (see [`Throttler`] for the rule).
+///
+/// Every setter documents its default and its limits;
+/// [`validate`](Self::validate) refuses a value outside them with a
+/// [`ConfigError`] naming the field (`throttle.k`, `throttle.window`,
+/// `throttle.buckets`, `throttle.min_requests`).
+///
+/// ```
+/// use std::time::Duration;
+/// use watertight::limit::Throttle;
+///
+/// let throttle = Throttle::new().k(1.5).window(Duration::from_secs(10)).buckets(10).min_requests(50);
+/// assert!(throttle.validate().is_ok());
+/// assert_eq!(Throttle::new().k(0.5).validate().unwrap_err().field(), "throttle.k");
+/// ```
+///
+/// Every setting is a public field named like its setter. With the `serde`
+/// feature the same type is a file section (`[dependencies.account.throttle]`):
+/// every field may be left out and takes its default, an unknown one is
+/// refused, `window` is a string (`"30s"`).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields, default))]
+pub struct Throttle {
+    /// [`k`](Self::k).
+    pub k: f64,
+    /// [`window`](Self::window).
+    #[cfg_attr(feature = "serde", serde(with = "crate::duration"))]
+    pub window: Duration,
+    /// [`buckets`](Self::buckets).
+    pub buckets: u32,
+    /// [`min_requests`](Self::min_requests).
+    pub min_requests: u32,
+}
+
+impl Default for Throttle {
+    fn default() -> Self {
+        Throttle { k: 2.0, window: Duration::from_secs(30), buckets: 30, min_requests: 20 }
+    }
+}
+
+impl Throttle {
+    /// Every default (see each setter).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many requests per accept the provider may get before calls are
+    /// refused: the lower, the sooner and the harder it throttles (1.1 is
+    /// aggressive, 2 lets twice the accepts through before it starts). In
+    /// [1, 100]. Defaults to 2.
+    pub fn k(mut self, k: f64) -> Self {
+        self.k = k;
+        self
+    }
+
+    /// How far back requests and accepts are counted: a provider that
+    /// recovers is throttled no more after one window. In [1 s, 1 h].
+    /// Defaults to 30 s.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// How many buckets the window is cut into: it slides by one bucket at
+    /// a time. In [1, 3600], each bucket at least 10 ms long. Defaults to 30
+    /// (one-second buckets with the default window).
+    pub fn buckets(mut self, buckets: u32) -> Self {
+        self.buckets = buckets;
+        self
+    }
+
+    /// The requests the window must hold before any call is refused: fewer,
+    /// and every call goes through whatever the provider answered. At most
+    /// 1,000,000 (0: no floor). Defaults to 20.
+    pub fn min_requests(mut self, requests: u32) -> Self {
+        self.min_requests = requests;
+        self
+    }
+
+    /// Checks every value against its rule; the first one broken is named.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        // `!(range.contains)` refuses NaN as well.
+        if !(1.0..=MAX_K).contains(&self.k) {
+            return Err(ConfigError::new("throttle.k", "in [1, 100]", self.k));
+        }
+        if !(Duration::from_secs(1)..=MAX_WINDOW).contains(&self.window) {
+            return Err(ConfigError::new(
+                "throttle.window",
+                "at least 1s and at most 1h",
+                format_args!("{:?}", self.window),
+            ));
+        }
+        if !(1..=MAX_BUCKETS).contains(&self.buckets) || self.window / self.buckets < MIN_BUCKET {
+            return Err(ConfigError::new(
+                "throttle.buckets",
+                "in [1, 3600], each bucket (window / buckets) at least 10ms",
+                self.buckets,
+            ));
+        }
+        if self.min_requests > MAX_MIN_REQUESTS {
+            return Err(ConfigError::new("throttle.min_requests", "at most 1000000", self.min_requests));
+        }
+        Ok(())
+    }
+
+    fn bucket_ns(&self) -> u64 {
+        crate::time::saturating_nanos(self.window / self.buckets).max(1)
+    }
+}
+
+/// What a throttler's window holds now ([`Throttler::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct ThrottleStats {
+    /// Requests the provider answered (or failed to answer) in the window.
+    pub requests: u64,
+    /// Those of them it accepted.
+    pub accepts: u64,
+    /// The probability a normal call is refused now.
+    pub refuse_probability: f64,
+}
+
+/// The sliding window: `counts[i % len]` holds bucket `i`'s requests and
+/// accepts, for the buckets `head - len + 1 ..= head`; `requests` and
+/// `accepts` are their sums.
+struct Window {
+    config: Throttle,
+    bucket_ns: u64,
+    head: u64,
+    counts: Vec<[u64; 2]>,
+    requests: u64,
+    accepts: u64,
+}
+
+impl Window {
+    fn new(config: Throttle) -> Window {
+        let len = config.buckets as usize;
+        Window {
+            bucket_ns: config.bucket_ns(),
+            config,
+            head: 0,
+            counts: vec![[0; 2]; len],
+            requests: 0,
+            accepts: 0,
+        }
+    }
+
+    /// Slides the window to the bucket of `since_base`, emptying the
+    /// buckets it leaves behind (all of them after a quiet window). Time
+    /// that went back stays in the newest bucket.
+    fn slide(&mut self, since_base: Duration) {
+        let now = crate::time::saturating_nanos(since_base) / self.bucket_ns;
+        if now <= self.head {
+            return;
+        }
+        let len = self.counts.len() as u64;
+        if now - self.head >= len {
+            self.counts.iter_mut().for_each(|c| *c = [0; 2]);
+            (self.requests, self.accepts) = (0, 0);
+        } else {
+            for i in self.head + 1..=now {
+                let c = &mut self.counts[(i % len) as usize];
+                self.requests -= c[0];
+                self.accepts -= c[1];
+                *c = [0; 2];
+            }
+        }
+        self.head = now;
+    }
+
+    /// The probability a normal call is refused now.
+    fn probability(&self) -> f64 {
+        if self.requests < u64::from(self.config.min_requests) {
+            return 0.0;
+        }
+        let requests = self.requests as f64;
+        ((requests - self.config.k * self.accepts as f64) / (requests + 1.0)).max(0.0)
+    }
+
+    fn record(&mut self, accepted: bool) {
+        let len = self.counts.len() as u64;
+        let c = &mut self.counts[(self.head % len) as usize];
+        c[0] += 1;
+        self.requests += 1;
+        if accepted {
+            c[1] += 1;
+            self.accepts += 1;
+        }
+    }
+}
+
+/// The probability a call of `priority` is refused when a normal one is
+/// refused with `p` (see [`Throttler`]).
+fn for_priority(p: f64, priority: Priority) -> f64 {
+    match priority {
+        Priority::Sheddable => p.sqrt(),
+        Priority::Normal => p,
+        Priority::Critical => p * p,
+    }
+}
+
+/// An adaptive throttler: client-side throttling as the Google SRE book
+/// tells it. Cheap to clone: clones share one window.
+///
+/// # The rule
+///
+/// Over a sliding window ([`window`](Throttle::window), in
+/// [`buckets`](Throttle::buckets)) the throttler counts the *requests* (calls
+/// the provider answered or failed to answer in time) and the *accepts* (the
+/// answers its classifier does not call a failure: a success, or an ignored
+/// 4xx; a failure, a panic or a timeout is no accept). A call is refused,
+/// before anything else is asked, with probability
+///
+/// ```text
+/// p = max(0, (requests - k x accepts) / (requests + 1))
+/// ```
+///
+/// and never while the window holds fewer than
+/// [`min_requests`](Throttle::min_requests) requests. A refusal is not a
+/// request: the provider never saw it. So a provider that accepts a share
+/// `a` of what it gets settles at `p = 1 - k x a` (0.2 at `a = 0.4`, `k =
+/// 2`), and the provider sees the rest. In a full outage `p` climbs toward 1
+/// but never reaches it (`requests / (requests + 1)`): a trickle still
+/// reaches the provider, and its first accepts bring `p` down. Once the
+/// provider is well again, the failures leave the window within one window,
+/// and `p` is 0 again: there is no open period to wait out.
+///
+/// # Priorities
+///
+/// A call's [`Priority`] bends the one probability: a sheddable call is
+/// refused with `sqrt(p)`, a normal one with `p`, a critical one with `p^2`.
+/// For every `p` in `[0, 1)`, `sqrt(p) >= p >= p^2`: sheddable calls go
+/// first and critical ones last, no class is refused while `p` is 0, and
+/// none is ever refused with certainty (at `p = 0.2`: 45 %, 20 % and 4 %).
+/// A one-line rule with no state of its own, where failsafe-go's
+/// prioritized throttler calibrates a shared rejection threshold on a timer.
+///
+/// # Use
+///
+/// Wired into a dependency ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle))
+/// it decides every attempt first and learns from every attempt the provider
+/// answered; alone, [`refuses`](Self::refuses) decides a call and
+/// [`record`](Self::record) tells it how the provider answered one.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use watertight::ManualClock;
+/// use watertight::dependency::Priority;
+/// use watertight::limit::{Throttle, Throttler};
+///
+/// let clock = ManualClock::new();
+/// let throttler = Throttler::with_clock_and_seed(Throttle::new(), Arc::new(clock.clone()), 7)?;
+/// // 100 answers, 40 of them accepted: a normal call is refused with (100 - 2 x 40) / 101.
+/// for i in 0..100 {
+///    throttler.record(i % 5 < 2);
+/// }
+/// assert!((throttler.stats().refuse_probability - 20.0 / 101.0).abs() < 1e-12);
+/// // One window later the failures are forgotten.
+/// clock.advance(Duration::from_secs(30));
+/// assert_eq!(throttler.stats().refuse_probability, 0.0);
+/// assert!(!throttler.refuses(Priority::Sheddable));
+/// # Ok::<(), watertight::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct Throttler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    clock: Arc<dyn Clock>,
+    base: Instant,
+    random: JitterSource,
+    /// Whether a dependency has it in force (its configuration's `throttle`
+    /// is set); one made alone always is. Relaxed: it publishes nothing.
+    on: AtomicBool,
+    window: Mutex<Window>,
+}
+
+impl Throttler {
+    /// A throttler on the system clock, its draws seeded at random.
+    pub fn new(config: Throttle) -> Result<Throttler, ConfigError> {
+        Self::build(config, Arc::new(SystemClock), JitterSource::new())
+    }
+
+    /// A throttler reading time from `clock`, its draws seeded at random.
+    pub fn with_clock(config: Throttle, clock: Arc<dyn Clock>) -> Result<Throttler, ConfigError> {
+        Self::build(config, clock, JitterSource::new())
+    }
+
+    /// A throttler reading time from `clock` and drawing from a generator
+    /// seeded with `seed`: the same calls make the same decisions.
+    pub fn with_clock_and_seed(
+        config: Throttle,
+        clock: Arc<dyn Clock>,
+        seed: u64,
+    ) -> Result<Throttler, ConfigError> {
+        Self::build(config, clock, JitterSource::with_seed(seed))
+    }
+
+    fn build(
+        config: Throttle,
+        clock: Arc<dyn Clock>,
+        random: JitterSource,
+    ) -> Result<Throttler, ConfigError> {
+        config.validate()?;
+        let base = clock.now();
+        let window = Mutex::new(Window::new(config));
+        Ok(Throttler { inner: Arc::new(Inner { clock, base, random, on: AtomicBool::new(true), window }) })
+    }
+
+    /// A dependency's throttler: always built, in force while `config` is set.
+    pub(crate) fn for_dependency(
+        config: Option<Throttle>,
+        clock: Arc<dyn Clock>,
+        seed: Option<u64>,
+    ) -> Result<Throttler, ConfigError> {
+        let random = seed.map_or_else(JitterSource::new, JitterSource::with_seed);
+        let throttler = Self::build(config.clone().unwrap_or_default(), clock, random)?;
+        throttler.inner.on.store(config.is_some(), Ordering::Relaxed);
+        Ok(throttler)
+    }
+
+    /// Whether a call of `priority` is refused now: drawn with the window's
+    /// probability, bent by the priority (see the type's docs). A refusal
+    /// is not a request; nothing is recorded either way.
+    pub fn refuses(&self, priority: Priority) -> bool {
+        self.refuses_at(self.inner.clock.now(), priority)
+    }
+
+    /// [`refuses`](Self::refuses) at `now`, a time of the throttler's clock
+    /// the caller has already read.
+    pub(crate) fn refuses_at(&self, now: Instant, priority: Priority) -> bool {
+        let p = {
+            let mut window = self.inner.window.lock();
+            window.slide(now.saturating_duration_since(self.inner.base));
+            window.probability()
+        };
+        p > 0.0 && self.inner.random.fraction() < for_priority(p, priority)
+    }
+
+    /// Records one request the provider answered: `accepted` unless it was
+    /// a failure or a timeout.
+    pub fn record(&self, accepted: bool) {
+        self.record_at(self.inner.clock.now(), accepted);
+    }
+
+    /// [`record`](Self::record) at `now`, a time of the throttler's clock.
+    pub(crate) fn record_at(&self, now: Instant, accepted: bool) {
+        let mut window = self.inner.window.lock();
+        window.slide(now.saturating_duration_since(self.inner.base));
+        window.record(accepted);
+    }
+
+    /// The window's counts and the probability a normal call is refused now.
+    pub fn stats(&self) -> ThrottleStats {
+        let mut window = self.inner.window.lock();
+        window.slide(self.inner.clock.now().saturating_duration_since(self.inner.base));
+        ThrottleStats {
+            requests: window.requests,
+            accepts: window.accepts,
+            refuse_probability: window.probability(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> Throttle {
+        self.inner.window.lock().config.clone()
+    }
+
+    /// Changes the settings while calls run. A new `k` or `min_requests`
+    /// applies to the next decision, on the counts the window holds; a new
+    /// `window` or `buckets` starts an empty window (its buckets would mean
+    /// other times).
+    pub fn reconfigure(&self, config: Throttle) -> Result<(), ConfigError> {
+        config.validate()?;
+        let mut window = self.inner.window.lock();
+        if (config.window, config.buckets) == (window.config.window, window.config.buckets) {
+            window.config = config;
+        } else {
+            *window = Window::new(config);
+        }
+        Ok(())
+    }
+
+    /// Whether it is in force (a dependency's may be off).
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.inner.on.load(Ordering::Relaxed)
+    }
+
+    /// A dependency's live change: `Some` reconfigures and turns it on
+    /// (keeping what the window holds, see [`reconfigure`](Self::reconfigure)),
+    /// `None` turns it off.
+    pub(crate) fn set(&self, config: Option<Throttle>) -> Result<(), ConfigError> {
+        if let Some(config) = &config {
+            self.reconfigure(config.clone())?;
+        }
+        self.inner.on.store(config.is_some(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The settings, when in force.
+    pub(crate) fn in_force(&self) -> Option<Throttle> {
+        self.is_on().then(|| self.config())
+    }
+}
+
+impl fmt::Debug for Throttler {
+    /// Never blocks: prints `<locked>` while the window is locked.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.inner.window.try_lock() {
+            Some(w) => f
+                .debug_struct("Throttler")
+                .field("config", &w.config)
+                .field("requests", &w.requests)
+                .field("accepts", &w.accepts)
+                .finish(),
+            None => f.write_str("Throttler(<locked>)"),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "throttle_tests.rs"]
+mod tests;
