@@ -377,6 +377,15 @@ impl Room {
         self.take_seat(&mut st, class, Instant::now())
     }
 
+    /// Whether `class` has no free seat and none of its seats has come back
+    /// for several normal holds: a line behind it would not move.
+    #[cfg(feature = "tiny_http")]
+    pub(crate) fn is_stuck(&self, class: usize) -> bool {
+        let class = class.min(self.inner.kept.len() - 1);
+        let st = self.inner.state.lock();
+        self.stuck(&st, class, Instant::now())
+    }
+
     /// Under the lock: a seat for `class` if it has one free.
     fn take_seat(&self, st: &mut State, class: usize, now: Instant) -> Option<Seat> {
         if !st.free_for(class, &self.inner.kept) {

@@ -10,7 +10,8 @@
 //! a seat for it; a reserved request always finds one (this thread is free,
 //! so fewer seats than threads are held), an ordinary one while the ordinary
 //! share has one free. An ordinary request that finds none may wait, by the
-//! room's rule (its expected wait fits `max_wait` and its budget, the line is
+//! room's rule (its expected wait fits its budget (`max_wait` when it is the
+//! longer: 0 refuses at once), the line is
 //! not standing, the ordinary seats are not stuck): it waits in `line`, and
 //! the thread goes back for the next request (which may be a reserved one).
 //! Otherwise it is refused (`503`). Unlike a caller of a dependency, the
@@ -147,11 +148,15 @@ impl<T> Admission<T> {
     fn next(&self, line: &mut Waiting<T>) -> Next<T> {
         let now = Instant::now();
         let mut next = Next { run: None, expired: Vec::new() };
-        if line.queue.iter().any(|(_, until, _)| until.is_some_and(|u| u <= now)) {
+        // A line that does not move (every ordinary seat held for several
+        // normal holds, none back) is left by all but the patient.
+        let stuck = !line.queue.is_empty() && self.room.is_stuck(0);
+        if stuck || line.queue.iter().any(|(_, until, _)| until.is_some_and(|u| u <= now)) {
             let mut kept = VecDeque::with_capacity(line.queue.len());
             for (taken, until, why) in line.queue.drain(..) {
                 match until {
                     Some(u) if u <= now => next.expired.push((taken, why)),
+                    Some(_) if stuck => next.expired.push((taken, NoSeat::Stuck)),
                     _ => kept.push_back((taken, until, why)),
                 }
             }

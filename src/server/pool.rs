@@ -97,7 +97,15 @@ pub(super) fn start(
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
     let reserve = config.compiled_reserve().cloned();
     let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
-    let room = Room::with_shares(threads.max(1), config.max_wait(), &[reserved, 0])
+    // A waiting request holds no thread here, only its connection: it may
+    // wait as long as its budget allows when `max_wait` is shorter (the
+    // room's rules still refuse a line that stands or does not move), and
+    // `max_wait` 0 still refuses at once.
+    let max_wait = match config.max_wait() {
+        Duration::ZERO => Duration::ZERO,
+        wait => wait.max(config.request_budget().min(Duration::from_secs(60))),
+    };
+    let room = Room::with_shares(threads.max(1), max_wait, &[reserved, 0])
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let shared = Arc::new(Shared {
         source,

@@ -97,8 +97,8 @@ fn every_ordinary_thread_held_by_a_hung_provider_and_health_and_order_status_sti
     // 14 checkouts hold the 14 ordinary threads on fraud. Then 2 `GET /me`,
     // which would hold a thread each on account for the rest of their
     // budget: without the reserve they would take the last two threads and
-    // starve /health; with it they may only wait for an ordinary thread (at
-    // most the server's max_wait), and are refused when none comes.
+    // starve /health; with it they may only wait for an ordinary thread, and
+    // are refused once the ordinary threads are seen stuck.
     // Each client opens its kept-alive connection first (see the incident
     // test in checkout.rs: a burst of new connections meets a lost wake-up
     // in tiny_http's accept side, which is not what this test is about).
@@ -191,9 +191,10 @@ fn every_ordinary_thread_held_by_a_hung_provider_and_health_and_order_status_sti
             assert_eq!(fresh.status, 200, "GET {path} #{i} on a new connection: {}", fresh.body);
         }
     }
-    // Still every ordinary thread held. The late requests waited at most the
-    // server's max_wait (100 ms, as shipped) for an ordinary thread, and none
-    // came: refused 503 SERVER_BUSY, long before the held ones end.
+    // Still every ordinary thread held. The late requests waited for an
+    // ordinary thread until the line was seen not to move (three normal
+    // holds with none back): refused 503 SERVER_BUSY, long before the held
+    // ones end.
     let (fraud, pool) = fraud_busy();
     assert_eq!((fraud, &pool["busy"]), (json!(ORDINARY), &json!(ORDINARY + 1)), "{pool}");
     let late: Vec<_> = waiting.into_iter().map(|w| w.join().unwrap()).collect();
