@@ -1,9 +1,9 @@
 //! [`Latency`]: the one model of how long a provider takes, learned from
 //! run times. The pool keeps one over every job (what a new call would wait
 //! behind the queued work, for deadline-aware admission and
-//! [`Pool::estimated_wait`](super::Pool::estimated_wait)); a dependency
-//! keeps one over its successes (the provider's normal latency: the hang and
-//! stall thresholds, and the least time a hedge must have left).
+//! `Pool::estimated_wait`); a dependency keeps one over its successes (the
+//! provider's normal latency: the hang and stall thresholds of
+//! `dependency/thresholds.rs`, and the least time a hedge must have left).
 //!
 //! It is the retransmission-timeout estimator of RFC 6298: a smoothed mean
 //! (`srtt`, gain 1/8) and a smoothed deviation (`rttvar`, gain 1/4), and
@@ -15,9 +15,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::time::saturating_nanos;
-
-/// The least hang threshold: below it, a caller's deadline says nothing.
-const HANG_FLOOR: Duration = Duration::from_millis(50);
 
 /// A provider's latency, as run times have shown it (see the module docs).
 #[derive(Debug, Default)]
@@ -57,21 +54,6 @@ impl Latency {
         let srtt = self.srtt.load(Relaxed);
         (srtt != 0)
             .then(|| Duration::from_nanos(srtt.saturating_add(self.rttvar.load(Relaxed).saturating_mul(4))))
-    }
-
-    /// The hang threshold: an attempt the *caller's* deadline cut short
-    /// counts as a failure of the provider once it had the call for longer
-    /// than this. The normal latency, at least 50 ms, at most the slow-call
-    /// duration `slow`.
-    pub(crate) fn hang_threshold(&self, slow: Duration) -> Duration {
-        self.normal().map_or(HANG_FLOOR, |l| l.max(HANG_FLOOR)).min(slow.max(HANG_FLOOR))
-    }
-
-    /// The stall threshold: a pool whose every worker has been inside its
-    /// current job for this long is stuck, and the breaker opens at once. A
-    /// quarter of the `timeout`, or twice the hang threshold if longer.
-    pub(crate) fn stall_threshold(&self, slow: Duration, timeout: Duration) -> Duration {
-        (timeout / 4).max(self.hang_threshold(slow) * 2)
     }
 
     /// What a call would wait behind `queued` jobs shared among `workers`,
@@ -119,27 +101,6 @@ mod tests {
         // Mean 60 ms, deviation about 40 ms: well above the slowest run.
         let n = spread.normal().unwrap();
         assert!(n > 150 * MS && n < 300 * MS, "{n:?}");
-    }
-
-    #[test]
-    fn thresholds_start_at_the_floor_and_follow_the_normal_latency() {
-        let slow = Duration::from_secs(60);
-        let l = Latency::default();
-        assert_eq!(l.hang_threshold(slow), HANG_FLOOR);
-        assert_eq!(l.stall_threshold(slow, Duration::from_secs(10)), 2500 * MS);
-        assert_eq!(l.stall_threshold(slow, 100 * MS), HANG_FLOOR * 2);
-        (0..200).for_each(|_| l.record(80 * MS));
-        let n = l.normal().unwrap();
-        assert_eq!(l.hang_threshold(slow), n);
-        assert_eq!(l.stall_threshold(slow, 400 * MS), n * 2);
-        // A fast provider stops at the floor; the slow-call duration caps a slow one.
-        let fast = Latency::default();
-        (0..50).for_each(|_| fast.record(MS));
-        assert_eq!(fast.hang_threshold(slow), HANG_FLOOR);
-        let sluggish = Latency::default();
-        (0..50).for_each(|_| sluggish.record(Duration::from_secs(2)));
-        assert_eq!(sluggish.hang_threshold(500 * MS), 500 * MS);
-        assert_eq!(sluggish.hang_threshold(MS), HANG_FLOOR);
     }
 
     #[test]

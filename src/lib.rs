@@ -90,14 +90,9 @@ pub mod limit;
 pub mod pool;
 pub mod registry;
 pub mod retry;
-// `dependency::Hedge`, the hedging policy; `Priority` and the reserved share
-// of a pool; `DependencyConfig`, every setting of a dependency; what a
-// dependency counts and tells (`counts`, `events`).
-mod counts;
-mod events;
-mod hedge;
+// How much a call matters under pressure: read by the dependency's reserved
+// share and by the throttle (public as `dependency::Priority`).
 mod priority;
-mod settings;
 // Answers worth keeping: a per-key cache in front of a dependency (feature
 // `cache`), above the call path and below the registry that names it.
 #[cfg(feature = "cache")]

@@ -24,13 +24,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::priority::Place;
 use super::{Event, Inner};
 use crate::breaker::OwnedPermit;
 use crate::classify::Verdict;
 use crate::error::{Error, Outcome, Rejection, panic_message};
 use crate::limit::LimitPermit;
 use crate::pool::{CallContext, SubmitError};
-use crate::priority::{Place, Priority};
+use crate::priority::Priority;
 
 /// An attempt's deadline, and whose it is.
 #[derive(Debug, Clone, Copy)]
@@ -343,14 +344,18 @@ impl Inner {
         self.normal.normal()
     }
 
-    /// See [`Latency::hang_threshold`](crate::pool::Latency::hang_threshold).
+    /// See `thresholds.rs`.
     fn hang_threshold(&self) -> Duration {
-        self.normal.hang_threshold(self.live.slow_call_duration())
+        super::thresholds::hang_threshold(self.normal.normal(), self.live.slow_call_duration())
     }
 
-    /// See [`Latency::stall_threshold`](crate::pool::Latency::stall_threshold).
+    /// See `thresholds.rs`.
     pub(super) fn stall_threshold(&self) -> Duration {
-        self.normal.stall_threshold(self.live.slow_call_duration(), self.live.timeout())
+        super::thresholds::stall_threshold(
+            self.normal.normal(),
+            self.live.slow_call_duration(),
+            self.live.timeout(),
+        )
     }
 
     /// The verdict on a timeout: a failure at the dependency's own timeout;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Mode;
+use super::caller::{CallerThread, Exec};
 use super::config::Live;
+use super::settings::{CallShape, DependencyConfig};
 use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};
@@ -15,10 +17,8 @@ use crate::error::ConfigError;
 use crate::histogram::LatencyHistogram;
 use crate::limit::{AdaptiveLimit, Limiter, RateLimit, RateLimiter, Throttle, Throttler};
 use crate::listeners::{Listener, Listeners};
-use crate::pool::{CallerThread, Exec};
 use crate::pool::{Pool, PoolBuilder};
 use crate::retry::{JitterSource, Retry, RetryBudget};
-use crate::settings::{CallShape, DependencyConfig};
 
 /// Builds a [`Dependency`]; from [`Dependency::builder`].
 ///
@@ -341,7 +341,7 @@ impl DependencyBuilder {
         }
         let breaker = Breaker::build(name.clone(), config.breaker.clone(), self.clock.clone())?;
         crate::trace::watch_transitions(&breaker);
-        let ring = crate::events::EventRing::watching(&breaker);
+        let ring = super::events::EventRing::watching(&breaker);
         if !listeners.is_empty() {
             let listeners = Arc::clone(&listeners);
             let owner = name.clone();
@@ -363,7 +363,7 @@ impl DependencyBuilder {
                 throttle,
                 exec,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
-                normal: crate::pool::Latency::default(),
+                normal: crate::latency::Latency::default(),
                 occupancy: Arc::default(),
                 ring,
                 log: Default::default(),

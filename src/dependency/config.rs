@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::settings::{CallShape, DependencyConfig};
 use super::{Dependency, Hedge};
 use crate::error::ConfigError;
 use crate::retry::Retry;
-use crate::settings::{CallShape, DependencyConfig};
 use crate::time::saturating_nanos;
 
 /// The settings a running dependency reads on its call path, each changeable

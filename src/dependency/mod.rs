@@ -60,15 +60,22 @@
 mod attempt;
 mod builder;
 mod call;
+mod caller;
 mod config;
+mod counts;
 mod detached;
+mod events;
 mod fanout;
 mod hedge;
+mod hedge_policy;
 mod once;
+mod priority;
 mod quiet_log;
 mod retrying;
+mod settings;
 #[cfg(test)]
 mod tests;
+mod thresholds;
 
 use std::fmt;
 use std::sync::Arc;
@@ -76,29 +83,30 @@ use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
 pub use self::call::{CallBuilder, Hedging, Once, Retrying};
+pub use self::caller::Mode;
 use self::config::Live;
+pub(crate) use self::counts::Counters;
+pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
+pub use self::events::Event;
+pub(crate) use self::events::millis_since_epoch;
+pub use self::events::{RecordedEvent, RecordedKind};
 #[cfg(feature = "cache")]
 pub(crate) use self::fanout::{Answer as FanAnswer, Drive as FanDrive};
 pub use self::fanout::{FanLeg, FanOut};
+pub use self::hedge_policy::Hedge;
+pub use self::settings::{CallShape, DependencyConfig};
+pub(crate) use self::thresholds::stall_threshold;
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 pub use crate::classify::{ByError, Classifier};
 use crate::clock::Clock;
-pub(crate) use crate::counts::Counters;
-pub use crate::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 use crate::error::Error;
-pub use crate::events::Event;
-pub(crate) use crate::events::millis_since_epoch;
-pub use crate::events::{RecordedEvent, RecordedKind};
-pub use crate::hedge::Hedge;
 use crate::histogram::LatencyHistogram;
 use crate::limit::Limiter;
 use crate::listeners::Listeners;
-pub use crate::pool::Mode;
 use crate::pool::{CallContext, Pool};
 pub use crate::priority::Priority;
 use crate::retry::{JitterSource, Retry, RetryBudget};
-pub use crate::settings::{CallShape, DependencyConfig};
 
 /// One downstream dependency: its own circuit breaker, its own bounded worker
 /// pool, and a timeout on every call.
@@ -147,16 +155,16 @@ struct Inner {
     /// Always built; in force while its configuration is set (`is_on`).
     throttle: crate::limit::Throttler,
     /// Its pool, or caller-thread mode's permits.
-    exec: crate::pool::Exec,
+    exec: self::caller::Exec,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
     /// The provider's normal latency: its successes' run times, for the
     /// hang and stall thresholds and the time a hedge must have left.
-    normal: crate::pool::Latency,
+    normal: crate::latency::Latency,
     /// Calls admitted by priority and not done (`priority.rs`).
-    occupancy: Arc<crate::priority::Occupancy>,
+    occupancy: Arc<self::priority::Occupancy>,
     /// The last events, for `recent_events`.
-    ring: Arc<crate::events::EventRing>,
+    ring: Arc<self::events::EventRing>,
     /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).
     log: quiet_log::QuietLog,
 }

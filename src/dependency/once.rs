@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use super::attempt::{Ask, Deadline, End, Form};
+use super::caller::Exec;
 use super::{Dependency, Priority};
 use crate::classify::Verdict;
 use crate::error::{Error, panic_message};
-use crate::pool::Exec;
 use crate::pool::{CallContext, Submit};
 
 impl Dependency {

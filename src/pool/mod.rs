@@ -19,8 +19,6 @@
 
 mod builder;
 mod call;
-mod caller;
-
 mod mailbox;
 mod stats;
 mod submit;
@@ -50,10 +48,9 @@ use parking_lot::Mutex;
 pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
 pub use self::call::CallContext;
+pub(crate) use self::call::Owner;
 use self::call::QueuedJob;
 pub use self::call::SubmitError;
-pub use self::caller::Mode;
-pub(crate) use self::caller::{CallerThread, Exec};
 use self::queue::Queue;
 pub use self::stats::PoolStats;
 use self::stats::{PoolCounters, PoolLatency};
@@ -61,7 +58,7 @@ pub use self::submit::Submit;
 pub(crate) use self::ticket::Left;
 pub use self::ticket::Ticket;
 use self::worker::join_worker;
-pub(crate) use crate::latency::Latency;
+use crate::latency::Latency;
 pub use crate::room::{NoSeat, Room, Seat};
 
 use crate::histogram::LatencyHistogram;

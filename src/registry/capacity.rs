@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use super::Registry;
 use crate::breaker::BreakerConfig;
+use crate::dependency::{CallShape, DependencyConfig};
 use crate::retry::Retry;
-use crate::settings::{CallShape, DependencyConfig};
 
 impl Registry {
     /// Checks every dependency's worst-case hold on a request pool: its size
@@ -398,7 +398,7 @@ impl CapacityReport {
                     e.workers,
                     e.queue,
                     // Before the provider has answered: its normal latency is unknown.
-                    crate::pool::Latency::default().stall_threshold(e.timeout, e.timeout)
+                    crate::dependency::stall_threshold(None, e.timeout, e.timeout)
                 ));
             }
             if let Some(budget) = self.request_budget

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::call::Owner;
-use super::{CallContext, Pool, PoolStats};
 use crate::error::{ConfigError, Rejection};
+use crate::pool::{CallContext, Owner, Pool, PoolStats};
 use crate::room::{NoSeat, Room};
 
 /// Where a dependency runs its calls. In a file (feature `serde`):

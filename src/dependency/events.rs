@@ -1,5 +1,6 @@
-//! [`RecordedEvent`]: the ring of a dependency's last events, kept for a view
-//! opened after the fact (a dashboard opened in the middle of an incident).
+//! [`Event`]: what a dependency tells its listeners; and [`RecordedEvent`],
+//! the ring of its last events, kept for a view opened after the fact (a
+//! dashboard opened in the middle of an incident).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -9,6 +10,38 @@ use parking_lot::Mutex;
 
 use crate::breaker::{Breaker, Transition};
 use crate::error::Rejection;
+
+/// Something that happened to a dependency, delivered to the listeners given
+/// to [`DependencyBuilder::on_event`](crate::DependencyBuilder::on_event).
+///
+/// Listeners run on the thread where it happened (a request thread, or the
+/// thread whose call moved the breaker), after every lock is released and
+/// after the outcome was counted and recorded; keep them short and never call
+/// the same dependency from one. A listener that panics is logged and
+/// skipped.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Event {
+    /// The breaker changed state (also logged at `info` by the breaker).
+    Transition(Transition),
+    /// A call was turned away without running: rejected at once (breaker,
+    /// full queue, unmeetable deadline, shutdown), or, having been queued,
+    /// discarded by shutdown before it started (`ShuttingDown`). Also logged
+    /// at `debug`.
+    Rejected {
+        /// The dependency's name.
+        dependency: Arc<str>,
+        /// Why.
+        rejection: Rejection,
+    },
+    /// A caller stopped waiting at the deadline (also logged at `debug`).
+    TimedOut {
+        /// The dependency's name.
+        dependency: Arc<str>,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+}
 
 /// Events a dependency keeps; the oldest goes when a new one comes.
 pub(crate) const RING_CAPACITY: usize = 100;

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use super::caller::Mode;
+use super::hedge_policy::Hedge;
 use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
-use crate::hedge::Hedge;
 use crate::limit::{AdaptiveLimit, RateLimit, Throttle};
-use crate::pool::Mode;
 use crate::retry::Retry;
 use crate::time::MAX_TIMEOUT;
 

@@ -1,5 +1,5 @@
 //! [`Hedge`]: when a hedged call starts another attempt, and how many it may
-//! start. The hedged call itself is `dependency/hedge.rs`.
+//! start. The hedged call itself is `hedge.rs`.
 
 use std::time::Duration;
 
