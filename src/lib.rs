@@ -52,9 +52,10 @@
 //! provider's. Retries ([`Retry`](retry::Retry), through [`CallBuilder::retry`](crate::CallBuilder::retry)) sit
 //! outside the breaker and only retry transient failures, within a budget.
 //!
-//! Features (all on by default): `ureq` ([`http`]: outcome table for
-//! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server`]: a
-//! request pool for tiny_http), `prometheus` ([`metrics`]: a prometheus-client
+//! [`server`] is the request pool of any synchronous server
+//! ([`RequestPool`](server::RequestPool)). Features (all on by default): `ureq` ([`http`]: outcome table for
+//! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server::serve`]:
+//! the crate's own server on tiny_http, behind a guard), `prometheus` ([`metrics`]: a prometheus-client
 //! collector over a [`Registry`]), `cache` ([`cache`]: a per-key cache in
 //! front of a dependency, TTL by answer, one shared call per key). Off by default: `testing` ([`testing`]: a
 //! scriptable fake HTTP provider for incident tests) and `tracing` (each job
@@ -97,19 +98,15 @@ mod priority;
 // `cache`), above the call path and below the registry that names it.
 #[cfg(feature = "cache")]
 pub mod cache;
-// The request pool's reserved share, described: what both the server and the
-// file config name (feature `tiny_http`; public as `server::Reserve`).
-#[cfg(feature = "tiny_http")]
-mod reserve;
 
-// The edges, behind features.
+// The edges: the request pool of any server (its own server on tiny_http
+// behind the feature), and the rest behind features.
 #[cfg(feature = "serde")]
 pub mod config;
 #[cfg(feature = "ureq")]
 pub mod http;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
-#[cfg(feature = "tiny_http")]
 pub mod server;
 #[cfg(feature = "testing")]
 pub mod testing;

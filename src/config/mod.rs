@@ -100,14 +100,12 @@ pub struct ServerConfigFile {
     /// that could hold every request thread.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_threads: Option<usize>,
-    /// A reserved share of the request pool (`[server.reserve]`, feature
-    /// `tiny_http`): the [`Reserve`](crate::server::Reserve)
+    /// A reserved share of the request pool (`[server.reserve]`): the [`Reserve`](crate::server::Reserve)
     /// [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve)
     /// takes. [`Config::validate`] checks it, and against `request_threads`
     /// when that is set.
-    #[cfg(feature = "tiny_http")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reserve: Option<crate::reserve::Reserve>,
+    pub reserve: Option<crate::server::Reserve>,
     /// Each request's time budget, as
     /// [`ServerConfigBuilder::request_budget`](crate::server::ServerConfigBuilder::request_budget)
     /// sets it (`request_budget = "800ms"`). When set with `request_threads`,
@@ -147,10 +145,9 @@ impl Config {
             );
             return Err(ConfigFileError::invalid("server.request_budget", &e));
         }
-        #[cfg(feature = "tiny_http")]
         if let Some(reserve) = &self.server.reserve {
             let checked = reserve.validate().and_then(|()| match self.server.request_threads {
-                Some(threads) => crate::reserve::check_threads(reserve.threads, threads),
+                Some(threads) => crate::server::check_threads(reserve.threads, threads),
                 None => Ok(()),
             });
             // The builder names `reserve.threads`; the file, `server.reserve.threads`.
@@ -167,7 +164,6 @@ impl Config {
     /// `request_budget`; `None` without `request_threads`.
     pub fn request_threads(&self) -> Option<RequestThreads> {
         let mut pool = RequestThreads::new(self.server.request_threads?);
-        #[cfg(feature = "tiny_http")]
         if let Some(reserve) = &self.server.reserve {
             pool = pool.reserved(reserve.threads);
         }

@@ -125,7 +125,6 @@ fn no_request_threads_is_a_bad_request_threads() {
 
 /// The reserve's threads are not the dependencies': holds are compared with
 /// the rest.
-#[cfg(feature = "tiny_http")]
 #[test]
 fn holds_are_compared_with_the_threads_left_after_the_reserve() {
     let file = |workers: usize| {

@@ -71,17 +71,12 @@ fn everything() -> Config {
         reserved_for_critical: 2,
         calls: crate::dependency::CallShape::FanOut("search".into()),
     };
-    #[allow(unused_mut)] // the reserve is there with tiny_http
     let mut server = ServerConfigFile {
         request_threads: Some(32),
         request_budget: Some(Duration::from_secs(5)),
         ..ServerConfigFile::default()
     };
-    #[cfg(feature = "tiny_http")]
-    {
-        server.reserve =
-            Some(crate::reserve::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]));
-    }
+    server.reserve = Some(crate::server::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]));
     let mut config = Config { server, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);
     config.dependencies.insert("account-read".into(), DependencyConfig::default());
@@ -304,7 +299,6 @@ fn read_errors_name_the_path() {
 }
 
 /// The server's reserve, checked on reading, against `request_threads` too.
-#[cfg(feature = "tiny_http")]
 #[test]
 fn reserve_errors_name_the_path() {
     let text = "[server]\nrequest_threads = 8\n[server.reserve]\nthreads = 2\nroutes = [\"GET /health\"]";

@@ -106,7 +106,7 @@ pub struct RequestThreads {
     /// The request pool's size.
     pub threads: usize,
     /// The threads reserved for requests that call no provider (the
-    /// server's [`Reserve`](crate::server::Reserve), feature `tiny_http`);
+    /// server's [`Reserve`](crate::server::Reserve));
     /// the dependencies share the rest.
     pub reserved: usize,
     /// Each request's time budget, if known: a dependency whose timeout is

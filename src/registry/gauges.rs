@@ -41,7 +41,6 @@ pub const REFUSAL_REASONS: [&str; 4] = ["full", "max_wait", "budget", "stuck"];
 
 impl Refused {
     /// Counts one refusal for `reason`, an index into [`REFUSAL_REASONS`].
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server counts them
     pub(crate) fn count(&self, reason: usize) {
         self.counts[reason].fetch_add(1, Ordering::Relaxed);
     }
@@ -52,13 +51,11 @@ impl Refused {
 }
 
 impl RequestPoolGauges {
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(crate) fn new(threads: usize, busy: Arc<AtomicUsize>) -> Self {
         RequestPoolGauges { threads, busy, reserve: None, refused: Arc::default() }
     }
 
     /// The counts of refusals the pool writes.
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server counts them
     pub(crate) fn with_refused(mut self, refused: Arc<Refused>) -> Self {
         self.refused = refused;
         self
@@ -71,7 +68,6 @@ impl RequestPoolGauges {
     }
 
     /// The same, for a pool with a reserved share of `threads`.
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(crate) fn with_reserve(
         mut self,
         threads: usize,
@@ -83,7 +79,6 @@ impl RequestPoolGauges {
     }
 
     /// Whether `self` and `other` are the gauges of the same pool.
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(super) fn same_as(&self, other: &RequestPoolGauges) -> bool {
         Arc::ptr_eq(&self.busy, &other.busy)
     }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 pub use self::capacity::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, RequestThreads};
-#[cfg(feature = "tiny_http")]
 pub(crate) use self::gauges::Refused;
 pub use self::gauges::{REFUSAL_REASONS, RequestPoolGauges};
 pub use self::history::{DependencyHistory, HistoryPoint};
@@ -100,9 +99,9 @@ impl Registry {
     }
 
     /// The gauges of the request pool serving with this registry, while it
-    /// runs: `None` until a server is started with the registry in its
-    /// config (`ServerConfig::registry`, feature `tiny_http`), and again once
-    /// that server has stopped. The Prometheus exporter reads them on every
+    /// runs: `None` until a request pool (the crate's own server, or
+    /// `RequestPool::new`) is made with the registry in its config
+    /// (`ServerConfig::registry`), and again once it has stopped. The Prometheus exporter reads them on every
     /// scrape, so a `/metrics` route needs no more wiring for them.
     pub fn request_pool(&self) -> Option<RequestPoolGauges> {
         self.request_pool.lock().clone()
@@ -111,7 +110,6 @@ impl Registry {
     /// Attaches a request pool's gauges. At most one pool at a time: its two
     /// gauges carry no label to tell two apart, so a second is refused (with
     /// the gauges already there) while the first runs.
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(crate) fn attach_request_pool(&self, gauges: RequestPoolGauges) -> Result<(), RequestPoolGauges> {
         let mut slot = self.request_pool.lock();
         match &*slot {
@@ -125,7 +123,6 @@ impl Registry {
 
     /// Detaches `gauges` if they are the ones attached (a pool stopping
     /// leaves another pool's gauges alone).
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(crate) fn detach_request_pool(&self, gauges: &RequestPoolGauges) {
         let mut slot = self.request_pool.lock();
         if slot.as_ref().is_some_and(|g| g.same_as(gauges)) {
@@ -134,7 +131,6 @@ impl Registry {
     }
 
     /// Whether `self` and `other` are handles on the same registry.
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server attaches them
     pub(crate) fn same_as(&self, other: &Registry) -> bool {
         Arc::ptr_eq(&self.deps, &other.deps)
     }

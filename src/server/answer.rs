@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
-use tiny_http::{HTTPVersion, Method, Request, Response, ResponseBox};
+use tiny_http::{HTTPVersion, Header, Method, Request, Response, ResponseBox};
 
 /// Answers up to this size reach the connection thread as one piece, before
 /// a byte goes to the client, so that a client slow to read never holds the
@@ -79,7 +79,7 @@ impl Reply {
                     request.method(),
                     request.url()
                 );
-                super::pool::internal_error()
+                internal_error()
             }
         };
         let bodiless = *request.method() == Method::Head;
@@ -395,4 +395,29 @@ fn client_gone(client: &TcpStream) -> bool {
         Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
     };
     gone || client.set_nonblocking(false).is_err()
+}
+
+/// The request pool's own `500`, for a handler that failed.
+pub(super) fn internal_error() -> ResponseBox {
+    // The panic message stays in the log: it may name internals the client
+    // has no business seeing.
+    json_error(500, "INTERNAL_ERROR", "the request handler failed")
+}
+
+/// `{"code": .., "message": ..}` with `status`.
+pub(super) fn json_error(status: u16, code: &str, message: &str) -> ResponseBox {
+    let escaped: String = message
+        .chars()
+        .flat_map(|c| match c {
+            '"' => vec!['\\', '"'],
+            '\\' => vec!['\\', '\\'],
+            c if c.is_control() => vec![' '],
+            c => vec![c],
+        })
+        .collect();
+    let body = format!(r#"{{"code":"{code}","message":"{escaped}"}}"#);
+    Response::from_string(body)
+        .with_status_code(status)
+        .with_header(Header::from_bytes("Content-Type", "application/json").expect("a valid header"))
+        .boxed()
 }

@@ -5,9 +5,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::reserve::{Reserve, Route};
 use crate::ConfigError;
 use crate::registry::Registry;
-use crate::reserve::{Reserve, Route};
 use crate::time::MAX_TIMEOUT;
 
 use super::proxy::TrustedProxies;

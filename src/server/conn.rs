@@ -21,8 +21,10 @@ use tiny_http::{HTTPVersion, Header, Method, Request, TestRequest};
 use super::answer::{self, Piece, Relayed};
 use super::client::Client;
 use super::guard::{Conn, GuardShared};
+use super::hop::PRIVATE_PREFIX;
 use super::hop::{self, Hop, HopStream, Ticket};
-use super::request::{Arrival, Handed, Incoming, PRIVATE_PREFIX};
+use super::pool::{Handed, Incoming};
+use super::request::Arrival;
 use crate::wire::{Refusal, RequestHead};
 
 /// Serves `conn` until the client closes, a timeout or a refusal ends it, or

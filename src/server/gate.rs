@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use super::config::ServerConfig;
 use super::proxy::TrustedProxies;
 use super::request::{self, Arrival, RequestContext, TIMEOUT_HEADER};
+use super::reserve::{self, Route};
 use crate::quiet::Quiet;
 use crate::registry::{REFUSAL_REASONS, Refused, Registry, RequestPoolGauges};
-use crate::reserve::{self, Route};
 use crate::room::{NoSeat, Room, Seat};
 
 /// The request pool's live counts, shared with its gauges in a registry.
@@ -184,6 +184,7 @@ struct Gate {
 
 impl RequestPool {
     /// The gauges of the crate's own running server.
+    #[cfg(feature = "tiny_http")]
     pub(super) fn of_server(threads: usize, reserved: Option<usize>, counts: Counts) -> RequestPool {
         RequestPool { inner: Arc::new(Inner { threads, reserved, counts, gate: None }) }
     }

@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::config::ServerConfig;
 use super::hop::Hop;
-use super::request::Handed;
+use super::pool::Handed;
 use crate::wire::Refusal;
 
 /// Stack of a connection thread: it parses with fixed arrays of at most a

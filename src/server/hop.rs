@@ -32,7 +32,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::request::{Handed, Incoming, PRIVATE_PREFIX};
+use super::pool::{Handed, Incoming};
 use crate::wire::{self, RequestHead};
 
 #[cfg(unix)]
@@ -40,6 +40,8 @@ pub(super) type HopStream = std::os::unix::net::UnixStream;
 #[cfg(not(unix))]
 pub(super) type HopStream = std::net::TcpStream;
 
+/// The prefix of the guard's private headers, removed from what clients send.
+pub(super) const PRIVATE_PREFIX: &str = "x-watertight-";
 /// The header that carries a request's ticket over the hop.
 const TICKET_HEADER: &str = "X-Watertight-Ticket";
 /// A request body up to this size is written to the hop before the guard

@@ -8,21 +8,37 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use tiny_http::{Header, Request, Response, ResponseBox, Server};
+use tiny_http::{Request, ResponseBox, Server};
 
 use super::admission::{Admission, Admit, Next};
-use super::answer::Reply;
+use super::answer::{Reply, internal_error, json_error};
 use super::config::{CompiledReserve, ServerConfig};
 use super::gate::Counts;
 use super::proxy::TrustedProxies;
-use super::request::{self, Arrival, Handed, RequestContext};
+use super::request::{self, Arrival, RequestContext};
 use crate::error::panic_message;
 use crate::room::{NoSeat, Room, Seat};
 
 pub(super) type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
+
+/// A request the guard hands the request pool: tiny_http's request (for one
+/// that crossed the hop, set once tiny_http has parsed it), what the guard
+/// knows of it, and where its answer goes.
+pub(super) struct Incoming {
+    pub(super) request: Option<Request>,
+    pub(super) arrival: Arrival,
+    pub(super) reply: Reply,
+}
+
+/// What a request thread of a guarded pool takes next.
+pub(super) enum Handed {
+    Request(Box<Incoming>),
+    /// Exit (one per thread, after every request already handed).
+    Stop,
+}
 
 /// Where a pool's requests come from.
 pub(super) enum Source {
@@ -229,7 +245,7 @@ impl Shared {
                         None => continue,
                     },
                     Ok(Some(request)) => {
-                        let arrival = request::unguarded_arrival(&request, &self.proxies);
+                        let arrival = unguarded_arrival(&request, &self.proxies);
                         (request, arrival, None)
                     }
                     Err(err) => {
@@ -335,33 +351,18 @@ impl Drop for BusyGuard<'_> {
     }
 }
 
-pub(super) fn internal_error() -> ResponseBox {
-    // The panic message stays in the log: it may name internals the client
-    // has no business seeing.
-    json_error(500, "INTERNAL_ERROR", "the request handler failed")
-}
-
-/// `{"code": .., "message": ..}` with `status`.
-fn json_error(status: u16, code: &str, message: &str) -> ResponseBox {
-    let escaped: String = message
-        .chars()
-        .flat_map(|c| match c {
-            '"' => vec!['\\', '"'],
-            '\\' => vec!['\\', '\\'],
-            c if c.is_control() => vec![' '],
-            c => vec![c],
-        })
-        .collect();
-    let body = format!(r#"{{"code":"{code}","message":"{escaped}"}}"#);
-    Response::from_string(body)
-        .with_status_code(status)
-        .with_header(Header::from_bytes("Content-Type", "application/json").expect("a valid header"))
-        .boxed()
+/// The arrival of a request straight from a client: now, from its TCP peer,
+/// through `proxies`.
+pub(super) fn unguarded_arrival(request: &Request, proxies: &TrustedProxies) -> Arrival {
+    let peer = request.remote_addr().copied();
+    let headers = request.headers().iter().map(|h| (h.field.as_str().as_str(), h.value.as_str()));
+    Arrival { received: Instant::now(), peer, client: proxies.resolve(peer, headers) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tiny_http::Response;
 
     static EXITED: AtomicUsize = AtomicUsize::new(0);
 

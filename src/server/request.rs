@@ -1,6 +1,6 @@
 //! [`RequestContext`]: what the request pool knows of the request a handler
-//! answers: its deadline, its client, and the pool's own state; and what the
-//! guard hands the request pool with each request ([`Incoming`]).
+//! answers: its deadline, its client, and the pool's own state; and the
+//! [`Arrival`] it is made from.
 //!
 //! With the guard, the connection thread knows the client's address and when
 //! the request was read whole, and the request thread needs both: they travel
@@ -12,13 +12,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tiny_http::Request;
+use super::proxy::ClientAddr;
 
-use super::answer::Reply;
-use super::proxy::{ClientAddr, TrustedProxies};
-
-/// The prefix of the guard's private headers, removed from what clients send.
-pub(super) const PRIVATE_PREFIX: &str = "x-watertight-";
 /// The header a client may shorten its budget with.
 pub(super) const TIMEOUT_HEADER: &str = "X-Request-Timeout";
 
@@ -31,22 +26,6 @@ pub(super) struct Arrival {
     pub(super) peer: Option<SocketAddr>,
     /// Who it came from, through the trusted proxies.
     pub(super) client: ClientAddr,
-}
-
-/// A request the guard hands the request pool: tiny_http's request (for one
-/// that crossed the hop, set once tiny_http has parsed it), what the guard
-/// knows of it, and where its answer goes.
-pub(super) struct Incoming {
-    pub(super) request: Option<Request>,
-    pub(super) arrival: Arrival,
-    pub(super) reply: Reply,
-}
-
-/// What a request thread of a guarded pool takes next.
-pub(super) enum Handed {
-    Request(Box<Incoming>),
-    /// Exit (one per thread, after every request already handed).
-    Stop,
 }
 
 /// What the request pool knows of the request a handler is answering.
@@ -169,14 +148,6 @@ pub(super) fn context(
     };
     let Arrival { received, peer, client } = arrival;
     Ok(RequestContext { received, deadline: received + budget, peer, client, busy, threads, reserved })
-}
-
-/// The arrival of a request straight from a client: now, from its TCP peer,
-/// through `proxies`.
-pub(super) fn unguarded_arrival(request: &Request, proxies: &TrustedProxies) -> Arrival {
-    let peer = request.remote_addr().copied();
-    let headers = request.headers().iter().map(|h| (h.field.as_str().as_str(), h.value.as_str()));
-    Arrival { received: Instant::now(), peer, client: proxies.resolve(peer, headers) }
 }
 
 /// `X-Request-Timeout`: `250ms`, `2s`, or a number of milliseconds.

@@ -1,30 +1,36 @@
 //! [`Reserve`]: a few request threads kept for the requests you name, and the
-//! route patterns that name them. Public as `server::Reserve`; its own
-//! module, below the edges, because both the server and the file config
-//! (`[server.reserve]`) name it, and edges never import each other.
+//! route patterns that name them. The file config (`[server.reserve]`)
+//! names it too.
 //!
 //! The share is a count, not a set of threads: ordinary requests may hold at
 //! most `threads - reserve.threads` request threads at once, and reserved
 //! requests may take any free thread. So an idle pool serves either kind on
 //! every thread, and a pool whose ordinary requests all hang still has
 //! `reserve.threads` threads for the reserved ones. The admission that keeps
-//! that count is in `server/admission.rs`.
+//! that count is in `admission.rs` for the crate's own server, and in
+//! `gate.rs` for [`RequestPool::enter`](super::RequestPool::enter).
 
 use std::fmt;
+#[cfg(feature = "tiny_http")]
 use std::panic::{AssertUnwindSafe, catch_unwind};
+#[cfg(feature = "tiny_http")]
 use std::sync::Arc;
 
+#[cfg(feature = "tiny_http")]
 use tiny_http::Request;
 
 use crate::ConfigError;
+#[cfg(feature = "tiny_http")]
 use crate::error::panic_message;
 
+/// A reserve's code, for the crate's own server (feature `tiny_http`).
+#[cfg(feature = "tiny_http")]
 type Classifier = Arc<dyn Fn(&Request) -> bool + Send + Sync>;
 
 /// A reserved share of the request pool: `threads` request threads that
 /// ordinary requests can never take, kept for the requests that match one of
-/// `routes` or that a classifier ([`for_requests`](Self::for_requests))
-/// picks. Given to [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve).
+/// `routes` or that a classifier ([`for_requests`](Self::for_requests),
+/// feature `tiny_http`) picks. Given to [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve).
 ///
 /// Reserved requests are not confined to the share: while the ordinary
 /// requests leave threads free, a reserved request takes any of them, so no
@@ -71,6 +77,7 @@ pub struct Reserve {
     pub threads: usize,
     /// The routes whose requests are reserved, as `METHOD /path` patterns.
     pub routes: Vec<String>,
+    #[cfg(feature = "tiny_http")]
     #[cfg_attr(feature = "serde", serde(skip))]
     classifier: Option<Classifier>,
 }
@@ -80,7 +87,12 @@ impl Reserve {
     /// ([`for_routes`](Self::for_routes)) or a classifier
     /// ([`for_requests`](Self::for_requests)).
     pub fn new(threads: usize) -> Reserve {
-        Reserve { threads, routes: Vec::new(), classifier: None }
+        Reserve {
+            threads,
+            routes: Vec::new(),
+            #[cfg(feature = "tiny_http")]
+            classifier: None,
+        }
     }
 
     /// Adds `routes` (`GET /health`, `GET /orders/{id}`, `* /static/*`) to
@@ -100,7 +112,9 @@ impl Reserve {
     /// and the headers (the body is not read). It runs on the request thread
     /// that took the request, once per request, and must be quick. A
     /// classifier that panics classifies the request as ordinary (logged at
-    /// `error`). Replaces any classifier given before.
+    /// `error`). Replaces any classifier given before. Only the crate's own
+    /// server (feature `tiny_http`) consults it.
+    #[cfg(feature = "tiny_http")]
     pub fn for_requests<F>(mut self, classifier: F) -> Reserve
     where
         F: Fn(&Request) -> bool + Send + Sync + 'static,
@@ -111,7 +125,14 @@ impl Reserve {
 
     /// Whether a classifier was given.
     pub fn has_classifier(&self) -> bool {
-        self.classifier.is_some()
+        #[cfg(feature = "tiny_http")]
+        {
+            self.classifier.is_some()
+        }
+        #[cfg(not(feature = "tiny_http"))]
+        {
+            false
+        }
     }
 
     /// Checks what can be checked without the pool's size: at least one
@@ -126,7 +147,7 @@ impl Reserve {
         if self.threads == 0 {
             return Err(ConfigError::new("reserve.threads", "at least 1", 0));
         }
-        if self.routes.is_empty() && self.classifier.is_none() {
+        if self.routes.is_empty() && !self.has_classifier() {
             return Err(ConfigError::new(
                 "reserve.routes",
                 "at least one route, or a classifier (Reserve::for_requests)",
@@ -150,6 +171,7 @@ impl Reserve {
 
     /// Whether `request` is reserved: it matches one of `routes` (parsed from
     /// `self.routes`), or the classifier says so.
+    #[cfg(feature = "tiny_http")]
     pub(crate) fn takes(&self, routes: &[Route], request: &Request) -> bool {
         let method = request.method().as_str();
         let url = request.url();
@@ -192,11 +214,14 @@ pub(crate) fn check_threads(reserved: usize, threads: usize) -> Result<(), Confi
 /// the same classifier (the same `Arc`) or none.
 impl PartialEq for Reserve {
     fn eq(&self, other: &Reserve) -> bool {
+        #[cfg(feature = "tiny_http")]
         let same_classifier = match (&self.classifier, &other.classifier) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         };
+        #[cfg(not(feature = "tiny_http"))]
+        let same_classifier = true;
         self.threads == other.threads && self.routes == other.routes && same_classifier
     }
 }
@@ -208,7 +233,7 @@ impl fmt::Debug for Reserve {
         f.debug_struct("Reserve")
             .field("threads", &self.threads)
             .field("routes", &self.routes)
-            .field("classifier", &self.classifier.as_ref().map(|_| "<fn>"))
+            .field("classifier", &self.has_classifier().then_some("<fn>"))
             .finish()
     }
 }
@@ -350,6 +375,7 @@ mod tests {
         let bad = Reserve::new(1).for_routes(["GET /health", "health"]).validate().unwrap_err();
         assert_eq!(bad.field(), "reserve.routes");
         assert!(bad.to_string().ends_with("got \"health\""), "{bad}");
+        #[cfg(feature = "tiny_http")]
         assert!(Reserve::new(1).for_requests(|_| true).validate().is_ok());
         assert_eq!(check_threads(2, 2).unwrap_err().value(), "2 of 2 request threads");
         assert!(check_threads(2, 3).is_ok());
