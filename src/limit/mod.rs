@@ -1,5 +1,5 @@
 //! [`Limiter`]: an adaptive concurrency limit that follows the provider's
-//! latency (`limiter.rs`), and its [`LimitPermit`] (`permit.rs`); and
+//! latency, and its [`LimitPermit`] (`limiter.rs`); and
 //! [`RateLimiter`], a rate and a burst whose callers wait for a permit only
 //! as long as their deadline allows (`rate.rs`); and [`Throttler`], client-side
 //! adaptive throttling, which refuses the share of calls a struggling
@@ -113,14 +113,12 @@
 
 mod config;
 mod limiter;
-mod permit;
 mod rate;
 mod rule;
 mod throttle;
 
 pub use self::config::AdaptiveLimit;
-pub use self::limiter::Limiter;
-pub use self::permit::LimitPermit;
+pub use self::limiter::{LimitPermit, Limiter};
 pub use self::rate::{RateLimit, RateLimited, RateLimiter};
 pub use self::throttle::{Throttle, ThrottleStats, Throttler};
 

@@ -207,7 +207,7 @@ impl PoolBuilder {
             grace_over: AtomicBool::new(false),
             queue: Queue::new(self.queue, self.workers),
             record_latency: self.record_latency,
-            running: super::worker::Running::new(),
+            running: super::stats::Running::new(),
         });
         let (exit_tx, exits) = crossbeam_channel::unbounded();
         let mut control = Control {

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 use super::slot::Slot;
-use super::ticket::Waitable;
-use super::worker::RunningMark;
+use super::stats::{Ran, RunningMark};
 use crate::error::{Error, Rejection, panic_message};
 use crate::time::saturating_nanos;
 
@@ -134,12 +133,13 @@ where
     }
 }
 
-/// The timings of a job that ran: from submission to a worker starting it,
-/// and from then to its end.
-pub(crate) struct Ran {
-    pub(crate) queue_wait: Duration,
-    pub(crate) run: Duration,
-    pub(crate) ended: Instant,
+/// The caller's view of a call, erased over the job's type.
+pub(crate) trait Waitable<T, E>: Send + Sync {
+    fn ctx(&self) -> &CallContext;
+    fn slot(&self) -> &Slot<Reply<T, E>>;
+    fn shared(&self) -> &Shared;
+    /// When a worker started the job, if one did.
+    fn began(&self) -> Option<Instant>;
 }
 
 /// The worker's view of a call, erased over the job's types.
@@ -148,7 +148,7 @@ pub(crate) trait Job: Send + Sync {
     /// counted itself `busy` before calling this; `run` uncounts it. Never
     /// panics because of the job: a panic is caught and becomes the answer.
     /// Returns the job's timings if it ran, for the worker's histograms.
-    /// `running` is the worker's own mark (see `Running` in `worker.rs`): set
+    /// `running` is the worker's own mark (see `Running` in `stats.rs`): set
     /// while the job runs, 0 again once it has returned.
     fn run(&self, running: &RunningMark) -> Option<Ran>;
     /// Answers a queued job that will never run with `ShuttingDown`.

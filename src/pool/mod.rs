@@ -122,7 +122,7 @@ pub(crate) struct Shared {
     /// bench that measures what recording costs).
     pub(crate) record_latency: bool,
     /// When each worker's current job started (`worker.rs`).
-    pub(crate) running: self::worker::Running,
+    pub(crate) running: self::stats::Running,
 }
 
 /// The handle side: the live settings, and the threads to join. Dropping the

@@ -5,21 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use super::Shared;
-use super::call::CallContext;
-use super::call::{Reply, drop_quietly};
-use super::slot::{Finish, Slot};
+use super::call::{Waitable, drop_quietly};
+use super::slot::Finish;
 use crate::error::{Error, Rejection};
 use crate::sync::{CALLER_SPIN, current, park_timeout, spin_until};
-
-/// The caller's view of a call, erased over the job's type.
-pub(crate) trait Waitable<T, E>: Send + Sync {
-    fn ctx(&self) -> &CallContext;
-    fn slot(&self) -> &Slot<Reply<T, E>>;
-    fn shared(&self) -> &Shared;
-    /// When a worker started the job, if one did.
-    fn began(&self) -> Option<Instant>;
-}
 
 /// Where a call was when its caller left ([`Ticket::leave`]).
 pub(crate) enum Left<R> {

@@ -44,7 +44,7 @@ mod request;
 use std::io::{self, Read};
 
 pub(crate) use self::body::{BodyDecoder, Framing};
-pub(crate) use self::request::{Refusal, RequestHead, read_head};
+pub(crate) use self::request::{RequestHead, read_head};
 
 /// What a connection may send: the caps of the guard, or of the fake
 /// provider.
@@ -130,6 +130,63 @@ pub(crate) fn reason(status: u16) -> &'static str {
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
         _ => "Status",
+    }
+}
+
+/// An answer a server gives itself instead of passing a request on, after
+/// which it closes the connection. What is wrong with a request's bytes is
+/// one of these; the guard adds its own (`server/client.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// 0: not an answer (there is no one left to answer).
+    pub(crate) status: u16,
+    pub(crate) code: &'static str,
+    pub(crate) message: &'static str,
+}
+
+impl Refusal {
+    /// The head (or a chunk-size line, or the trailers) passed
+    /// `max_head_bytes`, or it has more than 100 headers (`MAX_HEADERS`).
+    pub(crate) const HEAD_TOO_LARGE: Refusal = Refusal {
+        status: 431,
+        code: "REQUEST_HEADER_FIELDS_TOO_LARGE",
+        message: "the request head is too large",
+    };
+    /// A declared `Content-Length`, or the chunks so far, passed `max_body_bytes`.
+    pub(crate) const BODY_TOO_LARGE: Refusal =
+        Refusal { status: 413, code: "PAYLOAD_TOO_LARGE", message: "the request body is too large" };
+    pub(crate) const UNSUPPORTED_CODING: Refusal = Refusal {
+        status: 501,
+        code: "NOT_IMPLEMENTED",
+        message: "only the chunked transfer coding is supported",
+    };
+    pub(crate) const EXPECTATION: Refusal = Refusal {
+        status: 417,
+        code: "EXPECTATION_FAILED",
+        message: "only Expect: 100-continue is supported",
+    };
+    pub(crate) const VERSION: Refusal = Refusal {
+        status: 505,
+        code: "HTTP_VERSION_NOT_SUPPORTED",
+        message: "only HTTP/1.0 and HTTP/1.1 are supported",
+    };
+
+    /// A malformed request: `400`, saying what is wrong.
+    pub(crate) fn bad(message: &'static str) -> Refusal {
+        Refusal { status: 400, code: "BAD_REQUEST", message }
+    }
+
+    /// The whole answer, `Connection: close`, with a JSON body
+    /// `{"code", "message"}` like the request pool's own `500`.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        let body = format!(r#"{{"code":"{}","message":"{}"}}"#, self.code, self.message);
+        closing_answer(self.status, "application/json", body.as_bytes())
+    }
+}
+
+impl From<Refusal> for std::io::Error {
+    fn from(refusal: Refusal) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, refusal.message)
     }
 }
 

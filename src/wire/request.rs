@@ -1,7 +1,7 @@
 //! Request heads: parsed and checked against [`Limits`], and what is wrong
 //! with one said as the answer a server gives ([`Refusal`]).
 
-use super::{Framing, Limits, closing_answer};
+use super::{Framing, Limits, Refusal};
 
 /// Headers a request head may have; more is answered as a head too large.
 const MAX_HEADERS: usize = 100;
@@ -171,63 +171,6 @@ impl RequestHead {
             expect_continue,
             keep_alive,
         })
-    }
-}
-
-/// An answer a server gives itself instead of passing a request on, after
-/// which it closes the connection. What is wrong with a request's bytes is
-/// one of these; the guard adds its own (`server/client.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    /// 0: not an answer (there is no one left to answer).
-    pub(crate) status: u16,
-    pub(crate) code: &'static str,
-    pub(crate) message: &'static str,
-}
-
-impl Refusal {
-    /// The head (or a chunk-size line, or the trailers) passed
-    /// `max_head_bytes`, or it has more than [`MAX_HEADERS`] headers.
-    pub(crate) const HEAD_TOO_LARGE: Refusal = Refusal {
-        status: 431,
-        code: "REQUEST_HEADER_FIELDS_TOO_LARGE",
-        message: "the request head is too large",
-    };
-    /// A declared `Content-Length`, or the chunks so far, passed `max_body_bytes`.
-    pub(crate) const BODY_TOO_LARGE: Refusal =
-        Refusal { status: 413, code: "PAYLOAD_TOO_LARGE", message: "the request body is too large" };
-    pub(crate) const UNSUPPORTED_CODING: Refusal = Refusal {
-        status: 501,
-        code: "NOT_IMPLEMENTED",
-        message: "only the chunked transfer coding is supported",
-    };
-    pub(crate) const EXPECTATION: Refusal = Refusal {
-        status: 417,
-        code: "EXPECTATION_FAILED",
-        message: "only Expect: 100-continue is supported",
-    };
-    pub(crate) const VERSION: Refusal = Refusal {
-        status: 505,
-        code: "HTTP_VERSION_NOT_SUPPORTED",
-        message: "only HTTP/1.0 and HTTP/1.1 are supported",
-    };
-
-    /// A malformed request: `400`, saying what is wrong.
-    pub(crate) fn bad(message: &'static str) -> Refusal {
-        Refusal { status: 400, code: "BAD_REQUEST", message }
-    }
-
-    /// The whole answer, `Connection: close`, with a JSON body
-    /// `{"code", "message"}` like the request pool's own `500`.
-    pub(crate) fn bytes(&self) -> Vec<u8> {
-        let body = format!(r#"{{"code":"{}","message":"{}"}}"#, self.code, self.message);
-        closing_answer(self.status, "application/json", body.as_bytes())
-    }
-}
-
-impl From<Refusal> for std::io::Error {
-    fn from(refusal: Refusal) -> Self {
-        std::io::Error::new(std::io::ErrorKind::InvalidData, refusal.message)
     }
 }
 
