@@ -3,7 +3,7 @@
 //! behind the queued work, for deadline-aware admission and
 //! `Pool::estimated_wait`); a dependency keeps one over its successes (the
 //! provider's normal latency: the hang and stall thresholds of
-//! `dependency/thresholds.rs`, and the least time a hedge must have left).
+//! `dependency/config.rs`, and the least time a hedge must have left).
 //!
 //! It is the retransmission-timeout estimator of RFC 6298: a smoothed mean
 //! (`srtt`, gain 1/8) and a smoothed deviation (`rttvar`, gain 1/4), and

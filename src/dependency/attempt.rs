@@ -344,14 +344,14 @@ impl Inner {
         self.normal.normal()
     }
 
-    /// See `thresholds.rs`.
+    /// See `config.rs`.
     fn hang_threshold(&self) -> Duration {
-        super::thresholds::hang_threshold(self.normal.normal(), self.live.slow_call_duration())
+        super::config::hang_threshold(self.normal.normal(), self.live.slow_call_duration())
     }
 
-    /// See `thresholds.rs`.
+    /// See `config.rs`.
     pub(super) fn stall_threshold(&self) -> Duration {
-        super::thresholds::stall_threshold(
+        super::config::stall_threshold(
             self.normal.normal(),
             self.live.slow_call_duration(),
             self.live.timeout(),

@@ -6,8 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::Exec;
 use super::Mode;
-use super::caller::{CallerThread, Exec};
+use super::caller::CallerThread;
 use super::config::Live;
 use super::settings::{CallShape, DependencyConfig};
 use super::{Counters, Dependency, Event, Inner};

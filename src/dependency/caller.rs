@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{ConfigError, Rejection};
-use crate::pool::{CallContext, Owner, Pool, PoolStats};
+use crate::pool::{CallContext, Owner, PoolStats};
 use crate::room::{NoSeat, Room};
 
 /// Where a dependency runs its calls. In a file (feature `serde`):
@@ -48,18 +48,12 @@ pub enum Mode {
 /// raised), when it started, when it returned.
 pub(crate) type OnCaller<T, E> = (std::thread::Result<Result<T, E>>, Instant, Instant);
 
-/// The compartment itself.
-pub(crate) enum Exec {
-    Pool(Pool),
-    Caller(CallerThread),
-}
-
 /// Caller-thread mode's permits and counts.
 pub(crate) struct CallerThread {
-    permits: Room,
+    pub(super) permits: Room,
     /// For the [`CallContext`]s of jobs run on callers.
     name: Arc<str>,
-    shut: AtomicBool,
+    pub(super) shut: AtomicBool,
 }
 
 impl CallerThread {
@@ -107,79 +101,13 @@ impl CallerThread {
         Ok((ran, began, Instant::now()))
     }
 
-    fn stats(&self) -> PoolStats {
+    pub(super) fn stats(&self) -> PoolStats {
         PoolStats {
             workers: self.permits.limit(),
             busy: self.permits.in_use(),
             waiting: self.permits.waiting(),
             // The outcomes are the dependency's own counts (`CallCounts`).
             ..PoolStats::default()
-        }
-    }
-}
-
-impl Exec {
-    pub(crate) fn pool(&self) -> Option<&Pool> {
-        match self {
-            Exec::Pool(pool) => Some(pool),
-            Exec::Caller(_) => None,
-        }
-    }
-
-    pub(crate) fn mode(&self) -> Mode {
-        match self {
-            Exec::Pool(_) => Mode::Pool,
-            Exec::Caller(_) => Mode::CallerThread,
-        }
-    }
-
-    /// Workers, or the permits of caller-thread mode.
-    pub(crate) fn workers(&self) -> usize {
-        match self {
-            Exec::Pool(pool) => pool.workers(),
-            Exec::Caller(c) => c.permits.limit(),
-        }
-    }
-
-    pub(crate) fn queue_capacity(&self) -> usize {
-        match self {
-            Exec::Pool(pool) => pool.queue_capacity(),
-            Exec::Caller(_) => 0,
-        }
-    }
-
-    pub(crate) fn max_wait(&self) -> Duration {
-        match self {
-            Exec::Pool(pool) => pool.max_wait(),
-            Exec::Caller(c) => c.permits.max_wait(),
-        }
-    }
-
-    /// The pool's figures; in caller-thread mode, `workers` is the limit,
-    /// `busy` the callers inside, `waiting` those waiting for a permit, and
-    /// the rest zero (the outcomes are in the dependency's `CallCounts`).
-    pub(crate) fn stats(&self) -> PoolStats {
-        match self {
-            Exec::Pool(pool) => pool.stats(),
-            Exec::Caller(c) => c.stats(),
-        }
-    }
-
-    pub(crate) fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
-        match self {
-            Exec::Pool(pool) => pool.resize(workers, queue, max_wait),
-            Exec::Caller(c) => c.permits.resize(workers, max_wait),
-        }
-    }
-
-    pub(crate) fn shutdown(&self, grace: Duration) -> bool {
-        match self {
-            Exec::Pool(pool) => pool.shutdown(grace),
-            Exec::Caller(c) => {
-                c.shut.store(true, Ordering::Release);
-                // Callers inside finish on their own threads: nothing to join.
-                true
-            }
         }
     }
 }

@@ -7,36 +7,42 @@
 //! Every call is made of attempts, and every attempt is admitted by one
 //! function and settled by one (`attempt.rs`): the kinds of call (once,
 //! retried, hedged, detached, fanned out, on the caller's thread) are thin drivers over
-//! them. One successful [`Dependency::call`], in call order:
+//! them. One successful [`Dependency::call`] (pool mode, no cache), in call
+//! order: each line a file of `src/`, the functions the call runs there
+//! (up to a colon), and what they do. Besides these it reads the floor
+//! (`error.rs`, `classify.rs`, `time.rs`, `sync.rs`, `latency.rs`,
+//! `histogram/`, `priority.rs`), which is not counted.
+//! `tests/structure/call_path.rs` checks the list against the imports of
+//! those functions, and holds it to at most 20 files.
 //!
 //! ```text
 //! caller thread
-//!   dependency/mod.rs      Dependency::call -> with()
-//!   dependency/call.rs     CallBuilder::call: the classifier, the priority
-//!   dependency/once.rs     once -> attempt: the blocking driver
-//!   dependency/attempt.rs  Inner::admit: deadline, throttle, rate, breaker, limit, place
-//!   breaker/acquire.rs       Breaker::try_acquire_owned (CLOSED: one atomic load)
-//!   priority.rs              Occupancy::take: the place (one compare-and-swap)
-//!   pool/submit.rs           Pool::submit: deadline-aware admission, the queue
-//!   pool/call.rs               the call's one allocation: job, context, reply slot
-//!   pool/queue.rs              hand-off to an idle worker (or queue)
-//!   pool/mailbox.rs            the letter posted to that worker
-//!   pool/ticket.rs, slot.rs  Ticket::wait: spin, then park, until the answer or the deadline
+//!   dependency/mod.rs        Dependency::call, Dependency::with: the entry
+//!   dependency/call.rs       CallBuilder::new, CallBuilder::call: the classifier, the priority
+//!   dependency/once.rs       Dependency::once, Dependency::attempt: the blocking driver
+//!   dependency/attempt.rs    Deadline::new, Inner::admit, Attempt::carry: deadline, throttle, rate, breaker, limit, place
+//!   dependency/config.rs     the live settings (timeout, limits, shares, thresholds)
+//!   trace.rs                 capture, enter: the caller's span (feature `tracing`)
+//!   breaker/acquire.rs       Breaker::try_acquire_owned: CLOSED is one atomic load
+//!   breaker/state.rs         the state word
+//!   dependency/priority.rs   Occupancy::take: the place (one compare-and-swap)
+//!   pool/submit.rs           Submit::by, Pool::submit: deadline-aware admission, the queue
+//!   pool/mod.rs              the pool's shared state
+//!   pool/call.rs             the call's one allocation (job, context, reply slot)
+//!   pool/queue.rs            Queue::push, Mailbox::post: hand-off to an idle worker (or queue)
+//!   pool/ticket.rs           Ticket::wait_timed: spin, then park, until the answer or the deadline
+//!   pool/slot.rs             the reply slot
 //! worker thread
-//!   pool/worker.rs         take the call, mark the worker busy; pool/call.rs
-//!                          Job::run: the job, under catch_unwind
-//!   pool/slot.rs           complete: the answer, and the caller unparked
+//!   pool/worker.rs           worker_main, run: take the call, mark the worker busy
+//!   pool/call.rs             Job::run: the job, under catch_unwind; the answer in the slot
+//!   pool/stats.rs            the run's timings and counts
 //! caller thread
-//!   dependency/attempt.rs  Attempt::settle: classify, late answer, cut short,
-//!                          then the call-time histogram, the normal latency
-//!                          (pool/latency.rs), the counts (counts.rs), the
-//!                          breaker (breaker/acquire.rs OwnedPermit::record ->
-//!                          machine.rs -> window.rs)
+//!   dependency/attempt.rs    Attempt::settle: classify, late answer, cut short, the normal latency
+//!   dependency/counts.rs     the counts
+//!   breaker/acquire.rs       OwnedPermit::record: the outcome, into machine.rs and window.rs
+//!   breaker/machine.rs       the state machine
+//!   breaker/window.rs        the failure-rate window
 //! ```
-//!
-//! Besides these, the path reads the live settings (`dependency/config.rs`),
-//! spins and parks through `sync.rs`, records into `histogram/mod.rs` and,
-//! with the `tracing` feature, enters a span (`trace.rs`): 21 files in all.
 //!
 //! A refusal at any step of admission is counted, logged (in aggregate:
 //! at most a line a second per reason, `quiet_log.rs`) and announced
@@ -75,16 +81,18 @@ mod retrying;
 mod settings;
 #[cfg(test)]
 mod tests;
-mod thresholds;
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use self::builder::DependencyBuilder;
 pub use self::call::{CallBuilder, Hedging, Once, Retrying};
+use self::caller::CallerThread;
 pub use self::caller::Mode;
 use self::config::Live;
+pub(crate) use self::config::stall_threshold;
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
@@ -95,16 +103,15 @@ pub(crate) use self::fanout::{Answer as FanAnswer, Drive as FanDrive};
 pub use self::fanout::{FanLeg, FanOut};
 pub use self::hedge_policy::Hedge;
 pub use self::settings::{CallShape, DependencyConfig};
-pub(crate) use self::thresholds::stall_threshold;
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 pub use crate::classify::{ByError, Classifier};
 use crate::clock::Clock;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::histogram::LatencyHistogram;
 use crate::limit::Limiter;
 use crate::listeners::Listeners;
-use crate::pool::{CallContext, Pool};
+use crate::pool::{CallContext, Pool, PoolStats};
 pub use crate::priority::Priority;
 use crate::retry::{JitterSource, Retry, RetryBudget};
 
@@ -155,7 +162,7 @@ struct Inner {
     /// Always built; in force while its configuration is set (`is_on`).
     throttle: crate::limit::Throttler,
     /// Its pool, or caller-thread mode's permits.
-    exec: self::caller::Exec,
+    exec: Exec,
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
     /// The provider's normal latency: its successes' run times, for the
@@ -348,4 +355,76 @@ fn _assert_send_sync() {
     fn is<T: Send + Sync + Clone + 'static>() {}
     is::<Dependency>();
     is::<Event>();
+}
+
+/// The compartment itself: its pool, or caller-thread mode's permits.
+pub(crate) enum Exec {
+    Pool(Pool),
+    Caller(CallerThread),
+}
+
+impl Exec {
+    pub(crate) fn pool(&self) -> Option<&Pool> {
+        match self {
+            Exec::Pool(pool) => Some(pool),
+            Exec::Caller(_) => None,
+        }
+    }
+
+    pub(crate) fn mode(&self) -> Mode {
+        match self {
+            Exec::Pool(_) => Mode::Pool,
+            Exec::Caller(_) => Mode::CallerThread,
+        }
+    }
+
+    /// Workers, or the permits of caller-thread mode.
+    pub(crate) fn workers(&self) -> usize {
+        match self {
+            Exec::Pool(pool) => pool.workers(),
+            Exec::Caller(c) => c.permits.limit(),
+        }
+    }
+
+    pub(crate) fn queue_capacity(&self) -> usize {
+        match self {
+            Exec::Pool(pool) => pool.queue_capacity(),
+            Exec::Caller(_) => 0,
+        }
+    }
+
+    pub(crate) fn max_wait(&self) -> Duration {
+        match self {
+            Exec::Pool(pool) => pool.max_wait(),
+            Exec::Caller(c) => c.permits.max_wait(),
+        }
+    }
+
+    /// The pool's figures; in caller-thread mode, `workers` is the limit,
+    /// `busy` the callers inside, `waiting` those waiting for a permit, and
+    /// the rest zero (the outcomes are in the dependency's `CallCounts`).
+    pub(crate) fn stats(&self) -> PoolStats {
+        match self {
+            Exec::Pool(pool) => pool.stats(),
+            Exec::Caller(c) => c.stats(),
+        }
+    }
+
+    pub(crate) fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
+        match self {
+            Exec::Pool(pool) => pool.resize(workers, queue, max_wait),
+            Exec::Caller(c) => c.permits.resize(workers, max_wait),
+        }
+    }
+
+    pub(crate) fn shutdown(&self, grace: Duration) -> bool {
+        match self {
+            Exec::Pool(pool) => pool.shutdown(grace),
+            Exec::Caller(c) => {
+                c.shut.store(true, Ordering::Release);
+                // Callers inside finish on their own threads: nothing to join.
+                true
+            }
+        }
+    }
 }

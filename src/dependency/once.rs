@@ -4,8 +4,7 @@
 use std::time::Instant;
 
 use super::attempt::{Ask, Deadline, End, Form};
-use super::caller::Exec;
-use super::{Dependency, Priority};
+use super::{Dependency, Exec, Priority};
 use crate::classify::Verdict;
 use crate::error::{Error, panic_message};
 use crate::pool::{CallContext, Submit};

@@ -19,7 +19,6 @@
 
 mod builder;
 mod call;
-mod mailbox;
 mod stats;
 mod submit;
 mod ticket;

@@ -1,5 +1,6 @@
 //! The pool's queue: the jobs waiting for a worker, the stack of idle
-//! workers, and the hand-off between them, all under one lock.
+//! workers, and the hand-off between them (a letter in the worker's
+//! [`Mailbox`]), all under one lock.
 //!
 //! Generic over the job type and free of estimates (a submission waiting
 //! for room asks its `Line` whether to join and whether to stay, and reads
@@ -45,8 +46,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 use std::time::{Duration, Instant};
 
-pub use super::mailbox::{Letter, Mailbox};
-use crate::sync::{Arc, AtomicUsize, Mutex, Thread, current, park_timeout};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
 
 /// Why a submission was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -461,5 +461,68 @@ impl<J> Queue<J> {
         let jobs: Vec<J> = st.jobs.drain(..).collect();
         self.len.store(0, std::sync::atomic::Ordering::Relaxed);
         jobs
+    }
+}
+
+// A worker's mailbox: how an idle worker is handed its next letter (a job,
+// or word to exit) by whoever pops it from the idle stack.
+
+/// What a worker is handed through its mailbox.
+#[derive(Debug)]
+pub enum Letter<J> {
+    /// A job to run: the poster has already counted the worker `away` and
+    /// `busy`.
+    Job(J),
+    /// The pool shrank: exit.
+    Retire,
+    /// The pool shut down (the jobs still queued are the returning
+    /// workers', invariant 1): exit.
+    Close,
+}
+
+/// One idle worker's mailbox. It sits in the idle stack while its worker
+/// waits; whoever pops it owns the right to post exactly one letter.
+pub struct Mailbox<J> {
+    /// Set (`Release`) after the letter is in; the worker spins and parks on
+    /// it (`Acquire`).
+    posted: AtomicBool,
+    letter: Mutex<Option<Letter<J>>>,
+    thread: Thread,
+}
+
+impl<J> Mailbox<J> {
+    /// A mailbox for the calling thread (the worker).
+    pub fn for_current_thread() -> Arc<Self> {
+        Arc::new(Mailbox { posted: AtomicBool::new(false), letter: Mutex::new(None), thread: current() })
+    }
+
+    pub(super) fn post(&self, letter: Letter<J>) {
+        *self.letter.lock() = Some(letter);
+        self.posted.store(true, Ordering::Release);
+        // After the store: a worker that parks after reading `false` gets
+        // the token, one that has not parked yet sees `true`.
+        self.thread.unpark();
+    }
+
+    /// Empties the mailbox's flag as its worker goes into the idle stack
+    /// (under the queue lock; the next poster sets it).
+    pub(super) fn reset(&self) {
+        self.posted.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether a letter has been posted.
+    pub fn is_posted(&self) -> bool {
+        self.posted.load(Ordering::Acquire)
+    }
+
+    /// Parks until a letter is posted, then takes it.
+    pub fn wait(&self) -> Letter<J> {
+        while !self.is_posted() {
+            // May return spuriously, or for a token left by an earlier
+            // letter's unpark: look again.
+            park();
+        }
+        // Only the poster writes, once, before `posted`; only we take.
+        self.letter.lock().take().unwrap_or(Letter::Close)
     }
 }

@@ -3,6 +3,7 @@
 //! One test binary for the area; each file is a module, with the shared
 //! `tests/support` helpers declared here once.
 
+mod call_path;
 mod determinism;
 mod layering;
 mod tracing_span;
