@@ -10,7 +10,7 @@ use super::Exec;
 use super::Mode;
 use super::caller::CallerThread;
 use super::config::Live;
-use super::settings::{CallShape, DependencyConfig};
+use super::config::{CallShape, DependencyConfig};
 use super::{Counters, Dependency, Event, Inner};
 use crate::breaker::{Breaker, BreakerConfig};
 use crate::clock::{Clock, SystemClock};

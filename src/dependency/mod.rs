@@ -44,14 +44,8 @@
 //!   breaker/window.rs        the failure-rate window
 //! ```
 //!
-//! A refusal at any step of admission is counted, logged (in aggregate:
-//! at most a line a second per reason, `quiet_log.rs`) and announced
-//! there, once; what the attempt had taken (its permits, its place) is given
-//! back by its `Drop`, unrecorded, because a full queue or an open breaker
-//! says nothing about the provider. An attempt's deadline is the earlier of
-//! `now + timeout` and the caller's own ([`CallBuilder::deadline`]); a
-//! timeout at the caller's deadline counts against the provider only once
-//! it had the call for longer than its normal latency (the cut-short rule).
+//! What admission refuses and settlement records, and why, is told once, in
+//! `attempt.rs`.
 //!
 //! The drivers: `once.rs` (a blocking attempt, on a worker or in
 //! caller-thread mode where the caller stands), `retrying.rs` (blocking
@@ -78,7 +72,6 @@ mod once;
 mod priority;
 mod quiet_log;
 mod retrying;
-mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -93,6 +86,7 @@ use self::caller::CallerThread;
 pub use self::caller::Mode;
 use self::config::Live;
 pub(crate) use self::config::stall_threshold;
+pub use self::config::{CallShape, DependencyConfig};
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
@@ -102,7 +96,6 @@ pub use self::events::{RecordedEvent, RecordedKind};
 pub(crate) use self::fanout::{Answer as FanAnswer, Drive as FanDrive};
 pub use self::fanout::{FanLeg, FanOut};
 pub use self::hedge_policy::Hedge;
-pub use self::settings::{CallShape, DependencyConfig};
 use crate::breaker::Breaker;
 use crate::classify::Classify;
 pub use crate::classify::{ByError, Classifier};

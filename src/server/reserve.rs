@@ -2,18 +2,12 @@
 //! route patterns that name them. The file config (`[server.reserve]`)
 //! names it too.
 //!
-//! The share is a count, not a set of threads: ordinary requests may hold at
-//! most `threads - reserve.threads` request threads at once, and reserved
-//! requests may take any free thread. So an idle pool serves either kind on
-//! every thread, and a pool whose ordinary requests all hang still has
-//! `reserve.threads` threads for the reserved ones. The admission that keeps
-//! that count is in `admission.rs` for the crate's own server, and in
-//! `gate.rs` for [`RequestPool::enter`](super::RequestPool::enter).
+//! The admission that keeps the share is in `admission.rs` for the crate's
+//! own server, and in `gate.rs` for a foreign one.
 
 use std::fmt;
 #[cfg(feature = "tiny_http")]
 use std::panic::{AssertUnwindSafe, catch_unwind};
-#[cfg(feature = "tiny_http")]
 use std::sync::Arc;
 
 #[cfg(feature = "tiny_http")]
@@ -23,9 +17,13 @@ use crate::ConfigError;
 #[cfg(feature = "tiny_http")]
 use crate::error::panic_message;
 
-/// A reserve's code, for the crate's own server (feature `tiny_http`).
+/// A reserve's code, which picks requests of the crate's own server
+/// (feature `tiny_http`; without it, there is none to pick, nor a way to
+/// give one).
 #[cfg(feature = "tiny_http")]
 type Classifier = Arc<dyn Fn(&Request) -> bool + Send + Sync>;
+#[cfg(not(feature = "tiny_http"))]
+type Classifier = Arc<dyn Fn(&std::convert::Infallible) -> bool + Send + Sync>;
 
 /// A reserved share of the request pool: `threads` request threads that
 /// ordinary requests can never take, kept for the requests that match one of
@@ -77,7 +75,6 @@ pub struct Reserve {
     pub threads: usize,
     /// The routes whose requests are reserved, as `METHOD /path` patterns.
     pub routes: Vec<String>,
-    #[cfg(feature = "tiny_http")]
     #[cfg_attr(feature = "serde", serde(skip))]
     classifier: Option<Classifier>,
 }
@@ -87,12 +84,7 @@ impl Reserve {
     /// ([`for_routes`](Self::for_routes)) or a classifier
     /// ([`for_requests`](Self::for_requests)).
     pub fn new(threads: usize) -> Reserve {
-        Reserve {
-            threads,
-            routes: Vec::new(),
-            #[cfg(feature = "tiny_http")]
-            classifier: None,
-        }
+        Reserve { threads, routes: Vec::new(), classifier: None }
     }
 
     /// Adds `routes` (`GET /health`, `GET /orders/{id}`, `* /static/*`) to
@@ -125,14 +117,7 @@ impl Reserve {
 
     /// Whether a classifier was given.
     pub fn has_classifier(&self) -> bool {
-        #[cfg(feature = "tiny_http")]
-        {
-            self.classifier.is_some()
-        }
-        #[cfg(not(feature = "tiny_http"))]
-        {
-            false
-        }
+        self.classifier.is_some()
     }
 
     /// Checks what can be checked without the pool's size: at least one
@@ -214,14 +199,11 @@ pub(crate) fn check_threads(reserved: usize, threads: usize) -> Result<(), Confi
 /// the same classifier (the same `Arc`) or none.
 impl PartialEq for Reserve {
     fn eq(&self, other: &Reserve) -> bool {
-        #[cfg(feature = "tiny_http")]
         let same_classifier = match (&self.classifier, &other.classifier) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         };
-        #[cfg(not(feature = "tiny_http"))]
-        let same_classifier = true;
         self.threads == other.threads && self.routes == other.routes && same_classifier
     }
 }
@@ -233,7 +215,7 @@ impl fmt::Debug for Reserve {
         f.debug_struct("Reserve")
             .field("threads", &self.threads)
             .field("routes", &self.routes)
-            .field("classifier", &self.has_classifier().then_some("<fn>"))
+            .field("classifier", &self.classifier.as_ref().map(|_| "<fn>"))
             .finish()
     }
 }

@@ -1,4 +1,5 @@
-//! The crate's structure: its layers, and its tracing spans.
+//! The crate's structure: its layers, the call path of one call, and its
+//! tracing spans.
 //!
 //! One test binary for the area; each file is a module, with the shared
 //! `tests/support` helpers declared here once.
