@@ -102,7 +102,7 @@ where
 /// handler still sees it in `request.headers()`: the client's word, never a
 /// fact to act on). Behind a proxy, the peer is the proxy's address, and the
 /// client is read from it only if it is one of the config's
-/// [trusted proxies](ServerConfigBuilder::trusted_proxies).
+/// [trusted proxies](super::ServerConfigBuilder::trusted_proxies).
 ///
 /// # Errors
 ///
