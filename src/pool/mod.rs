@@ -49,6 +49,7 @@ use parking_lot::Mutex;
 
 pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
+pub(crate) use self::call::Answer;
 pub use self::call::CallContext;
 use self::call::QueuedJob;
 pub use self::call::SubmitError;

@@ -46,7 +46,7 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 fn admitted<T, E>(mut call: impl FnMut() -> Result<T, Error<E>>) -> Result<T, Error<E>> {
     for _ in 0..10_000 {
         match call() {
-            Err(Error::Rejected(Rejection::QueueFull)) => thread::yield_now(),
+            Err(Error::Rejected { reason: Rejection::QueueFull, .. }) => thread::yield_now(),
             other => return other,
         }
     }
@@ -872,7 +872,7 @@ fn every_call_has_exactly_one_outcome_under_load() {
                     let slot = match r {
                         Ok(_) => 0,
                         Err(Error::Failed(_)) => 1,
-                        Err(Error::Rejected(_)) => 2,
+                        Err(Error::Rejected { .. }) => 2,
                         Err(_) => 3,
                     };
                     tally[slot] += 1;
