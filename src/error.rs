@@ -2,10 +2,12 @@
 //! ([`Rejection`]), and an invalid configuration ([`ConfigError`]).
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
 use crate::classify::Verdict;
+use crate::registry::CapacityReport;
 
 /// Why a call was turned away before the dependency was asked anything.
 ///
@@ -394,42 +396,118 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// An invalid configuration value, refused by a `build()`.
+/// An invalid configuration: a value a builder refused, a configuration
+/// that could not be read, a change the registry refused, a fault that does
+/// not parse. The crate's one configuration error.
 ///
 /// It names the field, the value it was given, and the rule it broke:
-/// `failure_rate must be in (0, 100], got 101`.
+/// `failure_rate must be in (0, 100], got 101`. Read from a file (feature
+/// `serde`), it names the path of the field within it instead:
+/// `dependencies.fraud.breaker.failure_rate: must be in (0, 100], got 101`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     field: &'static str,
-    rule: &'static str,
-    value: String,
+    /// Where: the field as its setter spells it, until a file's path or a
+    /// dependency's name takes its place; empty when about no one field.
+    path: String,
+    rule: Cow<'static, str>,
+    /// `None` when the error is a message alone (a file the format could
+    /// not read, the capacity rule).
+    value: Option<String>,
+    capacity: Option<Box<CapacityReport>>,
 }
 
 impl ConfigError {
     /// A new error for `field`, which must satisfy `rule` but was `value`.
     pub fn new(field: &'static str, rule: &'static str, value: impl fmt::Display) -> Self {
-        ConfigError { field, rule, value: value.to_string() }
+        let value = Some(value.to_string());
+        ConfigError { field, path: field.to_owned(), rule: Cow::Borrowed(rule), value, capacity: None }
     }
 
-    /// The name of the offending field, as its builder setter spells it.
+    /// An error at `path` (dot-separated; empty when the error is about no
+    /// one field) saying `message`: what a file's format could not read.
+    pub fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            field: "",
+            path: path.into(),
+            rule: Cow::Owned(message.into()),
+            value: None,
+            capacity: None,
+        }
+    }
+
+    /// The capacity rule's refusal of `dependency`, which could hold every
+    /// request thread left for it.
+    pub(crate) fn capacity(dependency: &str, message: String, report: CapacityReport) -> Self {
+        ConfigError { capacity: Some(Box::new(report)), ..ConfigError::at(dependency, message) }
+    }
+
+    /// The same error, one level down: its path prefixed with `prefix` and a
+    /// dot (`breaker.failure_rate` within `dependencies.fraud`).
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.path = match (prefix.is_empty(), self.path.is_empty()) {
+            (true, _) => self.path,
+            (false, true) => prefix.to_owned(),
+            (false, false) => format!("{prefix}.{}", self.path),
+        };
+        self
+    }
+
+    /// The same error at `path` instead.
+    #[cfg(feature = "serde")]
+    pub(crate) fn placed(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    /// The name of the offending field, as its builder setter spells it;
+    /// empty when no builder refused a value.
     pub fn field(&self) -> &'static str {
         self.field
     }
 
-    /// The rule the value broke, e.g. `"in (0, 100]"`.
-    pub fn rule(&self) -> &'static str {
-        self.rule
+    /// Where the error lies: the field as its setter spells it, the
+    /// dot-separated path of a field in a file, or the dependency the
+    /// capacity rule refused; empty when the error is about no one field.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
-    /// The value that was given, as text.
+    /// The rule the value broke, e.g. `"in (0, 100]"`; or the whole message
+    /// when there is no value.
+    pub fn rule(&self) -> &str {
+        &self.rule
+    }
+
+    /// The value that was given, as text; empty when there is none.
     pub fn value(&self) -> &str {
-        &self.value
+        self.value.as_deref().unwrap_or_default()
+    }
+
+    /// What was wrong, without the path: `must be in (0, 100], got 101`.
+    pub fn message(&self) -> String {
+        match &self.value {
+            Some(value) => format!("must be {}, got {value}", self.rule),
+            None => self.rule.clone().into_owned(),
+        }
+    }
+
+    /// The capacity report, when the capacity rule refused the configuration
+    /// ([`Registry::check_capacity`](crate::Registry::check_capacity)).
+    pub fn capacity_report(&self) -> Option<&CapacityReport> {
+        self.capacity.as_deref()
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} must be {}, got {}", self.field, self.rule, self.value)
+        match &self.value {
+            Some(value) if self.path == self.field => {
+                write!(f, "{} must be {}, got {value}", self.field, self.rule)
+            }
+            _ if self.path.is_empty() => f.write_str(&self.message()),
+            _ => write!(f, "{}: {}", self.path, self.message()),
+        }
     }
 }
 

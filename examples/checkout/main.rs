@@ -451,7 +451,9 @@ pub fn print_capacity(app: &App) {
             }
         }
         Err(e) => {
-            println!("capacity: {}", e.report());
+            if let Some(report) = e.capacity_report() {
+                println!("capacity: {report}");
+            }
             eprintln!("WARNING: capacity check failed: {e}: a hung provider can stall every route");
         }
     }
