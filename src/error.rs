@@ -7,7 +7,6 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::classify::Verdict;
-use crate::registry::CapacityReport;
 
 /// Why a call was turned away before the dependency was asked anything.
 ///
@@ -414,32 +413,25 @@ pub struct ConfigError {
     /// `None` when the error is a message alone (a file the format could
     /// not read, the capacity rule).
     value: Option<String>,
-    capacity: Option<Box<CapacityReport>>,
 }
 
 impl ConfigError {
     /// A new error for `field`, which must satisfy `rule` but was `value`.
     pub fn new(field: &'static str, rule: &'static str, value: impl fmt::Display) -> Self {
         let value = Some(value.to_string());
-        ConfigError { field, path: field.to_owned(), rule: Cow::Borrowed(rule), value, capacity: None }
+        ConfigError { field, path: field.to_owned(), rule: Cow::Borrowed(rule), value }
     }
 
     /// An error at `path` (dot-separated; empty when the error is about no
     /// one field) saying `message`: what a file's format could not read.
     pub fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError {
-            field: "",
-            path: path.into(),
-            rule: Cow::Owned(message.into()),
-            value: None,
-            capacity: None,
-        }
+        ConfigError { field: "", path: path.into(), rule: Cow::Owned(message.into()), value: None }
     }
 
     /// The capacity rule's refusal of `dependency`, which could hold every
-    /// request thread left for it.
-    pub(crate) fn capacity(dependency: &str, message: String, report: CapacityReport) -> Self {
-        ConfigError { capacity: Some(Box::new(report)), ..ConfigError::at(dependency, message) }
+    /// request thread left for it: the field `capacity`.
+    pub(crate) fn capacity(dependency: &str, message: String) -> Self {
+        ConfigError { field: "capacity", ..ConfigError::at(dependency, message) }
     }
 
     /// The same error, one level down: its path prefixed with `prefix` and a
@@ -461,7 +453,9 @@ impl ConfigError {
     }
 
     /// The name of the offending field, as its builder setter spells it;
-    /// empty when no builder refused a value.
+    /// `capacity` for the capacity rule's refusal
+    /// ([`Registry::check_capacity`](crate::Registry::check_capacity)); empty
+    /// when the error is about no one field.
     pub fn field(&self) -> &'static str {
         self.field
     }
@@ -490,12 +484,6 @@ impl ConfigError {
             Some(value) => format!("must be {}, got {value}", self.rule),
             None => self.rule.clone().into_owned(),
         }
-    }
-
-    /// The capacity report, when the capacity rule refused the configuration
-    /// ([`Registry::check_capacity`](crate::Registry::check_capacity)).
-    pub fn capacity_report(&self) -> Option<&CapacityReport> {
-        self.capacity.as_deref()
     }
 }
 

@@ -140,6 +140,11 @@ impl LiveConfig {
         registry.check_capacity(self.pool())
     }
 
+    /// The capacity report, also when a dependency is over the rule.
+    pub fn capacity_report(&self, registry: &Registry) -> CapacityReport {
+        registry.capacity_report(self.pool())
+    }
+
     /// The request pool's reserved share, if it keeps one.
     pub fn reserve(&self) -> Option<&Reserve> {
         self.reserve.as_ref()
@@ -175,11 +180,10 @@ impl LiveConfig {
         let config = new.clone();
         let _one_at_a_time = self.changing.lock();
         let dep = registry.get(name).ok_or(LiveError::Unknown)?;
-        let report =
-            registry.reconfigure(name, config, self.pool()).map_err(|e| match e.capacity_report() {
-                Some(_) => LiveError::Capacity(e.message()),
-                None => LiveError::Invalid(e.in_dependency()),
-            })?;
+        let report = registry.reconfigure(name, config, self.pool()).map_err(|e| match e.field() {
+            "capacity" => LiveError::Capacity(e.message()),
+            _ => LiveError::Invalid(e.in_dependency()),
+        })?;
         Ok((self.current(&dep), report))
     }
 }

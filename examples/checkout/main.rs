@@ -451,9 +451,7 @@ pub fn print_capacity(app: &App) {
             }
         }
         Err(e) => {
-            if let Some(report) = e.capacity_report() {
-                println!("capacity: {report}");
-            }
+            println!("capacity: {}", app.live.capacity_report(registry));
             eprintln!("WARNING: capacity check failed: {e}: a hung provider can stall every route");
         }
     }

@@ -196,8 +196,7 @@ impl DependencyBuilder {
     /// limit's `max_wait` is refused at once with
     /// [`Rejection::RateLimited`](crate::Rejection::RateLimited), whose
     /// `retry_after` says when a permit would be free, and which the breaker
-    /// never records. Detached
-    /// calls never wait for one. Defaults to none.
+    /// never records. Detached calls never wait for one. Defaults to none.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.config.rate_limit = Some(limit);
         self

@@ -85,7 +85,8 @@ impl Registry {
     /// registry.register(audit.breaker(BreakerConfig::count_based(20).minimum_calls(10)).build()?)?;
     /// let refused = registry.check_capacity(15).unwrap_err();
     /// assert_eq!(refused.path(), "fraud");
-    /// assert!(refused.capacity_report().is_some());
+    /// assert_eq!(refused.field(), "capacity");
+    /// assert_eq!(registry.capacity_report(15).entries[0].room_left, 0);
     /// assert!(registry.check_capacity(40).unwrap().warnings().is_empty());
     /// // 2 of 32 threads reserved: fraud's 15 are checked against 30.
     /// let pool = RequestThreads::new(32).reserved(2).request_budget(Duration::from_millis(800));
@@ -93,17 +94,21 @@ impl Registry {
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
     pub fn check_capacity(&self, pool: impl Into<RequestThreads>) -> Result<CapacityReport, ConfigError> {
-        match self.capacity(pool.into()) {
-            (report, Some(worst)) => Err(refusal(report, &worst)),
+        match rule(&self.configs(), pool.into()) {
+            (report, Some(worst)) => Err(refusal(&report, &worst)),
             (report, None) => Ok(report),
         }
     }
 
-    /// The capacity rule over the running dependencies (see [`rule`]).
-    pub(super) fn capacity(&self, pool: RequestThreads) -> (CapacityReport, Option<String>) {
-        let configs: Vec<(String, DependencyConfig)> =
-            self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect();
-        rule(&configs, pool)
+    /// The report of [`check_capacity`](Self::check_capacity), also when
+    /// the rule refuses: each entry's level says where it stands.
+    pub fn capacity_report(&self, pool: impl Into<RequestThreads>) -> CapacityReport {
+        rule(&self.configs(), pool.into()).0
+    }
+
+    /// Every dependency's name and configuration, in registration order.
+    pub(super) fn configs(&self) -> Vec<(String, DependencyConfig)> {
+        self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect()
     }
 }
 
@@ -494,7 +499,7 @@ impl fmt::Display for CapacityReport {
 }
 
 /// The capacity rule's refusal of `dependency`, an entry of `report`.
-pub(super) fn refusal(report: CapacityReport, dependency: &str) -> ConfigError {
+pub(super) fn refusal(report: &CapacityReport, dependency: &str) -> ConfigError {
     let message = match report.entries.iter().find(|e| e.name == dependency) {
         Some(e) => format!(
             "dependency `{dependency}` can hold {} {} (workers {} + queue {}), leaving none for other work",
@@ -505,7 +510,7 @@ pub(super) fn refusal(report: CapacityReport, dependency: &str) -> ConfigError {
         ),
         None => format!("dependency `{dependency}` can hold every request thread"),
     };
-    ConfigError::capacity(dependency, message, report)
+    ConfigError::capacity(dependency, message)
 }
 
 #[cfg(test)]

@@ -145,9 +145,9 @@ impl Registry {
     /// request pool `pool` (its size, or a [`RequestThreads`]): a change
     /// that would let this dependency, as `new` declares it called, hold
     /// every request thread left after the reserve is refused, and nothing
-    /// changes ([`ConfigError::capacity_report`] is the report that refused
-    /// it). A change that does not validate is refused before the rule, with
-    /// the builder's error; an unknown `name`, with an error about no field.
+    /// changes (a [`ConfigError`] of the field `capacity`). A change that does
+    /// not validate is refused before the rule, with the builder's error; an
+    /// unknown `name`, with an error about no field.
     /// The report (warnings included) is that of the registry after the change.
     pub fn reconfigure(
         &self,
@@ -159,18 +159,17 @@ impl Registry {
         let dep =
             self.get(name).ok_or_else(|| ConfigError::at("", format!("no dependency named `{name}`")))?;
         new.validate()?;
-        let mut configs: Vec<(String, DependencyConfig)> =
-            self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect();
+        let mut configs = self.configs();
         if let Some(slot) = configs.iter_mut().find(|(n, _)| n == name) {
             slot.1 = new.clone();
         }
         let (report, _) = capacity::rule(&configs, pool);
         // Another dependency's hold may be over the rule already: only this one's refuses.
         if report.entries.iter().any(|entry| entry.name == name && entry.level == CapacityLevel::Error) {
-            return Err(capacity::refusal(report, name));
+            return Err(capacity::refusal(&report, name));
         }
         dep.reconfigure(new)?;
-        Ok(self.capacity(pool).0)
+        Ok(self.capacity_report(pool))
     }
 }
 
