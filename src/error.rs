@@ -548,19 +548,6 @@ mod tests {
     }
 
     #[test]
-    fn outcome_needs_no_classify() {
-        #[derive(Debug)]
-        struct Declined;
-        assert_eq!(Error::Failed(Declined).outcome(), Outcome::Failed);
-        assert_eq!(Error::<Declined>::Timeout { waited: Duration::ZERO }.outcome(), Outcome::TimedOut);
-        assert_eq!(Error::<Declined>::from(Rejection::Shed).outcome(), Outcome::Shed);
-        let ignored: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::InvalidInput.into());
-        assert_eq!((ignored.outcome(), ignored.classified_outcome()), (Outcome::Failed, Outcome::Ignored));
-        let failed: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::ConnectionReset.into());
-        assert_eq!(failed.classified_outcome(), Outcome::Failed);
-    }
-
-    #[test]
     fn config_error_names_field_rule_and_value() {
         let e = ConfigError::new("failure_rate", "in (0, 100]", 101.0);
         assert_eq!(e.to_string(), "failure_rate must be in (0, 100], got 101");
@@ -587,15 +574,5 @@ mod tests {
         assert_eq!(panic_message(p.as_ref()), "kaboom 7");
         let p: Box<dyn Any + Send> = Box::new(7u8);
         assert_eq!(panic_message(p.as_ref()), "non-string panic payload");
-    }
-
-    #[test]
-    fn transient_only_for_provider_faults() {
-        let e: Error<std::io::Error> = Rejection::NotPermitted.into();
-        assert!(!e.is_transient() && e.is_rejected());
-        let e: Error<std::io::Error> = Error::Timeout { waited: Duration::from_millis(5) };
-        assert!(e.is_transient());
-        let e: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::ConnectionRefused.into());
-        assert!(e.is_transient());
     }
 }

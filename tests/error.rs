@@ -43,6 +43,7 @@ fn each_error_names_the_outcome_it_was_counted_under() {
         (failed.outcome(), failed.classified_outcome(), outcome),
         (Outcome::Failed, Outcome::Failed, Outcome::Failed)
     );
+    assert!(failed.is_transient() && !failed.is_rejected(), "a provider's fault may pass");
 
     // A job's error its classifier ignores: `failed` for any `E`, `ignored` as counted.
     let (ignored, outcome) =
@@ -52,12 +53,14 @@ fn each_error_names_the_outcome_it_was_counted_under() {
         (ignored.outcome(), ignored.classified_outcome(), outcome),
         (Outcome::Failed, Outcome::Ignored, Outcome::Ignored)
     );
+    assert!(!ignored.is_transient(), "a 4xx would only fail again");
 
     let (panicked, outcome) =
         counted(&dep, |d| d.call(|_: &CallContext| -> Result<(), io::Error> { panic!("bad input") }));
     let panicked = panicked.unwrap_err();
     assert!(matches!(&panicked, Error::Panicked(msg) if msg == "bad input"), "{panicked:?}");
     assert_eq!((panicked.outcome(), outcome), (Outcome::Panicked, Outcome::Panicked));
+    assert!(!panicked.is_transient(), "a bug in the job would panic again");
 
     // Held until its caller has left: a timeout, the job abandoned on its worker.
     // (The panic above had 5 s: a panic hook that prints a backtrace is slow.)
