@@ -58,7 +58,7 @@ fn main() {
             for h in handles {
                 match h.join().expect("a caller") {
                     (took, Ok(())) => answered.push(took),
-                    (_, Err(Error::Rejected(_))) => refused += 1,
+                    (_, Err(Error::Rejected { .. })) => refused += 1,
                     (took, Err(e)) => panic!("a healthy call failed after {took:?}: {e:?}"),
                 }
             }

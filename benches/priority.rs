@@ -75,7 +75,7 @@ fn run() -> bool {
                         Ok::<_, std::io::Error>(())
                     });
                     let second = at.duration_since(start).as_secs();
-                    let shed = matches!(answer, Err(Error::Rejected(Rejection::Shed)));
+                    let shed = matches!(answer, Err(Error::Rejected { reason: Rejection::Shed, .. }));
                     if answer.is_err() {
                         let mut first = first_refusal.lock().unwrap();
                         first[p as usize].get_or_insert(at.duration_since(start));

@@ -2,156 +2,196 @@
 //! ([`Rejection`]), and an invalid configuration ([`ConfigError`]).
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
 use crate::classify::Verdict;
 
-/// One table, two types: every rejection is written once, with its label and
-/// its message, and [`Outcome`] is derived from it (the provider's own
-/// outcomes, then one outcome per rejection, of the same name and label).
-macro_rules! outcomes {
-    (
-        $(#[$rmeta:meta])* pub enum Rejection {
-            $( $(#[$rdoc:meta])* $r:ident = $rlabel:literal, $rtext:literal; )*
-        }
-        $(#[$ometa:meta])* pub enum Outcome {
-            $( $(#[$odoc:meta])* $o:ident = $olabel:literal; )*
-        }
-    ) => {
-        $(#[$rmeta])*
-        pub enum Rejection {
-            $( $(#[$rdoc])* $r, )*
-        }
-
-        $(#[$ometa])*
-        pub enum Outcome {
-            $( $(#[$odoc])* $o, )*
-            $( #[doc = concat!("[`Rejection::", stringify!($r), "`].")] $r, )*
-        }
-
-        impl Rejection {
-            /// Every rejection, in the order of [`Outcome::ALL`].
-            pub const ALL: [Rejection; [$(Rejection::$r),*].len()] = [$(Rejection::$r),*];
-
-            /// Its label: the same word as its [`Outcome`]'s, in `CallCounts`, in the
-            /// `kind` label of `watertight_calls_total`, and in JSON
-            /// (`"not_permitted"`, `"queue_full"`, `"deadline_unmeetable"`,
-            /// `"shutting_down"`, `"limit_exceeded"`, `"rate_limited"`, `"shed"`,
-            /// `"throttled"`).
-            pub fn as_str(&self) -> &'static str {
-                match self { $( Rejection::$r => $rlabel, )* }
-            }
-
-            /// The outcome a call rejected this way is counted under.
-            pub fn outcome(&self) -> Outcome {
-                match self { $( Rejection::$r => Outcome::$r, )* }
-            }
-        }
-
-        impl Outcome {
-            /// Every outcome, in a fixed order (the order of the `kind` samples).
-            pub const ALL: [Outcome; [$(Outcome::$o),*].len() + Rejection::ALL.len()] =
-                [$(Outcome::$o,)* $(Outcome::$r,)*];
-
-            /// Its stable, lower-case label.
-            pub fn as_str(&self) -> &'static str {
-                match self {
-                    $( Outcome::$o => $olabel, )*
-                    $( Outcome::$r => $rlabel, )*
-                }
-            }
-
-            /// The rejection this outcome stands for, if it is one.
-            pub fn rejection(&self) -> Option<Rejection> {
-                match self {
-                    $( Outcome::$r => Some(Rejection::$r), )*
-                    _ => None,
-                }
-            }
-        }
-
-        impl fmt::Display for Rejection {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(match self { $( Rejection::$r => $rtext, )* })
-            }
-        }
-    };
+/// Why a call was turned away before the dependency was asked anything.
+///
+/// A rejection is never an outcome of the provider: it is never recorded as a
+/// failure by a breaker and never retried. Each is counted under the
+/// [`Outcome`] of the same name and label ([`outcome`](Self::outcome)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// The circuit breaker permits no call: it is OPEN (or FORCED_OPEN), or
+    /// HALF_OPEN with every probe slot taken. The provider is not called.
+    /// Resilience4j's name for it, and its label: `not_permitted`.
+    NotPermitted,
+    /// Every worker is busy and the bounded queue is full (and, with a
+    /// `max_wait`, no room came within it). A wait for room that the
+    /// call's own deadline ends is a timeout, never this.
+    QueueFull,
+    /// The work already queued is estimated to take longer than the call's
+    /// remaining deadline, so queueing it could only end in a timeout; also
+    /// the answer when the deadline has already passed at submission.
+    DeadlineUnmeetable,
+    /// The pool is shutting down (or has shut down) and admits nothing more;
+    /// also the answer for queued work that shutdown could not run in time.
+    ShuttingDown,
+    /// The dependency's adaptive concurrency limit
+    /// ([`DependencyBuilder::adaptive_limit`](crate::DependencyBuilder::adaptive_limit))
+    /// is reached: the provider is slower than its baseline, and more calls
+    /// would only hold more request threads. Never recorded by the breaker.
+    LimitExceeded,
+    /// The dependency's rate limit
+    /// ([`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit))
+    /// has no permit free within the caller's deadline and its `max_wait`.
+    /// The call's [`Error::Rejected`] says in `retry_after` when one would
+    /// be. Never recorded by the breaker.
+    RateLimited,
+    /// Turned away for its [`Priority`](crate::dependency::Priority): the
+    /// pool is under pressure, and what room is left is kept for calls of a
+    /// higher priority (a sheddable call finds no idle worker, or a normal
+    /// one would take the share reserved for critical calls). Never recorded
+    /// by the breaker.
+    Shed,
+    /// Refused by the dependency's adaptive throttler
+    /// ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle)),
+    /// before the breaker and the pool: the provider has lately accepted too
+    /// few of the calls it got, and this one was drawn to be shed. Not a
+    /// request to the provider: never recorded by the breaker or the throttler.
+    Throttled,
 }
 
-outcomes! {
-    /// Why a call was turned away before the dependency was asked anything.
-    ///
-    /// A rejection is never an outcome of the provider: it is never recorded as a
-    /// failure by a breaker and never retried.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    #[non_exhaustive]
-    pub enum Rejection {
-        /// The circuit breaker permits no call: it is OPEN (or FORCED_OPEN), or
-        /// HALF_OPEN with every probe slot taken. The provider is not called.
-        /// Resilience4j's name for it, and its label: `not_permitted`.
-        NotPermitted = "not_permitted", "the circuit breaker permits no call";
-        /// Every worker is busy and the bounded queue is full (and, with a
-        /// `max_wait`, no room came within it). A wait for room that the
-        /// call's own deadline ends is a timeout, never this.
-        QueueFull = "queue_full", "the worker pool and its queue are full";
-        /// The work already queued is estimated to take longer than the call's
-        /// remaining deadline, so queueing it could only end in a timeout; also
-        /// the answer when the deadline has already passed at submission.
-        DeadlineUnmeetable = "deadline_unmeetable", "the queued work would outlast the deadline";
-        /// The pool is shutting down (or has shut down) and admits nothing more;
-        /// also the answer for queued work that shutdown could not run in time.
-        ShuttingDown = "shutting_down", "the worker pool is shutting down";
-        /// The dependency's adaptive concurrency limit
-        /// ([`DependencyBuilder::adaptive_limit`](crate::DependencyBuilder::adaptive_limit))
-        /// is reached: the provider is slower than its baseline, and more calls
-        /// would only hold more request threads. Never recorded by the breaker.
-        LimitExceeded = "limit_exceeded", "the adaptive concurrency limit is reached";
-        /// The dependency's rate limit
-        /// ([`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit))
-        /// has no permit free within the caller's deadline and its `max_wait`.
-        /// A blocking call's error, [`Error::RateLimited`], says when one would
-        /// be. Never recorded by the breaker.
-        RateLimited = "rate_limited", "the rate limit has no permit free in time";
-        /// Turned away for its [`Priority`](crate::dependency::Priority): the
-        /// pool is under pressure, and what room is left is kept for calls of a
-        /// higher priority (a sheddable call finds no idle worker, or a normal
-        /// one would take the share reserved for critical calls). Never recorded
-        /// by the breaker.
-        Shed = "shed", "shed for its priority: the room left is kept for higher ones";
-        /// Refused by the dependency's adaptive throttler
-        /// ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle)),
-        /// before the breaker and the pool: the provider has lately accepted too
-        /// few of the calls it got, and this one was drawn to be shed. Not a
-        /// request to the provider: never recorded by the breaker or the throttler.
-        Throttled = "throttled", "refused by the adaptive throttler: the provider accepts too few calls";
+impl Rejection {
+    /// Every rejection, in the order of [`Outcome::ALL`].
+    pub const ALL: [Rejection; 8] = [
+        Rejection::NotPermitted,
+        Rejection::QueueFull,
+        Rejection::DeadlineUnmeetable,
+        Rejection::ShuttingDown,
+        Rejection::LimitExceeded,
+        Rejection::RateLimited,
+        Rejection::Shed,
+        Rejection::Throttled,
+    ];
+
+    /// Its label: its [`Outcome`]'s, in `CallCounts`, in the `kind` label of
+    /// `watertight_calls_total`, and in JSON (`"not_permitted"`,
+    /// `"queue_full"`, `"deadline_unmeetable"`, `"shutting_down"`,
+    /// `"limit_exceeded"`, `"rate_limited"`, `"shed"`, `"throttled"`).
+    pub fn as_str(&self) -> &'static str {
+        self.outcome().as_str()
     }
 
-    /// What one attempt ended in: exactly one per attempt, and the one word that
-    /// names it everywhere (the `kind` label of `watertight_calls_total`, the
-    /// fields of `CallCounts`, and the JSON of the checkout example).
-    ///
-    /// The first five are what the provider did (as the classifier judged it);
-    /// the others are the rejections, one for each [`Rejection`], of the same
-    /// name and label, where the provider was never asked. Resilience4j's words
-    /// where it has them (`successful`, `failed`, `ignored`, `not_permitted`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    #[non_exhaustive]
-    pub enum Outcome {
-        /// The job returned an outcome its classifier called a success.
-        Successful = "successful";
-        /// The job returned an outcome its classifier called a failure.
-        Failed = "failed";
-        /// The job returned an outcome its classifier ignored (a 4xx).
-        Ignored = "ignored";
-        /// No answer within the attempt's deadline.
-        TimedOut = "timed_out";
-        /// The job panicked.
-        Panicked = "panicked";
+    /// The outcome a call rejected this way is counted under.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Rejection::NotPermitted => Outcome::NotPermitted,
+            Rejection::QueueFull => Outcome::QueueFull,
+            Rejection::DeadlineUnmeetable => Outcome::DeadlineUnmeetable,
+            Rejection::ShuttingDown => Outcome::ShuttingDown,
+            Rejection::LimitExceeded => Outcome::LimitExceeded,
+            Rejection::RateLimited => Outcome::RateLimited,
+            Rejection::Shed => Outcome::Shed,
+            Rejection::Throttled => Outcome::Throttled,
+        }
     }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Rejection::NotPermitted => "the circuit breaker permits no call",
+            Rejection::QueueFull => "the worker pool and its queue are full",
+            Rejection::DeadlineUnmeetable => "the queued work would outlast the deadline",
+            Rejection::ShuttingDown => "the worker pool is shutting down",
+            Rejection::LimitExceeded => "the adaptive concurrency limit is reached",
+            Rejection::RateLimited => "the rate limit has no permit free in time",
+            Rejection::Shed => "shed for its priority: the room left is kept for higher ones",
+            Rejection::Throttled => "refused by the adaptive throttler: the provider accepts too few calls",
+        })
+    }
+}
+
+/// A detached call's refusal ([`Dependency::spawn`](crate::Dependency::spawn)) is its reason alone.
+impl std::error::Error for Rejection {}
+
+/// What one attempt ended in: exactly one per attempt, and the one word that
+/// names it everywhere (the `kind` label of `watertight_calls_total`, the
+/// fields of `CallCounts`, and the JSON of the checkout example).
+///
+/// The first five are what the provider did (as the classifier judged it);
+/// the others are the rejections, one for each [`Rejection`], of the same
+/// name and label, where the provider was never asked. Resilience4j's words
+/// where it has them (`successful`, `failed`, `ignored`, `not_permitted`).
+/// A call's error gives its own: [`Error::outcome`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The job returned an outcome its classifier called a success.
+    Successful,
+    /// The job returned an outcome its classifier called a failure.
+    Failed,
+    /// The job returned an outcome its classifier ignored (a 4xx).
+    Ignored,
+    /// No answer within the attempt's deadline.
+    TimedOut,
+    /// The job panicked.
+    Panicked,
+    /// [`Rejection::NotPermitted`].
+    NotPermitted,
+    /// [`Rejection::QueueFull`].
+    QueueFull,
+    /// [`Rejection::DeadlineUnmeetable`].
+    DeadlineUnmeetable,
+    /// [`Rejection::ShuttingDown`].
+    ShuttingDown,
+    /// [`Rejection::LimitExceeded`].
+    LimitExceeded,
+    /// [`Rejection::RateLimited`].
+    RateLimited,
+    /// [`Rejection::Shed`].
+    Shed,
+    /// [`Rejection::Throttled`].
+    Throttled,
 }
 
 impl Outcome {
+    /// Every outcome, in a fixed order (the order of the `kind` samples).
+    pub const ALL: [Outcome; 13] = [
+        Outcome::Successful,
+        Outcome::Failed,
+        Outcome::Ignored,
+        Outcome::TimedOut,
+        Outcome::Panicked,
+        Outcome::NotPermitted,
+        Outcome::QueueFull,
+        Outcome::DeadlineUnmeetable,
+        Outcome::ShuttingDown,
+        Outcome::LimitExceeded,
+        Outcome::RateLimited,
+        Outcome::Shed,
+        Outcome::Throttled,
+    ];
+
+    /// Its stable, lower-case label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Successful => "successful",
+            Outcome::Failed => "failed",
+            Outcome::Ignored => "ignored",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Panicked => "panicked",
+            Outcome::NotPermitted => "not_permitted",
+            Outcome::QueueFull => "queue_full",
+            Outcome::DeadlineUnmeetable => "deadline_unmeetable",
+            Outcome::ShuttingDown => "shutting_down",
+            Outcome::LimitExceeded => "limit_exceeded",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::Shed => "shed",
+            Outcome::Throttled => "throttled",
+        }
+    }
+
+    /// The rejection this outcome stands for, if it is one.
+    pub fn rejection(&self) -> Option<Rejection> {
+        Rejection::ALL.into_iter().find(|r| r.outcome() == *self)
+    }
+
     /// The outcome of a job that ran and was judged `verdict`.
     pub(crate) fn of_verdict(verdict: Verdict) -> Outcome {
         match verdict {
@@ -168,8 +208,6 @@ impl fmt::Display for Outcome {
     }
 }
 
-impl std::error::Error for Rejection {}
-
 /// The answer to a call that did not produce the job's `Ok` value.
 ///
 /// Every call ends in exactly one of these or in `Ok`. `E` is the job's own
@@ -179,14 +217,12 @@ impl std::error::Error for Rejection {}
 #[non_exhaustive]
 pub enum Error<E> {
     /// The call was turned away at once; the job never ran.
-    Rejected(Rejection),
-    /// The call was turned away at once by the dependency's rate limit
-    /// ([`Rejection::RateLimited`]): no permit was free in time. The job never
-    /// ran. A rejection like the others ([`is_rejected`](Self::is_rejected),
-    /// [`rejection`](Self::rejection)), with the wait it would have needed.
-    RateLimited {
-        /// How long after the refusal a permit would be free.
-        retry_after: Duration,
+    Rejected {
+        /// Why.
+        reason: Rejection,
+        /// When trying again could be let through, where the refusing part
+        /// knows: the rate limit's wait for its next permit.
+        retry_after: Option<Duration>,
     },
     /// No answer came before the deadline. The caller stopped waiting after
     /// `waited`; the job, if it had started, is abandoned and finishes on its
@@ -204,10 +240,9 @@ pub enum Error<E> {
 }
 
 impl<E> Error<E> {
-    /// `true` for [`Error::Rejected`] and [`Error::RateLimited`]: the job
-    /// never ran.
+    /// `true` for [`Error::Rejected`]: the job never ran.
     pub fn is_rejected(&self) -> bool {
-        matches!(self, Error::Rejected(_) | Error::RateLimited { .. })
+        matches!(self, Error::Rejected { .. })
     }
 
     /// `true` for [`Error::Timeout`].
@@ -218,8 +253,7 @@ impl<E> Error<E> {
     /// The rejection, if the call was rejected.
     pub fn rejection(&self) -> Option<Rejection> {
         match self {
-            Error::Rejected(r) => Some(*r),
-            Error::RateLimited { .. } => Some(Rejection::RateLimited),
+            Error::Rejected { reason, .. } => Some(*reason),
             _ => None,
         }
     }
@@ -235,7 +269,7 @@ impl<E> Error<E> {
         E: crate::Classify,
     {
         match self {
-            Error::Rejected(_) | Error::RateLimited { .. } | Error::Panicked(_) => false,
+            Error::Rejected { .. } | Error::Panicked(_) => false,
             Error::Timeout { .. } => true,
             Error::Failed(e) => e.classify() == crate::Verdict::Failure,
         }
@@ -247,7 +281,7 @@ impl<E> Error<E> {
     ///
     /// ```
     /// use watertight::{Error, Outcome, Rejection};
-    /// let err: Error<std::io::Error> = Error::Rejected(Rejection::QueueFull);
+    /// let err: Error<std::io::Error> = Rejection::QueueFull.into();
     /// assert_eq!(err.outcome(), Outcome::QueueFull);
     /// assert_eq!(err.outcome().as_str(), "queue_full");
     ///
@@ -263,8 +297,7 @@ impl<E> Error<E> {
     /// type that is [`Classify`](crate::Classify).
     pub fn outcome(&self) -> Outcome {
         match self {
-            Error::Rejected(r) => r.outcome(),
-            Error::RateLimited { .. } => Outcome::RateLimited,
+            Error::Rejected { reason, .. } => reason.outcome(),
             Error::Timeout { .. } => Outcome::TimedOut,
             Error::Failed(_) => Outcome::Failed,
             Error::Panicked(_) => Outcome::Panicked,
@@ -298,8 +331,7 @@ impl<E> Error<E> {
     /// Maps the job's error, keeping every other variant.
     pub fn map_err<F, O: FnOnce(E) -> F>(self, op: O) -> Error<F> {
         match self {
-            Error::Rejected(r) => Error::Rejected(r),
-            Error::RateLimited { retry_after } => Error::RateLimited { retry_after },
+            Error::Rejected { reason, retry_after } => Error::Rejected { reason, retry_after },
             Error::Timeout { waited } => Error::Timeout { waited },
             Error::Failed(e) => Error::Failed(op(e)),
             Error::Panicked(m) => Error::Panicked(m),
@@ -316,8 +348,8 @@ impl<E> Error<E> {
 }
 
 impl<E> From<Rejection> for Error<E> {
-    fn from(r: Rejection) -> Self {
-        Error::Rejected(r)
+    fn from(reason: Rejection) -> Self {
+        Error::Rejected { reason, retry_after: None }
     }
 }
 
@@ -326,9 +358,9 @@ impl<E> From<Rejection> for Error<E> {
 impl<E: fmt::Display> fmt::Display for Error<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Rejected(r) => write!(f, "call rejected: {r}"),
-            Error::RateLimited { retry_after } => {
-                write!(f, "call rejected: {}; a permit is free in {retry_after:?}", Rejection::RateLimited)
+            Error::Rejected { reason, retry_after: None } => write!(f, "call rejected: {reason}"),
+            Error::Rejected { reason, retry_after: Some(after) } => {
+                write!(f, "call rejected: {reason}; try again in {after:?}")
             }
             Error::Timeout { waited } => write!(f, "no answer within the deadline (waited {waited:?})"),
             // The job's error is shown here, so `source()` skips it and goes on to
@@ -363,42 +395,107 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// An invalid configuration value, refused by a `build()`.
+/// An invalid configuration: a value a builder refused, a configuration
+/// that could not be read, a change the registry refused, a fault that does
+/// not parse. The crate's one configuration error.
 ///
 /// It names the field, the value it was given, and the rule it broke:
-/// `failure_rate must be in (0, 100], got 101`.
+/// `failure_rate must be in (0, 100], got 101`. Read from a file (feature
+/// `serde`), it names the path of the field within it instead:
+/// `dependencies.fraud.breaker.failure_rate: must be in (0, 100], got 101`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     field: &'static str,
-    rule: &'static str,
-    value: String,
+    /// Where: the field as its setter spells it, until a file's path or a
+    /// dependency's name takes its place; empty when about no one field.
+    path: String,
+    rule: Cow<'static, str>,
+    /// `None` when the error is a message alone (a file the format could
+    /// not read, the capacity rule).
+    value: Option<String>,
 }
 
 impl ConfigError {
     /// A new error for `field`, which must satisfy `rule` but was `value`.
     pub fn new(field: &'static str, rule: &'static str, value: impl fmt::Display) -> Self {
-        ConfigError { field, rule, value: value.to_string() }
+        let value = Some(value.to_string());
+        ConfigError { field, path: field.to_owned(), rule: Cow::Borrowed(rule), value }
     }
 
-    /// The name of the offending field, as its builder setter spells it.
+    /// An error at `path` (dot-separated; empty when the error is about no
+    /// one field) saying `message`: what a file's format could not read.
+    pub fn at(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError { field: "", path: path.into(), rule: Cow::Owned(message.into()), value: None }
+    }
+
+    /// The capacity rule's refusal of `dependency`, which could hold every
+    /// request thread left for it: the field `capacity`.
+    pub(crate) fn capacity(dependency: &str, message: String) -> Self {
+        ConfigError { field: "capacity", ..ConfigError::at(dependency, message) }
+    }
+
+    /// The same error, one level down: its path prefixed with `prefix` and a
+    /// dot (`breaker.failure_rate` within `dependencies.fraud`).
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.path = match (prefix.is_empty(), self.path.is_empty()) {
+            (true, _) => self.path,
+            (false, true) => prefix.to_owned(),
+            (false, false) => format!("{prefix}.{}", self.path),
+        };
+        self
+    }
+
+    /// The same error at `path` instead.
+    #[cfg(feature = "serde")]
+    pub(crate) fn placed(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    /// The name of the offending field, as its builder setter spells it;
+    /// `capacity` for the capacity rule's refusal
+    /// ([`Registry::check_capacity`](crate::Registry::check_capacity)); empty
+    /// when the error is about no one field.
     pub fn field(&self) -> &'static str {
         self.field
     }
 
-    /// The rule the value broke, e.g. `"in (0, 100]"`.
-    pub fn rule(&self) -> &'static str {
-        self.rule
+    /// Where the error lies: the field as its setter spells it, the
+    /// dot-separated path of a field in a file, or the dependency the
+    /// capacity rule refused; empty when the error is about no one field.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
-    /// The value that was given, as text.
+    /// The rule the value broke, e.g. `"in (0, 100]"`; or the whole message
+    /// when there is no value.
+    pub fn rule(&self) -> &str {
+        &self.rule
+    }
+
+    /// The value that was given, as text; empty when there is none.
     pub fn value(&self) -> &str {
-        &self.value
+        self.value.as_deref().unwrap_or_default()
+    }
+
+    /// What was wrong, without the path: `must be in (0, 100], got 101`.
+    pub fn message(&self) -> String {
+        match &self.value {
+            Some(value) => format!("must be {}, got {value}", self.rule),
+            None => self.rule.clone().into_owned(),
+        }
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} must be {}, got {}", self.field, self.rule, self.value)
+        match &self.value {
+            Some(value) if self.path == self.field => {
+                write!(f, "{} must be {}, got {value}", self.field, self.rule)
+            }
+            _ if self.path.is_empty() => f.write_str(&self.message()),
+            _ => write!(f, "{}: {}", self.path, self.message()),
+        }
     }
 }
 
@@ -451,19 +548,6 @@ mod tests {
     }
 
     #[test]
-    fn outcome_needs_no_classify() {
-        #[derive(Debug)]
-        struct Declined;
-        assert_eq!(Error::Failed(Declined).outcome(), Outcome::Failed);
-        assert_eq!(Error::<Declined>::Timeout { waited: Duration::ZERO }.outcome(), Outcome::TimedOut);
-        assert_eq!(Error::<Declined>::Rejected(Rejection::Shed).outcome(), Outcome::Shed);
-        let ignored: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::InvalidInput.into());
-        assert_eq!((ignored.outcome(), ignored.classified_outcome()), (Outcome::Failed, Outcome::Ignored));
-        let failed: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::ConnectionReset.into());
-        assert_eq!(failed.classified_outcome(), Outcome::Failed);
-    }
-
-    #[test]
     fn config_error_names_field_rule_and_value() {
         let e = ConfigError::new("failure_rate", "in (0, 100]", 101.0);
         assert_eq!(e.to_string(), "failure_rate must be in (0, 100], got 101");
@@ -490,15 +574,5 @@ mod tests {
         assert_eq!(panic_message(p.as_ref()), "kaboom 7");
         let p: Box<dyn Any + Send> = Box::new(7u8);
         assert_eq!(panic_message(p.as_ref()), "non-string panic payload");
-    }
-
-    #[test]
-    fn transient_only_for_provider_faults() {
-        let e: Error<std::io::Error> = Error::Rejected(Rejection::NotPermitted);
-        assert!(!e.is_transient() && e.is_rejected());
-        let e: Error<std::io::Error> = Error::Timeout { waited: Duration::from_millis(5) };
-        assert!(e.is_transient());
-        let e: Error<std::io::Error> = Error::Failed(std::io::ErrorKind::ConnectionRefused.into());
-        assert!(e.is_transient());
     }
 }

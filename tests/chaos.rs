@@ -179,10 +179,10 @@ fn final_of(result: &Result<String, Error<ureq::Error>>) -> Final {
         Err(Error::Failed(_)) => Final::Failed,
         Err(Error::Timeout { .. }) => Final::Timeout,
         Err(Error::Panicked(_)) => Final::Panicked,
-        Err(Error::Rejected(R::NotPermitted)) => Final::CircuitOpen,
-        Err(Error::Rejected(R::QueueFull)) => Final::QueueFull,
-        Err(Error::Rejected(R::DeadlineUnmeetable)) => Final::DeadlineUnmeetable,
-        Err(Error::Rejected(_)) => Final::ShuttingDown,
+        Err(Error::Rejected { reason: R::NotPermitted, .. }) => Final::CircuitOpen,
+        Err(Error::Rejected { reason: R::QueueFull, .. }) => Final::QueueFull,
+        Err(Error::Rejected { reason: R::DeadlineUnmeetable, .. }) => Final::DeadlineUnmeetable,
+        Err(Error::Rejected { .. }) => Final::ShuttingDown,
         Err(_) => panic!("an error kind this test does not know: {result:?}"),
     }
 }

@@ -628,7 +628,10 @@ fn concurrent_callers_each_get_exactly_one_outcome() {
                         Err(Error::Timeout { .. }) => 3,
                         // Deadline-aware admission (on by default) may refuse a 2-6 ms
                         // deadline behind queued work: a rejection like a full queue.
-                        Err(Error::Rejected(Rejection::QueueFull | Rejection::DeadlineUnmeetable)) => {
+                        Err(Error::Rejected {
+                            reason: Rejection::QueueFull | Rejection::DeadlineUnmeetable,
+                            ..
+                        }) => {
                             // Let the workers catch up rather than spin.
                             thread::yield_now();
                             4
@@ -796,7 +799,10 @@ fn resize_while_calls_run_answers_every_call_once() {
                         Err(Error::Timeout { .. }) => 1,
                         // Refused: full, or (deadline-aware admission, right after an abandoned
                         // job has raised the mean service time) a wait longer than the deadline.
-                        Err(Error::Rejected(Rejection::QueueFull | Rejection::DeadlineUnmeetable)) => {
+                        Err(Error::Rejected {
+                            reason: Rejection::QueueFull | Rejection::DeadlineUnmeetable,
+                            ..
+                        }) => {
                             // Do not hammer a full pool.
                             thread::sleep(Duration::from_millis(1));
                             2

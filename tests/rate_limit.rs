@@ -131,7 +131,7 @@ fn a_dependencys_rate_limit_refuses_at_once_and_is_never_recorded() {
     let err = dep.with().timeout(Duration::from_millis(20)).call(ok).unwrap_err();
     assert!(began.elapsed() < Duration::from_millis(15), "refused after {:?}", began.elapsed());
     match err {
-        Error::RateLimited { retry_after } => {
+        Error::Rejected { reason: Rejection::RateLimited, retry_after: Some(retry_after) } => {
             assert!(
                 retry_after > Duration::ZERO && retry_after <= Duration::from_millis(100),
                 "{retry_after:?}"

@@ -66,7 +66,7 @@ fn kind(result: &Result<(), Error<ureq::Error>>) -> String {
     match result {
         Ok(()) => "ok".into(),
         Err(Error::Timeout { .. }) => "timeout".into(),
-        Err(Error::Rejected(r)) => format!("rejected:{}", r.as_str()),
+        Err(Error::Rejected { reason: r, .. }) => format!("rejected:{}", r.as_str()),
         Err(Error::Failed(ureq::Error::Timeout(_))) => "failed:ureq_timeout".into(),
         Err(Error::Failed(e)) => format!("failed:{e}"),
         Err(Error::Panicked(_)) => "panicked".into(),

@@ -10,12 +10,12 @@
 use std::path::Path;
 
 use parking_lot::Mutex;
-use watertight::config::{Config, ConfigFileError};
+use watertight::config::Config;
 use watertight::dependency::CallShape;
 use watertight::server::Reserve;
 use watertight::{
-    Dependency, DependencyConfig, Registry,
-    registry::{CapacityError, CapacityReport, ReconfigureError, RequestThreads},
+    ConfigError, Dependency, DependencyConfig, Registry,
+    registry::{CapacityReport, RequestThreads},
 };
 
 use crate::backends::Deps;
@@ -80,16 +80,16 @@ pub fn load(path: Option<&Path>) -> Result<Config, String> {
 
 /// Builds the four dependencies, in the order the checkout calls them.
 /// Errors name the field's path (`dependencies.fraud.breaker.failure_rate`).
-pub fn build_deps(config: &Config) -> Result<Deps, ConfigFileError> {
+pub fn build_deps(config: &Config) -> Result<Deps, ConfigError> {
     let build = |name: &str| {
         let section = config
             .dependencies
             .get(name)
-            .ok_or_else(|| ConfigFileError::new(format!("dependencies.{name}"), "missing"))?;
+            .ok_or_else(|| ConfigError::at(format!("dependencies.{name}"), "missing"))?;
         Dependency::builder(name)
             .config(section.clone())
             .build()
-            .map_err(|e| ConfigFileError::of_dependency(&e).within(&format!("dependencies.{name}")))
+            .map_err(|e| e.in_dependency().within(&format!("dependencies.{name}")))
     };
     Ok(Deps {
         fraud: build("fraud")?,
@@ -105,7 +105,7 @@ pub enum LiveError {
     /// No dependency by that name (404).
     Unknown,
     /// A value its rules refuse (400); the path is relative to the dependency.
-    Invalid(ConfigFileError),
+    Invalid(ConfigError),
     /// The change would break the request pool's capacity rule (409).
     Capacity(String),
 }
@@ -136,8 +136,13 @@ impl LiveConfig {
     /// The capacity report of every dependency (a detached one holds no
     /// request thread); a dependency over the rule is in it at the error
     /// level.
-    pub fn capacity(&self, registry: &Registry) -> Result<CapacityReport, CapacityError> {
+    pub fn capacity(&self, registry: &Registry) -> Result<CapacityReport, ConfigError> {
         registry.check_capacity(self.pool())
+    }
+
+    /// The capacity report, also when a dependency is over the rule.
+    pub fn capacity_report(&self, registry: &Registry) -> CapacityReport {
+        registry.capacity_report(self.pool())
     }
 
     /// The request pool's reserved share, if it keeps one.
@@ -175,11 +180,9 @@ impl LiveConfig {
         let config = new.clone();
         let _one_at_a_time = self.changing.lock();
         let dep = registry.get(name).ok_or(LiveError::Unknown)?;
-        let report = registry.reconfigure(name, config, self.pool()).map_err(|e| match e {
-            ReconfigureError::UnknownDependency(_) => LiveError::Unknown,
-            ReconfigureError::Invalid(e) => LiveError::Invalid(ConfigFileError::of_dependency(&e)),
-            ReconfigureError::Capacity(e) => LiveError::Capacity(e.to_string()),
-            other => LiveError::Capacity(other.to_string()),
+        let report = registry.reconfigure(name, config, self.pool()).map_err(|e| match e.field() {
+            "capacity" => LiveError::Capacity(e.message()),
+            _ => LiveError::Invalid(e.in_dependency()),
         })?;
         Ok((self.current(&dep), report))
     }

@@ -451,7 +451,7 @@ pub fn print_capacity(app: &App) {
             }
         }
         Err(e) => {
-            println!("capacity: {}", e.report());
+            println!("capacity: {}", app.live.capacity_report(registry));
             eprintln!("WARNING: capacity check failed: {e}: a hung provider can stall every route");
         }
     }

@@ -479,7 +479,7 @@ fn unknown_dependency(name: &str) -> ResponseBox {
 }
 
 /// 400 naming the field: `{"code", "message", "field"}`.
-fn invalid_config(e: &watertight::config::ConfigFileError) -> ResponseBox {
+fn invalid_config(e: &watertight::ConfigError) -> ResponseBox {
     json_response(400, &json!({ "code": "INVALID_CONFIG", "message": e.to_string(), "field": e.path() }))
 }
 

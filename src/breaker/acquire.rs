@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::machine::{Inner, View, nanos_since};
 use super::state::{STATE_MASK, pack, state_of};
-use super::{Breaker, NotPermitted, State};
+use super::{Breaker, State};
 use crate::classify::Verdict;
 use crate::sync::Ordering;
 
@@ -24,9 +24,12 @@ impl Breaker {
     /// rejects.
     ///
     /// The permit must be given the call's outcome with [`Permit::record`];
-    /// dropping it counts the call as ignored.
+    /// dropping it counts the call as ignored. A refusal says the state that
+    /// refused: [`State::Open`], [`State::ForcedOpen`], or [`State::HalfOpen`]
+    /// with every probe slot taken (a call's
+    /// [`Rejection::NotPermitted`](crate::Rejection::NotPermitted)).
     #[inline]
-    pub fn try_acquire(&self) -> Result<Permit<'_>, NotPermitted> {
+    pub fn try_acquire(&self) -> Result<Permit<'_>, State> {
         let inner = &*self.inner;
         let current = inner.current.0.load(Ordering::Acquire);
         // CLOSED first, as a plain branch: it is the state a healthy breaker lives in.
@@ -44,7 +47,7 @@ impl Breaker {
 
     /// Every state but CLOSED, and OPEN on an injected clock.
     #[inline(never)]
-    fn acquire_not_closed(&self, current: u64) -> Result<Permit<'_>, NotPermitted> {
+    fn acquire_not_closed(&self, current: u64) -> Result<Permit<'_>, State> {
         let inner = &*self.inner;
         if current & STATE_MASK == State::Open.bits() {
             return self.acquire_open(inner.clock.now());
@@ -72,7 +75,7 @@ impl Breaker {
     /// assert_eq!(breaker.metrics().successful, 1);
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
-    pub fn try_acquire_owned(&self) -> Result<OwnedPermit, NotPermitted> {
+    pub fn try_acquire_owned(&self) -> Result<OwnedPermit, State> {
         // The borrowed permit hands its report over: it must not report too.
         let (_, issued) = self.try_acquire()?.disarm();
         Ok(OwnedPermit { breaker: Arc::clone(&self.inner), issued, reported: false })
@@ -96,7 +99,7 @@ impl Breaker {
     /// passed. Always inlined, so that the system clock's branch in
     /// `try_acquire` stays as short as it is.
     #[inline(always)]
-    fn acquire_open(&self, now: Instant) -> Result<Permit<'_>, NotPermitted> {
+    fn acquire_open(&self, now: Instant) -> Result<Permit<'_>, State> {
         let inner = &*self.inner;
         if nanos_since(inner.base, now) < inner.open_until_ns.load(Ordering::Relaxed) {
             return Err(inner.reject(State::Open));
@@ -114,7 +117,7 @@ impl Breaker {
     /// lock-free read said.
     #[cold]
     #[inline(never)]
-    fn acquire_slow(&self, now: Option<Instant>) -> Result<Permit<'_>, NotPermitted> {
+    fn acquire_slow(&self, now: Option<Instant>) -> Result<Permit<'_>, State> {
         let inner = &*self.inner;
         let mut now = inner.lazy_now(now);
         let mut core = inner.core.lock();
@@ -202,7 +205,7 @@ pub struct OwnedPermit {
 
 // A `Permit` is two words, with no flag for "reported": `record` consumes it
 // without running its `Drop` (`ManuallyDrop`, which leaks nothing, since a
-// reference needs no drop). So `Result<Permit, NotPermitted>` is two words
+// reference needs no drop). So `Result<Permit, State>` is two words
 // too (the reference's null niche tells `Err`), and `try_acquire` returns it
 // in two registers rather than through memory.
 
@@ -323,7 +326,7 @@ mod tests {
     #[test]
     fn an_answer_to_try_acquire_is_two_words() {
         // So it comes back in registers, not through memory (see `Permit`).
-        assert_eq!(std::mem::size_of::<Result<Permit<'_>, NotPermitted>>(), 2 * std::mem::size_of::<usize>());
+        assert_eq!(std::mem::size_of::<Result<Permit<'_>, State>>(), 2 * std::mem::size_of::<usize>());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use super::config::{BreakerConfig, WindowKind};
-use super::state::{NotPermitted, State, Transition, pack, state_of};
+use super::state::{State, Transition, pack, state_of};
 use super::window::{Sample, Totals, Window};
 use crate::classify::Verdict;
 use crate::clock::{Clock, SystemClock};
@@ -262,9 +262,9 @@ impl Inner {
     }
 
     #[inline]
-    pub(super) fn reject(&self, state: State) -> NotPermitted {
+    pub(super) fn reject(&self, state: State) -> State {
         self.rejected.0.fetch_add(1, Ordering::Relaxed);
-        NotPermitted { state }
+        state
     }
 
     /// What `metrics()` shows in the current state.

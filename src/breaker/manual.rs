@@ -170,7 +170,7 @@ mod tests {
             b.transition_to(State::HalfOpen);
             let probes = [b.try_acquire().unwrap(), b.try_acquire().unwrap()];
             assert!(probes.iter().all(|p| p.state() == State::HalfOpen));
-            assert_eq!(b.try_acquire().unwrap_err().state(), State::HalfOpen, "two slots, both taken");
+            assert_eq!(b.try_acquire().unwrap_err(), State::HalfOpen, "two slots, both taken");
             probes.into_iter().for_each(|p| p.record(verdict, Duration::ZERO));
             assert_eq!(b.state(), concluded);
         }

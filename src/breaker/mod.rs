@@ -85,7 +85,7 @@ pub use self::acquire::{OwnedPermit, Permit};
 pub use self::config::{BreakerConfig, OpenBackoff, WindowKind};
 use self::machine::Inner;
 use self::state::state_of;
-pub use self::state::{BreakerMetrics, NotPermitted, State, Transition};
+pub use self::state::{BreakerMetrics, State, Transition};
 use crate::clock::Clock;
 use crate::error::ConfigError;
 use crate::sync::Ordering;
@@ -248,7 +248,6 @@ fn _assert_send_sync() {
     send_sync::<Permit<'static>>();
     send_sync::<OwnedPermit>();
     send_sync::<Transition>();
-    send_sync::<NotPermitted>();
     send_sync::<BreakerMetrics>();
 }
 

@@ -1,10 +1,8 @@
 //! The breaker's vocabulary: its [`State`], a [`Transition`] between states,
-//! the [`NotPermitted`] answer, and the [`BreakerMetrics`] snapshot.
+//! and the [`BreakerMetrics`] snapshot.
 
 use std::fmt;
 use std::sync::Arc;
-
-use crate::error::{Error, Rejection};
 
 /// The state of a [`Breaker`](crate::breaker::Breaker).
 ///
@@ -131,46 +129,6 @@ impl fmt::Display for Transition {
             write!(f, " (failure rate {fr:.1} %, slow-call rate {sr:.1} %)")?;
         }
         Ok(())
-    }
-}
-
-/// The answer of [`Breaker::try_acquire`](crate::breaker::Breaker::try_acquire) when the call may not go ahead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NotPermitted {
-    pub(super) state: State,
-}
-
-impl NotPermitted {
-    /// The state that refused the call: [`State::Open`],
-    /// [`State::ForcedOpen`], or [`State::HalfOpen`] when every probe slot is
-    /// taken.
-    pub fn state(&self) -> State {
-        self.state
-    }
-}
-
-impl fmt::Display for NotPermitted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.state {
-            State::HalfOpen => {
-                f.write_str("call not permitted: the circuit breaker is half-open and every probe is taken")
-            }
-            s => write!(f, "call not permitted: the circuit breaker is {s}"),
-        }
-    }
-}
-
-impl std::error::Error for NotPermitted {}
-
-impl From<NotPermitted> for Rejection {
-    fn from(_: NotPermitted) -> Self {
-        Rejection::NotPermitted
-    }
-}
-
-impl<E> From<NotPermitted> for Error<E> {
-    fn from(_: NotPermitted) -> Self {
-        Error::Rejected(Rejection::NotPermitted)
     }
 }
 

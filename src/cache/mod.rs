@@ -356,7 +356,7 @@ where
         let Some(seat) = seat().or_else(|| flight::wait_for(dep, deadline, Duration::ZERO, seat)) else {
             Counters::bump(&inner.counters.misses);
             Counters::bump(&inner.counters.refused);
-            return Started::Done(inner.stale(key).ok_or(Error::Rejected(Rejection::QueueFull)));
+            return Started::Done(inner.stale(key).ok_or(Error::from(Rejection::QueueFull)));
         };
         let (flight, landing) = {
             let mut table = inner.flights.lock();
@@ -390,7 +390,7 @@ where
             if let Err(rejection) = self.launch(dep, landing, Some(deadline), classify, job) {
                 // The landing went with the refused call: the flight is out
                 // of the table already; answer those who joined it.
-                flight.answer((Err(Error::Rejected(rejection)), Judgement::Failed));
+                flight.answer((Err(Error::from(rejection)), Judgement::Failed));
             }
         }
         Started::Flying { flight, began, seat }
@@ -487,7 +487,7 @@ where
             // No room now: the current value stays until its TTL, and the
             // next hit past the age tries again. A miss that joined the
             // flight meanwhile (the value expired since) has its answer.
-            Err(rejection) => flight.answer((Err(Error::Rejected(rejection)), Judgement::Failed)),
+            Err(rejection) => flight.answer((Err(Error::from(rejection)), Judgement::Failed)),
         }
     }
 

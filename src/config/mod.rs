@@ -60,7 +60,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -120,7 +119,7 @@ impl Config {
     /// Reads a configuration from `deserializer`, then checks every
     /// dependency as [`validate`](Self::validate) does. Errors name the path
     /// of the field.
-    pub fn from_deserializer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Config, ConfigFileError> {
+    pub fn from_deserializer<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Config, ConfigError> {
         let config: Config = from_deserializer(deserializer)?;
         config.validate()?;
         Ok(config)
@@ -130,10 +129,10 @@ impl Config {
     /// starting threads ([`DependencyConfig::validate`]), and the server's
     /// reserve, naming its path. The capacity rule is checked by
     /// [`build`](Self::build).
-    pub fn validate(&self) -> Result<(), ConfigFileError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.server.request_threads == Some(0) {
             let e = ConfigError::new("request_threads", "at least 1: the request pool's size", 0);
-            return Err(ConfigFileError::invalid("server.request_threads", &e));
+            return Err(e.within("server"));
         }
         if let Some(budget) = self.server.request_budget
             && (budget.is_zero() || budget > crate::time::MAX_TIMEOUT)
@@ -143,7 +142,7 @@ impl Config {
                 "greater than zero and at most one day",
                 format_args!("{budget:?}"),
             );
-            return Err(ConfigFileError::invalid("server.request_budget", &e));
+            return Err(e.within("server"));
         }
         if let Some(reserve) = &self.server.reserve {
             let checked = reserve.validate().and_then(|()| match self.server.request_threads {
@@ -151,10 +150,10 @@ impl Config {
                 None => Ok(()),
             });
             // The builder names `reserve.threads`; the file, `server.reserve.threads`.
-            checked.map_err(|e| ConfigFileError::invalid(&format!("server.{}", e.field()), &e))?;
+            checked.map_err(|e| e.within("server"))?;
         }
         for (name, dep) in &self.dependencies {
-            dep.validate().map_err(|e| ConfigFileError::of_dependency(&e).within(&dependency_path(name)))?;
+            dep.validate().map_err(|e| e.in_dependency().within(&dependency_path(name)))?;
         }
         Ok(())
     }
@@ -180,15 +179,15 @@ impl Config {
     /// dependency that can hold every one is refused, and every warning of
     /// the report is logged at `warn`. The first error stops the build (the
     /// dependencies built so far are dropped, and their threads stop).
-    pub fn build(&self) -> Result<Registry, ConfigFileError> {
+    pub fn build(&self) -> Result<Registry, ConfigError> {
         let registry = Registry::new();
         for (name, dep) in &self.dependencies {
             let prefix = dependency_path(name);
             let built = Dependency::builder(name)
                 .config(dep.clone())
                 .build()
-                .map_err(|e| ConfigFileError::of_dependency(&e).within(&prefix))?;
-            registry.register(built).map_err(|e| ConfigFileError::invalid(&prefix, &e))?;
+                .map_err(|e| e.in_dependency().within(&prefix))?;
+            registry.register(built).map_err(|e| e.placed(prefix))?;
         }
         if let Some(pool) = self.request_threads() {
             match registry.check_capacity(pool) {
@@ -197,7 +196,10 @@ impl Config {
                         log::warn!("capacity: {warning}");
                     }
                 }
-                Err(e) => return Err(ConfigFileError::new(dependency_path(e.dependency()), e.to_string())),
+                Err(e) => {
+                    let path = dependency_path(e.path());
+                    return Err(e.placed(path));
+                }
             }
         }
         Ok(registry)
@@ -210,9 +212,9 @@ impl DependencyConfig {
     /// relative to the section: `breaker.failure_rate`.
     pub fn from_deserializer<'de, D: Deserializer<'de>>(
         deserializer: D,
-    ) -> Result<DependencyConfig, ConfigFileError> {
+    ) -> Result<DependencyConfig, ConfigError> {
         let dep: DependencyConfig = from_deserializer(deserializer)?;
-        dep.validate().map_err(|e| ConfigFileError::of_dependency(&e))?;
+        dep.validate().map_err(ConfigError::in_dependency)?;
         Ok(dep)
     }
 }
@@ -228,7 +230,7 @@ fn dependency_path(name: &str) -> String {
 }
 
 /// Deserializes a `T`, tracking the path to the first error.
-fn from_deserializer<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, ConfigFileError> {
+fn from_deserializer<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, ConfigError> {
     from_seed(d, std::marker::PhantomData::<T>)
 }
 
@@ -236,7 +238,7 @@ fn from_deserializer<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Re
 fn from_seed<'de, S: serde::de::DeserializeSeed<'de>, D: Deserializer<'de>>(
     d: D,
     seed: S,
-) -> Result<S::Value, ConfigFileError> {
+) -> Result<S::Value, ConfigError> {
     let mut track = serde_path_to_error::Track::new();
     let read = seed.deserialize(serde_path_to_error::Deserializer::new(d, &mut track));
     read.map_err(|inner| {
@@ -251,90 +253,19 @@ fn from_seed<'de, S: serde::de::DeserializeSeed<'de>, D: Deserializer<'de>>(
         if path == "." || path == "?" {
             path.clear();
         }
-        ConfigFileError::new(path, e.into_inner().to_string())
+        ConfigError::at(path, e.into_inner().to_string())
     })
 }
 
-/// A configuration that could not be read or was refused, with the path of
-/// the offending field (`dependencies.fraud.breaker.failure_rate`).
-///
-/// `Display` writes `<path>: <message>`, or the message alone when the error
-/// is not about one field (a syntax error before the first one).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigFileError {
-    path: String,
-    message: String,
-    invalid: Option<ConfigError>,
-}
-
-impl ConfigFileError {
-    /// An error at `path` saying `message`.
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigFileError { path: path.into(), message: message.into(), invalid: None }
-    }
-
-    /// A builder's refusal of the field at `path`.
-    pub(crate) fn invalid(path: &str, e: &ConfigError) -> Self {
-        ConfigFileError {
-            path: path.to_owned(),
-            message: format!("must be {}, got {}", e.rule(), e.value()),
-            invalid: Some(e.clone()),
-        }
-    }
-
+impl ConfigError {
     /// A dependency's refusal ([`DependencyConfig::validate`], a builder's
     /// or a running dependency's), at the path of the field within the
     /// dependency's section: a breaker's `failure_rate` at
     /// `breaker.failure_rate`, `retry.budget` at `retry.budget_percent`,
     /// `min_limit` at `adaptive_limit.min_limit`.
-    pub fn of_dependency(e: &ConfigError) -> Self {
-        Self::invalid(&field_path(e), e)
-    }
-
-    /// The same error, one level down: its path prefixed with `prefix` and a
-    /// dot (`breaker.failure_rate` within `dependencies.fraud`).
-    pub fn within(mut self, prefix: &str) -> Self {
-        self.path = match (prefix.is_empty(), self.path.is_empty()) {
-            (true, _) => self.path,
-            (false, true) => prefix.to_owned(),
-            (false, false) => format!("{prefix}.{}", self.path),
-        };
-        self
-    }
-
-    /// The path of the offending field, dot-separated; empty when the error
-    /// is not about one field.
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-
-    /// What was wrong, without the path.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The builder's error, when a builder refused a value (rather than the
-    /// format failing to read it).
-    pub fn config_error(&self) -> Option<&ConfigError> {
-        self.invalid.as_ref()
-    }
-}
-
-impl fmt::Display for ConfigFileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-impl std::error::Error for ConfigFileError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        // `Display` already says what the builder's error says; it is offered
-        // as the source for callers that match on it, not repeated.
-        None
+    pub fn in_dependency(self) -> Self {
+        let path = field_path(&self);
+        self.placed(path)
     }
 }
 

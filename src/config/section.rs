@@ -8,7 +8,7 @@ use std::fmt;
 use serde::Deserializer;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
-use super::{Config, ConfigFileError, from_seed};
+use super::{Config, ConfigError, from_seed};
 
 impl Config {
     /// Reads the configuration from the table `section` of a larger file
@@ -25,7 +25,7 @@ impl Config {
     /// name the line and column in the user's text. A file without the
     /// section is refused, at the section's path (write an empty table for
     /// every default). [`build`](Self::build) names its paths within the
-    /// section: prefix them with [`ConfigFileError::within`].
+    /// section: prefix them with [`ConfigError::within`].
     ///
     /// ```
     /// use watertight::config::Config;
@@ -51,14 +51,11 @@ impl Config {
     pub fn from_section<'de, D: Deserializer<'de>>(
         deserializer: D,
         section: &str,
-    ) -> Result<Config, ConfigFileError> {
+    ) -> Result<Config, ConfigError> {
         let names: Vec<&str> = section.split('.').collect();
         let found = from_seed(deserializer, Section { names: &names })?;
         let config = found.ok_or_else(|| {
-            ConfigFileError::new(
-                section,
-                "missing: the file has no such table (an empty one takes every default)",
-            )
+            ConfigError::at(section, "missing: the file has no such table (an empty one takes every default)")
         })?;
         config.validate().map_err(|e| e.within(section))?;
         Ok(config)

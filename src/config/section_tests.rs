@@ -1,11 +1,11 @@
 //! A file's section read in place: paths from the file's root, the format's
 //! line numbers in the user's file, the application's tables left alone.
 
-use super::super::{Config, ConfigFileError};
+use super::super::{Config, ConfigError};
 use crate::dependency::CallShape;
 
-fn from_toml(text: &str) -> Result<Config, ConfigFileError> {
-    let de = toml::Deserializer::parse(text).map_err(|e| ConfigFileError::new("", e.to_string()))?;
+fn from_toml(text: &str) -> Result<Config, ConfigError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::at("", e.to_string()))?;
     Config::from_deserializer(de)
 }
 
@@ -33,7 +33,7 @@ calls = "detached"
 pool = 4
 "#;
 
-fn section(text: &str, name: &str) -> Result<Config, ConfigFileError> {
+fn section(text: &str, name: &str) -> Result<Config, ConfigError> {
     Config::from_section(toml::Deserializer::parse(text).unwrap(), name)
 }
 

@@ -30,8 +30,8 @@ queue = 64
 timeout = "1s"
 "#;
 
-fn from_toml(text: &str) -> Result<Config, ConfigFileError> {
-    let de = toml::Deserializer::parse(text).map_err(|e| ConfigFileError::new("", e.to_string()))?;
+fn from_toml(text: &str) -> Result<Config, ConfigError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::at("", e.to_string()))?;
     Config::from_deserializer(de)
 }
 
@@ -120,7 +120,7 @@ fn no_request_threads_is_a_bad_request_threads() {
     let err = from_toml(&TRIPS.replace("request_threads = 32", "request_threads = 0")).unwrap_err();
     assert_eq!(err.path(), "server.request_threads");
     assert_eq!(err.to_string(), "server.request_threads: must be at least 1: the request pool's size, got 0");
-    assert_eq!(err.config_error().map(ConfigError::field), Some("request_threads"));
+    assert_eq!(err.field(), "request_threads");
 }
 
 /// The reserve's threads are not the dependencies': holds are compared with

@@ -8,12 +8,12 @@ use crate::{
     retry::{Jitter, Retry},
 };
 
-fn from_toml(text: &str) -> Result<Config, ConfigFileError> {
-    let de = toml::Deserializer::parse(text).map_err(|e| ConfigFileError::new("", e.to_string()))?;
+fn from_toml(text: &str) -> Result<Config, ConfigError> {
+    let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::at("", e.to_string()))?;
     Config::from_deserializer(de)
 }
 
-fn from_json(text: &str) -> Result<Config, ConfigFileError> {
+fn from_json(text: &str) -> Result<Config, ConfigError> {
     Config::from_deserializer(&mut serde_json::Deserializer::from_str(text))
 }
 
@@ -326,10 +326,10 @@ fn reserve_errors_name_the_path() {
 fn json_errors_name_the_same_paths() {
     let err = from_json(r#"{"dependencies":{"fraud":{"breaker":{"slow_call_rate":0}}}}"#).unwrap_err();
     assert_eq!(err.to_string(), "dependencies.fraud.breaker.slow_call_rate: must be in (0, 100], got 0");
-    assert_eq!(err.config_error().map(ConfigError::field), Some("slow_call_rate"));
+    assert_eq!(err.field(), "slow_call_rate");
     let err = from_json(r#"{"dependencies":{"fraud":{"queue":"two"}}}"#).unwrap_err();
     assert_eq!(err.path(), "dependencies.fraud.queue");
-    assert!(err.config_error().is_none());
+    assert!(err.field().is_empty(), "no builder's field: the format could not read it");
     let err = from_json(r#"{"dependencies":{"fraud":{"timeout":"3s",}}}"#).unwrap_err();
     assert!(err.message().contains("trailing comma"), "{err}");
     // One dependency alone (a request body): paths relative to it.
@@ -377,10 +377,14 @@ fn build_errors_name_the_path() {
 
 #[test]
 fn paths_nest() {
-    let e = ConfigFileError::new("failure_rate", "bad").within("breaker").within("dependencies.fraud");
+    let e = ConfigError::at("failure_rate", "bad").within("breaker").within("dependencies.fraud");
     assert_eq!(e.path(), "dependencies.fraud.breaker.failure_rate");
-    assert_eq!(ConfigFileError::new("", "bad").within("x").path(), "x");
-    assert_eq!(ConfigFileError::new("", "no field").to_string(), "no field");
+    assert_eq!(ConfigError::at("", "bad").within("x").path(), "x");
+    assert_eq!(ConfigError::at("", "no field").to_string(), "no field");
+    // A builder's own error names its field; placed in a file, the path.
+    let e = ConfigError::new("failure_rate", "in (0, 100]", 101);
+    assert_eq!(e.to_string(), "failure_rate must be in (0, 100], got 101");
+    assert_eq!(e.within("breaker").to_string(), "breaker.failure_rate: must be in (0, 100], got 101");
 }
 
 #[test]
@@ -397,9 +401,9 @@ fn a_dependency_error_lands_on_its_section() {
         (ConfigError::new("max_limit", "in [1, 4096]", 0), "workers"),
     ];
     for (e, path) in cases {
-        let f = ConfigFileError::of_dependency(&e);
+        let f = e.clone().in_dependency();
         assert_eq!(f.path(), path, "{e}");
-        assert_eq!(f.config_error(), Some(&e));
+        assert_eq!((f.field(), f.rule(), f.value()), (e.field(), e.rule(), e.value()));
         assert_eq!(f.message(), format!("must be {}, got {}", e.rule(), e.value()));
     }
 }

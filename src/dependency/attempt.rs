@@ -30,7 +30,7 @@ use crate::breaker::OwnedPermit;
 use crate::classify::Verdict;
 use crate::error::{Error, Outcome, Rejection, panic_message};
 use crate::limit::LimitPermit;
-use crate::pool::{CallContext, SubmitError};
+use crate::pool::{Answer, CallContext, SubmitError};
 use crate::priority::Priority;
 
 /// An attempt's deadline, and whose it is.
@@ -96,10 +96,9 @@ pub(super) struct Refusal {
 
 impl Refusal {
     pub(super) fn into_error<E>(self) -> Error<E> {
-        match (self.timed_out, self.retry_after) {
-            (Some(waited), _) => Error::Timeout { waited },
-            (None, Some(retry_after)) => Error::RateLimited { retry_after },
-            (None, None) => Error::Rejected(self.rejection),
+        match self.timed_out {
+            Some(waited) => Error::Timeout { waited },
+            None => Error::Rejected { reason: self.rejection, retry_after: self.retry_after },
         }
     }
 }
@@ -160,6 +159,21 @@ pub(super) enum End<T, E> {
     Discarded,
 }
 
+impl<T, E> From<Answer<T, E>> for End<T, E> {
+    /// The pool's answer as the attempt's end: the one place its terms are
+    /// translated. A job the pool ran answered before the deadline, however
+    /// late the caller's thread woke to read it; shutdown's discard is not
+    /// the provider's doing.
+    fn from(answer: Answer<T, E>) -> Self {
+        match answer {
+            Answer::Ran(returned) => End::InTime(returned),
+            Answer::Panicked(msg) => End::Panicked(msg),
+            Answer::TimedOut => End::TimedOut,
+            Answer::Discarded => End::Discarded,
+        }
+    }
+}
+
 /// How close to its deadline a failed answer may come and still be the
 /// deadline's doing: a job's own timeout set to the deadline (ureq's, by
 /// `with_deadline`) fires at it, give or take the rounding of its timer.
@@ -208,9 +222,8 @@ impl Inner {
                         return Err(self.time_out(now.saturating_duration_since(ask.now)));
                     }
                 }
-                Err(refused) => {
-                    let retry_after = Some(refused.retry_after);
-                    return Err(self.refuse(ask.form, Rejection::RateLimited, retry_after));
+                Err(retry_after) => {
+                    return Err(self.refuse(ask.form, Rejection::RateLimited, Some(retry_after)));
                 }
             }
         }
@@ -473,7 +486,7 @@ impl Attempt {
                 if let Some(inner) = inner {
                     inner.refuse(Form::Blocking, Rejection::ShuttingDown, None);
                 }
-                return (Err(Error::Rejected(Rejection::ShuttingDown)), None);
+                return (Err(Error::from(Rejection::ShuttingDown)), None);
             }
         };
         let Some(inner) = inner else {

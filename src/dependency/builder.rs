@@ -195,9 +195,9 @@ impl DependencyBuilder {
     /// and the longest a caller waits for a permit (on its own thread, before
     /// the breaker). A caller whose wait would pass its deadline or the
     /// limit's `max_wait` is refused at once with
-    /// [`Error::RateLimited`](crate::Error::RateLimited), which says when a
-    /// permit would be free, and which the breaker never records. Detached
-    /// calls never wait for one. Defaults to none.
+    /// [`Rejection::RateLimited`](crate::Rejection::RateLimited), whose
+    /// `retry_after` says when a permit would be free, and which the breaker
+    /// never records. Detached calls never wait for one. Defaults to none.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.config.rate_limit = Some(limit);
         self

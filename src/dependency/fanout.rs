@@ -228,7 +228,7 @@ impl<T, E> FanLeg<T, E> {
     pub fn wait(self) -> Result<T, Error<E>> {
         self.fan.wait(|| self.leg.borrow().is_done());
         // Unreachable: `wait` consumes the handle, and the leg was done.
-        self.leg.borrow_mut().take().unwrap_or(Err(Error::Rejected(Rejection::ShuttingDown)))
+        self.leg.borrow_mut().take().unwrap_or(Err(Error::from(Rejection::ShuttingDown)))
     }
 
     /// Whether the answer is in: [`wait`](Self::wait) would return at once.

@@ -51,7 +51,7 @@ use super::{Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
 use crate::error::{Error, Rejection, panic_message};
-use crate::pool::{CallContext, Left, Submit, Ticket};
+use crate::pool::{Answer, CallContext, Left, Submit, Ticket};
 
 /// A leg's attempt, until the worker or the caller settles it.
 type Slot = Arc<Mutex<Option<Attempt>>>;
@@ -273,7 +273,7 @@ where
                         let failed = !matches!(judged.0, Err(Error::Panicked(_)));
                         (judged, failed)
                     }
-                    None => ((Err(Error::Rejected(Rejection::ShuttingDown)), None), false),
+                    None => ((Err(Error::from(Rejection::ShuttingDown)), None), false),
                 };
                 if let Some(((earlier, _), _)) = last.replace(answer) {
                     drop_quietly(earlier);
@@ -376,7 +376,7 @@ where
             let began = ticket.began();
             match (ticket.leave(), at_deadline) {
                 // It answered just as the deadline came: the worker settled it.
-                (Left::Answered(Ok((result, verdict))), true)
+                (Left::Answered(Answer::Ran(Ok((result, verdict)))), true)
                     if late.is_none() && acceptable(&result, verdict) =>
                 {
                     late = Some((result, verdict));
@@ -421,13 +421,14 @@ fn answer_of<T, E>(inner: &Inner, leg: Leg<T, E>) -> Option<Judged<T, E>> {
     let (answer, began) = ticket.wait_timed();
     match answer {
         // Settled by the worker.
-        Ok(judged) => Some(judged),
+        Answer::Ran(Ok(judged)) => Some(judged),
+        Answer::Ran(Err(never)) => match never {},
         // The job panicked; the worker settled that before unwinding.
-        Err(Error::Panicked(msg)) => Some((Err(Error::Panicked(msg)), Some(Verdict::Failure))),
+        Answer::Panicked(msg) => Some((Err(Error::Panicked(msg)), Some(Verdict::Failure))),
         // Still queued at the deadline: a timeout, as for any call.
-        Err(Error::Timeout { .. }) => Some(settle_leg::<T, E>(inner, &slot, End::TimedOut, began)),
+        Answer::TimedOut => Some(settle_leg::<T, E>(inner, &slot, End::TimedOut, began)),
         // Discarded by shutdown: nothing recorded.
-        Err(_) => {
+        Answer::Discarded => {
             let _ = settle_leg::<T, E>(inner, &slot, End::Discarded, None);
             None
         }
@@ -439,7 +440,7 @@ fn settle_leg<T, E>(inner: &Inner, slot: &Slot, end: End<T, E>, began: Option<In
     let attempt = slot.lock().take();
     match attempt {
         Some(attempt) => attempt.settle(Some(inner), end, began, Instant::now(), &|_| Verdict::Failure),
-        None => (Err(Error::Rejected(Rejection::ShuttingDown)), None),
+        None => (Err(Error::from(Rejection::ShuttingDown)), None),
     }
 }
 

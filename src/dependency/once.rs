@@ -66,16 +66,7 @@ impl Dependency {
                     Err(refused) => return Err(attempt.unlaunched(refused)),
                 };
                 let (answer, began) = ticket.wait_timed();
-                let end = match answer {
-                    // The pool answered before the deadline, however late this thread woke.
-                    Ok(value) => End::InTime(Ok(value)),
-                    Err(Error::Failed(e)) => End::InTime(Err(e)),
-                    Err(Error::Panicked(msg)) => End::Panicked(msg),
-                    Err(Error::Timeout { .. }) => End::TimedOut,
-                    // Shutdown answered a queued job: not the provider's doing.
-                    Err(Error::Rejected(_) | Error::RateLimited { .. }) => End::Discarded,
-                };
-                Ok((attempt, end, began, Instant::now()))
+                Ok((attempt, End::from(answer), began, Instant::now()))
             }),
             Exec::Caller(caller) => inner.admit(ask, |attempt| {
                 let (ran, began, ended) =

@@ -119,7 +119,7 @@ mod throttle;
 
 pub use self::config::AdaptiveLimit;
 pub use self::limiter::{LimitPermit, Limiter};
-pub use self::rate::{RateLimit, RateLimited, RateLimiter};
+pub use self::rate::{RateLimit, RateLimiter};
 pub use self::throttle::{Throttle, ThrottleStats, Throttler};
 
 #[allow(dead_code)]

@@ -11,7 +11,7 @@
 //! caller that would have to wait `wait = tat - tolerance - t` takes the
 //! permit *and* the wait only when the wait fits both its deadline and
 //! `max_wait`; otherwise it takes nothing and is told when a permit would be
-//! free ([`RateLimited::retry_after`]). So nobody waits for a permit it cannot
+//! free (its `retry_after`). So nobody waits for a permit it cannot
 //! use in time (Resilience4j parks such a caller for its whole timeout), and
 //! the limiter needs no refresher thread: a reconfiguration only changes
 //! `interval` and `tolerance`, under the same lock, and a lower rate never
@@ -126,21 +126,6 @@ impl RateLimit {
     }
 }
 
-/// A refusal: no permit was free in time. Nothing was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimited {
-    /// How long after the refusal a permit would be free.
-    pub retry_after: Duration,
-}
-
-impl fmt::Display for RateLimited {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rate limited: a permit is free in {:?}", self.retry_after)
-    }
-}
-
-impl std::error::Error for RateLimited {}
-
 struct State {
     config: RateLimit,
     interval_ns: u64,
@@ -161,8 +146,8 @@ struct State {
 /// assert!(limiter.acquire(deadline).is_ok());
 /// assert!(limiter.acquire(deadline).is_ok());
 /// // The burst is spent and waiting is not allowed: refused at once, told when to come back.
-/// let refused = limiter.acquire(deadline).unwrap_err();
-/// assert!(refused.retry_after <= Duration::from_millis(100));
+/// let retry_after = limiter.acquire(deadline).unwrap_err();
+/// assert!(retry_after <= Duration::from_millis(100));
 /// ```
 #[derive(Clone)]
 pub struct RateLimiter {
@@ -197,8 +182,10 @@ impl RateLimiter {
     /// Takes a permit now, or after a wait that ends by `deadline` and is at
     /// most the limit's `max_wait`; the wait is slept here, on the caller's
     /// thread. Refused at once, taking nothing, when the wait would be
-    /// longer (or `deadline` has passed).
-    pub fn acquire(&self, deadline: Instant) -> Result<(), RateLimited> {
+    /// longer (or `deadline` has passed), with how long after the refusal a
+    /// permit would be free (the `retry_after` of the call's
+    /// [`Rejection::RateLimited`](crate::Rejection::RateLimited)).
+    pub fn acquire(&self, deadline: Instant) -> Result<(), Duration> {
         let wait = self.reserve(deadline.saturating_duration_since(Instant::now()))?;
         if !wait.is_zero() {
             std::thread::sleep(wait);
@@ -210,8 +197,9 @@ impl RateLimiter {
     /// caller that may wait at most `within` (what is left of its deadline):
     /// the permit is taken, to be used after the returned wait (zero: now).
     /// The limiter's own clock measures the rate; `within` is a plain
-    /// duration, so it means the same on any clock.
-    pub fn reserve(&self, within: Duration) -> Result<Duration, RateLimited> {
+    /// duration, so it means the same on any clock. Refused as `acquire` is,
+    /// with the wait a permit is away.
+    pub fn reserve(&self, within: Duration) -> Result<Duration, Duration> {
         let inner = &*self.inner;
         let now_ns = ns(inner.clock.now().saturating_duration_since(inner.base));
         let mut st = inner.state.lock();
@@ -219,7 +207,7 @@ impl RateLimiter {
         let free_at = tat.saturating_sub(st.tolerance_ns);
         let wait = Duration::from_nanos(free_at.saturating_sub(now_ns));
         if wait > st.config.max_wait.min(within) {
-            return Err(RateLimited { retry_after: wait });
+            return Err(wait);
         }
         st.tat_ns = tat.saturating_add(st.interval_ns);
         Ok(wait)
@@ -279,7 +267,7 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(l.reserve(FAR), Ok(Duration::ZERO));
         }
-        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 10 * MS }));
+        assert_eq!(l.reserve(FAR), Err(10 * MS));
         clock.advance(10 * MS);
         assert_eq!(l.reserve(FAR), Ok(Duration::ZERO));
         assert!(l.reserve(FAR).is_err());
@@ -298,12 +286,12 @@ mod tests {
         // The next permit is 10 ms away: taken with a 10 ms wait.
         assert_eq!(l.reserve(FAR), Ok(10 * MS));
         // 20 ms away: within max_wait, but not within 15 ms of deadline: refused, nothing taken.
-        assert_eq!(l.reserve(15 * MS), Err(RateLimited { retry_after: 20 * MS }));
+        assert_eq!(l.reserve(15 * MS), Err(20 * MS));
         assert_eq!(l.reserve(FAR), Ok(20 * MS));
         // 30 ms away: past max_wait whatever the deadline.
-        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 30 * MS }));
+        assert_eq!(l.reserve(FAR), Err(30 * MS));
         // A deadline already past never waits.
-        assert_eq!(l.reserve(Duration::ZERO), Err(RateLimited { retry_after: 30 * MS }));
+        assert_eq!(l.reserve(Duration::ZERO), Err(30 * MS));
     }
 
     #[test]
@@ -323,15 +311,15 @@ mod tests {
         assert!(l.reserve(FAR).is_ok());
         l.reconfigure(RateLimit::per_second(10.0)).unwrap();
         // The permit promised at the old rate stands (1 ms); the next follow 100 ms.
-        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: MS }));
+        assert_eq!(l.reserve(FAR), Err(MS));
         clock.advance(MS);
         assert!(l.reserve(FAR).is_ok());
-        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 100 * MS }));
+        assert_eq!(l.reserve(FAR), Err(100 * MS));
         l.reconfigure(RateLimit::per_second(1000.0)).unwrap();
-        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: 100 * MS }), "promised at 10/s");
+        assert_eq!(l.reserve(FAR), Err(100 * MS), "promised at 10/s");
         clock.advance(100 * MS);
         assert!(l.reserve(FAR).is_ok());
-        assert_eq!(l.reserve(FAR), Err(RateLimited { retry_after: MS }));
+        assert_eq!(l.reserve(FAR), Err(MS));
         assert_eq!(
             l.reconfigure(RateLimit::per_second(f64::NAN)).unwrap_err().field(),
             "rate_limit.per_second"

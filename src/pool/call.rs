@@ -21,8 +21,22 @@ use super::stats::{Ran, RunningMark};
 use crate::error::{Error, Rejection, panic_message};
 use crate::time::saturating_nanos;
 
-/// What a call ends with, as the reply slot carries it.
-pub(crate) type Reply<T, E> = Result<T, Error<E>>;
+/// What the pool did with a call, in its own terms: nothing a pool cannot
+/// do. The reply slot carries the first three; the ticket answers
+/// `TimedOut` when none came by the deadline. [`Ticket::wait`](super::Ticket::wait)
+/// says it in the public [`Error`]; a dependency settles it as its attempt's end.
+#[derive(Debug)]
+pub(crate) enum Answer<T, E> {
+    /// A worker ran the job, and it returned this.
+    Ran(Result<T, E>),
+    /// The job panicked with this message; its worker lives on.
+    Panicked(String),
+    /// Shutdown discarded it unrun from the queue.
+    Discarded,
+    /// No answer by the deadline: the job expired in the queue, or is still
+    /// running (abandoned, its answer dropped when it returns).
+    TimedOut,
+}
 
 /// A job the pool did not accept, with the reason and the job itself.
 ///
@@ -76,7 +90,7 @@ impl<F> std::error::Error for SubmitError<F> {}
 
 impl<F, E> From<SubmitError<F>> for Error<E> {
     fn from(e: SubmitError<F>) -> Self {
-        Error::Rejected(e.rejection)
+        Error::from(e.rejection)
     }
 }
 
@@ -85,7 +99,7 @@ impl<F, E> From<SubmitError<F>> for Error<E> {
 pub(crate) struct Call<F, T, E> {
     /// First, so its padded state shares its line only with the `Arc`'s
     /// counts, which change at submission and at the very end.
-    slot: Slot<Reply<T, E>>,
+    slot: Slot<Answer<T, E>>,
     /// Holds the pool's `Arc` (its counters and its queue) for the call.
     ctx: CallContext,
     /// `Some` until a worker takes it to run, or until a rejected submission
@@ -136,7 +150,7 @@ where
 /// The caller's view of a call, erased over the job's type.
 pub(crate) trait Waitable<T, E>: Send + Sync {
     fn ctx(&self) -> &CallContext;
-    fn slot(&self) -> &Slot<Reply<T, E>>;
+    fn slot(&self) -> &Slot<Answer<T, E>>;
     fn shared(&self) -> &Shared;
     /// When a worker started the job, if one did.
     fn began(&self) -> Option<Instant>;
@@ -197,7 +211,7 @@ where
             // the job. Answer rather than leave the caller hanging.
             stats.workers.panicked.fetch_add(1, Relaxed);
             idle_again();
-            let _ = self.slot.complete(Err(Error::Panicked("job missing from its call".into())));
+            let _ = self.slot.complete(Answer::Panicked("job missing from its call".into()));
             return None;
         };
         self.began.store(
@@ -209,15 +223,14 @@ where
         running.clear();
         let ended = Instant::now();
         let reply = match ran {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(Error::Failed(e)),
+            Ok(returned) => Answer::Ran(returned),
             Err(payload) => {
                 let msg = panic_message(payload.as_ref());
                 drop_quietly(payload);
-                Err(Error::Panicked(msg))
+                Answer::Panicked(msg)
             }
         };
-        if matches!(reply, Err(Error::Panicked(_))) {
+        if matches!(reply, Answer::Panicked(_)) {
             stats.workers.panicked.fetch_add(1, Relaxed);
         } else {
             stats.workers.completed.fetch_add(1, Relaxed);
@@ -243,7 +256,7 @@ where
 
     fn discard(&self) {
         self.shared().stats.workers.expired.fetch_add(1, Relaxed);
-        if let Err(reply) = self.slot.answer(Err(Error::Rejected(Rejection::ShuttingDown))) {
+        if let Err(reply) = self.slot.answer(Answer::Discarded) {
             drop_quietly(reply);
         }
         let job = self.job.lock().take();
@@ -285,7 +298,7 @@ where
         &self.ctx
     }
 
-    fn slot(&self) -> &Slot<Reply<T, E>> {
+    fn slot(&self) -> &Slot<Answer<T, E>> {
         &self.slot
     }
 

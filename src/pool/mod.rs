@@ -46,6 +46,7 @@ use parking_lot::Mutex;
 
 pub use self::builder::PoolBuilder;
 pub(crate) use self::builder::check_settings;
+pub(crate) use self::call::Answer;
 pub use self::call::CallContext;
 pub(crate) use self::call::Owner;
 use self::call::QueuedJob;

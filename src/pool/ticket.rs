@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use super::call::{Waitable, drop_quietly};
+use super::call::{Answer, Waitable, drop_quietly};
 use super::slot::Finish;
 use crate::error::{Error, Rejection};
 use crate::sync::{CALLER_SPIN, current, park_timeout, spin_until};
@@ -59,15 +59,21 @@ impl<T, E> Ticket<T, E> {
     /// parks until the answer or the deadline: a short job is answered
     /// without a sleep and wake-up on the caller's side.
     pub fn wait(self) -> Result<T, Error<E>> {
-        self.wait_timed().0
+        let start = self.start;
+        match self.wait_timed().0 {
+            Answer::Ran(returned) => returned.map_err(Error::Failed),
+            Answer::Panicked(msg) => Err(Error::Panicked(msg)),
+            Answer::Discarded => Err(Rejection::ShuttingDown.into()),
+            Answer::TimedOut => Err(Error::Timeout { waited: start.elapsed() }),
+        }
     }
 
-    /// [`wait`](Ticket::wait), and when a worker started the job (`None` if
-    /// none did): how long the provider had the call.
-    pub(crate) fn wait_timed(mut self) -> (Result<T, Error<E>>, Option<Instant>) {
+    /// [`wait`](Ticket::wait) in the pool's own terms, and when a worker
+    /// started the job (`None` if none did): how long the provider had the call.
+    pub(crate) fn wait_timed(mut self) -> (Answer<T, E>, Option<Instant>) {
         let Some(call) = self.call.take() else {
             // Unreachable: `wait` consumes the ticket and is the only taker.
-            return (Err(Error::Rejected(Rejection::ShuttingDown)), None);
+            return (Answer::Discarded, None);
         };
         let answer = self.wait_on(&*call);
         (answer, call.began())
@@ -101,14 +107,14 @@ impl<T, E> Ticket<T, E> {
     /// Gives up on the call now, without waiting, and says where it was:
     /// what [`Drop`] does, told. A running job sees
     /// [`CallContext::is_cancelled`] turn true.
-    pub(crate) fn leave(mut self) -> Left<Result<T, Error<E>>> {
+    pub(crate) fn leave(mut self) -> Left<Answer<T, E>> {
         match self.call.take() {
             Some(call) => give_up(&*call),
             None => Left::NeverRan,
         }
     }
 
-    fn wait_on(&self, call: &dyn Waitable<T, E>) -> Result<T, Error<E>> {
+    fn wait_on(&self, call: &dyn Waitable<T, E>) -> Answer<T, E> {
         let slot = call.slot();
         // 1. Poll for the pool's one spin budget: a short job answers within it.
         // 2. Park until the deadline. `register` looks at the slot once more
@@ -132,7 +138,7 @@ impl<T, E> Ticket<T, E> {
             Left::Answered(reply) => reply,
             _ => {
                 call.shared().stats.callers.timed_out.fetch_add(1, Relaxed);
-                Err(Error::Timeout { waited: self.start.elapsed() })
+                Answer::TimedOut
             }
         }
     }
@@ -140,7 +146,7 @@ impl<T, E> Ticket<T, E> {
 
 /// Takes the answer if it is in; else abandons a running job (it sees
 /// [`CallContext::is_cancelled`]) or withdraws a queued one.
-fn give_up<T, E>(call: &dyn Waitable<T, E>) -> Left<Result<T, Error<E>>> {
+fn give_up<T, E>(call: &dyn Waitable<T, E>) -> Left<Answer<T, E>> {
     let stats = &call.shared().stats;
     match call.slot().finish(|| {
         stats.callers.abandoned.fetch_add(1, Relaxed);

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use super::Registry;
 use crate::breaker::BreakerConfig;
 use crate::dependency::{CallShape, DependencyConfig};
+use crate::error::ConfigError;
 use crate::retry::Retry;
 
 impl Registry {
@@ -82,18 +83,32 @@ impl Registry {
     /// // Sent fire-and-forget: it holds no request thread.
     /// let audit = Dependency::builder("audit").workers(2).queue(64).calls(CallShape::Detached);
     /// registry.register(audit.breaker(BreakerConfig::count_based(20).minimum_calls(10)).build()?)?;
-    /// let report = registry.check_capacity(15).unwrap_err();
-    /// assert_eq!(report.dependency(), "fraud");
+    /// let refused = registry.check_capacity(15).unwrap_err();
+    /// assert_eq!(refused.path(), "fraud");
+    /// assert_eq!(refused.field(), "capacity");
+    /// assert_eq!(registry.capacity_report(15).entries[0].room_left, 0);
     /// assert!(registry.check_capacity(40).unwrap().warnings().is_empty());
     /// // 2 of 32 threads reserved: fraud's 15 are checked against 30.
     /// let pool = RequestThreads::new(32).reserved(2).request_budget(Duration::from_millis(800));
     /// assert_eq!(registry.check_capacity(pool).unwrap().available(), 30);
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
-    pub fn check_capacity(&self, pool: impl Into<RequestThreads>) -> Result<CapacityReport, CapacityError> {
-        let configs: Vec<(String, DependencyConfig)> =
-            self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect();
-        rule(&configs, pool.into())
+    pub fn check_capacity(&self, pool: impl Into<RequestThreads>) -> Result<CapacityReport, ConfigError> {
+        match rule(&self.configs(), pool.into()) {
+            (report, Some(worst)) => Err(refusal(&report, &worst)),
+            (report, None) => Ok(report),
+        }
+    }
+
+    /// The report of [`check_capacity`](Self::check_capacity), also when
+    /// the rule refuses: each entry's level says where it stands.
+    pub fn capacity_report(&self, pool: impl Into<RequestThreads>) -> CapacityReport {
+        rule(&self.configs(), pool.into()).0
+    }
+
+    /// Every dependency's name and configuration, in registration order.
+    pub(super) fn configs(&self) -> Vec<(String, DependencyConfig)> {
+        self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect()
     }
 }
 
@@ -148,11 +163,12 @@ impl From<usize> for RequestThreads {
 
 /// The capacity rule over `deps` (name and configuration, in registration
 /// order) for `pool`: what [`Registry::check_capacity`] reports, and what
-/// [`Registry::reconfigure`] checks a change with before making it.
+/// [`Registry::reconfigure`] checks a change with before making it. With the
+/// report, the dependency with the largest hold of those over the rule.
 pub(super) fn rule(
     deps: &[(String, DependencyConfig)],
     pool: RequestThreads,
-) -> Result<CapacityReport, CapacityError> {
+) -> (CapacityReport, Option<String>) {
     let available = pool.available();
     let entries: Vec<CapacityEntry> = deps
         .iter()
@@ -202,10 +218,7 @@ pub(super) fn rule(
         .filter(|e| e.level == CapacityLevel::Error)
         .max_by_key(|e| e.hold)
         .map(|e| e.name.clone());
-    match worst {
-        Some(dependency) => Err(CapacityError { dependency, report }),
-        None => Ok(report),
-    }
+    (report, worst)
 }
 
 /// Every hold added up, a fan-out group's once (its largest leg's): the
@@ -485,46 +498,20 @@ impl fmt::Display for CapacityReport {
     }
 }
 
-/// A dependency whose hold leaves the request pool no room (see
-/// [`Registry::check_capacity`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CapacityError {
-    pub(super) dependency: String,
-    pub(super) report: CapacityReport,
+/// The capacity rule's refusal of `dependency`, an entry of `report`.
+pub(super) fn refusal(report: &CapacityReport, dependency: &str) -> ConfigError {
+    let message = match report.entries.iter().find(|e| e.name == dependency) {
+        Some(e) => format!(
+            "dependency `{dependency}` can hold {} {} (workers {} + queue {}), leaving none for other work",
+            e.hold,
+            report.of_threads(),
+            e.workers,
+            e.queue
+        ),
+        None => format!("dependency `{dependency}` can hold every request thread"),
+    };
+    ConfigError::capacity(dependency, message)
 }
-
-impl CapacityError {
-    /// The dependency with the largest hold among those at or above the
-    /// available request threads.
-    pub fn dependency(&self) -> &str {
-        &self.dependency
-    }
-
-    /// The full report, warnings included.
-    pub fn report(&self) -> &CapacityReport {
-        &self.report
-    }
-}
-
-impl fmt::Display for CapacityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let e = self.report.entries.iter().find(|e| e.name == self.dependency);
-        match e {
-            Some(e) => write!(
-                f,
-                "dependency `{}` can hold {} {} (workers {} + queue {}), leaving none for other work",
-                e.name,
-                e.hold,
-                self.report.of_threads(),
-                e.workers,
-                e.queue
-            ),
-            None => write!(f, "dependency `{}` can hold every request thread", self.dependency),
-        }
-    }
-}
-
-impl std::error::Error for CapacityError {}
 
 #[cfg(test)]
 #[path = "capacity_tests.rs"]

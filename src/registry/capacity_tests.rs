@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::*;
 use crate::breaker::BreakerConfig;
 use crate::dependency::{CallShape, Mode};
-use crate::registry::ReconfigureError;
 use crate::{Dependency, DependencyConfig};
 
 /// A dependency of `workers + queue` whose breaker one wave of hung calls
@@ -46,7 +45,7 @@ fn a_detached_dependency_holds_no_request_thread() {
     // The same pool, called blocking, can take every request thread.
     let blocking = registry([flights(), dep("audit", 2, 64, CallShape::Blocking)]);
     let err = blocking.check_capacity(32).unwrap_err();
-    assert_eq!(err.dependency(), "audit");
+    assert_eq!(err.path(), "audit");
     assert!(err.to_string().contains("can hold 66 of 32 request threads"), "{err}");
 }
 
@@ -87,8 +86,10 @@ fn holds_are_compared_with_the_threads_left_after_the_reserve() {
     let pool = RequestThreads::new(16).reserved(2);
     assert_eq!(pool.available(), 14);
     let err = fourteen.check_capacity(pool).unwrap_err();
-    assert_eq!(err.report().available(), 14);
-    assert_eq!(err.report().entries[0].room_left, 0);
+    assert_eq!(err.field(), "capacity");
+    let report = fourteen.capacity_report(pool);
+    assert_eq!(report.available(), 14);
+    assert_eq!(report.entries[0].room_left, 0);
     let shown = err.to_string();
     assert!(
         shown.contains("can hold 14 of the 14 request threads left after a reserve of 2 (of 16)"),
@@ -188,7 +189,7 @@ fn a_detached_dependency_is_reconfigured_without_a_hold() {
     // Declared blocking in the same change, it would hold 66 of 16.
     bigger.calls = CallShape::Blocking;
     match registry.reconfigure("audit", bigger, 16) {
-        Err(ReconfigureError::Capacity(e)) => assert_eq!(e.dependency(), "audit"),
+        Err(e) if e.field() == "capacity" => assert_eq!(e.path(), "audit"),
         other => panic!("expected a capacity refusal, got {other:?}"),
     }
     assert_eq!(registry.get("audit").unwrap().config().calls, CallShape::Detached, "nothing changed");

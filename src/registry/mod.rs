@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-pub use self::capacity::{CapacityEntry, CapacityError, CapacityLevel, CapacityReport, RequestThreads};
+pub use self::capacity::{CapacityEntry, CapacityLevel, CapacityReport, RequestThreads};
+#[cfg(feature = "tiny_http")]
 pub(crate) use self::gauges::Refused;
 pub use self::gauges::{REFUSAL_REASONS, RequestPoolGauges};
 pub use self::history::{DependencyHistory, HistoryPoint};
@@ -141,64 +142,33 @@ impl Registry {
     /// request pool `pool` (its size, or a [`RequestThreads`]): a change
     /// that would let this dependency, as `new` declares it called, hold
     /// every request thread left after the reserve is refused, and nothing
-    /// changes. A change that does not validate is refused as
-    /// [`Invalid`](ReconfigureError::Invalid), before the rule. The report (warnings
-    /// included) is that of the registry after the change.
+    /// changes (a [`ConfigError`] of the field `capacity`). A change that does
+    /// not validate is refused before the rule, with the builder's error; an
+    /// unknown `name`, with an error about no field.
+    /// The report (warnings included) is that of the registry after the change.
     pub fn reconfigure(
         &self,
         name: &str,
         new: DependencyConfig,
         pool: impl Into<RequestThreads>,
-    ) -> Result<CapacityReport, ReconfigureError> {
+    ) -> Result<CapacityReport, ConfigError> {
         let pool = pool.into();
-        let dep = self.get(name).ok_or_else(|| ReconfigureError::UnknownDependency(name.to_owned()))?;
-        new.validate().map_err(ReconfigureError::Invalid)?;
-        let mut configs: Vec<(String, DependencyConfig)> =
-            self.dependencies().iter().map(|d| (d.name().to_owned(), d.config())).collect();
+        let dep =
+            self.get(name).ok_or_else(|| ConfigError::at("", format!("no dependency named `{name}`")))?;
+        new.validate()?;
+        let mut configs = self.configs();
         if let Some(slot) = configs.iter_mut().find(|(n, _)| n == name) {
             slot.1 = new.clone();
         }
-        if let Err(e) = capacity::rule(&configs, pool)
-            && e.report.entries.iter().any(|entry| entry.name == name && entry.level == CapacityLevel::Error)
-        {
-            // Another dependency's hold may be over the rule already: only this one's refuses.
-            return Err(ReconfigureError::Capacity(CapacityError {
-                dependency: name.to_owned(),
-                report: e.report,
-            }));
+        let (report, _) = capacity::rule(&configs, pool);
+        // Another dependency's hold may be over the rule already: only this one's refuses.
+        if report.entries.iter().any(|entry| entry.name == name && entry.level == CapacityLevel::Error) {
+            return Err(capacity::refusal(&report, name));
         }
-        dep.reconfigure(new).map_err(ReconfigureError::Invalid)?;
-        match self.check_capacity(pool) {
-            Ok(report) => Ok(report),
-            // Another dependency's hold was already too large; this change did not cause it.
-            Err(e) => Ok(e.report().clone()),
-        }
+        dep.reconfigure(new)?;
+        Ok(self.capacity_report(pool))
     }
 }
-
-/// Why [`Registry::reconfigure`] refused a change; nothing changed.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ReconfigureError {
-    /// No dependency of that name is registered.
-    UnknownDependency(String),
-    /// A setting is invalid; the error names it.
-    Invalid(ConfigError),
-    /// The dependency could then hold every request thread.
-    Capacity(CapacityError),
-}
-
-impl fmt::Display for ReconfigureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ReconfigureError::UnknownDependency(name) => write!(f, "no dependency named `{name}`"),
-            ReconfigureError::Invalid(e) => write!(f, "invalid configuration: {e}"),
-            ReconfigureError::Capacity(e) => write!(f, "refused by the capacity rule: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ReconfigureError {}
 
 impl fmt::Debug for Registry {
     /// Never blocks: prints `<locked>` while a registration holds the lock.

@@ -155,7 +155,7 @@ impl Retrier<'_> {
     ) -> Result<(), Result<T, Error<E>>> {
         let Some(previous) = state.last.take() else {
             // Unreachable: a retry is due only with the answer it retries.
-            return Err(Err(Error::Rejected(crate::error::Rejection::ShuttingDown)));
+            return Err(Err(Error::from(crate::error::Rejection::ShuttingDown)));
         };
         if state.end.is_some_and(|e| now >= e) || !(self.may_admit)(now, Duration::ZERO) {
             self.budget.refund((self.clock)(now));

@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::HANG_CAP;
+use crate::error::ConfigError;
 
 /// How a provider answers a request. See the [module docs](super) for each mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,10 +63,12 @@ impl fmt::Display for Fault {
 }
 
 impl FromStr for Fault {
-    type Err = ParseFaultError;
+    type Err = ConfigError;
 
-    /// Parses the forms `Display` writes; case and surrounding blanks do not matter.
-    fn from_str(input: &str) -> Result<Fault, ParseFaultError> {
+    /// Parses the forms `Display` writes; case and surrounding blanks do not
+    /// matter. A text that names no fault is a [`ConfigError`] of the field
+    /// `fault` that lists the forms.
+    fn from_str(input: &str) -> Result<Fault, ConfigError> {
         let text = input.trim().to_ascii_lowercase();
         let (kind, arg) = match text.split_once(':') {
             Some((kind, arg)) => (kind, Some(arg.trim())),
@@ -88,7 +91,9 @@ impl FromStr for Fault {
             ("saturated", Some(arg)) => saturated(arg),
             _ => None,
         };
-        fault.ok_or_else(|| ParseFaultError(input.to_owned()))
+        let forms = "healthy, slow:<ms>, hang, error:<status 100-599>, refuse, reset, garbage, trickle:<ms>, \
+                     close, cut or saturated:<capacity 1-65536>:<ms>";
+        fault.ok_or_else(|| ConfigError::new("fault", forms, format_args!("{input:?}")))
     }
 }
 
@@ -100,20 +105,3 @@ fn saturated(arg: &str) -> Option<Fault> {
     let ms: u64 = ms.trim().parse().ok()?;
     Some(Fault::Saturated { capacity, service: Duration::from_millis(ms).min(HANG_CAP) })
 }
-
-/// A text that names no [`Fault`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParseFaultError(String);
-
-impl fmt::Display for ParseFaultError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown fault {:?}: expected healthy, slow:<ms>, hang, error:<status 100-599>, \
-             refuse, reset, garbage, trickle:<ms>, close, cut or saturated:<capacity 1-65536>:<ms>",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for ParseFaultError {}

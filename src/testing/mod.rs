@@ -134,7 +134,7 @@ mod fault;
 mod handler;
 mod provider;
 
-pub use self::fault::{Fault, ParseFaultError};
+pub use self::fault::Fault;
 pub use self::provider::FakeProvider;
 
 /// The longest a `hang` holds a request.

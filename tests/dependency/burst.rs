@@ -94,7 +94,9 @@ fn run_bursts(callers: usize) -> Vec<Burst> {
         for h in handles {
             match h.join().expect("a caller thread") {
                 (took, Ok(())) => burst.answered.push(took),
-                (took, Err(Error::Rejected(r))) => burst.refused.push((took, format!("{r:?}"))),
+                (took, Err(Error::Rejected { reason: r, .. })) => {
+                    burst.refused.push((took, format!("{r:?}")))
+                }
                 (took, Err(e)) => panic!("a healthy call failed after {took:?}: {e:?}"),
             }
         }

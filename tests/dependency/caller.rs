@@ -137,7 +137,7 @@ fn a_waiter_that_gives_up_frees_its_place_and_a_panic_releases_the_permit() {
     // Waits its 40 ms, gives up, and leaves the queue.
     let started = Instant::now();
     let refused = dep.call(|_: &CallContext| Ok::<_, std::io::Error>(1));
-    assert!(matches!(refused, Err(Error::Rejected(Rejection::QueueFull))), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Rejected { reason: Rejection::QueueFull, .. })), "{refused:?}");
     assert!(started.elapsed() < Duration::from_millis(250), "it waited max_wait, not the holder's call");
     assert_eq!(dep.snapshot().pool.waiting, 0, "the waiter that gave up holds no place");
     assert_eq!(holder.join().unwrap().unwrap(), "ok");
@@ -211,7 +211,7 @@ fn a_caller_waiting_through_a_shutdown_is_refused_not_run() {
     assert!(dep.shutdown(Duration::from_secs(1)));
     assert_eq!(holder.join().unwrap().unwrap(), "ok", "a call inside finishes");
     let refused = waiter.join().unwrap();
-    assert!(matches!(refused, Err(Error::Rejected(Rejection::ShuttingDown))), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Rejected { reason: Rejection::ShuttingDown, .. })), "{refused:?}");
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
 

@@ -107,7 +107,7 @@ fn a_callers_deadline_that_ends_its_wait_for_room_is_its_timeout() {
     let started = Instant::now();
     let answer =
         dep.with().timeout(Duration::from_secs(5)).call(|_: &CallContext| Ok::<_, std::io::Error>(()));
-    assert!(matches!(answer, Err(Error::Rejected(Rejection::QueueFull))), "{answer:?}");
+    assert!(matches!(answer, Err(Error::Rejected { reason: Rejection::QueueFull, .. })), "{answer:?}");
     assert!(started.elapsed() < Duration::from_secs(2), "max_wait ended it: {:?}", started.elapsed());
     assert_eq!(dep.snapshot().calls.queue_full, 1);
 
@@ -136,7 +136,7 @@ fn in_caller_thread_mode_a_deadline_that_ends_the_wait_for_a_permit_is_a_timeout
     // max_wait ends the wait first: refused.
     let answer =
         dep.with().timeout(Duration::from_secs(5)).call(|_: &CallContext| Ok::<_, std::io::Error>(()));
-    assert!(matches!(answer, Err(Error::Rejected(Rejection::QueueFull))), "{answer:?}");
+    assert!(matches!(answer, Err(Error::Rejected { reason: Rejection::QueueFull, .. })), "{answer:?}");
 
     release.store(true, Ordering::SeqCst);
     held.join().unwrap().unwrap();

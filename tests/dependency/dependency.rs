@@ -46,7 +46,7 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 fn admitted<T, E>(mut call: impl FnMut() -> Result<T, Error<E>>) -> Result<T, Error<E>> {
     for _ in 0..10_000 {
         match call() {
-            Err(Error::Rejected(Rejection::QueueFull)) => thread::yield_now(),
+            Err(Error::Rejected { reason: Rejection::QueueFull, .. }) => thread::yield_now(),
             other => return other,
         }
     }
@@ -762,7 +762,7 @@ fn registry_refuses_duplicates_and_checks_capacity() {
 
     // 15 request threads: fraud can take all of them.
     let err = registry.check_capacity(15).unwrap_err();
-    assert_eq!(err.dependency(), "fraud");
+    assert_eq!((err.path(), err.field()), ("fraud", "capacity"));
     assert!(err.to_string().contains("`fraud` can hold 15 of 15"), "{err}");
 
     assert!(registry.check_capacity(64).unwrap().warnings().is_empty());
@@ -872,7 +872,7 @@ fn every_call_has_exactly_one_outcome_under_load() {
                     let slot = match r {
                         Ok(_) => 0,
                         Err(Error::Failed(_)) => 1,
-                        Err(Error::Rejected(_)) => 2,
+                        Err(Error::Rejected { .. }) => 2,
                         Err(_) => 3,
                     };
                     tally[slot] += 1;

@@ -35,7 +35,7 @@ fn got<T: ToString, E: std::fmt::Display>(answer: Result<T, Error<E>>) -> Got {
         Err(Error::Failed(e)) => Got::Failed(e.to_string()),
         Err(Error::Timeout { .. }) => Got::Timeout,
         Err(Error::Panicked(msg)) => Got::Panicked(msg),
-        Err(Error::Rejected(r)) => Got::Rejected(r),
+        Err(Error::Rejected { reason: r, .. }) => Got::Rejected(r),
         Err(other) => panic!("an error this test does not know: {other}"),
     }
 }

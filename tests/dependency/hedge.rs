@@ -226,7 +226,7 @@ fn a_hedged_call_keeps_its_priority() {
         .priority(Priority::Sheddable)
         .hedge()
         .call(move |ctx: &CallContext| get(&agent, &url, ctx));
-    assert!(matches!(shed, Err(Error::Rejected(Rejection::Shed))), "{shed:?}");
+    assert!(matches!(shed, Err(Error::Rejected { reason: Rejection::Shed, .. })), "{shed:?}");
     assert_eq!(normal.join().unwrap().unwrap(), "ok");
     assert_eq!(critical.join().unwrap().unwrap(), "ok");
     let calls = dep.snapshot().calls;

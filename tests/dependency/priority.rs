@@ -51,7 +51,7 @@ fn the_reserved_share_is_never_taken_by_lower_priorities_with_16_threads_racing(
                     let job = holding(Arc::clone(&inside), Arc::clone(&most), Duration::from_millis(2));
                     match dep.with().priority(priority).call(job) {
                         Ok(()) => {}
-                        Err(Error::Rejected(Rejection::Shed)) => {
+                        Err(Error::Rejected { reason: Rejection::Shed, .. }) => {
                             shed[usize::from(priority == Priority::Normal)].fetch_add(1, Ordering::Relaxed);
                         }
                         Err(other) => panic!("a {priority:?} call: {other}"),

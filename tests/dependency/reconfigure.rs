@@ -11,7 +11,6 @@ use watertight::{
     Dependency, ManualClock, Registry, Verdict,
     breaker::{BreakerConfig, State},
     limit::AdaptiveLimit,
-    registry::ReconfigureError,
     retry::Retry,
 };
 
@@ -149,11 +148,12 @@ fn the_registry_refuses_a_change_that_breaks_the_capacity_rule() {
     c.workers = 12;
     c.queue = 4;
     match registry.reconfigure("fraud", c.clone(), 16) {
-        Err(ReconfigureError::Capacity(e)) => assert_eq!(e.dependency(), "fraud"),
+        Err(e) if e.field() == "capacity" => assert_eq!(e.path(), "fraud"),
         other => panic!("expected a capacity refusal, got {other:?}"),
     }
     assert_eq!(registry.get("fraud").unwrap().config().workers, 4, "nothing changed");
-    assert!(matches!(registry.reconfigure("nobody", c, 16), Err(ReconfigureError::UnknownDependency(_))));
+    let unknown = registry.reconfigure("nobody", c, 16).unwrap_err();
+    assert_eq!((unknown.to_string().as_str(), unknown.field()), ("no dependency named `nobody`", ""));
     let mut fine = registry.get("fraud").unwrap().config();
     fine.timeout = Duration::from_millis(250);
     let report = registry.reconfigure("fraud", fine, 16).unwrap();

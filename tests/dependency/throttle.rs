@@ -41,7 +41,7 @@ fn offer(dep: &Dependency, provider: &FakeProvider, clock: &ManualClock, seconds
         match dep.call(move |ctx| agent.get(&url).with_deadline(ctx).call().map(|_| ())) {
             Ok(()) => tally.ok += 1,
             Err(Error::Failed(ureq::Error::StatusCode(503))) => tally.failed += 1,
-            Err(Error::Rejected(Rejection::Throttled)) => tally.throttled += 1,
+            Err(Error::Rejected { reason: Rejection::Throttled, .. }) => tally.throttled += 1,
             Err(other) => panic!("an answer that is not the provider's nor the throttler's: {other:?}"),
         }
         clock.advance(Duration::from_secs(1) / PER_SECOND);
@@ -146,7 +146,7 @@ fn only_what_the_provider_answered_is_counted() {
 
     // The breaker's refusals are no requests.
     dep.breaker().transition_to(watertight::breaker::State::ForcedOpen);
-    assert!(matches!(status(200), Err(Error::Rejected(Rejection::NotPermitted))));
+    assert!(matches!(status(200), Err(Error::Rejected { reason: Rejection::NotPermitted, .. })));
     assert_eq!(window(), (4, 2));
     dep.breaker().transition_to(watertight::breaker::State::Closed);
 
@@ -162,8 +162,9 @@ fn only_what_the_provider_answered_is_counted() {
     assert_eq!(dep.throttler().unwrap().stats().refuse_probability, 0.8);
     let before = dep.snapshot().calls.throttled;
     let (requests, accepts) = window();
-    let throttled =
-        (0..200).filter(|_| matches!(status(200), Err(Error::Rejected(Rejection::Throttled)))).count() as u64;
+    let throttled = (0..200)
+        .filter(|_| matches!(status(200), Err(Error::Rejected { reason: Rejection::Throttled, .. })))
+        .count() as u64;
     let (after, accepted_after) = window();
     assert_eq!(after - requests, 200 - throttled, "only calls not throttled are requests");
     assert_eq!(accepted_after - accepts, 200 - throttled);

@@ -69,7 +69,7 @@ fn a_hung_provider_frees_the_workers_at_the_deadline_and_the_breaker_cuts_it_off
                         Err(Error::Timeout { .. }) | Err(Error::Failed(ureq::Error::Timeout(_))) => {
                             timed_out += 1
                         }
-                        Err(Error::Rejected(_)) => {}
+                        Err(Error::Rejected { .. }) => {}
                         other => panic!("a hung provider gave {other:?}"),
                     }
                 }
@@ -109,7 +109,7 @@ fn a_hung_provider_frees_the_workers_at_the_deadline_and_the_breaker_cuts_it_off
         let began = Instant::now();
         let result = dep.call(|_| -> Result<(), ureq::Error> { panic!("an open breaker ran the job") });
         took.push(began.elapsed());
-        assert!(matches!(result, Err(Error::Rejected(Rejection::NotPermitted))), "{result:?}");
+        assert!(matches!(result, Err(Error::Rejected { reason: Rejection::NotPermitted, .. })), "{result:?}");
     }
     let worst = *took.iter().max().unwrap();
     let median = median(&mut took);
@@ -233,7 +233,7 @@ fn an_open_breaker_and_a_400_are_never_retried() {
 
     dep.breaker().transition_to(State::Open);
     p.set_fault(Fault::Error(503));
-    assert!(matches!(call(&dep), Err(Error::Rejected(Rejection::NotPermitted))));
+    assert!(matches!(call(&dep), Err(Error::Rejected { reason: Rejection::NotPermitted, .. })));
     assert_eq!(p.hits(), 1, "an open breaker was retried into the provider");
 }
 

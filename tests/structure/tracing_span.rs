@@ -175,7 +175,7 @@ fn a_rejection_and_a_breaker_transition_are_events() {
         dep.breaker().transition_to(State::ForcedOpen);
         dep.call(|_ctx: &CallContext| Ok::<_, std::io::Error>(()))
     });
-    assert!(matches!(result, Err(Error::Rejected(Rejection::NotPermitted))), "{result:?}");
+    assert!(matches!(result, Err(Error::Rejected { reason: Rejection::NotPermitted, .. })), "{result:?}");
     assert!(collected.span_named("job").is_empty(), "a rejected call runs no job");
 
     let events = collected.events();
