@@ -90,6 +90,8 @@ pub mod limit;
 pub mod pool;
 pub mod registry;
 pub mod retry;
+// Shadow mode: which refusing policies decide and record without refusing.
+pub mod shadow;
 // `dependency::Hedge`, the hedging policy; `Priority` and the reserved share
 // of a pool; `DependencyConfig`, every setting of a dependency; what a
 // dependency counts and tells (`counts`, `events`).

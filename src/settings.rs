@@ -10,6 +10,7 @@ use crate::hedge::Hedge;
 use crate::limit::{AdaptiveLimit, RateLimit, Throttle};
 use crate::pool::Mode;
 use crate::retry::Retry;
+use crate::shadow::Shadow;
 use crate::time::MAX_TIMEOUT;
 
 /// Every setting of a [`Dependency`](crate::Dependency), as one value: what a
@@ -109,6 +110,12 @@ pub struct DependencyConfig {
     /// In a file: `calls = "blocking"`, `calls = "detached"` or
     /// `calls = { fan_out = "search" }`; absent: blocking.
     pub calls: CallShape,
+    /// The policies in shadow: each decides as it would and records what it
+    /// would have refused, and refuses nothing
+    /// ([`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)).
+    /// In a file: `shadow = ["breaker", "rate_limit"]`; absent: none.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Shadow::is_empty"))]
+    pub shadow: Shadow,
 }
 
 /// How a dependency's callers call it, declared for the capacity rule
@@ -172,6 +179,7 @@ impl Default for DependencyConfig {
             mode: Mode::Pool,
             reserved_for_critical: 0,
             calls: CallShape::Blocking,
+            shadow: Shadow::none(),
         }
     }
 }

@@ -41,6 +41,7 @@ use crate::dashboard::{self, StateClock};
 use crate::live::{LiveConfig, LiveError};
 use crate::stream::{self, Streams};
 use watertight::server::RequestContext;
+use watertight::shadow::Policy;
 use watertight::testing::{FakeProvider, Fault};
 use watertight::{DependencyConfig, Registry};
 
@@ -326,6 +327,13 @@ impl App {
                     "failure_rate": s.failure_rate,
                     "slow_call_rate": s.slow_call_rate,
                     "calls": call_counts(&s.calls),
+                    // What each policy in shadow would have refused (all zero with none in shadow).
+                    "shadow_refused": s
+                        .shadow_refused
+                        .iter()
+                        .filter(|(p, _)| *p != Policy::Reserve)
+                        .map(|(p, n)| (p.as_str().to_owned(), json!(n)))
+                        .collect::<serde_json::Map<String, Value>>(),
                     "pool": {
                         "workers": s.pool.workers,
                         "busy": s.pool.busy,

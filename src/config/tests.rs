@@ -70,6 +70,9 @@ fn everything() -> Config {
         mode: crate::dependency::Mode::Pool,
         reserved_for_critical: 2,
         calls: crate::dependency::CallShape::FanOut("search".into()),
+        shadow: crate::shadow::Shadow::none()
+            .with(crate::shadow::Policy::Breaker)
+            .with(crate::shadow::Policy::Throttle),
     };
     #[allow(unused_mut)] // the reserve is there with tiny_http
     let mut server = ServerConfigFile {

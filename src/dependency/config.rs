@@ -11,6 +11,7 @@ use super::{Dependency, Hedge};
 use crate::error::ConfigError;
 use crate::retry::Retry;
 use crate::settings::{CallShape, DependencyConfig};
+use crate::shadow::LiveShadow;
 use crate::time::saturating_nanos;
 
 /// The settings a running dependency reads on its call path, each changeable
@@ -30,6 +31,8 @@ pub(super) struct Live {
     reserved: std::sync::atomic::AtomicUsize,
     /// Read by the capacity rule only, never on the call path.
     calls: Mutex<CallShape>,
+    /// The policies in shadow, read once per attempt.
+    pub(super) shadow: LiveShadow,
 }
 
 impl Live {
@@ -44,6 +47,7 @@ impl Live {
             hedge: Mutex::new(config.hedge),
             reserved: std::sync::atomic::AtomicUsize::new(config.reserved_for_critical),
             calls: Mutex::new(config.calls.clone()),
+            shadow: LiveShadow::new(config.shadow),
         }
     }
 
@@ -104,6 +108,7 @@ impl Dependency {
             mode: inner.exec.mode(),
             reserved_for_critical: inner.live.reserved(),
             calls: inner.live.calls.lock().clone(),
+            shadow: inner.live.shadow.get(),
         }
     }
 
@@ -133,6 +138,8 @@ impl Dependency {
     /// - `reserved_for_critical`: calls admitted from now on.
     /// - `hedge`: hedged calls made from now on; `None` makes them single attempts.
     /// - `calls`: the capacity rule's next check; calls are served as before.
+    /// - `shadow`: the next call admitted; a policy switched from shadow to
+    ///   enforce refuses from that call on, on the state it kept in shadow.
     ///
     /// Every call made at any moment of a reconfiguration gets exactly one
     /// answer, under the old settings or the new.
@@ -175,6 +182,7 @@ impl Dependency {
         *inner.live.hedge.lock() = new.hedge;
         inner.live.reserved.store(new.reserved_for_critical, Ordering::Relaxed);
         *inner.live.calls.lock() = new.calls;
+        inner.live.shadow.set(new.shadow);
         inner.budget.retune(&new.retry);
         *inner.live.retry.lock() = new.retry;
         inner.live.slow_ns.store(saturating_nanos(slow), Ordering::Relaxed);

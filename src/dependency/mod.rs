@@ -159,6 +159,8 @@ struct Inner {
     ring: Arc<crate::events::EventRing>,
     /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).
     log: quiet_log::QuietLog,
+    /// What the policies in shadow would have refused.
+    shadow_counts: crate::shadow::ShadowCounters,
 }
 
 impl Inner {
@@ -294,6 +296,7 @@ impl Dependency {
                 call: Percentiles::of(&inner.call_time.recent()),
             },
             hedge_lost_time: inner.counters.hedge_lost_time(),
+            shadow_refused: inner.shadow_counts.load(),
         }
     }
 

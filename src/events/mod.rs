@@ -35,6 +35,17 @@ pub enum Event {
         /// Why.
         rejection: Rejection,
     },
+    /// A policy in shadow would have refused a call, and let it through
+    /// (also logged at `debug`; see
+    /// [`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)).
+    ShadowRefused {
+        /// The dependency's name.
+        dependency: Arc<str>,
+        /// The policy in shadow.
+        policy: crate::shadow::Policy,
+        /// What it would have answered.
+        rejection: Rejection,
+    },
     /// A caller stopped waiting at the deadline (also logged at `debug`).
     TimedOut {
         /// The dependency's name.

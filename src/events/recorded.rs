@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use crate::breaker::{Breaker, Transition};
 use crate::error::Rejection;
+use crate::shadow::Policy;
 
 /// Events a dependency keeps; the oldest goes when a new one comes.
 pub(crate) const RING_CAPACITY: usize = 100;
@@ -53,7 +54,8 @@ pub enum RecordedKind {
         /// The per-attempt timeout.
         timeout: Duration,
     },
-    /// A second (or so) in which calls were rejected or timed out: what a
+    /// A second (or so) in which calls were rejected or timed out, or a
+    /// policy in shadow would have refused some: what a
     /// registry's history sampler counted over `over`
     /// ([`Registry::start_history`](crate::Registry::start_history)). Seconds
     /// without either record nothing.
@@ -65,6 +67,9 @@ pub enum RecordedKind {
         /// Rejections by kind, in [`Rejection::ALL`]'s order; only kinds
         /// that happened.
         rejected: Vec<(Rejection, u64)>,
+        /// What each policy in shadow would have refused, in
+        /// [`Policy::ALL`]'s order; only policies that would have.
+        shadow_refused: Vec<(Policy, u64)>,
     },
 }
 
@@ -138,7 +143,12 @@ mod tests {
     use super::*;
 
     fn summary(timed_out: u64) -> RecordedKind {
-        RecordedKind::Summary { over: Duration::from_secs(1), timed_out, rejected: Vec::new() }
+        RecordedKind::Summary {
+            over: Duration::from_secs(1),
+            timed_out,
+            rejected: Vec::new(),
+            shadow_refused: Vec::new(),
+        }
     }
 
     #[test]

@@ -46,6 +46,7 @@ use crate::breaker::State;
 use crate::dependency::{Dependency, DependencySnapshot};
 use crate::histogram::HistogramSnapshot;
 use crate::registry::Registry;
+use crate::shadow::Policy;
 
 /// A `prometheus-client` collector that reads a [`Registry`] on every
 /// scrape, so dependencies registered later appear without more wiring.
@@ -61,6 +62,7 @@ use crate::registry::Registry;
 /// |---|---|---|---|
 /// | `watertight_state` | gauge | `state` | 1 for the breaker's state, 0 for the others |
 /// | `watertight_calls_total` | counter | `kind` | attempts by outcome; their sum is every attempt |
+/// | `watertight_shadow_refusals_total` | counter | `policy`, `reason` | calls a policy in shadow would have refused, and let through ([`Policy`]'s labels, the reason its [`Rejection`](crate::Rejection)'s) |
 /// | `watertight_slow_calls_total` | counter | | attempts slower than `slow_call_duration` |
 /// | `watertight_retries_total` | counter | | attempts that were retries |
 /// | `watertight_expired_total` | counter | | jobs the pool dropped unstarted |
@@ -376,6 +378,24 @@ impl prometheus_client::collector::Collector for Collector {
                 for (outcome, n) in snap.calls.by_outcome() {
                     let labels: &[(&str, &str)] =
                         &[("dependency", snap.name.as_str()), ("kind", outcome.as_str())];
+                    counter(&mut metric, labels, n)?;
+                }
+            }
+        }
+        {
+            let mut metric = enc.encode_descriptor(
+                "watertight_shadow_refusals",
+                "Calls a policy in shadow would have refused, and let through.",
+                None,
+                MetricType::Counter,
+            )?;
+            for snap in &snaps {
+                for (policy, n) in snap.shadow_refused.iter().filter(|(p, _)| *p != Policy::Reserve) {
+                    let labels: &[(&str, &str)] = &[
+                        ("dependency", snap.name.as_str()),
+                        ("policy", policy.as_str()),
+                        ("reason", policy.reason()),
+                    ];
                     counter(&mut metric, labels, n)?;
                 }
             }
