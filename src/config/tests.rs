@@ -82,8 +82,9 @@ fn everything() -> Config {
     };
     #[cfg(feature = "tiny_http")]
     {
-        server.reserve =
-            Some(crate::reserve::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]));
+        server.reserve = Some(
+            crate::reserve::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]).shadow(true),
+        );
     }
     let mut config = Config { server, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);

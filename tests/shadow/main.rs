@@ -384,3 +384,100 @@ fn probes_of_a_shadowed_breaker_are_settled() {
     assert_eq!(dep.breaker().state(), State::Closed, "closed by its two settled probes");
     assert_eq!(dep.snapshot().shadow_refused.get(Policy::Breaker), 3);
 }
+
+/// The request pool's reserve, through the gate of a server of one's own
+/// (`RequestPool::enter`, the same room and reserve as the crate's server):
+/// a seeded script of requests entering and leaving, played with no
+/// reserve, the reserve in shadow and enforced.
+#[cfg(feature = "tiny_http")]
+mod reserve {
+    use super::Script;
+    use std::collections::VecDeque;
+    use std::time::Duration;
+    use watertight::server::{EnterError, Entered, RequestPool, Reserve, ServerConfig};
+
+    const THREADS: usize = 8;
+
+    fn play(reserve: Option<Reserve>, seed: u64) -> (Vec<&'static str>, RequestPool) {
+        let mut config = ServerConfig::builder().max_wait(Duration::ZERO);
+        if let Some(reserve) = reserve {
+            config = config.reserve(reserve);
+        }
+        let pool = RequestPool::new(THREADS, &config.build().expect("a valid config")).expect("a pool");
+        let mut script = Script(seed);
+        let mut answers = Vec::new();
+        let mut held: VecDeque<Option<Entered>> = VecDeque::new();
+        for _ in 0..6_000 {
+            let (op, route) = (script.percent(), script.percent());
+            // Never more in flight than threads, so that with no reserve every request is served.
+            if op < 52 && held.len() < THREADS {
+                let path = if route < 15 { "/health" } else { "/search" };
+                match pool.enter("GET", path, None, &[]) {
+                    Ok(entered) => {
+                        answers.push("ok");
+                        held.push_back(Some(entered));
+                    }
+                    Err(EnterError::Busy) => {
+                        answers.push("busy");
+                        held.push_back(None);
+                    }
+                    Err(other) => panic!("{other:?}"),
+                }
+            } else {
+                held.pop_front();
+            }
+        }
+        (answers, pool)
+    }
+
+    #[test]
+    fn the_reserve_in_shadow_answers_as_no_reserve() {
+        let reserve = || Reserve::new(3).for_routes(["GET /health"]);
+        let (off, _) = play(None, 21);
+        let (shadow, shadowed) = play(Some(reserve().shadow(true)), 21);
+        let (enforced, _) = play(Some(reserve()), 21);
+        let refused = enforced.iter().filter(|a| **a == "busy").count() as u64;
+        println!(
+            "reserve: {} requests; enforced refused {refused}; in shadow {}",
+            off.len(),
+            shadowed.shadow_refused()
+        );
+        assert!(off.len() > 2_000);
+        assert!(
+            off.iter().all(|a| *a == "ok"),
+            "with no reserve and never more than the threads, all served"
+        );
+        assert_eq!(shadow, off, "in shadow every request is answered as with no reserve");
+        assert!(refused >= 50, "the script makes the reserve refuse: {refused}");
+        assert_eq!(shadowed.shadow_refused(), refused, "shadow refusals are the enforced ones");
+        assert_eq!(shadowed.gauges().refused().iter().map(|(_, n)| n).sum::<u64>(), 0);
+        assert_eq!(shadowed.gauges().shadow_refused(), refused, "the gauges read the same count");
+    }
+
+    #[test]
+    fn the_reserve_switched_live_applies_to_the_next_request() {
+        let config = ServerConfig::builder()
+            .max_wait(Duration::ZERO)
+            .reserve(Reserve::new(1).for_routes(["GET /health"]).shadow(true))
+            .build()
+            .expect("a valid config");
+        let pool = RequestPool::new(3, &config).expect("a pool");
+        assert!(pool.reserve_in_shadow());
+        let one = pool.enter("GET", "/a", None, &[]).expect("an ordinary thread");
+        let two = pool.enter("GET", "/b", None, &[]).expect("an ordinary thread");
+        let three = pool.enter("GET", "/c", None, &[]).expect("in shadow, the reserved thread");
+        assert_eq!((pool.shadow_refused(), pool.reserved_busy()), (1, 1));
+        assert!(matches!(pool.enter("GET", "/d", None, &[]), Err(EnterError::Busy)), "every thread busy");
+        assert_eq!(pool.shadow_refused(), 1, "a full pool is its own bound, not the reserve's");
+        drop(three);
+        pool.set_reserve_shadow(false);
+        assert!(!pool.reserve_in_shadow());
+        assert!(
+            matches!(pool.enter("GET", "/e", None, &[]), Err(EnterError::Busy)),
+            "enforced, the next is kept off"
+        );
+        let health = pool.enter("GET", "/health", None, &[]).expect("the reserve kept for its route");
+        drop((one, two, health));
+        assert_eq!(pool.reserved_busy(), 0);
+    }
+}
