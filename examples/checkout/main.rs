@@ -39,6 +39,7 @@ use crate::backends::{Backends, Mode};
 use crate::live::LiveConfig;
 use crate::routes::App;
 use watertight::Registry;
+use watertight::shadow::{Policy, Shadow};
 use watertight::testing::{Call, FakeProvider, Fault};
 
 /// A checkout server protected by watertight bulkheads, with embedded fake
@@ -284,7 +285,8 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     let mut config = live::load(args.config.as_deref())?;
     if args.shadow {
         for dep in config.dependencies.values_mut() {
-            dep.shadow = watertight::shadow::Shadow::all();
+            // Every policy but the request pool's reserve, which is no dependency's.
+            dep.shadow = Shadow::all().without(Policy::Reserve);
         }
         if let Some(reserve) = &mut config.server.reserve {
             reserve.shadow = true;
