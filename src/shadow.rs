@@ -202,8 +202,9 @@ impl LiveShadow {
     }
 }
 
-/// Refusals a policy in shadow would have made, per policy: a plain
-/// snapshot of [`ShadowCounters`].
+/// Refusals the policies in shadow would have made, per policy: a plain
+/// snapshot of relaxed counters (see
+/// [`DependencySnapshot::shadow_refused`](crate::DependencySnapshot::shadow_refused)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShadowCounts {

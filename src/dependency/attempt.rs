@@ -11,7 +11,8 @@
 //!   announced there, once; what the attempt had taken is given back by the
 //!   [`Attempt`]'s `Drop`. A policy in shadow (`shadow.rs`) refuses nothing:
 //!   its refusal goes through [`Inner::refused_by`], the one place that
-//!   records it and lets the attempt on, unseen by that policy. A wait (for a rate permit, for room, for a
+//!   records it and lets the attempt on, unseen by that policy. A wait (for
+//!   a rate permit, for room, for a
 //!   caller-thread permit) that the attempt's deadline ends is no refusal:
 //!   it is the caller's timeout, counted `timed_out` and recorded by no
 //!   breaker ([`Attempt::unlaunched`]).
