@@ -375,6 +375,35 @@ mod tests {
     }
 
     #[test]
+    fn a_second_with_shadow_refusals_is_summarized() {
+        let t = times();
+        let mut history = History::default();
+        let counters = crate::shadow::ShadowCounters::default();
+        let mut snap = snapshot("fraud");
+        let (now, at) = t.at(0);
+        assert_eq!(history.sample(now, at, std::slice::from_ref(&snap)), vec![None]);
+        for _ in 0..3 {
+            counters.add(Policy::Breaker);
+        }
+        counters.add(Policy::Throttle);
+        snap.shadow_refused = counters.load();
+        let (now, at) = t.at(1_000);
+        let summaries = history.sample(now, at, std::slice::from_ref(&snap));
+        assert_eq!(
+            summaries,
+            vec![Some(RecordedKind::Summary {
+                over: Duration::from_secs(1),
+                timed_out: 0,
+                rejected: Vec::new(),
+                shadow_refused: vec![(Policy::Throttle, 1), (Policy::Breaker, 3)],
+            })],
+            "only what the second added, in Policy::ALL's order"
+        );
+        let (now, at) = t.at(2_000);
+        assert_eq!(history.sample(now, at, std::slice::from_ref(&snap)), vec![None], "nothing new");
+    }
+
+    #[test]
     fn a_sample_at_the_same_instant_changes_nothing() {
         let t = times();
         let mut history = History::default();

@@ -339,6 +339,15 @@ fn a_live_switch_from_shadow_to_enforce_takes_effect_on_the_next_call() {
     assert!(call(200).is_ok(), "in shadow again, the next call goes through");
     assert_eq!(dep.snapshot().shadow_refused.get(Policy::Breaker), 2);
     assert_eq!(dep.snapshot().calls.not_permitted, 1);
+    // Exported, labelled by policy and the reason it would have refused with.
+    #[cfg(feature = "prometheus")]
+    {
+        let registry = watertight::Registry::new();
+        registry.register(dep.clone()).expect("a new name");
+        let text = watertight::metrics::encode_text(&registry);
+        let line = r#"watertight_shadow_refusals_total{dependency="switched",policy="breaker",reason="not_permitted"} 2"#;
+        assert!(text.contains(line), "{text}");
+    }
 }
 
 /// A shadowed breaker still settles its probes: HALF_OPEN closes on
