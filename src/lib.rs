@@ -91,6 +91,8 @@ pub mod limit;
 pub mod pool;
 pub mod registry;
 pub mod retry;
+// Shadow mode: which refusing policies decide and record without refusing.
+pub mod shadow;
 // How much a call matters under pressure: read by the dependency's reserved
 // share and by the throttle (public as `dependency::Priority`).
 mod priority;

@@ -15,8 +15,9 @@
 //!    itself emits land inside it.
 //!
 //! A job that never starts (its deadline passed in the queue, its caller gone,
-//! shutdown) makes no span. Rejections, timeouts and breaker transitions are
-//! events with target `watertight`: rejections and timeouts at `DEBUG` and
+//! shutdown) makes no span. Rejections, the refusals of a policy in shadow,
+//! timeouts and breaker transitions are events with target `watertight`:
+//! rejections, shadow refusals and timeouts at `DEBUG` and
 //! transitions at `INFO`, the levels the `log` records of the same happenings
 //! have. `log` is untouched: a program that bridges `log` into `tracing` sees
 //! both.
@@ -83,6 +84,17 @@ mod imp {
         debug!(target: "watertight", dependency, rejection = rejection.as_str(), "call rejected: {rejection}");
     }
 
+    /// A refusal that a policy in shadow would have made, and did not.
+    pub(crate) fn shadow_refused(dependency: &str, policy: crate::shadow::Policy, rejection: Rejection) {
+        debug!(
+            target: "watertight",
+            dependency,
+            policy = policy.as_str(),
+            reason = rejection.as_str(),
+            "{policy} in shadow would have refused a call: {rejection}"
+        );
+    }
+
     /// A caller that stopped waiting at the deadline.
     #[inline]
     pub(crate) fn timed_out(dependency: &str, waited: Duration) {
@@ -135,10 +147,13 @@ mod imp {
     pub(crate) fn rejected(_: &str, _: Rejection) {}
 
     #[inline(always)]
+    pub(crate) fn shadow_refused(_: &str, _: crate::shadow::Policy, _: Rejection) {}
+
+    #[inline(always)]
     pub(crate) fn timed_out(_: &str, _: Duration) {}
 
     #[inline(always)]
     pub(crate) fn watch_transitions(_: &Breaker) {}
 }
 
-pub(crate) use imp::{capture, enter, rejected, timed_out, watch_transitions};
+pub(crate) use imp::{capture, enter, rejected, shadow_refused, timed_out, watch_transitions};

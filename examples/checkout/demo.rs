@@ -165,7 +165,11 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
     let running = start(&cfg)?;
     let fraud = running.providers.iter().find(|p| p.name() == "fraud").ok_or("no fraud provider")?;
     let base = format!("http://{}", running.addr);
-    let mode = if args.no_bulkhead { "no bulkhead" } else { "bulkhead" };
+    let mode = match (args.no_bulkhead, args.shadow) {
+        (true, _) => "no bulkhead",
+        (false, true) => "bulkhead, every policy in shadow",
+        (false, false) => "bulkhead",
+    };
     print_setup(&running, &base, mode, &args.demo_phases);
 
     let load = Load::start(&base, args.demo_phases.total())?;

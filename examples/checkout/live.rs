@@ -12,7 +12,7 @@ use std::path::Path;
 use parking_lot::Mutex;
 use watertight::config::Config;
 use watertight::dependency::CallShape;
-use watertight::server::Reserve;
+use watertight::server::{RequestPool, Reserve};
 use watertight::{
     ConfigError, Dependency, DependencyConfig, Registry,
     registry::{CapacityReport, RequestThreads},
@@ -119,12 +119,42 @@ pub struct LiveConfig {
     /// One change at a time, so that two `PUT`s to one dependency cannot
     /// interleave their read-back with each other's change.
     changing: Mutex<()>,
+    /// The running request pool, once the server has started: where the
+    /// reserve is put in shadow and back live.
+    running: std::sync::OnceLock<RequestPool>,
 }
 
 impl LiveConfig {
     /// For a request pool of `request_threads` with `reserve`.
     pub fn new(request_threads: usize, reserve: Option<Reserve>) -> LiveConfig {
-        LiveConfig { request_threads, reserve, changing: Mutex::new(()) }
+        LiveConfig { request_threads, reserve, changing: Mutex::new(()), running: std::sync::OnceLock::new() }
+    }
+
+    /// The running request pool, once the server has started.
+    pub fn attach(&self, pool: RequestPool) {
+        let _ = self.running.set(pool);
+    }
+
+    /// The reserve as it runs now: in shadow or enforcing.
+    pub fn reserve_now(&self) -> Option<Reserve> {
+        let running = self.running.get();
+        self.reserve.clone().map(|r| match running {
+            Some(pool) => r.shadow(pool.reserve_in_shadow()),
+            None => r,
+        })
+    }
+
+    /// Puts the running reserve in shadow or back to enforcing, from the
+    /// next request; `None` without a reserve (or before the server runs).
+    pub fn set_reserve_shadow(&self, shadow: bool) -> Option<Reserve> {
+        let pool = self.running.get().filter(|_| self.reserve.is_some())?;
+        pool.set_reserve_shadow(shadow);
+        self.reserve_now()
+    }
+
+    /// What the reserve in shadow let onto a reserved thread so far.
+    pub fn reserve_shadow_refused(&self) -> u64 {
+        self.running.get().map_or(0, RequestPool::shadow_refused)
     }
 
     /// The request pool the capacity rule checks against: its threads less
@@ -159,7 +189,7 @@ impl LiveConfig {
     pub fn snapshot(&self, registry: &Registry) -> Config {
         let mut config = Config::default();
         config.server.request_threads = Some(self.request_threads);
-        config.server.reserve = self.reserve.clone();
+        config.server.reserve = self.reserve_now();
         for dep in registry.dependencies() {
             config.dependencies.insert(dep.name().to_owned(), self.current(&dep));
         }

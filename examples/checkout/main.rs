@@ -39,6 +39,7 @@ use crate::backends::{Backends, Mode};
 use crate::live::LiveConfig;
 use crate::routes::App;
 use watertight::Registry;
+use watertight::shadow::{Policy, Shadow};
 use watertight::testing::{Call, FakeProvider, Fault};
 
 /// A checkout server protected by watertight bulkheads, with embedded fake
@@ -71,6 +72,8 @@ ROUTES:
   GET  /_config/{name}    one dependency's                                       (admin)
   PUT  /_config/{name}    body: one dependency's configuration (JSON, the schema of a
                           [dependencies.NAME] section of --config): changes it live   (admin)
+  PUT  /_config/reserve   body: {\"shadow\": false} or true: the request pool's reserve enforced
+                          or in shadow, from the next request                   (admin)
 
 ADMIN ROUTES answer loopback clients that came through no proxy, and others only with header
 X-Admin-Token: <--admin-token> (a request with X-Forwarded-For or Forwarded came through a proxy).
@@ -164,6 +167,16 @@ pub struct Args {
     /// (server.reserve: threads only its routes may take), for comparison.
     #[arg(long)]
     pub no_reserve: bool,
+
+    /// Every refusing policy in shadow: every dependency's (the breakers, and
+    /// any limit, throttler or priority shedding the config sets) and the
+    /// request pool's reserve. Each decides and records what it would have
+    /// refused (`/circuits`' `shadow_refused`, `/metrics`'
+    /// `watertight_shadow_refusals_total`, the dashboard) and lets the call
+    /// through. Switched off live: `PUT /_config/{name}` with the section's
+    /// `"shadow": []`, and `PUT /_config/reserve` with `{"shadow": false}`.
+    #[arg(long)]
+    pub shadow: bool,
 
     /// Serve with tiny_http reading from the clients itself, without the
     /// guard (no read timeouts, no caps on heads or declared bodies), for
@@ -269,7 +282,16 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     let notification_url =
         provider("notification", &args.notification_url, args.notification, notification_responder)?;
 
-    let config = live::load(args.config.as_deref())?;
+    let mut config = live::load(args.config.as_deref())?;
+    if args.shadow {
+        for dep in config.dependencies.values_mut() {
+            // Every policy but the request pool's reserve, which is no dependency's.
+            dep.shadow = Shadow::all().without(Policy::Reserve);
+        }
+        if let Some(reserve) = &mut config.server.reserve {
+            reserve.shadow = true;
+        }
+    }
     let threads = request_threads(args, &config);
     let registry = Registry::new();
     let mode = if args.no_bulkhead {
@@ -350,6 +372,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         serve_with(listener, threads, server_config, handler)?
     };
     let addr = handle.addr().to_ip().ok_or("the server is not on a TCP address")?;
+    app.live.attach(handle.request_pool());
     Ok(Running { handle, app, addr, providers })
 }
 

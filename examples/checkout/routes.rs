@@ -16,6 +16,7 @@
 //! | `GET /_config`          | every dependency's live configuration (admin)                 |
 //! | `GET /_config/{name}`   | one dependency's live configuration (admin)                   |
 //! | `PUT /_config/{name}`   | changes one dependency live (body: its JSON section) (admin)  |
+//! | `PUT /_config/reserve`  | the reserve in shadow or enforced (body: `{"shadow": false}`) (admin) |
 //!
 //! The admin routes answer loopback clients that came through no proxy, and others only with the admin
 //! token (see `admin.rs`); anyone else gets 403.
@@ -41,6 +42,7 @@ use crate::dashboard::{self, StateClock};
 use crate::live::{LiveConfig, LiveError};
 use crate::stream::{self, Streams};
 use watertight::server::RequestContext;
+use watertight::shadow::Policy;
 use watertight::testing::{FakeProvider, Fault};
 use watertight::{DependencyConfig, Registry};
 
@@ -189,6 +191,7 @@ impl App {
             ["_config"] if get => json_response(200, &to_json(&self.live.snapshot(&self.registry))),
             ["_config"] => method_not_allowed("GET"),
             ["_config", name] if get => self.dependency_config(name),
+            ["_config", "reserve"] if put => self.reconfigure_reserve(req),
             ["_config", name] if put => self.reconfigure(req, name),
             ["_config", _] => method_not_allowed("GET, PUT"),
             _ => error(404, "NOT_FOUND", &format!("no route for {path}")),
@@ -326,6 +329,13 @@ impl App {
                     "failure_rate": s.failure_rate,
                     "slow_call_rate": s.slow_call_rate,
                     "calls": call_counts(&s.calls),
+                    // What each policy in shadow would have refused (all zero with none in shadow).
+                    "shadow_refused": s
+                        .shadow_refused
+                        .iter()
+                        .filter(|(p, _)| *p != Policy::Reserve)
+                        .map(|(p, n)| (p.as_str().to_owned(), json!(n)))
+                        .collect::<serde_json::Map<String, Value>>(),
                     "pool": {
                         "workers": s.pool.workers,
                         "busy": s.pool.busy,
@@ -380,6 +390,9 @@ impl App {
             "request_pool": {
                 "threads": self.request_threads,
                 "busy": self.in_flight.load(Ordering::Relaxed),
+                "reserve_shadow": self.live.reserve_now().is_some_and(|r| r.shadow),
+                // Ordinary requests the reserve in shadow let onto a reserved thread.
+                "reserve_shadow_refused": self.live.reserve_shadow_refused(),
             },
             "dependencies": deps,
             "caches": caches,
@@ -445,6 +458,40 @@ impl App {
             Err(LiveError::Unknown) => unknown_dependency(name),
             Err(LiveError::Invalid(e)) => invalid_config(&e),
             Err(LiveError::Capacity(why)) => error(409, "CAPACITY_EXCEEDED", &why),
+        }
+    }
+
+    /// `PUT /_config/reserve`: `{"shadow": true}` puts the request pool's
+    /// reserve in shadow, `{"shadow": false}` back to enforcing, from the
+    /// next request.
+    fn reconfigure_reserve(&self, req: &mut Request) -> ResponseBox {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Switch {
+            shadow: bool,
+        }
+        let body = match read_body(req) {
+            Ok(body) => body,
+            Err(resp) => return resp,
+        };
+        let switch: Switch = match serde_json::from_slice(&body) {
+            Ok(switch) => switch,
+            Err(e) => {
+                return error(400, "INVALID_CONFIG", &format!("expected {{\"shadow\": true|false}}: {e}"));
+            }
+        };
+        match self.live.set_reserve_shadow(switch.shadow) {
+            Some(reserve) => {
+                log::info!(
+                    "request pool: reserve {} through PUT /_config/reserve",
+                    match reserve.shadow {
+                        true => "in shadow",
+                        false => "enforced",
+                    }
+                );
+                json_response(200, &json!({ "reserve": reserve }))
+            }
+            None => error(404, "NO_RESERVE", "the request pool keeps no reserve"),
         }
     }
 

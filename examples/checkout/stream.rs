@@ -263,10 +263,17 @@ pub fn event_json(e: &RecordedEvent) -> Value {
         RecordedKind::Reconfigured { workers, queue, timeout } => {
             json!({ "workers": workers, "queue": queue, "timeout_ms": timeout.as_millis() as u64 })
         }
-        RecordedKind::Summary { over, timed_out, rejected } => {
+        RecordedKind::Summary { over, timed_out, rejected, shadow_refused, .. } => {
             let rejected: serde_json::Map<String, Value> =
                 rejected.iter().map(|(r, n)| (r.as_str().to_owned(), json!(n))).collect();
-            json!({ "over_ms": over.as_millis() as u64, "timed_out": timed_out, "rejected": rejected })
+            let shadow: serde_json::Map<String, Value> =
+                shadow_refused.iter().map(|(p, n)| (p.as_str().to_owned(), json!(n))).collect();
+            json!({
+                "over_ms": over.as_millis() as u64,
+                "timed_out": timed_out,
+                "rejected": rejected,
+                "shadow_refused": shadow,
+            })
         }
         _ => json!({}),
     };

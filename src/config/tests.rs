@@ -70,13 +70,17 @@ fn everything() -> Config {
         mode: crate::dependency::Mode::Pool,
         reserved_for_critical: 2,
         calls: crate::dependency::CallShape::FanOut("search".into()),
+        shadow: crate::shadow::Shadow::none()
+            .with(crate::shadow::Policy::Breaker)
+            .with(crate::shadow::Policy::Throttle),
     };
     let mut server = ServerConfigFile {
         request_threads: Some(32),
         request_budget: Some(Duration::from_secs(5)),
         ..ServerConfigFile::default()
     };
-    server.reserve = Some(crate::server::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]));
+    server.reserve =
+        Some(crate::server::Reserve::new(2).for_routes(["GET /health", "GET /orders/{id}"]).shadow(true));
     let mut config = Config { server, ..Config::default() };
     config.dependencies.insert("fraud".into(), dep);
     config.dependencies.insert("account-read".into(), DependencyConfig::default());

@@ -9,7 +9,10 @@
 //!   submission to the pool, or the run on the caller's thread). A refusal
 //!   at any step is counted, logged (in aggregate, `quiet_log.rs`) and
 //!   announced there, once; what the attempt had taken is given back by the
-//!   [`Attempt`]'s `Drop`. A wait (for a rate permit, for room, for a
+//!   [`Attempt`]'s `Drop`. A policy in shadow (`shadow.rs`) refuses nothing:
+//!   its refusal goes through [`Inner::refused_by`], the one place that
+//!   records it and lets the attempt on, unseen by that policy. A wait (for
+//!   a rate permit, for room, for a
 //!   caller-thread permit) that the attempt's deadline ends is no refusal:
 //!   it is the caller's timeout, counted `timed_out` and recorded by no
 //!   breaker ([`Attempt::unlaunched`]).
@@ -32,6 +35,7 @@ use crate::error::{Error, Outcome, Rejection, panic_message};
 use crate::limit::LimitPermit;
 use crate::pool::{Answer, CallContext, SubmitError};
 use crate::priority::Priority;
+use crate::shadow::{Policy, Shadow};
 
 /// An attempt's deadline, and whose it is.
 #[derive(Debug, Clone, Copy)]
@@ -131,7 +135,9 @@ impl From<Rejection> for Unlaunched {
 /// permit, the limit permit, the priority place, the deadline and its start.
 #[must_use = "an attempt is settled with `settle`; dropped, it never ran"]
 pub(super) struct Attempt {
-    permit: OwnedPermit,
+    /// `None` when the breaker, in shadow, would have refused the attempt:
+    /// then it records nothing of it, as of a refused call.
+    permit: Option<OwnedPermit>,
     limit: Option<LimitPermit>,
     /// Moved into the job by [`carry`](Self::carry), so that it is given back
     /// once the job returns on its worker (or is dropped unrun).
@@ -142,6 +148,9 @@ pub(super) struct Attempt {
     /// The injected clock's time at admission, for the breaker's elapsed time.
     start: Instant,
     pub(super) number: u32,
+    /// The policies that would have refused it and, in shadow, let it
+    /// through: none of them records it.
+    shadowed: Shadow,
 }
 
 /// How an attempt ended.
@@ -199,20 +208,29 @@ impl Inner {
         if at <= ask.now {
             return Err(self.refuse(ask.form, Rejection::DeadlineUnmeetable, None));
         }
+        // Every refusal below goes through `refused_by`: enforced, the
+        // attempt is refused; in shadow, it is recorded and goes on, and the
+        // policy that let it through records nothing of it (`shadowed`).
+        let shadow = self.live.shadow.get();
+        let mut shadowed = Shadow::none();
         // The adaptive throttler, before anything is taken: a call it refuses
         // was never a request to the provider (`limit/throttle.rs`).
         if self.throttle.is_on() && self.throttle.refuses_at(self.clock_now(ask.now), ask.priority) {
-            return Err(self.refuse(ask.form, Rejection::Throttled, None));
+            self.refused_by(Policy::Throttle, shadow, ask.form, Rejection::Throttled, None)?;
+            shadowed = shadowed.with(Policy::Throttle);
         }
         // The rate limit, before the breaker: a caller waiting for its permit
-        // holds no probe slot. Only a blocking call waits, and only within its deadline.
-        let rate = self.live.rate_on();
+        // holds no probe slot. Only a blocking call waits, and only within its
+        // deadline; in shadow nobody waits (the permit is taken all the same,
+        // so that the limit's next decisions are its enforced ones).
+        let mut rate = false;
         let mut now = ask.now;
-        if rate {
+        if self.live.rate_on() {
             let within = if ask.form == Form::Blocking { at - now } else { Duration::ZERO };
             match self.rate.reserve(within) {
-                Ok(wait) if wait.is_zero() => {}
+                Ok(wait) if wait.is_zero() || shadow.contains(Policy::RateLimit) => rate = true,
                 Ok(wait) => {
+                    rate = true;
                     std::thread::sleep(wait);
                     now = Instant::now();
                     // Overslept past the deadline: the caller's time ran out
@@ -223,7 +241,15 @@ impl Inner {
                     }
                 }
                 Err(retry_after) => {
-                    return Err(self.refuse(ask.form, Rejection::RateLimited, Some(retry_after)));
+                    let retry_after = Some(retry_after);
+                    self.refused_by(
+                        Policy::RateLimit,
+                        shadow,
+                        ask.form,
+                        Rejection::RateLimited,
+                        retry_after,
+                    )?;
+                    shadowed = shadowed.with(Policy::RateLimit);
                 }
             }
         }
@@ -244,16 +270,27 @@ impl Inner {
             true => self.breaker.try_acquire_owned_if_closed(),
             false => self.breaker.try_acquire_owned().ok(),
         };
-        let Some(permit) = permit else {
-            undo(None);
-            return Err(self.refuse(ask.form, Rejection::NotPermitted, None));
-        };
+        if permit.is_none() {
+            if let Err(refusal) =
+                self.refused_by(Policy::Breaker, shadow, ask.form, Rejection::NotPermitted, None)
+            {
+                undo(None);
+                return Err(refusal);
+            }
+            shadowed = shadowed.with(Policy::Breaker);
+        }
         // Over the adaptive limit: the permit drops as ignored (a half-open
         // probe slot goes back): the provider was never asked.
         let limit = match self.live.limit_on().then(|| self.limiter.try_acquire(start)) {
             Some(None) => {
-                undo(Some(permit));
-                return Err(self.refuse(ask.form, Rejection::LimitExceeded, None));
+                let shadows =
+                    self.refused_by(Policy::AdaptiveLimit, shadow, ask.form, Rejection::LimitExceeded, None);
+                if let Err(refusal) = shadows {
+                    undo(permit);
+                    return Err(refusal);
+                }
+                shadowed = shadowed.with(Policy::AdaptiveLimit);
+                None
             }
             Some(granted) => granted,
             None => None,
@@ -268,15 +305,28 @@ impl Inner {
                     self.live.reserved(),
                 );
                 if place.is_none() {
-                    undo(Some(permit));
-                    return Err(self.refuse(ask.form, Rejection::Shed, None));
+                    if let Err(refusal) =
+                        self.refused_by(Policy::Priority, shadow, ask.form, Rejection::Shed, None)
+                    {
+                        undo(permit);
+                        return Err(refusal);
+                    }
+                    shadowed = shadowed.with(Policy::Priority);
                 }
                 place
             }
             None => None,
         };
-        let attempt =
-            Attempt { permit, limit, place, deadline: ask.deadline, called: now, start, number: ask.number };
+        let attempt = Attempt {
+            permit,
+            limit,
+            place,
+            deadline: ask.deadline,
+            called: now,
+            start,
+            number: ask.number,
+            shadowed,
+        };
         #[cfg(test)]
         super::tests::tally(&self.name, super::tests::ADMITTED);
         launch(attempt).map_err(|unlaunched| {
@@ -333,6 +383,40 @@ impl Inner {
                  `ctx.remaining()` to its I/O, as `with_deadline` does for ureq)",
                 self.name
             );
+        }
+    }
+
+    /// The one place where shadow mode is decided: `policy` would refuse
+    /// this attempt with `rejection`. Enforced, the attempt is refused
+    /// ([`refuse`](Self::refuse)). In `shadow`, the refusal it would have
+    /// been is counted, logged at `debug`, traced and announced (a hedge's,
+    /// like its refusal, is not), and the attempt goes on.
+    #[inline]
+    fn refused_by(
+        &self,
+        policy: Policy,
+        shadow: Shadow,
+        form: Form,
+        rejection: Rejection,
+        retry_after: Option<Duration>,
+    ) -> Result<(), Refusal> {
+        if !shadow.contains(policy) {
+            return Err(self.refuse(form, rejection, retry_after));
+        }
+        if form != Form::Hedge {
+            self.shadow_refused(policy, rejection);
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn shadow_refused(&self, policy: Policy, rejection: Rejection) {
+        self.shadow_counts.add(policy);
+        log::debug!("dependency {}: {policy} in shadow would have refused a call ({rejection})", self.name);
+        crate::trace::shadow_refused(&self.name, policy, rejection);
+        if !self.listeners.is_empty() {
+            let event = Event::ShadowRefused { dependency: Arc::clone(&self.name), policy, rejection };
+            self.listeners.notify(&event, &self.name);
         }
     }
 
@@ -427,8 +511,10 @@ impl Attempt {
         let waiting = matches!(unlaunched.rejection, Rejection::QueueFull | Rejection::DeadlineUnmeetable);
         if waiting && now >= self.deadline.at {
             unlaunched.timed_out = Some(now.saturating_duration_since(self.called));
-            if self.permit.state() == crate::breaker::State::Closed {
-                self.permit.forget();
+            if let Some(permit) = self.permit
+                && permit.state() == crate::breaker::State::Closed
+            {
+                permit.forget();
             }
         }
         unlaunched
@@ -437,7 +523,9 @@ impl Attempt {
     /// A hedge's attempt that was admitted but could not start after all:
     /// it never was (see [`Form::Hedge`]).
     pub(super) fn forget(self) {
-        self.permit.forget();
+        if let Some(permit) = self.permit {
+            permit.forget();
+        }
     }
 
     /// The one settlement (see the module docs): judges how the attempt
@@ -457,7 +545,7 @@ impl Attempt {
     where
         C: Fn(&Result<T, E>) -> Verdict + ?Sized,
     {
-        let Attempt { permit, limit, place, deadline, called, start, .. } = self;
+        let Attempt { permit, limit, place, deadline, called, start, shadowed, .. } = self;
         drop(place);
         let waited = ended.saturating_duration_since(called);
         // How long the provider had the call: until the deadline cut it
@@ -490,7 +578,9 @@ impl Attempt {
             }
         };
         let Some(inner) = inner else {
-            permit.record(verdict, waited);
+            if let Some(permit) = permit {
+                permit.record(verdict, waited);
+            }
             return (result, Some(verdict));
         };
         inner.call_time.record_at(waited, ended);
@@ -502,14 +592,16 @@ impl Attempt {
         }
         inner.counters.outcome(outcome);
         // A request the provider answered: accepted unless a failure or a timeout.
-        if inner.throttle.is_on() {
+        if inner.throttle.is_on() && !shadowed.contains(Policy::Throttle) {
             let accepted = matches!(outcome, Outcome::Successful | Outcome::Ignored);
             inner.throttle.record_at(inner.clock_now(ended), accepted);
         }
         if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
             inner.counters.slow();
         }
-        permit.record(verdict, elapsed);
+        if let Some(permit) = permit {
+            permit.record(verdict, elapsed);
+        }
         // An ignored outcome says nothing about the provider's latency.
         if let Some(limit) = limit
             && verdict != Verdict::Ignore

@@ -249,6 +249,28 @@ impl DependencyBuilder {
         self
     }
 
+    /// Puts `policy` in shadow: it decides every call as it would and keeps
+    /// its state as it would (a breaker still opens, and half-opens for its
+    /// probes), but a call it would refuse is let through, and the refusal
+    /// it would have made is recorded: in the snapshot's
+    /// [`shadow_refused`](crate::DependencySnapshot::shadow_refused), in
+    /// `watertight_shadow_refusals_total{dependency,policy,reason}`, as an
+    /// [`Event::ShadowRefused`](crate::dependency::Event::ShadowRefused) and a
+    /// tracing event. A call let through this way is not recorded by the
+    /// policy that would have refused it (it would never have reached the
+    /// provider), so the policy's decisions are the ones it would make
+    /// enforced. Call once per policy; switched live by
+    /// [`reconfigure`](Dependency::reconfigure) (field `shadow`), on the next
+    /// call. A policy that is not configured has nothing to shadow; the
+    /// kill switch (no limit, a disabled breaker) turns one off entirely.
+    /// ([`Policy::Reserve`](crate::shadow::Policy::Reserve) belongs to the
+    /// request pool, not to a dependency.) Defaults to none: every policy
+    /// enforces.
+    pub fn shadow(mut self, policy: crate::shadow::Policy) -> Self {
+        self.config.shadow = self.config.shadow.with(policy);
+        self
+    }
+
     /// How callers call it, declared for the capacity rule
     /// ([`Registry::check_capacity`](crate::Registry::check_capacity)):
     /// [`CallShape::Blocking`] holds up to `workers + queue` request threads
@@ -368,6 +390,7 @@ impl DependencyBuilder {
                 occupancy: Arc::default(),
                 ring,
                 log: Default::default(),
+                shadow_counts: Default::default(),
             }),
         })
     }

@@ -16,6 +16,7 @@ use crate::breaker::BreakerConfig;
 use crate::error::ConfigError;
 use crate::limit::{AdaptiveLimit, RateLimit, Throttle};
 use crate::retry::Retry;
+use crate::shadow::{LiveShadow, Shadow};
 use crate::time::{MAX_TIMEOUT, saturating_nanos};
 
 /// Every setting of a [`Dependency`](crate::Dependency), as one value: what a
@@ -115,6 +116,12 @@ pub struct DependencyConfig {
     /// In a file: `calls = "blocking"`, `calls = "detached"` or
     /// `calls = { fan_out = "search" }`; absent: blocking.
     pub calls: CallShape,
+    /// The policies in shadow: each decides as it would and records what it
+    /// would have refused, and refuses nothing
+    /// ([`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)).
+    /// In a file: `shadow = ["breaker", "rate_limit"]`; absent: none.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Shadow::is_empty"))]
+    pub shadow: Shadow,
 }
 
 /// How a dependency's callers call it, declared for the capacity rule
@@ -178,6 +185,7 @@ impl Default for DependencyConfig {
             mode: Mode::Pool,
             reserved_for_critical: 0,
             calls: CallShape::Blocking,
+            shadow: Shadow::none(),
         }
     }
 }
@@ -275,6 +283,8 @@ pub(super) struct Live {
     reserved: std::sync::atomic::AtomicUsize,
     /// Read by the capacity rule only, never on the call path.
     calls: Mutex<CallShape>,
+    /// The policies in shadow, read once per attempt.
+    pub(super) shadow: LiveShadow,
 }
 
 impl Live {
@@ -289,6 +299,7 @@ impl Live {
             hedge: Mutex::new(config.hedge),
             reserved: std::sync::atomic::AtomicUsize::new(config.reserved_for_critical),
             calls: Mutex::new(config.calls.clone()),
+            shadow: LiveShadow::new(config.shadow),
         }
     }
 
@@ -349,6 +360,7 @@ impl Dependency {
             mode: inner.exec.mode(),
             reserved_for_critical: inner.live.reserved(),
             calls: inner.live.calls.lock().clone(),
+            shadow: inner.live.shadow.get(),
         }
     }
 
@@ -378,6 +390,8 @@ impl Dependency {
     /// - `reserved_for_critical`: calls admitted from now on.
     /// - `hedge`: hedged calls made from now on; `None` makes them single attempts.
     /// - `calls`: the capacity rule's next check; calls are served as before.
+    /// - `shadow`: the next call admitted; a policy switched from shadow to
+    ///   enforce refuses from that call on, on the state it kept in shadow.
     ///
     /// Every call made at any moment of a reconfiguration gets exactly one
     /// answer, under the old settings or the new.
@@ -420,6 +434,7 @@ impl Dependency {
         *inner.live.hedge.lock() = new.hedge;
         inner.live.reserved.store(new.reserved_for_critical, Ordering::Relaxed);
         *inner.live.calls.lock() = new.calls;
+        inner.live.shadow.set(new.shadow);
         inner.budget.retune(&new.retry);
         *inner.live.retry.lock() = new.retry;
         inner.live.slow_ns.store(saturating_nanos(slow), Ordering::Relaxed);

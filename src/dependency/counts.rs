@@ -46,6 +46,11 @@ pub struct DependencySnapshot {
     /// Worker time spent on hedged attempts that were still running when
     /// another attempt of their call won (the cost of hedging).
     pub hedge_lost_time: Duration,
+    /// What each policy in shadow would have refused (see
+    /// [`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)):
+    /// calls let through, counted apart from [`calls`](Self::calls), where
+    /// each has its own outcome.
+    pub shadow_refused: crate::shadow::ShadowCounts,
 }
 
 /// A median and a 99th percentile, `None` without samples.

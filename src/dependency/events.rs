@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use crate::breaker::{Breaker, Transition};
 use crate::error::Rejection;
+use crate::shadow::Policy;
 
 /// Something that happened to a dependency, delivered to the listeners given
 /// to [`DependencyBuilder::on_event`](crate::DependencyBuilder::on_event).
@@ -32,6 +33,17 @@ pub enum Event {
         /// The dependency's name.
         dependency: Arc<str>,
         /// Why.
+        rejection: Rejection,
+    },
+    /// A policy in shadow would have refused a call, and let it through
+    /// (also logged at `debug`; see
+    /// [`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)).
+    ShadowRefused {
+        /// The dependency's name.
+        dependency: Arc<str>,
+        /// The policy in shadow.
+        policy: crate::shadow::Policy,
+        /// What it would have answered.
         rejection: Rejection,
     },
     /// A caller stopped waiting at the deadline (also logged at `debug`).
@@ -86,7 +98,8 @@ pub enum RecordedKind {
         /// The per-attempt timeout.
         timeout: Duration,
     },
-    /// A second (or so) in which calls were rejected or timed out: what a
+    /// A second (or so) in which calls were rejected or timed out, or a
+    /// policy in shadow would have refused some: what a
     /// registry's history sampler counted over `over`
     /// ([`Registry::start_history`](crate::Registry::start_history)). Seconds
     /// without either record nothing.
@@ -98,6 +111,9 @@ pub enum RecordedKind {
         /// Rejections by kind, in [`Rejection::ALL`]'s order; only kinds
         /// that happened.
         rejected: Vec<(Rejection, u64)>,
+        /// What each policy in shadow would have refused, in
+        /// [`Policy::ALL`]'s order; only policies that would have.
+        shadow_refused: Vec<(Policy, u64)>,
     },
 }
 
@@ -171,7 +187,12 @@ mod tests {
     use super::*;
 
     fn summary(timed_out: u64) -> RecordedKind {
-        RecordedKind::Summary { over: Duration::from_secs(1), timed_out, rejected: Vec::new() }
+        RecordedKind::Summary {
+            over: Duration::from_secs(1),
+            timed_out,
+            rejected: Vec::new(),
+            shadow_refused: Vec::new(),
+        }
     }
 
     #[test]

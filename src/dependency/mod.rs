@@ -167,6 +167,8 @@ struct Inner {
     ring: Arc<self::events::EventRing>,
     /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).
     log: quiet_log::QuietLog,
+    /// What the policies in shadow would have refused.
+    shadow_counts: crate::shadow::ShadowCounters,
 }
 
 impl Inner {
@@ -302,6 +304,7 @@ impl Dependency {
                 call: Percentiles::of(&inner.call_time.recent()),
             },
             hedge_lost_time: inner.counters.hedge_lost_time(),
+            shadow_refused: inner.shadow_counts.load(),
         }
     }
 

@@ -46,6 +46,7 @@ use crate::breaker::State;
 use crate::dependency::{Dependency, DependencySnapshot};
 use crate::histogram::HistogramSnapshot;
 use crate::registry::Registry;
+use crate::shadow::Policy;
 
 /// A `prometheus-client` collector that reads a [`Registry`] on every
 /// scrape, so dependencies registered later appear without more wiring.
@@ -61,6 +62,7 @@ use crate::registry::Registry;
 /// |---|---|---|---|
 /// | `watertight_state` | gauge | `state` | 1 for the breaker's state, 0 for the others |
 /// | `watertight_calls_total` | counter | `kind` | attempts by outcome; their sum is every attempt |
+/// | `watertight_shadow_refusals_total` | counter | `policy`, `reason` | calls a policy in shadow would have refused, and let through ([`Policy`]'s labels, the reason its [`Rejection`](crate::Rejection)'s; the request pool's reserve has no `dependency` label) |
 /// | `watertight_slow_calls_total` | counter | | attempts slower than `slow_call_duration` |
 /// | `watertight_retries_total` | counter | | attempts that were retries |
 /// | `watertight_expired_total` | counter | | jobs the pool dropped unstarted |
@@ -378,6 +380,30 @@ impl prometheus_client::collector::Collector for Collector {
                         &[("dependency", snap.name.as_str()), ("kind", outcome.as_str())];
                     counter(&mut metric, labels, n)?;
                 }
+            }
+        }
+        {
+            let mut metric = enc.encode_descriptor(
+                "watertight_shadow_refusals",
+                "Calls a policy in shadow would have refused, and let through.",
+                None,
+                MetricType::Counter,
+            )?;
+            for snap in &snaps {
+                for (policy, n) in snap.shadow_refused.iter().filter(|(p, _)| *p != Policy::Reserve) {
+                    let labels: &[(&str, &str)] = &[
+                        ("dependency", snap.name.as_str()),
+                        ("policy", policy.as_str()),
+                        ("reason", policy.reason()),
+                    ];
+                    counter(&mut metric, labels, n)?;
+                }
+            }
+            // The request pool's reserve, which belongs to no dependency.
+            if let Some(pool) = self.registry.request_pool().filter(|p| p.reserve().is_some()) {
+                let policy = Policy::Reserve;
+                let labels: &[(&str, &str)] = &[("policy", policy.as_str()), ("reason", policy.reason())];
+                counter(&mut metric, labels, pool.shadow_refused())?;
             }
         }
         counters(

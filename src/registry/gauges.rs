@@ -21,6 +21,8 @@ pub struct RequestPoolGauges {
     reserve: Option<(usize, Arc<AtomicUsize>, Arc<AtomicUsize>)>,
     /// Requests refused, by reason (the server counts, this side reads).
     refused: Arc<Refused>,
+    /// What the reserve in shadow would have refused.
+    shadowed: Arc<crate::shadow::ShadowCounters>,
 }
 
 /// Requests a request pool refused, counted by reason: relaxed counters,
@@ -52,7 +54,20 @@ impl Refused {
 
 impl RequestPoolGauges {
     pub(crate) fn new(threads: usize, busy: Arc<AtomicUsize>) -> Self {
-        RequestPoolGauges { threads, busy, reserve: None, refused: Arc::default() }
+        RequestPoolGauges { threads, busy, reserve: None, refused: Arc::default(), shadowed: Arc::default() }
+    }
+
+    /// The count of what the reserve in shadow would have refused.
+    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server counts them
+    pub(crate) fn with_shadowed(mut self, shadowed: Arc<crate::shadow::ShadowCounters>) -> Self {
+        self.shadowed = shadowed;
+        self
+    }
+
+    /// Ordinary requests the reserve in shadow let onto a reserved thread
+    /// (see `server::Reserve::shadow`): the refusals it would have made.
+    pub fn shadow_refused(&self) -> u64 {
+        self.shadowed.load().get(crate::shadow::Policy::Reserve)
     }
 
     /// The counts of refusals the pool writes.

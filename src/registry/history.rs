@@ -32,6 +32,7 @@ use super::Registry;
 use crate::breaker::State;
 use crate::dependency::{CallCounts, Dependency, DependencySnapshot, Percentiles, RecordedKind};
 use crate::error::{Outcome, Rejection};
+use crate::shadow::{Policy, ShadowCounts};
 
 /// Points kept per dependency: five minutes at one a second.
 const HISTORY_POINTS: usize = 300;
@@ -107,7 +108,7 @@ struct Track {
     name: String,
     /// When the last sample was taken and what its counters were: the start
     /// of the next interval.
-    last: Option<(Instant, CallCounts)>,
+    last: Option<(Instant, CallCounts, ShadowCounts)>,
     points: VecDeque<HistoryPoint>,
 }
 
@@ -148,15 +149,15 @@ impl History {
 
 impl Track {
     fn sample(&mut self, now: Instant, at: SystemTime, snap: &DependencySnapshot) -> Option<RecordedKind> {
-        let Some((then, before)) = self.last else {
-            self.last = Some((now, snap.calls));
+        let Some((then, before, shadow_before)) = self.last else {
+            self.last = Some((now, snap.calls, snap.shadow_refused));
             return None;
         };
         let interval = now.saturating_duration_since(then);
         if interval.is_zero() {
             return None;
         }
-        self.last = Some((now, snap.calls));
+        self.last = Some((now, snap.calls, snap.shadow_refused));
         let calls = snap.calls.since(&before);
         if self.points.len() == HISTORY_POINTS {
             self.points.pop_front();
@@ -174,11 +175,15 @@ impl Track {
         });
         let rejected: Vec<(Rejection, u64)> =
             Rejection::ALL.into_iter().map(|r| (r, calls.get(r.outcome()))).filter(|&(_, n)| n > 0).collect();
-        (calls.timed_out > 0 || !rejected.is_empty()).then_some(RecordedKind::Summary {
-            over: interval,
-            timed_out: calls.timed_out,
-            rejected,
-        })
+        let shadow_refused: Vec<(Policy, u64)> = snap
+            .shadow_refused
+            .iter()
+            .map(|(p, n)| (p, n.saturating_sub(shadow_before.get(p))))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        (calls.timed_out > 0 || !rejected.is_empty() || !shadow_refused.is_empty()).then_some(
+            RecordedKind::Summary { over: interval, timed_out: calls.timed_out, rejected, shadow_refused },
+        )
     }
 }
 
@@ -341,6 +346,7 @@ mod tests {
                 over: Duration::from_secs(1),
                 timed_out: 4,
                 rejected: vec![(Rejection::NotPermitted, 3), (Rejection::QueueFull, 1)],
+                shadow_refused: Vec::new(),
             })]
         );
         let points = history.points("fraud");
@@ -366,6 +372,35 @@ mod tests {
         let (now, at) = t.at(4_000);
         assert_eq!(history.sample(now, at, std::slice::from_ref(&snap)), vec![None]);
         assert_eq!(history.points("fraud")[2].calls, CallCounts::default());
+    }
+
+    #[test]
+    fn a_second_with_shadow_refusals_is_summarized() {
+        let t = times();
+        let mut history = History::default();
+        let counters = crate::shadow::ShadowCounters::default();
+        let mut snap = snapshot("fraud");
+        let (now, at) = t.at(0);
+        assert_eq!(history.sample(now, at, std::slice::from_ref(&snap)), vec![None]);
+        for _ in 0..3 {
+            counters.add(Policy::Breaker);
+        }
+        counters.add(Policy::Throttle);
+        snap.shadow_refused = counters.load();
+        let (now, at) = t.at(1_000);
+        let summaries = history.sample(now, at, std::slice::from_ref(&snap));
+        assert_eq!(
+            summaries,
+            vec![Some(RecordedKind::Summary {
+                over: Duration::from_secs(1),
+                timed_out: 0,
+                rejected: Vec::new(),
+                shadow_refused: vec![(Policy::Throttle, 1), (Policy::Breaker, 3)],
+            })],
+            "only what the second added, in Policy::ALL's order"
+        );
+        let (now, at) = t.at(2_000);
+        assert_eq!(history.sample(now, at, std::slice::from_ref(&snap)), vec![None], "nothing new");
     }
 
     #[test]

@@ -24,6 +24,11 @@
 //! waiting request is answered by its deadline even while every ordinary
 //! thread is held.
 //!
+//! A reserve in shadow (`Reserve::shadow`) decides the same, and where it
+//! would keep an ordinary request waiting (or refuse it) while a reserved
+//! thread is free, the request takes that thread, recorded
+//! (`Counts::shadow_seat`): with its line empty, as with no reserve.
+//!
 //! Invariant, under the `line` lock (every seat of this room is taken and
 //! given back under it): `line` is not empty only while the ordinary class
 //! has no free seat. A request is queued only when that holds, and every
@@ -37,6 +42,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use super::gate::Counts;
 use crate::room::{Line, NoSeat, Room, Seat};
 
 /// The admission of a request pool whose requests are `T`s (tiny_http's
@@ -50,6 +56,8 @@ pub(super) struct Admission<T> {
     reserved_busy: Arc<AtomicUsize>,
     /// `line.queue.len()`, readable without the lock: a gauge, relaxed.
     waiting: Arc<AtomicUsize>,
+    /// The pool's counts, for the reserve in shadow (`Counts::shadow_seat`).
+    counts: Option<Counts>,
 }
 
 struct Waiting<T> {
@@ -91,7 +99,20 @@ impl<T> Admission<T> {
             line: Mutex::new(Waiting { queue: VecDeque::new(), since: None }),
             reserved_busy,
             waiting,
+            counts: None,
         }
+    }
+
+    /// The same, whose reserve may be put in shadow through `counts`.
+    pub(super) fn with_counts(mut self, counts: Counts) -> Admission<T> {
+        self.counts = Some(counts);
+        self
+    }
+
+    /// A free reserved seat for an ordinary request, when the reserve is in
+    /// shadow (`None` otherwise).
+    fn shadow_seat(&self) -> Option<Seat> {
+        self.counts.as_ref()?.shadow_seat(&self.room)
     }
 
     /// `taken` (`reserved` or not, due by `deadline`), on the calling
@@ -112,6 +133,9 @@ impl<T> Admission<T> {
                 Admit::Run(taken, seat)
             }
             Err(wait) => {
+                if !reserved && let Some(seat) = self.shadow_seat() {
+                    return Admit::Run(taken, seat);
+                }
                 let (until, why) = match wait {
                     Ok(until) if until >= deadline => (Some(until), NoSeat::Deadline),
                     Ok(until) => (Some(until), NoSeat::Waited),
@@ -163,7 +187,7 @@ impl<T> Admission<T> {
             line.queue = kept;
         }
         if !line.queue.is_empty()
-            && let Some(seat) = self.room.try_seat(0)
+            && let Some(seat) = self.room.try_seat(0).or_else(|| self.shadow_seat())
         {
             let (taken, ..) = line.queue.pop_front().expect("not empty");
             next.run = Some((taken, seat));
@@ -381,5 +405,41 @@ mod tests {
         assert!(sweep.run.is_none() && sweep.expired.is_empty());
         // The seat given back goes to it.
         assert_eq!(admission.done(held).run.map(|(i, _)| i), Some(3));
+    }
+
+    #[test]
+    fn a_reserve_in_shadow_lets_ordinary_requests_onto_free_reserved_threads() {
+        use crate::shadow::{Policy, Shadow};
+        let counts = Counts::default();
+        counts.shadow.set(Shadow::none().with(Policy::Reserve));
+        let room = Room::with_shares(3, Duration::from_secs(10), &[1, 0]).unwrap();
+        let admission = Admission::new(room, Arc::clone(&counts.reserved_busy), Arc::clone(&counts.waiting))
+            .with_counts(counts.clone());
+        let Admit::Run(_, one) = admission.admit(1, false, false, far()) else {
+            panic!("an ordinary thread")
+        };
+        let Admit::Run(_, two) = admission.admit(2, false, false, far()) else {
+            panic!("an ordinary thread")
+        };
+        // Enforced, the third would wait for an ordinary thread: in shadow it takes the reserved one.
+        let Admit::Run(_, three) = admission.admit(3, false, false, far()) else {
+            panic!("the reserved thread")
+        };
+        assert_eq!(three.class(), 1);
+        assert_eq!((counts.shadowed.load().get(Policy::Reserve), admission.reserved_busy()), (1, 1));
+        // Every thread busy: the pool's own bound, not the reserve's; it waits.
+        assert!(matches!(admission.admit(4, false, false, far()), Admit::Waits));
+        assert_eq!(counts.shadowed.load().get(Policy::Reserve), 1);
+        // The reserved thread given back goes to the one waiting, in shadow too.
+        let (four, four_seat) = admission.done(three).run.expect("the waiting request runs");
+        assert_eq!((four, four_seat.class(), admission.waiting()), (4, 1, 0));
+        assert_eq!(counts.shadowed.load().get(Policy::Reserve), 2);
+        // Enforced again (live): the next ordinary request waits for an ordinary thread.
+        drop(four_seat);
+        counts.shadow.set(Shadow::none());
+        assert!(matches!(admission.admit(5, false, false, far()), Admit::Waits));
+        assert!(matches!(admission.admit(6, true, false, far()), Admit::Run(6, _)), "the reserve kept");
+        assert_eq!(admission.done(one).run.map(|(i, _)| i), Some(5));
+        drop(two);
     }
 }

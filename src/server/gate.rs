@@ -9,7 +9,9 @@
 //! `max_wait`, never past its budget, and only when the wait it can expect
 //! fits. Else it is refused ([`EnterError::Busy`], answer `503`), which keeps
 //! the reserved threads free for the reserved routes. Refusals are counted
-//! by reason and logged at most once a second.
+//! by reason and logged at most once a second. A reserve in shadow
+//! ([`Reserve::shadow`](super::Reserve::shadow)) lets such a request take a
+//! free reserved thread instead, recorded ([`Counts::shadow_seat`]).
 
 use std::fmt;
 use std::io;
@@ -25,6 +27,7 @@ use super::reserve::{self, Route};
 use crate::quiet::Quiet;
 use crate::registry::{REFUSAL_REASONS, Refused, Registry, RequestPoolGauges};
 use crate::room::{NoSeat, Room, Seat};
+use crate::shadow::{LiveShadow, Policy, Shadow, ShadowCounters};
 
 /// The request pool's live counts, shared with its gauges in a registry.
 #[derive(Default, Clone)]
@@ -35,18 +38,43 @@ pub(super) struct Counts {
     pub(super) refused: Arc<Refused>,
     /// The refusals' log, one kind per reason.
     quiet: Arc<Quiet<{ REFUSAL_REASONS.len() }>>,
+    /// Whether the reserve is in shadow ([`Policy::Reserve`]), switched live.
+    pub(super) shadow: Arc<LiveShadow>,
+    /// What the reserve in shadow would have refused.
+    pub(super) shadowed: Arc<ShadowCounters>,
 }
 
 impl Counts {
     /// The gauges of a pool of `threads` with these counts, and the
     /// reserve's when it has `reserved` threads.
     fn gauges(&self, threads: usize, reserved: Option<usize>) -> RequestPoolGauges {
-        let gauges =
-            RequestPoolGauges::new(threads, Arc::clone(&self.busy)).with_refused(Arc::clone(&self.refused));
+        let gauges = RequestPoolGauges::new(threads, Arc::clone(&self.busy))
+            .with_refused(Arc::clone(&self.refused))
+            .with_shadowed(Arc::clone(&self.shadowed));
         match reserved {
             Some(r) => gauges.with_reserve(r, Arc::clone(&self.reserved_busy), Arc::clone(&self.waiting)),
             None => gauges,
         }
+    }
+
+    /// The reserve in shadow, for an ordinary request that found no
+    /// ordinary seat (and would wait for one, or be refused): a free
+    /// reserved seat, counted as the refusal the reserve would have made.
+    /// `None` when the reserve enforces, or every thread is busy (then the
+    /// request waits or is refused as ever: that is the pool's own bound,
+    /// not the reserve's). The seat is of the reserved class, so the
+    /// `reserved_busy` gauge counts it, as its release uncounts it.
+    pub(super) fn shadow_seat(&self, room: &Room) -> Option<Seat> {
+        if !self.shadow.get().contains(Policy::Reserve) {
+            return None;
+        }
+        let seat = room.try_seat(1)?;
+        self.reserved_busy.fetch_add(1, Ordering::Relaxed);
+        self.shadowed.add(Policy::Reserve);
+        log::debug!(
+            "request pool: the reserve in shadow would have kept an ordinary request off a free thread"
+        );
+        Some(seat)
     }
 
     /// Counts a refusal of `why`, and logs the refusals at most once a
@@ -90,6 +118,9 @@ pub(super) fn attach_gauges(
     threads: usize,
 ) -> io::Result<(Counts, Option<AttachedGauges>)> {
     let counts = Counts::default();
+    if config.reserve().is_some_and(|r| r.shadow) {
+        counts.shadow.set(Shadow::none().with(Policy::Reserve));
+    }
     let Some(registry) = config.registry() else { return Ok((counts, None)) };
     let gauges = counts.gauges(threads, config.reserve().map(|r| r.threads));
     match registry.attach_request_pool(gauges.clone()) {
@@ -262,15 +293,19 @@ impl RequestPool {
         let class = usize::from(reserved);
         let seat = match gate.room.acquire_as(class, arrival.received) {
             Ok(seat) => seat,
-            Err(_) => {
-                counts.waiting.fetch_add(1, Ordering::Relaxed);
-                let seat = gate.room.acquire_as(class, context.deadline());
-                counts.waiting.fetch_sub(1, Ordering::Relaxed);
-                seat.map_err(|why| {
-                    counts.refuse(why);
-                    EnterError::Busy
-                })?
-            }
+            // A reserve in shadow lets an ordinary request onto a free reserved thread.
+            Err(_) => match (!reserved).then(|| counts.shadow_seat(&gate.room)).flatten() {
+                Some(seat) => seat,
+                None => {
+                    counts.waiting.fetch_add(1, Ordering::Relaxed);
+                    let seat = gate.room.acquire_as(class, context.deadline());
+                    counts.waiting.fetch_sub(1, Ordering::Relaxed);
+                    seat.map_err(|why| {
+                        counts.refuse(why);
+                        EnterError::Busy
+                    })?
+                }
+            },
         };
         counts.busy.fetch_add(1, Ordering::Relaxed);
         if reserved {
@@ -305,6 +340,27 @@ impl RequestPool {
     /// but the reserved ones is busy with one.
     pub fn waiting(&self) -> usize {
         self.inner.counts.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Puts the reserve in shadow (`true`) or back to enforcing, from the
+    /// next request (see [`Reserve::shadow`](super::Reserve::shadow)); on
+    /// the gauges of the crate's own server too, which share its counts.
+    /// Without a reserve there is nothing to shadow, and nothing changes.
+    pub fn set_reserve_shadow(&self, shadow: bool) {
+        let set = if shadow { Shadow::none().with(Policy::Reserve) } else { Shadow::none() };
+        self.inner.counts.shadow.set(set);
+    }
+
+    /// Whether the reserve is in shadow.
+    pub fn reserve_in_shadow(&self) -> bool {
+        self.inner.reserved.is_some() && self.inner.counts.shadow.get().contains(Policy::Reserve)
+    }
+
+    /// Ordinary requests the reserve in shadow let onto a reserved thread:
+    /// each one it would have kept waiting for an ordinary thread, or
+    /// refused.
+    pub fn shadow_refused(&self) -> u64 {
+        self.inner.counts.shadowed.load().get(Policy::Reserve)
     }
 
     /// Its gauges, as a [`Registry`] carries them: the same counts, for an

@@ -132,7 +132,8 @@ pub(super) fn start(
         budget: config.request_budget(),
         proxies: config.trusted_proxies().clone(),
         threads,
-        admission: Admission::new(room, counts.reserved_busy, counts.waiting),
+        admission: Admission::new(room, Arc::clone(&counts.reserved_busy), Arc::clone(&counts.waiting))
+            .with_counts(counts),
         sweep_every: match config.max_wait() {
             Duration::ZERO => Duration::from_secs(1),
             wait => wait.max(Duration::from_millis(10)),

@@ -75,6 +75,11 @@ pub struct Reserve {
     pub threads: usize,
     /// The routes whose requests are reserved, as `METHOD /path` patterns.
     pub routes: Vec<String>,
+    /// In shadow ([`shadow`](Self::shadow)): an ordinary request that finds
+    /// no ordinary thread takes a free reserved one, and the refusal the
+    /// reserve would have made is recorded. In a file: `shadow = true`.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "std::ops::Not::not"))]
+    pub shadow: bool,
     #[cfg_attr(feature = "serde", serde(skip))]
     classifier: Option<Classifier>,
 }
@@ -84,7 +89,22 @@ impl Reserve {
     /// ([`for_routes`](Self::for_routes)) or a classifier
     /// ([`for_requests`](Self::for_requests)).
     pub fn new(threads: usize) -> Reserve {
-        Reserve { threads, routes: Vec::new(), classifier: None }
+        Reserve { threads, routes: Vec::new(), shadow: false, classifier: None }
+    }
+
+    /// Puts the reserve in shadow ([`Policy::Reserve`](crate::shadow::Policy::Reserve)):
+    /// it decides as it would, and an ordinary request that finds every
+    /// ordinary thread busy takes a free reserved thread instead of waiting
+    /// for an ordinary one (or being refused), as with no reserve. Each such
+    /// request is counted
+    /// ([`RequestPool::shadow_refused`](crate::server::RequestPool::shadow_refused),
+    /// `watertight_shadow_refusals_total{policy="reserve"}`) and logged at
+    /// `debug`. Switched live with
+    /// [`RequestPool::set_reserve_shadow`](crate::server::RequestPool::set_reserve_shadow).
+    /// Defaults to `false`: enforced.
+    pub fn shadow(mut self, shadow: bool) -> Reserve {
+        self.shadow = shadow;
+        self
     }
 
     /// Adds `routes` (`GET /health`, `GET /orders/{id}`, `* /static/*`) to
@@ -204,7 +224,10 @@ impl PartialEq for Reserve {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         };
-        self.threads == other.threads && self.routes == other.routes && same_classifier
+        self.threads == other.threads
+            && self.routes == other.routes
+            && self.shadow == other.shadow
+            && same_classifier
     }
 }
 
@@ -215,6 +238,7 @@ impl fmt::Debug for Reserve {
         f.debug_struct("Reserve")
             .field("threads", &self.threads)
             .field("routes", &self.routes)
+            .field("shadow", &self.shadow)
             .field("classifier", &self.classifier.as_ref().map(|_| "<fn>"))
             .finish()
     }

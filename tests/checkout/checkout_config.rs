@@ -345,3 +345,48 @@ fn put_config_changes_a_dependency_live() {
     assert_eq!(json(&answer)["field"], "max_wait");
     assert_eq!(get_fraud(), fraud);
 }
+
+/// `--shadow`: fraud answering 503 opens its breaker in shadow, and the
+/// checkouts still reach fraud, each one the breaker would have refused
+/// counted in `/circuits`; `PUT /_config/fraud` without `shadow` and
+/// `PUT /_config/reserve` switch both back to enforcing, from the next
+/// request.
+#[test]
+fn shadow_records_what_the_breaker_would_refuse_until_switched_off_live() {
+    use watertight::shadow::{Policy, Shadow};
+    let server = Checkout::start(&["--shadow", "--fraud", "error:503"]);
+    let circuits = || json(&request(server.addr, "GET", "/circuits", "", ""));
+    let order = r#"{"customer_id":"c1","amount":20}"#;
+    let checkout = || request(server.addr, "POST", "/checkout", "X-User-Id: alice\r\n", order).status;
+    let mut fraud: DependencyConfig =
+        serde_json::from_value(json(&request(server.addr, "GET", "/_config/fraud", "", ""))).unwrap();
+    assert_eq!(fraud.shadow, Shadow::all().without(Policy::Reserve), "a dependency's every policy");
+    assert_eq!(circuits()["request_pool"]["reserve_shadow"], true);
+    for _ in 0..20 {
+        assert_eq!(checkout(), 202, "fraud unavailable: manual review");
+    }
+    let now = circuits();
+    let dep = dependency(&now, "fraud");
+    assert_eq!(dep["state"], "open", "{dep}");
+    assert!(dep["shadow_refused"]["breaker"].as_u64().unwrap() >= 10, "{dep}");
+    assert_eq!(dep["calls"]["not_permitted"], 0, "in shadow nothing is refused: {dep}");
+    let failed = dep["calls"]["failed"].as_u64().unwrap();
+    assert!(failed >= 20, "every checkout reached fraud: {dep}");
+
+    fraud.shadow = Shadow::none().with(Policy::Throttle);
+    let answer = request(server.addr, "PUT", "/_config/fraud", "", &serde_json::to_string(&fraud).unwrap());
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(checkout(), 202);
+    let dep = dependency(&circuits(), "fraud").clone();
+    assert!(
+        dep["calls"]["not_permitted"].as_u64().unwrap() >= 1,
+        "the next call is refused by the breaker: {dep}"
+    );
+    assert_eq!(dep["calls"]["failed"], failed, "and never reached fraud: {dep}");
+
+    let answer = request(server.addr, "PUT", "/_config/reserve", "", r#"{"shadow":false}"#);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(circuits()["request_pool"]["reserve_shadow"], false);
+    let bad = request(server.addr, "PUT", "/_config/reserve", "", r#"{"shadow":"no"}"#);
+    assert_eq!(bad.status, 400, "{}", bad.body);
+}
