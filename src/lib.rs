@@ -76,8 +76,13 @@ mod error;
 pub mod histogram;
 mod latency;
 mod listeners;
+// How much a call matters under pressure: read by the dependency's reserved
+// share and by the throttle (public as `dependency::Priority`).
+mod priority;
 mod quiet;
 mod room;
+// Shadow mode: which refusing policies decide and record without refusing.
+pub mod shadow;
 mod sync;
 mod time;
 // The `tracing` feature's hooks on the call path (empty without it).
@@ -91,11 +96,6 @@ pub mod limit;
 pub mod pool;
 pub mod registry;
 pub mod retry;
-// Shadow mode: which refusing policies decide and record without refusing.
-pub mod shadow;
-// How much a call matters under pressure: read by the dependency's reserved
-// share and by the throttle (public as `dependency::Priority`).
-mod priority;
 // Answers worth keeping: a per-key cache in front of a dependency (feature
 // `cache`), above the call path and below the registry that names it.
 #[cfg(feature = "cache")]

@@ -11,7 +11,7 @@
 //! order: each line a file of `src/`, the functions the call runs there
 //! (up to a colon), and what they do. Besides these it reads the floor
 //! (`error.rs`, `classify.rs`, `time.rs`, `sync.rs`, `latency.rs`,
-//! `histogram/`, `priority.rs`), which is not counted.
+//! `histogram/`, `priority.rs`, `shadow.rs`), which is not counted.
 //! `tests/structure/call_path.rs` checks the list against the imports of
 //! those functions, and holds it to at most 20 files.
 //!

@@ -11,8 +11,18 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The floor: modules every layer may use, which use no layer themselves.
-pub(crate) const FLOOR: &[&str] =
-    &["classify", "clock", "error", "histogram", "latency", "listeners", "priority", "sync", "time"];
+pub(crate) const FLOOR: &[&str] = &[
+    "classify",
+    "clock",
+    "error",
+    "histogram",
+    "latency",
+    "listeners",
+    "priority",
+    "shadow",
+    "sync",
+    "time",
+];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).expect("read src/") {
