@@ -178,6 +178,17 @@ pub fn run(args: &Args) -> Result<(), Box<dyn StdError>> {
 
     let threads = running.handle.threads();
     print!("{}", summary(&seconds, &args.demo_phases, mode, threads));
+    if let Some(deps) = running.app.backends.deps().filter(|_| args.shadow) {
+        // In shadow the breaker's state above is when it would have refused; these are what it would have.
+        for dep in deps.all() {
+            let refused = dep.snapshot().shadow_refused;
+            let each: Vec<String> =
+                refused.iter().filter(|(_, n)| *n > 0).map(|(p, n)| format!("{p} {n}")).collect();
+            if !each.is_empty() {
+                println!("in shadow, {} would have refused: {}", dep.name(), each.join(", "));
+            }
+        }
+    }
     match running.app.backends.deps() {
         Some(deps) => print!("{}", histograms::report(&deps.all())),
         None => println!("\nno dependencies (no bulkhead), so no latency histograms of their own"),

@@ -389,7 +389,7 @@ impl Inner {
     /// The one place where shadow mode is decided: `policy` would refuse
     /// this attempt with `rejection`. Enforced, the attempt is refused
     /// ([`refuse`](Self::refuse)). In `shadow`, the refusal it would have
-    /// been is counted, logged at `debug`, traced and announced (a hedge's,
+    /// been is counted, logged at `debug` in aggregate, traced and announced (a hedge's,
     /// like its refusal, is not), and the attempt goes on.
     #[inline]
     fn refused_by(
@@ -412,7 +412,7 @@ impl Inner {
     #[cold]
     fn shadow_refused(&self, policy: Policy, rejection: Rejection) {
         self.shadow_counts.add(policy);
-        log::debug!("dependency {}: {policy} in shadow would have refused a call ({rejection})", self.name);
+        self.log.shadow_refused(&self.name, policy, rejection);
         crate::trace::shadow_refused(&self.name, policy, rejection);
         if !self.listeners.is_empty() {
             let event = Event::ShadowRefused { dependency: Arc::clone(&self.name), policy, rejection };

@@ -11,12 +11,16 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Outcome, Rejection};
 use crate::quiet::{Due, Quiet};
+use crate::shadow::Policy;
 
 /// One dependency's aggregate log (see the module docs): one kind of event
 /// per [`Outcome`], in the order of [`Outcome::ALL`].
 #[derive(Debug, Default)]
 pub(super) struct QuietLog {
     lines: Quiet<{ Outcome::ALL.len() }>,
+    /// The refusals policies in shadow would have made, one kind per
+    /// [`Policy`], in the order of [`Policy::ALL`].
+    shadow: Quiet<{ Policy::ALL.len() }>,
 }
 
 impl QuietLog {
@@ -35,6 +39,24 @@ impl QuietLog {
             Some((1, _)) => log::debug!("dependency {name}: call rejected: {rejection}"),
             Some((n, ago)) => log::debug!(
                 "dependency {name}: {n} calls rejected in the last {:?}: {rejection}",
+                ago.unwrap_or_default()
+            ),
+            None => {}
+        }
+    }
+
+    /// Logs a refusal `policy`, in shadow, would have made, in aggregate.
+    pub(super) fn shadow_refused(&self, name: &str, policy: Policy, rejection: Rejection) {
+        if !log::log_enabled!(log::Level::Debug) {
+            return;
+        }
+        let kind = Policy::ALL.iter().position(|p| *p == policy).unwrap_or(0);
+        match self.shadow.note(kind, Instant::now()) {
+            Some((1, _)) => {
+                log::debug!("dependency {name}: {policy} in shadow would have refused a call: {rejection}")
+            }
+            Some((n, ago)) => log::debug!(
+                "dependency {name}: {policy} in shadow would have refused {n} calls in the last {:?}: {rejection}",
                 ago.unwrap_or_default()
             ),
             None => {}

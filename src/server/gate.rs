@@ -42,6 +42,8 @@ pub(super) struct Counts {
     pub(super) shadow: Arc<LiveShadow>,
     /// What the reserve in shadow would have refused.
     pub(super) shadowed: Arc<ShadowCounters>,
+    /// Its log, at `debug` in aggregate (at most a line a second).
+    shadow_quiet: Arc<Quiet<1>>,
 }
 
 impl Counts {
@@ -71,9 +73,19 @@ impl Counts {
         let seat = room.try_seat(1)?;
         self.reserved_busy.fetch_add(1, Ordering::Relaxed);
         self.shadowed.add(Policy::Reserve);
-        log::debug!(
-            "request pool: the reserve in shadow would have kept an ordinary request off a free thread"
-        );
+        if log::log_enabled!(log::Level::Debug) {
+            match self.shadow_quiet.note(0, Instant::now()) {
+                Some((1, _)) => log::debug!(
+                    "request pool: the reserve in shadow would have kept an ordinary request off a free thread"
+                ),
+                Some((n, ago)) => log::debug!(
+                    "request pool: the reserve in shadow would have kept {n} ordinary requests off a free thread \
+                     in the last {:?}",
+                    ago.unwrap_or_default()
+                ),
+                None => {}
+            }
+        }
         Some(seat)
     }
 
