@@ -19,8 +19,8 @@
 //!   priority.rs              Occupancy::take: the place (one compare-and-swap)
 //!   pool/submit.rs           Pool::submit: deadline-aware admission, the queue
 //!   pool/call.rs               the call's one allocation: job, context, reply slot
-//!   pool/queue.rs              hand-off to an idle worker (or queue)
-//!   pool/mailbox.rs            the letter posted to that worker
+//!   pool/queue.rs              hand-off to an idle worker (or queue): the letter
+//!                              posted to its mailbox
 //!   pool/ticket.rs, slot.rs  Ticket::wait: spin, then park, until the answer or the deadline
 //! worker thread
 //!   pool/worker.rs         take the call, mark the worker busy; pool/call.rs
@@ -36,7 +36,7 @@
 //!
 //! Besides these, the path reads the live settings (`dependency/config.rs`),
 //! spins and parks through `sync.rs`, records into `histogram/mod.rs` and,
-//! with the `tracing` feature, enters a span (`trace.rs`): 21 files in all.
+//! with the `tracing` feature, enters a span (`trace.rs`): 20 files in all.
 //!
 //! A refusal at any step of admission is counted, logged (in aggregate:
 //! at most a line a second per reason, `quiet_log.rs`) and announced
