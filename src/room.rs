@@ -349,11 +349,14 @@ fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// The longest a room lets a caller wait.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(60);
+
 fn check(limit: usize, max_wait: Duration) -> Result<(), crate::ConfigError> {
     if limit == 0 {
         return Err(crate::ConfigError::new("max_concurrent", "at least 1", limit));
     }
-    if max_wait > Duration::from_secs(60) {
+    if max_wait > MAX_WAIT {
         return Err(crate::ConfigError::new("max_wait", "at most one minute", format!("{max_wait:?}")));
     }
     Ok(())
