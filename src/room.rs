@@ -499,6 +499,24 @@ impl Room {
         Err(may)
     }
 
+    /// A seat for `class` if one is free now and fewer than `ceiling` are
+    /// held in all (a share kept per call: the priorities' ceilings follow
+    /// their pool's live size). Never waits.
+    pub(crate) fn seat_below(&self, class: usize, ceiling: usize) -> Option<Seat> {
+        let class = class.min(self.inner.kept.len() - 1);
+        let mut st = self.inner.state.lock();
+        if st.in_use >= ceiling {
+            st.waiters.counts.refused += 1;
+            return None;
+        }
+        let seat = self.take_seat(&mut st, class, Instant::now());
+        match seat {
+            Some(_) => st.waiters.counts.at_once += 1,
+            None => st.waiters.counts.refused += 1,
+        }
+        seat
+    }
+
     /// A seat for `class` if one is free now.
     #[cfg(feature = "tiny_http")]
     pub(crate) fn try_seat(&self, class: usize) -> Option<Seat> {

@@ -364,7 +364,7 @@ impl DependencyBuilder {
                 exec,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
                 normal: crate::pool::Latency::default(),
-                occupancy: Arc::default(),
+                occupancy: crate::priority::places(),
                 ring,
                 log: Default::default(),
             }),

@@ -16,7 +16,7 @@
 //!   dependency/once.rs     once -> attempt: the blocking driver
 //!   dependency/attempt.rs  Inner::admit: deadline, throttle, rate, breaker, limit, place
 //!   breaker/acquire.rs       Breaker::try_acquire_owned (CLOSED: one atomic load)
-//!   priority.rs              Occupancy::take: the place (one compare-and-swap)
+//!   priority.rs, room.rs     priority::take: the place, a seat below its ceiling
 //!   pool/submit.rs           Pool::submit: deadline-aware admission, the queue
 //!   pool/call.rs               the call's one allocation: job, context, reply slot
 //!   pool/queue.rs              hand-off to an idle worker (or queue): the letter
@@ -36,7 +36,7 @@
 //!
 //! Besides these, the path reads the live settings (`dependency/config.rs`),
 //! spins and parks through `sync.rs`, records into `histogram/mod.rs` and,
-//! with the `tracing` feature, enters a span (`trace.rs`): 20 files in all.
+//! with the `tracing` feature, enters a span (`trace.rs`): 21 files in all.
 //!
 //! A refusal at any step of admission is counted, logged (in aggregate:
 //! at most a line a second per reason, `quiet_log.rs`) and announced
@@ -153,8 +153,8 @@ struct Inner {
     /// The provider's normal latency: its successes' run times, for the
     /// hang and stall thresholds and the time a hedge must have left.
     normal: crate::pool::Latency,
-    /// Calls admitted by priority and not done (`priority.rs`).
-    occupancy: Arc<crate::priority::Occupancy>,
+    /// Calls admitted by priority and not done: a seat each (`priority.rs`).
+    occupancy: crate::room::Room,
     /// The last events, for `recent_events`.
     ring: Arc<crate::events::EventRing>,
     /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).
