@@ -76,6 +76,10 @@ pub mod histogram;
 mod latency;
 mod listeners;
 mod quiet;
+// Public (and re-exported, hidden) only for the loom model in tests/loom_room.rs.
+#[cfg(loom)]
+pub mod room;
+#[cfg(not(loom))]
 mod room;
 mod sync;
 mod time;
@@ -128,6 +132,9 @@ pub use crate::pool::queue as __loom_queue;
 #[cfg(loom)]
 #[doc(hidden)]
 pub use crate::pool::slot as __loom_slot;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::room as __loom_room;
 pub use crate::{
     classify::{Classify, Verdict},
     clock::{Clock, ManualClock},

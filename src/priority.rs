@@ -108,7 +108,7 @@ mod tests {
         assert!(take(Priority::Sheddable).is_some(), "with room, every priority is admitted");
         // The places are the room's seats: counted there.
         let counts = room.counts();
-        assert_eq!((counts.at_once, counts.waited, counts.refused), (7, 0, 2), "{counts:?}");
+        assert_eq!((counts.seated, counts.waited, counts.refused), (7, 0, 2), "{counts:?}");
     }
 
     #[test]

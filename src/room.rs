@@ -110,8 +110,8 @@ pub(crate) struct Line {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RoomCounts {
-    /// Callers given room at once.
-    pub at_once: u64,
+    /// Seats given: at once, or after a wait.
+    pub seated: u64,
     /// Callers that joined the line.
     pub waited: u64,
     /// Callers refused: on arrival, or after waiting.
@@ -254,7 +254,15 @@ pub(crate) fn wait<G>(
             return (guard, Err(if stuck { GaveUp::Stuck } else { GaveUp::Until }));
         }
         drop(guard);
-        park_timeout(until.min(next).saturating_duration_since(now));
+        let wake = until.min(next).saturating_duration_since(now);
+        // Under loom a wait that no model outlives is a plain park: only a
+        // grant's unpark ends it, so a lost wake-up shows as a deadlock.
+        #[cfg(loom)]
+        if wake >= Duration::from_millis(1) {
+            crate::sync::park();
+            continue;
+        }
+        park_timeout(wake);
     }
 }
 
@@ -287,14 +295,18 @@ impl State {
     /// a free seat, until none has: the invariant of the module docs.
     fn grant(&mut self, kept: &[usize]) -> Woken {
         let State { limit, in_use, held, waiters, .. } = self;
-        waiters.grant(|class| {
+        let mut seated = 0;
+        let woken = waiters.grant(|class| {
             let free = free_for(*limit, *in_use, held, class, kept);
             if free {
                 *in_use += 1;
                 held[class] += 1;
+                seated += 1;
             }
             free
-        })
+        });
+        waiters.counts.seated += seated;
+        woken
     }
 }
 
@@ -411,7 +423,6 @@ impl Room {
         let mut st = inner.state.lock();
         let now = Instant::now();
         if let Some(seat) = self.take_seat(&mut st, class, now) {
-            st.waiters.counts.at_once += 1;
             return Ok((seat, false));
         }
         let until = self.may_wait(&st, class, now, deadline, st.waiters.line()).inspect_err(|_| {
@@ -488,7 +499,6 @@ impl Room {
         let mut st = self.inner.state.lock();
         let now = Instant::now();
         if let Some(seat) = self.take_seat(&mut st, class, now) {
-            st.waiters.counts.at_once += 1;
             return Ok(seat);
         }
         let may = self.may_wait(&st, class, now, deadline, line);
@@ -510,9 +520,8 @@ impl Room {
             return None;
         }
         let seat = self.take_seat(&mut st, class, Instant::now());
-        match seat {
-            Some(_) => st.waiters.counts.at_once += 1,
-            None => st.waiters.counts.refused += 1,
+        if seat.is_none() {
+            st.waiters.counts.refused += 1;
         }
         seat
     }
@@ -540,6 +549,7 @@ impl Room {
             return None;
         }
         st.take(class);
+        st.waiters.counts.seated += 1;
         if st.in_use == st.limit {
             st.moved = now;
         }
