@@ -14,9 +14,10 @@
 //! waiting for room: the crate's one line ([`Waiters`], waited in through
 //! [`room::wait`](crate::room::wait)). A place that comes free wakes the
 //! first waiter, which offers its job again; one that finds the place taken
-//! goes back to the front of the line. Every critical section is a few pushes and pops; no
-//! user code, no allocation beyond the deque's growth, and no wake-up runs
-//! under it (wake-ups are collected and made after unlocking).
+//! goes back to the front of the line. Every critical section is a few
+//! pushes and pops; no user code, no allocation beyond the deque's growth,
+//! and no wake-up runs under it (wake-ups are collected and made after
+//! unlocking).
 //!
 //! # Invariants (at every unlock)
 //!
