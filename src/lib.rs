@@ -80,6 +80,10 @@ mod listeners;
 // share and by the throttle (public as `dependency::Priority`).
 mod priority;
 mod quiet;
+// Public (and re-exported, hidden) only for the loom model in tests/loom_room.rs.
+#[cfg(loom)]
+pub mod room;
+#[cfg(not(loom))]
 mod room;
 // Shadow mode: which refusing policies decide and record without refusing.
 pub mod shadow;
@@ -122,6 +126,9 @@ pub use crate::pool::queue as __loom_queue;
 #[cfg(loom)]
 #[doc(hidden)]
 pub use crate::pool::slot as __loom_slot;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::room as __loom_room;
 pub use crate::{
     classify::{Classify, Verdict},
     clock::{Clock, ManualClock},

@@ -1,8 +1,9 @@
 //! [`Room`]: a count of seats with shares kept per class, and a FIFO wait
 //! for a seat until a deadline, admitted only when the wait it can expect
-//! fits. One primitive for every "wait for room" outside the pool's queue:
-//! caller-thread mode's permits (a semaphore bulkhead), and the request
-//! pool of a server that is not this crate's own.
+//! fits. One primitive for every "wait for room": caller-thread mode's
+//! permits (a semaphore bulkhead), the request pools, and, through
+//! [`Waiters`] and [`wait`], the pool's queue (whose room is its idle
+//! workers and queue places, counted under its own lock).
 //!
 //! # Seats and classes
 //!
@@ -56,14 +57,11 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::thread::{self, Thread};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
 use crate::latency::Latency;
+use crate::sync::{Arc, AtomicBool, Mutex, Ordering, Thread, current, park_timeout};
 use crate::time::deadline_after;
 
 /// A line is stuck when no seat has come back for this many normal holds.
@@ -71,7 +69,12 @@ pub(crate) const STUCK_AFTER: u32 = 3;
 
 /// The least time a line is judged stuck after, so that a fast room is not
 /// judged on a scheduler's hiccup.
+#[cfg(not(loom))]
 pub(crate) const STUCK_FLOOR: Duration = Duration::from_millis(20);
+/// Under loom, which models no time, the stuck rule (a clock reading) is
+/// kept out of the model: no model runs this long.
+#[cfg(loom)]
+pub(crate) const STUCK_FLOOR: Duration = Duration::from_secs(3600);
 
 /// Why a [`Room`] gave no seat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,11 +111,164 @@ pub(crate) struct Line {
     pub(crate) since: Option<Instant>,
 }
 
-struct Waiter {
+/// What a room's line has seen since it was made (see [`Room::counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RoomCounts {
+    /// Seats given: at once, or after a wait.
+    pub seated: u64,
+    /// Callers that joined the line.
+    pub waited: u64,
+    /// Callers refused: on arrival, or after waiting.
+    pub refused: u64,
+}
+
+/// One caller in a line of [`Waiters`].
+pub(crate) struct Waiter {
     thread: Thread,
     class: usize,
-    /// Set under the lock when a seat is handed to this waiter.
+    /// Set under the owner's lock when room is handed to this waiter.
     granted: AtomicBool,
+}
+
+/// A FIFO of callers waiting for room, kept under its owner's lock (the
+/// room's, or the pool queue's): the one line of the crate. What "room" is
+/// stays with the owner, which grants it with [`grant`](Self::grant) and
+/// wakes the granted with [`Woken::unpark`] after unlocking.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    line: VecDeque<Arc<Waiter>>,
+    /// Since when callers have waited without a break: set by the first to
+    /// join, cleared when the last one is [`done`](Self::done).
+    since: Option<Instant>,
+    pub(crate) counts: RoomCounts,
+}
+
+/// Waiters granted room under a lock, to unpark once it is released.
+#[must_use = "granted waiters must be unparked"]
+pub(crate) struct Woken(Vec<Arc<Waiter>>);
+
+impl Woken {
+    pub(crate) fn unpark(self) {
+        for w in self.0 {
+            w.thread.unpark();
+        }
+    }
+}
+
+impl Waiters {
+    pub(crate) fn len(&self) -> usize {
+        self.line.len()
+    }
+
+    /// The line as a newcomer finds it.
+    pub(crate) fn line(&self) -> Line {
+        Line { ahead: self.line.len(), since: self.since }
+    }
+
+    /// Queues the calling thread, of `class`, at the back.
+    pub(crate) fn join(&mut self, class: usize, now: Instant) -> Arc<Waiter> {
+        let me = Arc::new(Waiter { thread: current(), class, granted: AtomicBool::new(false) });
+        if self.line.is_empty() {
+            self.since = Some(now);
+        }
+        self.counts.waited += 1;
+        self.line.push_back(Arc::clone(&me));
+        me
+    }
+
+    /// A waiter is done waiting (it has its room, or gave up): if it was
+    /// the last, the line has a break.
+    pub(crate) fn done(&mut self) {
+        if self.line.is_empty() {
+            self.since = None;
+        }
+    }
+
+    /// Puts a waiter granted room that it could not use back at the front.
+    pub(crate) fn rejoin(&mut self, me: &Arc<Waiter>) {
+        me.granted.store(false, Ordering::Relaxed);
+        self.line.push_front(Arc::clone(me));
+    }
+
+    fn leave(&mut self, me: &Arc<Waiter>) {
+        self.line.retain(|w| !Arc::ptr_eq(w, me));
+        self.counts.refused += 1;
+    }
+
+    /// Grants room first come first served to each waiter for whose class
+    /// `take` finds (and takes) some; those it refuses keep their place.
+    pub(crate) fn grant(&mut self, mut take: impl FnMut(usize) -> bool) -> Woken {
+        let mut woken = Vec::new();
+        let mut i = 0;
+        while i < self.line.len() {
+            if take(self.line[i].class) {
+                let w = self.line.remove(i).expect("in range");
+                w.granted.store(true, Ordering::Relaxed);
+                woken.push(w);
+            } else {
+                i += 1;
+            }
+        }
+        Woken(woken)
+    }
+}
+
+/// Why a [`wait`] ended without room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GaveUp {
+    /// `until` came.
+    Until,
+    /// The owner's recheck found the line stuck.
+    Stuck,
+}
+
+/// The one FIFO wait for room until a deadline: `me` (already joined to the
+/// [`Waiters`] that `line` finds under the lock `lock` takes) parks until it
+/// is granted, until `until`, or until `recheck` (asked at once, then when
+/// the moment it names comes, always outside the lock) answers `None`: the
+/// line has stopped moving. Returns the lock held; on giving up, `me` has
+/// left the line, so it never holds a place. The owner calls
+/// [`Waiters::done`] once the waiter is through. A grant racing a give-up wins:
+/// the room is not lost. No wake-up is lost either: `granted` is read under
+/// the lock before each park, and set under it before the unpark.
+pub(crate) fn wait<G>(
+    mut lock: impl FnMut() -> G,
+    line: impl Fn(&mut G) -> &mut Waiters,
+    me: &Arc<Waiter>,
+    until: Instant,
+    mut recheck: impl FnMut(Instant) -> Option<Instant>,
+) -> (G, Result<(), GaveUp>) {
+    let mut next = Instant::now();
+    loop {
+        let now = Instant::now();
+        let stuck = now >= next
+            && match recheck(now) {
+                Some(at) => {
+                    next = at;
+                    false
+                }
+                None => true,
+            };
+        let mut guard = lock();
+        if me.granted.load(Ordering::Relaxed) {
+            return (guard, Ok(()));
+        }
+        if stuck || now >= until {
+            line(&mut guard).leave(me);
+            return (guard, Err(if stuck { GaveUp::Stuck } else { GaveUp::Until }));
+        }
+        drop(guard);
+        let wake = until.min(next).saturating_duration_since(now);
+        // Under loom a wait that no model outlives is a plain park: only a
+        // grant's unpark ends it, so a lost wake-up shows as a deadlock.
+        #[cfg(loom)]
+        if wake >= Duration::from_millis(1) {
+            crate::sync::park();
+            continue;
+        }
+        park_timeout(wake);
+    }
 }
 
 struct State {
@@ -120,18 +276,19 @@ struct State {
     in_use: usize,
     /// Seats held per class.
     held: Vec<usize>,
-    waiters: VecDeque<Arc<Waiter>>,
-    /// Since when callers have waited without a break (`None` while nobody waits).
-    line_since: Option<Instant>,
+    waiters: Waiters,
     /// When a seat last came back, or the room last filled: what the stuck
     /// rule measures from.
     moved: Instant,
 }
 
+fn free_for(limit: usize, in_use: usize, held: &[usize], class: usize, kept: &[usize]) -> bool {
+    in_use < limit && held[class] < limit.saturating_sub(kept[class])
+}
+
 impl State {
     fn free_for(&self, class: usize, kept: &[usize]) -> bool {
-        let ceiling = self.limit.saturating_sub(kept[class]);
-        self.in_use < self.limit && self.held[class] < ceiling
+        free_for(self.limit, self.in_use, &self.held, class, kept)
     }
 
     fn take(&mut self, class: usize) {
@@ -141,24 +298,20 @@ impl State {
 
     /// Grants waiters, first come first served among those whose class has
     /// a free seat, until none has: the invariant of the module docs.
-    fn grant(&mut self, kept: &[usize]) -> Vec<Arc<Waiter>> {
-        let mut granted = Vec::new();
-        let mut i = 0;
-        while i < self.waiters.len() && self.in_use < self.limit {
-            let class = self.waiters[i].class;
-            if self.free_for(class, kept) {
-                let w = self.waiters.remove(i).expect("in range");
-                w.granted.store(true, Relaxed);
-                self.take(class);
-                granted.push(w);
-            } else {
-                i += 1;
+    fn grant(&mut self, kept: &[usize]) -> Woken {
+        let State { limit, in_use, held, waiters, .. } = self;
+        let mut seated = 0;
+        let woken = waiters.grant(|class| {
+            let free = free_for(*limit, *in_use, held, class, kept);
+            if free {
+                *in_use += 1;
+                held[class] += 1;
+                seated += 1;
             }
-        }
-        if self.waiters.is_empty() {
-            self.line_since = None;
-        }
-        granted
+            free
+        });
+        waiters.counts.seated += seated;
+        woken
     }
 }
 
@@ -213,11 +366,14 @@ fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// The longest a room lets a caller wait.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(60);
+
 fn check(limit: usize, max_wait: Duration) -> Result<(), crate::ConfigError> {
     if limit == 0 {
         return Err(crate::ConfigError::new("max_concurrent", "at least 1", limit));
     }
-    if max_wait > Duration::from_secs(60) {
+    if max_wait > MAX_WAIT {
         return Err(crate::ConfigError::new("max_wait", "at most one minute", format!("{max_wait:?}")));
     }
     Ok(())
@@ -242,8 +398,7 @@ impl Room {
                     limit,
                     in_use: 0,
                     held: vec![0; kept.len()],
-                    waiters: VecDeque::new(),
-                    line_since: None,
+                    waiters: Waiters::default(),
                     moved: Instant::now(),
                 }),
                 kept,
@@ -275,37 +430,22 @@ impl Room {
         if let Some(seat) = self.take_seat(&mut st, class, now) {
             return Ok((seat, false));
         }
-        let until =
-            self.may_wait(&st, class, now, deadline, Line { ahead: st.waiters.len(), since: st.line_since })?;
-        let me = Arc::new(Waiter { thread: thread::current(), class, granted: AtomicBool::new(false) });
-        if st.waiters.is_empty() {
-            st.line_since = Some(now);
-        }
-        st.waiters.push_back(Arc::clone(&me));
-        loop {
-            if me.granted.load(Relaxed) {
-                return Ok((self.seat(class, Instant::now()), true));
-            }
-            let now = Instant::now();
-            let gave_up = if now >= until {
-                Some(if until == deadline { NoSeat::Deadline } else { NoSeat::Waited })
-            } else if self.stuck(&st, class, now) {
-                Some(NoSeat::Stuck)
-            } else {
-                None
-            };
-            if let Some(why) = gave_up {
-                // Leave the queue, so the place goes to the next one.
-                st.waiters.retain(|w| !Arc::ptr_eq(w, &me));
-                if st.waiters.is_empty() {
-                    st.line_since = None;
-                }
-                return Err(why);
-            }
-            let wake = until.min(self.next_check(&st, class, now));
-            drop(st);
-            thread::park_timeout(wake.saturating_duration_since(now));
-            st = inner.state.lock();
+        let until = self.may_wait(&st, class, now, deadline, st.waiters.line()).inspect_err(|_| {
+            st.waiters.counts.refused += 1;
+        })?;
+        let me = st.waiters.join(class, now);
+        drop(st);
+        let recheck = |now| {
+            let st = inner.state.lock();
+            (!self.stuck(&st, class, now)).then(|| self.next_check(&st, class, now))
+        };
+        let (mut st, waited) = wait(|| inner.state.lock(), |st| &mut st.waiters, &me, until, recheck);
+        st.waiters.done();
+        drop(st);
+        match waited {
+            Ok(()) => Ok((self.seat(class, Instant::now()), true)),
+            Err(GaveUp::Stuck) => Err(NoSeat::Stuck),
+            Err(GaveUp::Until) => Err(if until == deadline { NoSeat::Deadline } else { NoSeat::Waited }),
         }
     }
 
@@ -363,10 +503,32 @@ impl Room {
         let class = class.min(self.inner.kept.len() - 1);
         let mut st = self.inner.state.lock();
         let now = Instant::now();
-        match self.take_seat(&mut st, class, now) {
-            Some(seat) => Ok(seat),
-            None => Err(self.may_wait(&st, class, now, deadline, line)),
+        if let Some(seat) = self.take_seat(&mut st, class, now) {
+            return Ok(seat);
         }
+        let may = self.may_wait(&st, class, now, deadline, line);
+        match may {
+            Ok(_) => st.waiters.counts.waited += 1,
+            Err(_) => st.waiters.counts.refused += 1,
+        }
+        Err(may)
+    }
+
+    /// A seat for `class` if one is free now and fewer than `ceiling` are
+    /// held in all (a share kept per call: the priorities' ceilings follow
+    /// their pool's live size). Never waits.
+    pub(crate) fn seat_below(&self, class: usize, ceiling: usize) -> Option<Seat> {
+        let class = class.min(self.inner.kept.len() - 1);
+        let mut st = self.inner.state.lock();
+        if st.in_use >= ceiling {
+            st.waiters.counts.refused += 1;
+            return None;
+        }
+        let seat = self.take_seat(&mut st, class, Instant::now());
+        if seat.is_none() {
+            st.waiters.counts.refused += 1;
+        }
+        seat
     }
 
     /// A seat for `class` if one is free now.
@@ -392,6 +554,7 @@ impl Room {
             return None;
         }
         st.take(class);
+        st.waiters.counts.seated += 1;
         if st.in_use == st.limit {
             st.moved = now;
         }
@@ -433,6 +596,12 @@ impl Room {
         self.inner.state.lock().waiters.len()
     }
 
+    /// The seats given at once, the callers that waited, and those refused,
+    /// since the room was made.
+    pub fn counts(&self) -> RoomCounts {
+        self.inner.state.lock().waiters.counts
+    }
+
     /// The longest a caller waits for a seat.
     pub fn max_wait(&self) -> Duration {
         Duration::from_nanos(self.inner.max_wait_ns.load(Relaxed))
@@ -458,9 +627,7 @@ impl Room {
             st.limit = limit;
             st.grant(&self.inner.kept)
         };
-        for w in granted {
-            w.thread.unpark();
-        }
+        granted.unpark();
         Ok(())
     }
 }
@@ -483,9 +650,7 @@ impl Drop for Seat {
             st.moved = now;
             st.grant(&self.inner.kept)
         };
-        for w in granted {
-            w.thread.unpark();
-        }
+        granted.unpark();
     }
 }
 

@@ -4,7 +4,7 @@
 //! Normally these are `std` atomics and threads and a `parking_lot` mutex.
 //! Under `cfg(loom)` the same names are loom's models, so the protocols in
 //! `pool/slot.rs` (the reply), `pool/queue.rs` (the queue, the idle workers
-//! and their parking) and `breaker/` (the lock-free paths beside the locked
+//! and their parking), `room.rs` (the wait for room) and `breaker/` (the lock-free paths beside the locked
 //! state machine), which take everything they share from here, can be model
 //! checked without a single edit. Nothing else in the crate needs to go
 //! through this module: counters and flags that only feed statistics stay on
@@ -33,6 +33,10 @@ mod imp {
 
         pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, T> {
             self.0.lock()
+        }
+
+        pub(crate) fn try_lock(&self) -> Option<parking_lot::MutexGuard<'_, T>> {
+            self.0.try_lock()
         }
     }
 }
@@ -68,6 +72,10 @@ mod imp {
             // loom's mutex poisons like std's; the protocol never panics while
             // holding it, so a poisoned lock is a bug worth a loud failure.
             self.0.lock().expect("mutex poisoned")
+        }
+
+        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
         }
     }
 }

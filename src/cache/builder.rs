@@ -144,7 +144,7 @@ impl<K, V> CacheBuilder<K, V> {
                 ttl: self.ttl,
                 stale_for: self.stale_for,
                 refresh_after: self.refresh_after,
-                max_waiting: self.max_waiting,
+                seats: crate::room::Room::new(self.max_waiting, crate::room::MAX_WAIT)?,
                 clock: self.clock,
                 counters,
                 flights: Arc::default(),

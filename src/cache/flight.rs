@@ -35,36 +35,12 @@
 use crate::sync::Thread;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::classify::Verdict;
-use crate::dependency::Dependency;
 use crate::error::Error;
-
-/// Polls `ready` until it gives a value, for at most the pool's `max_wait`
-/// (at least `at_least`) and never past `deadline`, with pauses doubling
-/// from 20 us to 1 ms; `None` when the time is up first.
-pub(super) fn wait_for<T>(
-    dep: &Dependency,
-    deadline: Instant,
-    at_least: Duration,
-    ready: impl Fn() -> Option<T>,
-) -> Option<T> {
-    let max_wait = dep.pool().map_or(Duration::ZERO, crate::pool::Pool::max_wait).max(at_least);
-    let now = Instant::now();
-    let give_up = now.checked_add(max_wait).map_or(deadline, |at| at.min(deadline));
-    let mut pause = Duration::from_micros(20);
-    loop {
-        if let Some(value) = ready() {
-            return Some(value);
-        }
-        let left = give_up.checked_duration_since(Instant::now()).filter(|left| !left.is_zero())?;
-        std::thread::park_timeout(pause.min(left));
-        pause = (pause * 2).min(Duration::from_millis(1));
-    }
-}
 
 /// The answer of a shared call, and what the cache makes of it.
 pub(super) type Judged<V, E> = (Result<V, Error<E>>, Judgement);

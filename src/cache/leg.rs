@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::flight::Flight;
-use super::store::Held;
 use super::{Cache, Cached, Inner, Started};
 use crate::classify::{ByError, Classifier, Classify};
 use crate::dependency::{Dependency, FanAnswer, FanDrive, FanLeg, FanOut};
 use crate::error::Error;
 use crate::pool::CallContext;
+use crate::room::Seat;
 
 impl<K, V> Cache<K, V>
 where
@@ -102,7 +102,7 @@ enum Lookup<K, V, E> {
         flight: Arc<Flight<V, E>>,
         began: Instant,
         /// Held until the answer, as a blocking lookup holds it.
-        _seat: Held,
+        _seat: Seat,
     },
     Done(Result<Cached<V>, Error<E>>),
     Taken,

@@ -58,8 +58,10 @@
 //! - **Waiting is bounded.** The callers waiting on shared calls each hold
 //!   their thread, and the pool does not count them (one worker runs the
 //!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
-//!   bounds them; a miss beyond it waits for a seat as long as a call would
-//!   wait for room in the pool, then is refused, as a full queue would be.
+//!   bounds them; a miss beyond it waits for a seat in a
+//!   [`Room`](crate::pool::Room) (the crate's one wait for room: admitted by
+//!   the wait it can expect, within the pool's `max_wait`), then is refused,
+//!   as a full queue would be.
 //!   The shared call waits for room in a full pool as a blocking call does
 //!   (admission by time, within the pool's
 //!   [`max_wait`](crate::DependencyBuilder::max_wait) and the leader's
@@ -143,19 +145,20 @@ use parking_lot::Mutex;
 
 pub use self::builder::CacheBuilder;
 use self::flight::{Flight, Flights, Judged, Judgement, Landing};
-use self::store::{Counters, Entry, Held, Map};
+use self::store::{Counters, Entry, Map};
 use crate::classify::{ByError, Classifier, Classify};
 use crate::clock::Clock;
 use crate::dependency::Dependency;
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
+use crate::room::{Room, Seat};
 
 /// How a lookup starts.
 enum Started<V, E> {
     /// Answered already: a hit, or a refusal.
     Done(Result<Cached<V>, Error<E>>),
     /// Waiting on the key's flight, since `began`, in `seat`.
-    Flying { flight: Arc<Flight<V, E>>, began: Instant, seat: Held },
+    Flying { flight: Arc<Flight<V, E>>, began: Instant, seat: Seat },
 }
 
 /// A value from a [`Cache`]: fresh, or the last good one, served stale.
@@ -240,8 +243,9 @@ struct Inner<K, V> {
     stale_for: Option<Duration>,
     /// The age at which a hit refreshes its value ahead of expiry.
     refresh_after: Option<Duration>,
-    /// The most callers waiting on shared calls at once.
-    max_waiting: usize,
+    /// The callers waiting on shared calls: a seat each, at most
+    /// `max_waiting`, waited for as room in the pool is.
+    seats: Room,
     /// `None`: the system clock (a direct `Instant::now`).
     clock: Option<Arc<dyn Clock>>,
     counters: Counters,
@@ -352,8 +356,9 @@ where
         let began = Instant::now();
         // A seat in the waiting room, held until this caller has its answer;
         // waited for like room in the pool, within its `max_wait`.
-        let seat = || Held::below(&inner.counters.waiting, inner.max_waiting);
-        let Some(seat) = seat().or_else(|| flight::wait_for(dep, deadline, Duration::ZERO, seat)) else {
+        let max_wait = dep.pool().map_or(Duration::ZERO, crate::pool::Pool::max_wait);
+        let Some(seat) = inner.seats.acquire(deadline.min(crate::time::deadline_after(began, max_wait)))
+        else {
             Counters::bump(&inner.counters.misses);
             Counters::bump(&inner.counters.refused);
             return Started::Done(inner.stale(key).ok_or(Error::from(Rejection::QueueFull)));
@@ -536,7 +541,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
 
     /// How many callers wait on shared calls now (seats held).
     fn waiting(&self) -> usize {
-        self.counters.waiting.load(std::sync::atomic::Ordering::Relaxed)
+        self.seats.in_use()
     }
 
     /// `key`'s value if it is fresh, and whether it is due for a refresh;
@@ -679,7 +684,7 @@ impl<K, V> fmt::Debug for Cache<K, V> {
             .field("capacity", &self.inner.capacity)
             .field("serve_stale", &self.inner.stale_for)
             .field("refresh_after", &self.inner.refresh_after)
-            .field("max_waiting", &self.inner.max_waiting)
+            .field("max_waiting", &self.inner.seats.limit())
             .finish_non_exhaustive()
     }
 }

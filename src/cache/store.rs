@@ -2,8 +2,7 @@
 //! map bounded by count, and its counters.
 
 use std::hash::Hash;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// A good answer and when it was had. Kept past its expiry (until evicted or
@@ -64,35 +63,12 @@ pub(super) struct Counters {
     pub(super) refused: AtomicU64,
     pub(super) refreshes: AtomicU64,
     pub(super) evictions: AtomicU64,
-    /// Callers waiting on shared calls now (a gauge, not a counter; shared
-    /// with the seats).
-    pub(super) waiting: Arc<AtomicUsize>,
 }
 
 impl Counters {
     #[inline]
     pub(super) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// One unit of a gauge (a seat among the waiting callers), given back by its
-/// `Drop` however the holder's work ends (a fan-out's leg holds its seat
-/// until its answer, so it owns it).
-pub(super) struct Held(Arc<AtomicUsize>);
-
-impl Held {
-    /// One more if fewer than `max` are held, else `None`.
-    pub(super) fn below(gauge: &Arc<AtomicUsize>, max: usize) -> Option<Held> {
-        // Relaxed: the gauge guards nothing but itself.
-        let taken = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1));
-        taken.ok().map(|_| Held(Arc::clone(gauge)))
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -250,6 +250,9 @@ fn beyond_max_waiting_a_miss_waits_for_a_seat_within_max_wait() {
     assert_eq!(seated.join().unwrap().unwrap().value, 1);
     assert_eq!(cache.get_or_call(&dep, "b", soon(), |_: &CallContext| Ok::<_, String>(2)).unwrap().value, 2);
     assert_eq!(cache.snapshot().refused, 1);
+    // The seats are a room: the wait went through its line.
+    let counts = cache.inner.seats.counts();
+    assert_eq!((counts.seated, counts.waited, counts.refused), (2, 1, 1), "{counts:?}");
 }
 
 #[test]

@@ -298,7 +298,8 @@ impl Inner {
         // Priority admission, in one step (`priority.rs`); pool mode only.
         let place = match self.exec.pool() {
             Some(pool) => {
-                let place = self.occupancy.take(
+                let place = super::priority::take(
+                    &self.occupancy,
                     ask.priority,
                     pool.workers(),
                     pool.queue_capacity(),

@@ -111,3 +111,44 @@ impl CallerThread {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Caller-thread mode's permits are a room's seats: a second caller
+    /// waits in the room's line until the first caller's job returns.
+    #[test]
+    fn a_caller_waits_for_a_permit_in_the_room() {
+        let exec = Arc::new(CallerThread::new("inline", 1, Duration::from_secs(5)).unwrap());
+        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+        let far = || Instant::now() + Duration::from_secs(10);
+        let first = {
+            let exec = Arc::clone(&exec);
+            std::thread::spawn(move || {
+                exec.run(Instant::now(), far(), 1, |_| rx.recv().map_err(|_| ())).is_ok()
+            })
+        };
+        let start = Instant::now();
+        while exec.stats().busy == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the first caller never ran");
+            std::thread::yield_now();
+        }
+        let second = {
+            let exec = Arc::clone(&exec);
+            std::thread::spawn(move || {
+                exec.run(Instant::now(), far(), 1, |_| Ok::<_, ()>(2)).map(|(ran, ..)| ran)
+            })
+        };
+        while exec.stats().waiting == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the second caller never waited");
+            std::thread::yield_now();
+        }
+        tx.send(()).unwrap();
+        assert!(first.join().unwrap());
+        assert_eq!(second.join().unwrap().unwrap().unwrap(), Ok(2));
+        let counts = exec.permits.counts();
+        assert_eq!((counts.seated, counts.waited, counts.refused), (2, 1, 0), "{counts:?}");
+        assert_eq!((exec.stats().busy, exec.stats().waiting), (0, 0));
+    }
+}

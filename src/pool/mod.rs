@@ -59,7 +59,7 @@ pub(crate) use self::ticket::Left;
 pub use self::ticket::Ticket;
 use self::worker::join_worker;
 use crate::latency::Latency;
-pub use crate::room::{NoSeat, Room, Seat};
+pub use crate::room::{NoSeat, Room, RoomCounts, Seat};
 
 use crate::histogram::LatencyHistogram;
 
@@ -395,6 +395,34 @@ mod tests {
         assert_eq!(e.field(), "stack_size");
         let e = Pool::builder("").build().unwrap_err();
         assert_eq!(e.field(), "name");
+    }
+
+    /// A full pool's waiter goes through the crate's one line for room
+    /// (`room::Waiters`): counted there, and granted a place as a worker
+    /// comes back; one refused on arrival never joins it.
+    #[test]
+    fn a_waiter_for_room_goes_through_the_one_line() {
+        let pool =
+            Pool::builder("line").workers(1).queue(0).max_wait(Duration::from_secs(5)).build().unwrap();
+        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+        let first = pool.submit_timeout(Duration::from_secs(10), move |_| rx.recv().map_err(|_| ())).unwrap();
+        let waiter = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.call_timeout(Duration::from_secs(10), |_| Ok::<_, ()>(7)))
+        };
+        let start = Instant::now();
+        while pool.stats().waiting == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the caller never waited");
+            std::thread::yield_now();
+        }
+        let no_wait = pool.submit(Submit::within(Duration::from_secs(1)).no_wait(), |_| Ok::<_, ()>(0));
+        assert!(no_wait.is_err(), "a full pool refuses a caller that may not wait");
+        tx.send(()).unwrap();
+        first.wait().unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), 7);
+        let counts = pool.inner.shared.queue.line_counts();
+        assert_eq!((counts.waited, counts.refused), (1, 0), "{counts:?}");
+        assert_eq!(pool.stats().waiting, 0);
     }
 
     #[test]

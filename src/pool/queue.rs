@@ -1,6 +1,5 @@
 //! The pool's queue: the jobs waiting for a worker, the stack of idle
-//! workers, and the hand-off between them (a letter in the worker's
-//! [`Mailbox`]), all under one lock.
+//! workers, and the hand-off between them, all under one lock.
 //!
 //! Generic over the job type and free of estimates (a submission waiting
 //! for room asks its `Line` whether to join and whether to stay, and reads
@@ -12,9 +11,13 @@
 //! One `Mutex<State>`: the queued jobs (`VecDeque`), the idle workers (a
 //! LIFO `Vec` of mailboxes), the capacity, the worker bookkeeping
 //! (`workers`, `retire`, `away`), whether the queue is open, and the callers
-//! waiting for room. Every critical section is a few pushes and pops; no
-//! user code, no allocation beyond the deque's growth, and no wake-up runs
-//! under it (wake-ups are collected and made after unlocking).
+//! waiting for room: the crate's one line ([`Waiters`], waited in through
+//! [`room::wait`](crate::room::wait)). A place that comes free wakes the
+//! first waiter, which offers its job again; one that finds the place taken
+//! goes back to the front of the line. Every critical section is a few
+//! pushes and pops; no user code, no allocation beyond the deque's growth,
+//! and no wake-up runs under it (wake-ups are collected and made after
+//! unlocking).
 //!
 //! # Invariants (at every unlock)
 //!
@@ -46,7 +49,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 use std::time::{Duration, Instant};
 
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
+use crate::room::{self, Waiters};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park};
 
 /// Why a submission was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,11 +120,8 @@ struct State<J> {
     retire: usize,
     /// See invariant 2.
     away: usize,
-    /// Submitters waiting (`max_wait`) for room; woken one at a time.
-    room_waiters: VecDeque<Thread>,
-    /// Since when callers have waited for room without a break (`None`
-    /// while nobody waits): a line older than a burst is a standing one.
-    line_since: Option<Instant>,
+    /// Submitters waiting (`max_wait`) for room, woken first come first served.
+    waiters: Waiters,
 }
 
 impl<J> State<J> {
@@ -130,9 +131,21 @@ impl<J> State<J> {
         self.away.saturating_sub(busy).saturating_sub(self.retire)
     }
 
-    fn has_room(&self, busy: usize) -> bool {
-        !self.idle.is_empty() || self.jobs.len() < self.capacity + self.returning(busy)
+    /// Wakes the first `n` waiters to offer their jobs again.
+    fn wake(&mut self, mut n: usize) -> room::Woken {
+        self.waiters.grant(|_| {
+            let woken = n > 0;
+            n = n.saturating_sub(1);
+            woken
+        })
     }
+}
+
+/// A job offered under the lock: what the caller does once it is released.
+enum Offer<J> {
+    Handed(Arc<Mailbox<J>>, J),
+    Queued,
+    Refused(Refused, J),
 }
 
 /// The queue, the idle stack and the worker bookkeeping. See the module docs.
@@ -158,8 +171,7 @@ impl<J> Queue<J> {
                 workers,
                 retire: 0,
                 away: workers,
-                room_waiters: VecDeque::new(),
-                line_since: None,
+                waiters: Waiters::default(),
             }),
             len: StdAtomicUsize::new(0),
         }
@@ -167,7 +179,7 @@ impl<J> Queue<J> {
 
     /// Jobs waiting (a relaxed read; no lock).
     pub fn queued(&self) -> usize {
-        self.len.load(std::sync::atomic::Ordering::Relaxed)
+        self.len.load(Ordering::Relaxed)
     }
 
     /// Offers `job`: into the queue for a worker about to come back if one
@@ -178,27 +190,44 @@ impl<J> Queue<J> {
     /// for a job handed to a worker.
     pub fn push(&self, job: J, busy: &AtomicUsize) -> Result<Accepted, (Refused, J)> {
         let mut st = self.state.lock();
+        let offer = self.offer(&mut st, job, busy);
+        drop(st);
+        Self::deliver(offer)
+    }
+
+    /// Under the lock: [`push`](Self::push)'s choice.
+    fn offer(&self, st: &mut State<J>, job: J, busy: &AtomicUsize) -> Offer<J> {
         if !st.open {
-            return Err((Refused::Closed, job));
+            return Offer::Refused(Refused::Closed, job);
         }
         // A worker about to come back takes a queued job with no wake-up
         // (invariant 1): wake a parked one only when every returning worker
         // has a job already.
-        let busy_now = busy.load(std::sync::atomic::Ordering::Relaxed);
+        let busy_now = busy.load(Ordering::Relaxed);
         let returning_free = st.returning(busy_now) > st.jobs.len();
         if !returning_free && let Some(worker) = st.idle.pop() {
             st.away += 1;
-            busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            drop(st);
-            worker.post(Letter::Job(job));
-            return Ok(Accepted::Handed);
+            busy.fetch_add(1, Ordering::Relaxed);
+            return Offer::Handed(worker, job);
         }
         if st.jobs.len() < st.capacity + st.returning(busy_now) {
             st.jobs.push_back(job);
-            self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
-            return Ok(Accepted::Queued);
+            self.len.store(st.jobs.len(), Ordering::Relaxed);
+            return Offer::Queued;
         }
-        Err((Refused::Full, job))
+        Offer::Refused(Refused::Full, job)
+    }
+
+    /// After unlocking: posts a handed job.
+    fn deliver(offer: Offer<J>) -> Result<Accepted, (Refused, J)> {
+        match offer {
+            Offer::Handed(worker, job) => {
+                worker.post(Letter::Job(job));
+                Ok(Accepted::Handed)
+            }
+            Offer::Queued => Ok(Accepted::Queued),
+            Offer::Refused(why, job) => Err((why, job)),
+        }
     }
 
     /// Whether a worker waits in the idle stack right now.
@@ -218,99 +247,68 @@ impl<J> Queue<J> {
             return Err((Refused::Full, job));
         };
         st.away += 1;
-        busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        busy.fetch_add(1, Ordering::Relaxed);
         drop(st);
         worker.post(Letter::Job(job));
         Ok(Accepted::Handed)
     }
 
-    /// [`push`](Self::push), waiting (parked) for room when the pool is
-    /// full, as `line` allows. `waiting` is raised while it waits (only
-    /// under this lock, so `line.admit` reads an exact count).
+    /// [`push`](Self::push), waiting for room in the line when the pool is
+    /// full, as `line` allows. `waiting` is raised while it waits (only under
+    /// this lock, so `line.admit` reads an exact count).
     pub fn push_until(
         &self,
-        mut job: J,
+        job: J,
         line: &dyn Line,
         busy: &AtomicUsize,
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {
-        // `Some` once registered as a waiter: when to ask `line` again.
-        let mut check: Option<Instant> = None;
-        let result = loop {
-            match self.push(job, busy) {
-                Err((Refused::Full, j)) => job = j,
-                done => break done,
+        let mut st = self.state.lock();
+        let mut job = match self.offer(&mut st, job, busy) {
+            Offer::Refused(Refused::Full, job) => job,
+            offer => {
+                drop(st);
+                return Self::deliver(offer);
             }
-            // Outside the lock: whether the line still moves.
-            let now = Instant::now();
-            if let Some(at) = check
-                && now >= at
-            {
-                match line.recheck(now) {
-                    Some(next) => check = Some(next),
-                    None => break Err((Refused::Full, job)),
-                }
-            }
-            if now >= line.until() {
-                break Err((Refused::Full, job));
-            }
-            let mut st = self.state.lock();
-            // Room may have come between the two locks: try again at once.
-            if st.has_room(busy.load(std::sync::atomic::Ordering::Relaxed)) || !st.open {
-                continue;
-            }
-            if check.is_none() {
-                // The calls ahead of this one: the queued jobs, and the
-                // callers already waiting for room.
-                let waiters = waiting.load(std::sync::atomic::Ordering::Relaxed);
-                let ahead = st.jobs.len() + waiters;
-                let standing =
-                    st.line_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
-                if !line
-                    .admit(Ahead { calls: ahead, capacity: st.capacity, workers: st.workers, standing }, now)
-                {
-                    break Err((Refused::Full, job));
-                }
-                // Whether the line moves is asked outside the lock, at once.
-                check = Some(now);
-                if waiters == 0 {
-                    st.line_since = Some(now);
-                }
-                waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            let until = check.map_or(line.until(), |at| at.min(line.until()));
-            st.room_waiters.push_back(current());
-            drop(st);
-            park_timeout(until.saturating_duration_since(now));
-            // Whoever woke us popped us; a timeout or a spurious wake-up
-            // leaves us listed: take ourselves off.
-            let me = current().id();
-            let mut st = self.state.lock();
-            st.room_waiters.retain(|t| t.id() != me);
         };
-        if check.is_some() {
-            let mut st = self.state.lock();
-            // Lowered under the lock, as it is raised.
-            if waiting.fetch_sub(1, std::sync::atomic::Ordering::Relaxed) == 1 {
-                st.line_since = None;
-            }
+        let now = Instant::now();
+        // The calls ahead of this one: the queued jobs, and the callers
+        // already waiting for room.
+        let ahead = st.jobs.len() + waiting.load(Ordering::Relaxed);
+        let standing =
+            st.waiters.line().since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+        if now >= line.until()
+            || !line.admit(Ahead { calls: ahead, capacity: st.capacity, workers: st.workers, standing }, now)
+        {
+            return Err((Refused::Full, job));
         }
-        if result.is_err() {
-            // A wake-up meant for us may have come with room we did not
-            // use: pass it on.
-            let next = {
-                let st = self.state.lock();
-                if st.has_room(busy.load(std::sync::atomic::Ordering::Relaxed)) {
-                    st.room_waiters.front().cloned()
-                } else {
-                    None
+        waiting.fetch_add(1, Ordering::Relaxed);
+        let me = st.waiters.join(0, now);
+        drop(st);
+        let (mut st, offer) = loop {
+            let (mut st, waited) = room::wait(
+                || self.state.lock(),
+                |st| &mut st.waiters,
+                &me,
+                line.until(),
+                |now| line.recheck(now),
+            );
+            if waited.is_err() {
+                break (st, Offer::Refused(Refused::Full, job));
+            }
+            match self.offer(&mut st, job, busy) {
+                // A newcomer took the place: back to the front.
+                Offer::Refused(Refused::Full, j) if Instant::now() < line.until() => {
+                    job = j;
+                    st.waiters.rejoin(&me);
                 }
-            };
-            if let Some(t) = next {
-                t.unpark();
+                offer => break (st, offer),
             }
-        }
-        result
+        };
+        waiting.fetch_sub(1, Ordering::Relaxed);
+        st.waiters.done();
+        drop(st);
+        Self::deliver(offer)
     }
 
     /// A worker asks for its next job: on starting, and each time it comes
@@ -319,30 +317,29 @@ impl<J> Queue<J> {
     /// then take the letter with [`Mailbox::wait`]); or `None`: exit (retired, or the queue is closed
     /// and drained).
     pub fn next(&self, me: &Arc<Mailbox<J>>, busy: &AtomicUsize) -> Option<Result<J, Idle>> {
-        let (result, waiter) = {
+        let (result, woken) = {
             let mut st = self.state.lock();
             st.away -= 1;
             if st.retire > 0 {
                 st.retire -= 1;
                 return None;
             }
-            if let Some(job) = st.jobs.pop_front() {
+            let result = if let Some(job) = st.jobs.pop_front() {
                 st.away += 1;
-                busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
-                (Ok(job), st.room_waiters.pop_front())
+                busy.fetch_add(1, Ordering::Relaxed);
+                self.len.store(st.jobs.len(), Ordering::Relaxed);
+                Ok(job)
             } else if !st.open {
                 return None;
             } else {
                 me.reset();
                 st.idle.push(me.clone());
-                // A hand-off waiter can now use this worker.
-                (Err(Idle), st.room_waiters.pop_front())
-            }
+                Err(Idle)
+            };
+            // A place came free (a queued job left, or this worker is idle).
+            (result, st.wake(1))
         };
-        if let Some(t) = waiter {
-            t.unpark();
-        }
+        woken.unpark();
         Some(result)
     }
 
@@ -352,7 +349,7 @@ impl<J> Queue<J> {
     /// they come back. Queued jobs are never dropped: a smaller capacity only
     /// refuses new submissions.
     pub fn resize(&self, workers: usize, capacity: usize, busy: &AtomicUsize) -> Resized {
-        let (handed, retired, waiters, start) = {
+        let (handed, retired, woken, start) = {
             let mut st = self.state.lock();
             if !st.open {
                 return Resized { start: 0 };
@@ -379,8 +376,8 @@ impl<J> Queue<J> {
                 st.retire += fewer - from_idle;
             }
             // Room may have grown: let every waiter look again.
-            let waiters: Vec<Thread> = st.room_waiters.drain(..).collect();
-            (handed, retired, waiters, start)
+            let woken = st.wake(usize::MAX);
+            (handed, retired, woken, start)
         };
         for (worker, job) in handed {
             worker.post(Letter::Job(job));
@@ -388,9 +385,7 @@ impl<J> Queue<J> {
         for worker in retired {
             worker.post(Letter::Retire);
         }
-        for t in waiters {
-            t.unpark();
-        }
+        woken.unpark();
         Resized { start }
     }
 
@@ -402,7 +397,7 @@ impl<J> Queue<J> {
             st.workers -= n.min(st.workers);
             st.away -= n.min(st.away);
             // Jobs may have been queued for them (invariant 1).
-            let returning = st.returning(busy.load(std::sync::atomic::Ordering::Relaxed));
+            let returning = st.returning(busy.load(Ordering::Relaxed));
             self.hand_out(&mut st, busy, returning)
         };
         for (worker, job) in handed {
@@ -420,10 +415,10 @@ impl<J> Queue<J> {
             && let Some(job) = st.jobs.pop_front()
         {
             st.away += 1;
-            busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            busy.fetch_add(1, Ordering::Relaxed);
             handed.push((worker, job));
         }
-        self.len.store(st.jobs.len(), std::sync::atomic::Ordering::Relaxed);
+        self.len.store(st.jobs.len(), Ordering::Relaxed);
         handed
     }
 
@@ -431,23 +426,28 @@ impl<J> Queue<J> {
     /// workers to exit; busy ones drain the queue and then exit. `false` if
     /// it was already closed.
     pub fn close(&self) -> bool {
-        let (idle, waiters) = {
+        let (idle, woken) = {
             let mut st = self.state.lock();
             if !st.open {
                 return false;
             }
             st.open = false;
             let idle: Vec<_> = st.idle.drain(..).collect();
-            let waiters: Vec<Thread> = st.room_waiters.drain(..).collect();
-            (idle, waiters)
+            // Every waiter looks again, to be refused `Closed`.
+            let woken = st.wake(usize::MAX);
+            (idle, woken)
         };
         for worker in idle {
             worker.post(Letter::Close);
         }
-        for t in waiters {
-            t.unpark();
-        }
+        woken.unpark();
         true
+    }
+
+    /// What the line of callers waiting for room has seen.
+    #[cfg(test)]
+    pub(crate) fn line_counts(&self) -> room::RoomCounts {
+        self.state.lock().waiters.counts
     }
 
     /// `true` once [`close`](Self::close) has been called.
@@ -459,13 +459,10 @@ impl<J> Queue<J> {
     pub fn drain(&self) -> Vec<J> {
         let mut st = self.state.lock();
         let jobs: Vec<J> = st.jobs.drain(..).collect();
-        self.len.store(0, std::sync::atomic::Ordering::Relaxed);
+        self.len.store(0, Ordering::Relaxed);
         jobs
     }
 }
-
-// A worker's mailbox: how an idle worker is handed its next letter (a job,
-// or word to exit) by whoever pops it from the idle stack.
 
 /// What a worker is handed through its mailbox.
 #[derive(Debug)]
@@ -496,7 +493,7 @@ impl<J> Mailbox<J> {
         Arc::new(Mailbox { posted: AtomicBool::new(false), letter: Mutex::new(None), thread: current() })
     }
 
-    pub(super) fn post(&self, letter: Letter<J>) {
+    fn post(&self, letter: Letter<J>) {
         *self.letter.lock() = Some(letter);
         self.posted.store(true, Ordering::Release);
         // After the store: a worker that parks after reading `false` gets
@@ -506,7 +503,7 @@ impl<J> Mailbox<J> {
 
     /// Empties the mailbox's flag as its worker goes into the idle stack
     /// (under the queue lock; the next poster sets it).
-    pub(super) fn reset(&self) {
+    fn reset(&self) {
         self.posted.store(false, Ordering::Relaxed);
     }
 

@@ -10,6 +10,8 @@ use super::queue::{Ahead, Line, Refused};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
+// The room's stuck rule: a line that does not move is not waited in.
+use crate::room::{STUCK_AFTER, STUCK_FLOOR};
 
 /// How a job is submitted to a [`Pool`]: its deadline, which attempt it is,
 /// and whether it may wait for room.
@@ -221,16 +223,6 @@ impl Pool {
             || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
     }
 }
-
-/// How long a line that does not move is waited in: when every worker has
-/// been inside its job for this many times the provider's normal latency
-/// (no call has finished meanwhile), callers stop joining the line and those
-/// in it leave.
-const STUCK_AFTER: u32 = 3;
-
-/// The least such time, so that a fast provider's line is not judged on a
-/// scheduler's hiccup.
-const STUCK_FLOOR: Duration = Duration::from_millis(20);
 
 /// A caller waiting for room: admitted by the wait it can expect, kept only
 /// while the line moves (see [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)).

@@ -3,6 +3,7 @@
 use super::*;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
 
 fn far() -> Instant {
     Instant::now() + Duration::from_secs(30)

@@ -236,6 +236,21 @@ mod tests {
         Instant::now() + Duration::from_secs(60)
     }
 
+    /// The own server's requests take the room's seats: one that finds none
+    /// is counted there as waiting, and is seated when a seat comes back.
+    #[test]
+    fn a_waiting_request_goes_through_the_room() {
+        let admission = admission::<&str>(1, 0);
+        let Admit::Run("a", seat) = admission.admit("a", false, false, far()) else { panic!("a free seat") };
+        assert!(matches!(admission.admit("b", false, false, far()), Admit::Waits));
+        let next = admission.done(seat);
+        let Some(("b", seat)) = next.run else { panic!("the waiting request is next") };
+        drop(seat);
+        let counts = admission.room.counts();
+        assert_eq!((counts.seated, counts.waited, counts.refused), (2, 1, 0), "{counts:?}");
+        assert_eq!((admission.waiting(), admission.room.in_use()), (0, 0));
+    }
+
     /// 16 threads race over a stream of requests, a third of them reserved,
     /// as the request threads do over tiny_http's: ordinary requests never
     /// hold more than their limit, no thread is ever over-counted, and every

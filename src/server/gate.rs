@@ -303,10 +303,10 @@ impl RequestPool {
             request::context(asked, arrival, gate.budget, self.busy() + 1, self.inner.threads, reserved)
                 .map_err(EnterError::InvalidRequestTimeout)?;
         let class = usize::from(reserved);
-        let seat = match gate.room.acquire_as(class, arrival.received) {
-            Ok(seat) => seat,
+        let seat = match gate.room.try_seat(class) {
+            Some(seat) => seat,
             // A reserve in shadow lets an ordinary request onto a free reserved thread.
-            Err(_) => match (!reserved).then(|| counts.shadow_seat(&gate.room)).flatten() {
+            None => match (!reserved).then(|| counts.shadow_seat(&gate.room)).flatten() {
                 Some(seat) => seat,
                 None => {
                     counts.waiting.fetch_add(1, Ordering::Relaxed);
@@ -478,5 +478,33 @@ impl fmt::Debug for RequestPool {
             .field("reserved_busy", &self.reserved_busy())
             .field("waiting", &self.waiting())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A foreign server's request that finds every thread busy waits for
+    /// one in the pool's room, and is counted there.
+    #[test]
+    fn a_request_waits_for_a_thread_in_the_room() {
+        let config = ServerConfig::builder().max_wait(Duration::from_secs(5)).build().unwrap();
+        let pool = RequestPool::new(1, &config).unwrap();
+        let first = pool.enter("GET", "/a", None, &[]).expect("a free thread");
+        let second = {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.enter("GET", "/b", None, &[]).map(drop).is_ok())
+        };
+        let start = Instant::now();
+        while pool.waiting() == 0 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the second request never waited");
+            std::thread::yield_now();
+        }
+        drop(first);
+        assert!(second.join().unwrap(), "seated once the first was done");
+        let counts = pool.inner.gate.as_ref().expect("a gate").room.counts();
+        assert_eq!((counts.seated, counts.waited, counts.refused), (2, 1, 0), "{counts:?}");
+        assert_eq!(pool.busy(), 0);
     }
 }

@@ -237,7 +237,9 @@ fn imports(text: &str, module: &[String]) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
     for statement in code(text).split(';') {
         let statement = statement.trim();
-        let Some(at) = statement.find("use ") else { continue };
+        // `use` as a word: not the tail of `must_use` or `in_use`.
+        let word = |at: &usize| statement[..*at].chars().last().is_none_or(char::is_whitespace);
+        let Some(at) = statement.match_indices("use ").map(|(at, _)| at).find(word) else { continue };
         let head = statement[..at].trim();
         let head = head.rsplit('\n').next().unwrap_or(head).trim();
         if !(head.is_empty() || head.starts_with("pub") || head.starts_with("#[")) {

@@ -19,6 +19,7 @@ pub(crate) const FLOOR: &[&str] = &[
     "latency",
     "listeners",
     "priority",
+    "room",
     "shadow",
     "sync",
     "time",
