@@ -532,7 +532,6 @@ impl Room {
     }
 
     /// A seat for `class` if one is free now.
-    #[cfg(feature = "tiny_http")]
     pub(crate) fn try_seat(&self, class: usize) -> Option<Seat> {
         let class = class.min(self.inner.kept.len() - 1);
         let mut st = self.inner.state.lock();
