@@ -26,9 +26,7 @@ use crate::time::{MAX_TIMEOUT, saturating_nanos};
 ///
 /// With the `serde` feature it is also the file section of one dependency
 /// (`[dependencies.fraud]`, see [`config`](crate::config)) and the JSON a
-/// service can read and write live: every field may be left out and takes
-/// the builder's default, a field it does not know is refused, durations are
-/// strings (`"3s"`), rates percentages.
+/// service can read and write live.
 ///
 /// ```toml
 /// workers = 6
