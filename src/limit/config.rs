@@ -15,12 +15,8 @@ const MAX_WINDOW: u32 = 1_000_000;
 /// The largest latency tolerance: ten times the no-load latency.
 const MAX_TOLERANCE: f64 = 1000.0;
 
-/// The configuration of an adaptive concurrency limit (see
-/// [`Limiter`](crate::limit::Limiter) for the rule it drives).
-///
-/// Every setter documents its default; [`validate`](Self::validate) (run by
-/// [`Limiter::new`](crate::limit::Limiter::new)) refuses a value outside its rule
-/// with a [`ConfigError`] naming the field. Rates and tolerances are in
+/// The configuration of an adaptive concurrency limit (the rule: the
+/// [`limit`](crate::limit) module docs). Rates and tolerances are in percent.
 /// percent, as everywhere in this crate.
 ///
 /// ```

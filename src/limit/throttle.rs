@@ -33,12 +33,8 @@ const MIN_BUCKET: Duration = Duration::from_millis(10);
 /// The largest floor of requests.
 const MAX_MIN_REQUESTS: u32 = 1_000_000;
 
-/// The settings of an adaptive throttler (see [`Throttler`] for the rule).
-///
-/// Every setter documents its default and its limits;
-/// [`validate`](Self::validate) refuses a value outside them with a
-/// [`ConfigError`] naming the field (`throttle.k`, `throttle.window`,
-/// `throttle.buckets`, `throttle.min_requests`).
+/// The settings of an adaptive throttler (see [`Throttler`] for the rule);
+/// [`validate`](Self::validate) names the field it refuses (`throttle.k`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -49,10 +45,8 @@ const MAX_MIN_REQUESTS: u32 = 1_000_000;
 /// assert_eq!(Throttle::new().k(0.5).validate().unwrap_err().field(), "throttle.k");
 /// ```
 ///
-/// Every setting is a public field named like its setter. With the `serde`
-/// feature the same type is a file section (`[dependencies.account.throttle]`):
-/// every field may be left out and takes its default, an unknown one is
-/// refused, `window` is a string (`"30s"`).
+/// Every setting is a public field named like its setter; with the `serde`
+/// feature the type is a file section (`[dependencies.account.throttle]`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
