@@ -2,10 +2,7 @@
 //! that maps a job's error to one, and the [`Classifier`] of a whole outcome
 //! (by default [`ByError`]).
 //!
-//! The rule: only what says the provider is unwell is a failure:
-//! transport errors, timeouts, 5xx, panics. A 4xx is the caller's (or one
-//! tenant's) problem: it is *ignored*, counted neither as a failure nor as a
-//! success, and the error still reaches the caller.
+//! The rule is the README's Semantics, *What counts as a failure*.
 
 /// How one completed call counts in a breaker's window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,9 +106,7 @@ pub trait Classifier<T, E> {
 }
 
 /// The default classifier: `Ok` is a success, an `Err` is judged by its
-/// [`Classify`] implementation (for `ureq::Error` and `std::io::Error`:
-/// transport errors, timeouts and 5xx fail, 4xx is ignored; any other error
-/// type fails).
+/// [`Classify`] implementation.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByError;
 

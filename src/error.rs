@@ -8,11 +8,9 @@ use std::time::Duration;
 
 use crate::classify::Verdict;
 
-/// Why a call was turned away before the dependency was asked anything.
-///
-/// A rejection is never an outcome of the provider: it is never recorded as a
-/// failure by a breaker and never retried. Each is counted under the
-/// [`Outcome`] of the same name and label ([`outcome`](Self::outcome)).
+/// Why a call was turned away before the dependency was asked anything:
+/// never recorded as a failure, never retried, and counted under the
+/// [`Outcome`] of the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -21,38 +19,28 @@ pub enum Rejection {
     /// Resilience4j's name for it, and its label: `not_permitted`.
     NotPermitted,
     /// Every worker is busy and the bounded queue is full (and, with a
-    /// `max_wait`, no room came within it). A wait for room that the
-    /// call's own deadline ends is a timeout, never this.
+    /// `max_wait`, no room came within it).
     QueueFull,
-    /// The work already queued is estimated to take longer than the call's
-    /// remaining deadline, so queueing it could only end in a timeout; also
-    /// the answer when the deadline has already passed at submission.
+    /// The work already queued would outlast the call's remaining deadline,
+    /// or the deadline had passed at submission.
     DeadlineUnmeetable,
     /// The pool is shutting down (or has shut down) and admits nothing more;
     /// also the answer for queued work that shutdown could not run in time.
     ShuttingDown,
     /// The dependency's adaptive concurrency limit
     /// ([`DependencyBuilder::adaptive_limit`](crate::DependencyBuilder::adaptive_limit))
-    /// is reached: the provider is slower than its baseline, and more calls
-    /// would only hold more request threads. Never recorded by the breaker.
+    /// is reached.
     LimitExceeded,
     /// The dependency's rate limit
     /// ([`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit))
-    /// has no permit free within the caller's deadline and its `max_wait`.
-    /// The call's [`Error::Rejected`] says in `retry_after` when one would
-    /// be. Never recorded by the breaker.
+    /// has no permit free within the caller's deadline and its `max_wait`;
+    /// [`Error::Rejected`]'s `retry_after` says when one would be.
     RateLimited,
-    /// Turned away for its [`Priority`](crate::dependency::Priority): the
-    /// pool is under pressure, and what room is left is kept for calls of a
-    /// higher priority (a sheddable call finds no idle worker, or a normal
-    /// one would take the share reserved for critical calls). Never recorded
-    /// by the breaker.
+    /// Turned away for its [`Priority`](crate::dependency::Priority): what
+    /// room is left is kept for calls of a higher priority.
     Shed,
     /// Refused by the dependency's adaptive throttler
-    /// ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle)),
-    /// before the breaker and the pool: the provider has lately accepted too
-    /// few of the calls it got, and this one was drawn to be shed. Not a
-    /// request to the provider: never recorded by the breaker or the throttler.
+    /// ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle)).
     Throttled,
 }
 

@@ -18,10 +18,7 @@
 //!
 //! # The outcome table
 //!
-//! The rule: only what says the provider is unwell is a failure. The caller's own
-//! mistakes and the caller's own limits say nothing about the provider's health, so they
-//! are ignored: they neither open the breaker nor dilute its failure rate, and the error
-//! still reaches the caller.
+//! The README's rule (*What counts as a failure*), for every `ureq::Error`:
 //!
 //! | `ureq::Error`                                   | Verdict   | Why |
 //! |-------------------------------------------------|-----------|-----|

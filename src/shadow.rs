@@ -1,17 +1,10 @@
-//! Shadow mode: a refusing policy that decides every call as it would,
-//! keeps its state as it would, records each refusal it would have made, and
-//! lets the call through. An operator tries a policy on live traffic before
-//! it bites, and switches it to enforce (live) once its refusals look right.
+//! Shadow mode: what it promises is the README's Semantics, *Shadow mode*.
 //!
 //! One mechanism for every policy: a [`Shadow`] set says which [`Policy`]s
 //! are in shadow, and the one admission (`dependency/attempt.rs`, and the
 //! request pool's for [`Policy::Reserve`]) turns a shadowed policy's refusal
-//! into "let through, recorded" in one place. What a shadowed policy would
-//! have refused is counted per policy ([`ShadowCounts`]) and announced (an
-//! event, a tracing event, the `watertight_shadow_refusals_total` metric).
-//!
-//! Shadow is not off: the kill switch (`None` for a limit, a disabled
-//! breaker) stays the way to turn a policy off entirely.
+//! into "let through, recorded" in one place, counted per policy
+//! ([`ShadowCounts`]) and announced.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};

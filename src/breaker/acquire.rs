@@ -18,10 +18,8 @@ impl Breaker {
     /// Asks to make one call.
     ///
     /// CLOSED, METRICS_ONLY and DISABLED always permit, without reading the
-    /// clock or taking a lock. OPEN rejects until its period has passed; the
-    /// first call after that moves the breaker to HALF_OPEN and is its first
-    /// probe. HALF_OPEN permits `half_open_calls` probes in all. FORCED_OPEN
-    /// rejects.
+    /// clock or taking a lock; the rest as the state diagram in the module
+    /// docs says.
     ///
     /// The permit must be given the call's outcome with [`Permit::record`];
     /// dropping it counts the call as ignored. A refusal says the state that

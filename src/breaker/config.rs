@@ -1,9 +1,6 @@
-//! [`BreakerConfig`]: the knobs of a breaker, their defaults and their validation.
-//!
-//! The defaults are Resilience4j's, so a configuration copied from a Java
-//! service behaves the same here. Every setter documents its default;
-//! [`BreakerConfig::validate`] (run by `Breaker::new`) refuses a value outside
-//! its rule with a [`ConfigError`] that names the field, the rule and the value.
+//! [`BreakerConfig`]: the knobs of a breaker, their defaults (Resilience4j's,
+//! so a configuration copied from a Java service behaves the same) and their
+//! validation.
 
 use std::time::Duration;
 
@@ -58,13 +55,9 @@ pub struct OpenBackoff {
 ///
 /// # A small service
 ///
-/// Those defaults suit a service making hundreds of calls a second. At tens of
-/// calls a second a window of 100 calls takes seconds to fill, and the
-/// breaker decides nothing until it has: a provider that hangs with a 3 s
-/// timeout holds `workers + queue` request threads for every one of those
-/// seconds, and then 60 s of open is a long time to refuse a provider that
-/// recovered. For tens of calls a second, decide on the last 20 calls (at
-/// least 10), open for 10-15 s, and probe with a few calls:
+/// At tens of calls a second a window of 100 calls takes seconds to fill,
+/// and the breaker decides nothing until it has. Decide on the last 20 calls
+/// (at least 10), open for 10-15 s, and probe with a few calls:
 ///
 /// ```
 /// use std::time::Duration;
@@ -98,22 +91,16 @@ pub struct OpenBackoff {
 ///
 /// # Reading it back, and files
 ///
-/// Every setting is a public field named like its setter (`config.minimum_calls`).
-/// With the `serde` feature the same type is a file section: every field may
-/// be left out and takes its default, a field it does not know is refused,
-/// durations are strings (`"15s"`), rates percentages:
+/// Every setting is a public field named like its setter. With the `serde`
+/// feature the same type is a file section (durations as strings, rates as
+/// percentages), checked by [`validate`](Self::validate):
 ///
 /// ```toml
 /// window = { count = 20 }
-/// minimum_calls = 10
-/// failure_rate = 50.0
 /// open_for = "15s"
 /// open_backoff = { multiplier = 2.0, max = "5m" }
 /// after_max_wait = "closed"
 /// ```
-///
-/// A value read from a file is checked by [`validate`](Self::validate)
-/// (which [`Config`](crate::config::Config) runs, naming the field's path).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -238,12 +225,9 @@ impl BreakerConfig {
 
     /// The longest the breaker waits in half-open for its probes to report
     /// before it moves to [`after_max_wait`](Self::after_max_wait); zero
-    /// means wait forever.
-    ///
-    /// Like every time-driven move of this breaker, it is lazy: the move
-    /// happens on the next [`try_acquire`](crate::breaker::Breaker::try_acquire) or
-    /// the next report after the wait has passed, never on a timer, so a
-    /// breaker nobody calls stays half-open. Defaults to zero.
+    /// means wait forever. Lazy, like every time-driven move of this breaker:
+    /// it happens on the next call or report, never on a timer. Defaults to
+    /// zero.
     pub fn max_wait_in_half_open(mut self, duration: Duration) -> Self {
         self.max_wait_in_half_open = duration;
         self
@@ -258,11 +242,9 @@ impl BreakerConfig {
     }
 
     /// `false` builds the breaker in [`State::Disabled`]: every call is
-    /// permitted and nothing is recorded.
-    ///
-    /// The environment variable `WATERTIGHT_BREAKER_ENABLED=false` (also `0`,
-    /// `no`, `off`), read when a breaker is built, has the same effect; it can
-    /// switch a breaker off, never back on. Defaults to `true`.
+    /// permitted and nothing is recorded. `WATERTIGHT_BREAKER_ENABLED=false`
+    /// (or `0`, `no`, `off`) at build time does the same; it never switches
+    /// one back on. Defaults to `true`.
     pub fn enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
         self

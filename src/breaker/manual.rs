@@ -11,23 +11,13 @@ impl Breaker {
     ///
     /// # Which moves
     ///
-    /// Every move from one state to a different one is made, whatever the
-    /// two states: all 30 moves between the six states, CLOSED -> HALF_OPEN
-    /// and the moves out of DISABLED and FORCED_OPEN included. A move to the
-    /// state the breaker is in does nothing at all: no fresh window, open
-    /// period or round, no new generation, no transition (to start CLOSED
-    /// over, [`reset`](Self::reset)).
-    ///
-    /// Resilience4j refuses one of these moves: its
-    /// `transitionToHalfOpenState()` from CLOSED throws
-    /// `IllegalStateTransitionException`, its table of transitions having no
-    /// CLOSED_TO_HALF_OPEN. Here it is made, and starts a round of probes as
-    /// a move from OPEN does. Nothing in a round depends on an open period
-    /// before it: entering HALF_OPEN sets up all the round reads (its slots,
-    /// its deadline), the probes' own rates conclude it, and the window left
-    /// behind is not consulted. So an operator may cut a provider under
-    /// suspicion down to `half_open_calls` calls and let them decide, without
-    /// first rejecting every call for an open period.
+    /// Every move from one state to a different one is made (all 30 between
+    /// the six states); a move to the state the breaker is in does nothing at
+    /// all (to start CLOSED over, [`reset`](Self::reset)). Unlike
+    /// Resilience4j, CLOSED -> HALF_OPEN is allowed: a round reads nothing
+    /// from an open period before it, so an operator may cut a suspect
+    /// provider down to `half_open_calls` probes without first rejecting
+    /// every call.
     ///
     /// # What the state entered starts
     ///
@@ -62,14 +52,11 @@ impl Breaker {
     ///
     /// # Listeners
     ///
-    /// A move is one [`Transition`](super::Transition) from the state left
-    /// to `to`, with no rates (none caused it), logged at `info` and handed
-    /// to every listener once the lock is released, in order with every
-    /// other transition (see [`on_transition`](Self::on_transition)). It has
-    /// been announced when `transition_to` returns, unless another thread was
-    /// announcing at that moment: that thread announces it. A listener may
-    /// call `transition_to` itself; its move is announced after the one it
-    /// was told of.
+    /// A move is one [`Transition`](super::Transition) with no rates, logged
+    /// at `info` and announced as any other (see
+    /// [`on_transition`](Self::on_transition)). A listener may call
+    /// `transition_to` itself; its move is announced after the one it was
+    /// told of.
     pub fn transition_to(&self, to: State) {
         let inner = &*self.inner;
         let mut now = inner.lazy_now(None);
@@ -92,15 +79,10 @@ impl Breaker {
     }
 
     /// Opens the breaker now if it is CLOSED or HALF_OPEN, whatever its
-    /// window or its round of probes holds, and says which state it left
-    /// (`None`: neither, nothing done). The dependency calls this when its
-    /// pool is stalled: every worker stuck inside a call for longer than the
-    /// provider's answers take is evidence enough, and waiting for the
-    /// window to fill would hold request threads for nothing. In HALF_OPEN
-    /// the stall means a probe found no room: a round whose probes cannot
-    /// even start would never conclude, so the breaker goes back to OPEN for
-    /// another open period (counted as one more opening, as a failed round
-    /// is). The transition carries no rates (none caused it).
+    /// window or round holds, and says which state it left (`None`: neither,
+    /// nothing done): the stall rule (the README's Semantics, *A hang is
+    /// caught within one timeout*). From HALF_OPEN it counts as one more
+    /// opening, as a failed round does. The transition carries no rates.
     pub(crate) fn open_on_stall(&self) -> Option<State> {
         let inner = &*self.inner;
         let mut now = inner.lazy_now(None);

@@ -62,12 +62,6 @@
 //! half-open round still counts in the lifetime totals, but can never take
 //! or give back a slot of the current round, nor land in a fresh window.
 //!
-//! # Files
-//!
-//! `state.rs` (the vocabulary), `machine.rs` (the locked state machine),
-//! `acquire.rs` (asking for a permit, and the permits), `manual.rs` (moves
-//! by hand), `announce.rs` (transitions told after the lock), `config.rs`
-//! and `window.rs` (the sliding windows).
 
 mod acquire;
 mod announce;

@@ -1,35 +1,14 @@
-//! Configuration from files (feature `serde`): the crate's own configuration
-//! types, read with serde, durations as human strings, errors that name the
-//! path.
+//! Configuration from files (feature `serde`); the rules (one type per
+//! part, defaults, strict fields, paths in errors) are the README's
+//! *Configuration*.
 //!
-//! A [`Config`] is a file's worth of dependencies, by name, and the server
-//! they share. Each dependency is a [`DependencyConfig`], the very type a
-//! [`DependencyBuilder`](crate::DependencyBuilder) sets and
-//! [`Dependency::reconfigure`](crate::Dependency::reconfigure) applies, with
-//! a section each for the breaker ([`BreakerConfig`](crate::breaker::BreakerConfig)),
-//! the retry ([`Retry`](crate::retry::Retry)), the adaptive limit
-//! ([`AdaptiveLimit`](crate::limit::AdaptiveLimit)) and the throttler
-//! ([`Throttle`](crate::limit::Throttle)). Every field may be left
-//! out and takes the builder's default; a field no section knows is refused.
-//!
-//! - Durations are strings: `"3s"`, `"250ms"`, `"1m 30s"` (`humantime`'s
-//!   forms). A bare number is refused: `3` could be seconds or milliseconds.
-//! - Rates are percentages, as everywhere in this crate: `failure_rate = 50.0`.
-//! - A breaker's window is its kind and size: `window = { count = 20 }` or
-//!   `window = { time = 30 }`.
-//! - Errors name the path of the offending field,
-//!   `dependencies.fraud.breaker.failure_rate`, for a value the format cannot
-//!   read (a string for a number, an unknown field) as well as for one the
-//!   validation refuses (a rate of 101 %).
-//!
-//! The crate reads no file format itself: hand [`Config::from_deserializer`]
-//! any serde deserializer (TOML, JSON, YAML...), so that the path can be
-//! tracked through it. `toml::from_str::<Config>` works too, with the format's
-//! own error messages instead of paths, and no validation until
-//! [`Config::validate`]. To keep watertight's configuration as one table of
-//! the application's own file, read it in place with [`Config::from_section`]:
-//! paths then start at the file's root, and TOML's line numbers point into
-//! the user's file.
+//! Durations are `humantime` strings (`"1m 30s"`); a bare number is refused,
+//! since `3` could be seconds or milliseconds. The crate reads no file format
+//! itself: [`Config::from_deserializer`] takes any serde deserializer, so
+//! that the path can be tracked through it (`toml::from_str::<Config>` works
+//! too, with the format's own messages and no validation until
+//! [`Config::validate`]); [`Config::from_section`] reads one table of the
+//! application's own file in place.
 //!
 //! ```
 //! use std::time::Duration;
@@ -174,10 +153,9 @@ impl Config {
 
     /// Builds every dependency (their worker threads start) into a new
     /// registry, in the order of their names, and applies the capacity rule
-    /// when `server.request_threads` is set ([`request_threads`](Self::request_threads):
-    /// the threads left after the reserve, under the request budget): a
-    /// dependency that can hold every one is refused, and every warning of
-    /// the report is logged at `warn`. The first error stops the build (the
+    /// against [`request_threads`](Self::request_threads) when set: a
+    /// dependency that can hold every thread is refused, and every warning
+    /// is logged at `warn`. The first error stops the build (the
     /// dependencies built so far are dropped, and their threads stop).
     pub fn build(&self) -> Result<Registry, ConfigError> {
         let registry = Registry::new();
@@ -269,12 +247,8 @@ impl ConfigError {
     }
 }
 
-/// Where the field a [`ConfigError`] names lies in a dependency's section.
-///
-/// A dependency's validation (and its builder's, and its live
-/// reconfiguration's) names the field as its setter spells it: `workers`,
-/// `timeout`, a breaker's `failure_rate`, a retry's `retry.backoff`, a
-/// limit's `min_limit`.
+/// Where the field a [`ConfigError`] names lies in a dependency's section:
+/// validation names it as its setter spells it (`min_limit`).
 fn field_path(e: &ConfigError) -> String {
     let field = e.field();
     let breaker = [

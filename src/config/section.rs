@@ -17,12 +17,9 @@ impl Config {
     /// `"tools.watertight"` goes down one table a dot), then checks it as
     /// [`from_deserializer`](Self::from_deserializer) does.
     ///
-    /// The rest of the file is the application's: any other table is
-    /// skipped unread, while within the section an unknown field is refused
-    /// as ever. Paths start at the file's root
-    /// (`watertight.dependencies.fraud.workers`), and since the deserializer
-    /// reads the whole file, the format's own messages point at it: TOML's
-    /// name the line and column in the user's text. A file without the
+    /// Any other table is skipped unread; within the section an unknown
+    /// field is refused as ever. Paths start at the file's root, and the
+    /// format's own messages point into the user's text. A file without the
     /// section is refused, at the section's path (write an empty table for
     /// every default). [`build`](Self::build) names its paths within the
     /// section: prefix them with [`ConfigError::within`].

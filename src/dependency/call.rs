@@ -87,22 +87,11 @@ impl<'a> CallBuilder<'a> {
 impl<'a, C, R> CallBuilder<'a, C, R> {
     /// The caller's own deadline (a request's budget, say): each attempt's
     /// deadline is the earlier of it and the dependency's
-    /// [`timeout`](crate::DependencyBuilder::timeout).
-    ///
-    /// - A call whose deadline has already passed, or that the queue cannot
-    ///   meet (deadline-aware admission), is rejected at once with
-    ///   [`DeadlineUnmeetable`](Rejection::DeadlineUnmeetable), without
-    ///   touching the provider.
-    /// - A timeout at this deadline, when it came before the dependency's own,
-    ///   is answered [`Error::Timeout`] and counted `timed_out`; the breaker
-    ///   records it as a failure only once a worker had run the attempt for
-    ///   longer than the provider's normal latency (see the README's
-    ///   "Semantics"), else as ignored.
-    /// - A wait for room (the pool's `max_wait`, a caller-thread permit, a
-    ///   rate permit) that this deadline ends is a timeout too, never a
-    ///   rejection: [`Error::Timeout`], counted `timed_out`, and not recorded
-    ///   by the breaker at all (the provider was never asked).
-    /// - Retries never start an attempt, nor sleep, past it.
+    /// [`timeout`](crate::DependencyBuilder::timeout). A deadline the queue
+    /// cannot meet is refused
+    /// [`DeadlineUnmeetable`](Rejection::DeadlineUnmeetable); a wait it ends
+    /// is an [`Error::Timeout`] (the README's Semantics, *A deadline is a
+    /// timeout* and *A hang is caught within one timeout*).
     ///
     /// Defaults to none.
     pub fn deadline(mut self, deadline: Instant) -> Self {
@@ -120,12 +109,8 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
     }
 
     /// How much this call matters when the pool is under pressure
-    /// ([`Priority`]): sheddable calls are refused
-    /// [`Shed`](Rejection::Shed) first, then normal ones, and the places
-    /// [reserved for critical calls](crate::DependencyBuilder::reserved_for_critical)
-    /// are taken by critical calls only. Decided at once, before the call
-    /// would queue; never recorded by the breaker. Applies to every call of a
-    /// pool-mode dependency (blocking, retried, hedged and detached).
+    /// ([`Priority`]; the README's Semantics, *Priorities*). Applies to every
+    /// call of a pool-mode dependency.
     ///
     /// Defaults to [`Priority::Normal`].
     ///
@@ -142,12 +127,10 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
         self
     }
 
-    /// What the job's outcome means to the breaker (for example a response
-    /// whose 5xx status is not an `Err`); see [`Classifier`]. Timeouts and
-    /// panics are always failures; rejections are never recorded. The
-    /// classifier runs on the calling thread (for a detached call, on the
-    /// worker); if it panics, the attempt is counted `panicked`, recorded as a
-    /// failure, and answered [`Error::Panicked`].
+    /// What the job's outcome means to the breaker; see [`Classifier`]. It
+    /// runs on the calling thread (for a detached call, on the worker); if it
+    /// panics, the attempt is answered [`Error::Panicked`] and recorded as a
+    /// failure.
     ///
     /// Defaults to [`ByError`].
     pub fn classify<C2>(self, classify: C2) -> CallBuilder<'a, C2, R> {
@@ -163,16 +146,10 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
 }
 
 impl<'a, C> CallBuilder<'a, C, Once> {
-    /// Retries with the dependency's [`Retry`](crate::retry::Retry): up to
-    /// `max_attempts` attempts, each through the breaker (so each is counted
-    /// by it), retried only after a transient outcome (a failure verdict or a
-    /// timeout; never a panic, a rejection or an ignored outcome) and only
-    /// while the retry budget allows, with exponential backoff and jitter
-    /// between them. Never sleeps past the caller's deadline or
-    /// [`Retry::overall_timeout`](crate::retry::Retry::overall_timeout), nor
-    /// when the breaker would refuse the next attempt. The job is shared by
-    /// every attempt, so it must be `Fn` ([`CallContext::attempt`] tells them
-    /// apart); the last real outcome is returned.
+    /// Retries with the dependency's [`Retry`](crate::retry::Retry) (the
+    /// README's Semantics, *Retry, outside the breaker*). The job is shared
+    /// by every attempt, so it must be `Fn` ([`CallContext::attempt`] tells
+    /// them apart).
     ///
     /// Defaults to one attempt.
     ///
@@ -194,22 +171,10 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         self.into_mode()
     }
 
-    /// Hedges with the dependency's [`Hedge`](super::Hedge) policy: when no
-    /// acceptable answer (a verdict other than failure) has come after the
-    /// hedge delay, another attempt starts on another worker, and the first
-    /// acceptable answer is the call's. An attempt that fails (as the
-    /// classifier judges it; not a panic, which another attempt would only
-    /// repeat) starts the next hedge at once, under the same conditions;
-    /// when no attempt answers acceptably, the last answer is the call's. A
-    /// zero delay starts every attempt at once. A hedge starts only when a worker is
-    /// idle at that moment (it never queues), the breaker is CLOSED, the
-    /// adaptive and rate limits grant it, the retry budget allows it (hedges
-    /// and retries share it) and the deadline leaves it the provider's normal
-    /// latency. The attempts that lose are given up: each sees
-    /// [`CallContext::is_cancelled`] turn true, keeps its worker until its
-    /// job returns, and is recorded by the breaker then (a failure is a
-    /// failure); its answer is dropped. The job is shared by every attempt,
-    /// so it must be `Fn`, and the classifier runs on the workers.
+    /// Hedges with the dependency's [`Hedge`](super::Hedge) policy (the
+    /// README's Semantics, *Hedging*). A hedge also needs the deadline to
+    /// leave it the provider's normal latency. The job is shared by every
+    /// attempt, so it must be `Fn`, and the classifier runs on the workers.
     ///
     /// Defaults to one attempt, as does a dependency with no hedge policy.
     ///

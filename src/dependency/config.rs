@@ -26,9 +26,7 @@ use crate::time::{MAX_TIMEOUT, saturating_nanos};
 ///
 /// With the `serde` feature it is also the file section of one dependency
 /// (`[dependencies.fraud]`, see [`config`](crate::config)) and the JSON a
-/// service can read and write live: every field may be left out and takes
-/// the builder's default, a field it does not know is refused, durations are
-/// strings (`"3s"`), rates percentages.
+/// service can read and write live.
 ///
 /// ```toml
 /// workers = 6
@@ -368,30 +366,21 @@ impl Dependency {
     /// invalid setting is refused with a [`ConfigError`] naming its field,
     /// and then nothing has changed.
     ///
-    /// - `workers`, `queue`, `max_wait`: the pool grows or shrinks; see
-    ///   [`Pool::resize`](crate::pool::Pool::resize) for how running and queued
-    ///   calls are kept.
-    /// - `timeout`: calls made from now on; a call already made keeps the
-    ///   deadline it started with.
-    /// - `breaker`: see [`Breaker::reconfigure`](crate::breaker::Breaker::reconfigure)
-    ///   for what is kept and what starts afresh.
-    /// - `retry`: calls made from now on; the budget keeps the calls and
-    ///   retries it has counted.
-    /// - `adaptive_limit`: a new configuration keeps what the limit has
-    ///   learned; `None` turns the limit off (calls in flight under it finish
-    ///   normally), and `Some` turns it on again.
-    /// - `rate_limit`: the permits already promised stand and the next follow
-    ///   the new rate ([`RateLimiter::reconfigure`](crate::limit::RateLimiter::reconfigure));
-    ///   no thread is involved and nobody is blocked; `None` turns it off.
-    /// - `throttle`: a new `k` or floor applies to the next call, on what the
-    ///   window holds; a new window or bucket count starts an empty window;
-    ///   `None` turns it off, and `Some` on again
-    ///   ([`Throttler::reconfigure`](crate::limit::Throttler::reconfigure)).
-    /// - `reserved_for_critical`: calls admitted from now on.
-    /// - `hedge`: hedged calls made from now on; `None` makes them single attempts.
-    /// - `calls`: the capacity rule's next check; calls are served as before.
-    /// - `shadow`: the next call admitted; a policy switched from shadow to
-    ///   enforce refuses from that call on, on the state it kept in shadow.
+    /// - `workers`, `queue`, `max_wait`: the pool resizes in place
+    ///   ([`Pool::resize`](crate::pool::Pool::resize)).
+    /// - `breaker`, `rate_limit`, `throttle`: as
+    ///   [`Breaker::reconfigure`](crate::breaker::Breaker::reconfigure),
+    ///   [`RateLimiter::reconfigure`](crate::limit::RateLimiter::reconfigure)
+    ///   and [`Throttler::reconfigure`](crate::limit::Throttler::reconfigure)
+    ///   say; `None` turns a limit off (calls in flight under it finish
+    ///   normally), `Some` on again.
+    /// - `adaptive_limit`: keeps what the limit has learned; `None` and
+    ///   `Some` as above.
+    /// - `retry`: the budget keeps what it has counted.
+    /// - `timeout`, `retry`, `hedge`, `reserved_for_critical`, `shadow`: from
+    ///   the next call admitted (a call keeps the deadline it started with; a
+    ///   policy switched from shadow to enforce refuses on the state it kept).
+    /// - `calls`: the capacity rule's next check.
     ///
     /// Every call made at any moment of a reconfiguration gets exactly one
     /// answer, under the old settings or the new.

@@ -98,17 +98,9 @@ pub struct DependencyLatency {
 ///          + limit_exceeded + rate_limited + shed + throttled
 /// ```
 ///
-/// ([`CallCounts::total`]). A retried call (`with().retry()`) makes one attempt per
-/// try, and each is counted. The other three counters overlap the outcomes
-/// instead of adding to them:
-///
-/// - `slow`: attempts recorded on the breaker (successful, failed, timed out,
-///   panicked) that took longer than the breaker's `slow_call_duration`;
-/// - `retried`: attempts that were retries (at most `attempts - calls`);
-/// - `expired`: jobs the pool dropped unstarted, because their deadline passed
-///   in the queue, their caller had gone, or shutdown discarded them. Their
-///   callers already counted them as `timed_out` or `shutting_down`. It is
-///   read from the dependency's own pool.
+/// ([`CallCounts::total`]); a retried call counts each attempt. `slow`,
+/// `retried`, `hedged` and `expired` overlap the outcomes instead of adding
+/// to them.
 ///
 /// The counters are the dependency's own relaxed atomics, not the breaker's
 /// (a disabled breaker records nothing); each is monotonic. A snapshot reads

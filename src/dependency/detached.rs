@@ -30,38 +30,22 @@ impl Dependency {
     /// at `warn`; use [`with`](Self::with)`().`[`spawn_with`](super::CallBuilder::spawn_with) to handle the answer
     /// instead.
     ///
-    /// For a call whose failure the caller swallows (a notification, say):
-    /// the circuit still observes it first. The call is admitted or refused
-    /// here and now, and never holds the caller:
+    /// Admitted or refused here and now, never holding the caller (the
+    /// README's Semantics, *Fire-and-forget*):
     ///
-    /// - `Err(rejection)` at once when the breaker permits no call
-    ///   ([`NotPermitted`](Rejection::NotPermitted)), the adaptive limit is
-    ///   reached ([`LimitExceeded`](Rejection::LimitExceeded)), the workers and
-    ///   the queue are full ([`QueueFull`](Rejection::QueueFull); a detached
-    ///   call never waits for room, whatever the
-    ///   [`max_wait`](crate::DependencyBuilder::max_wait)), the queue cannot
-    ///   meet the deadline ([`DeadlineUnmeetable`](Rejection::DeadlineUnmeetable))
-    ///   or the pool is shutting down ([`ShuttingDown`](Rejection::ShuttingDown)).
-    ///   It is counted like a blocking call's rejection, never recorded by the
-    ///   breaker, and is the call's only answer: nothing is logged at `warn`.
-    /// - `Ok(())`: the job is queued. Its deadline is the dependency's
+    /// - `Err(rejection)` at once, counted like a blocking call's rejection
+    ///   and the call's only answer. A detached call never waits for room,
+    ///   whatever the [`max_wait`](crate::DependencyBuilder::max_wait).
+    /// - `Ok(())`: the job is queued, under the dependency's
     ///   [`timeout`](crate::DependencyBuilder::timeout) from now, queue wait
-    ///   included, and [`CallContext::remaining`] hands it to the job's own
-    ///   I/O as in a blocking call. When it returns, its outcome is judged by
-    ///   `E`'s [`Classify`], counted once in the dependency's
-    ///   [`CallCounts`](crate::CallCounts) and recorded by the breaker; a job
-    ///   that returns after its deadline is counted `timed_out` and recorded
-    ///   as a failure, and a panic is caught, counted `panicked` and recorded
-    ///   as a failure. A job still queued at its deadline never starts (a
-    ///   timeout, as above); one that shutdown discards is counted
+    ///   included. Its outcome is judged by `E`'s [`Classify`], counted and
+    ///   recorded when the job returns; a job still queued at its deadline
+    ///   never starts, and one that shutdown discards is counted
     ///   `shutting_down`.
     ///
-    /// The pool's queue bounds detached calls as it bounds blocking ones: they
-    /// take the same workers and queue slots. A detached call has no caller to
-    /// give up at the deadline, so its outcome is recorded when the job
-    /// returns: hand the deadline to the job's I/O (as
-    /// [`WithDeadline`](crate::http::WithDeadline) does for ureq) so that it
-    /// returns by then.
+    /// Nobody gives up at the deadline, so the outcome is recorded only when
+    /// the job returns: hand the deadline to the job's I/O (as
+    /// [`WithDeadline`](crate::http::WithDeadline) does for ureq).
     ///
     /// ```
     /// use std::time::Duration;

@@ -12,33 +12,21 @@
 //!
 //! # Who drives
 //!
-//! The caller's thread, and no other. [`FanOut::start`] (or
-//! [`CallBuilder::fan`](super::CallBuilder::fan)) admits and submits a
-//! leg's first attempt and returns: at once, or, when the pool is full and
-//! its `max_wait` lets the attempt wait for room, once room comes (within
-//! `max_wait` and the fan-out's deadline, as any call; start first the legs
-//! least likely to wait). [`FanLeg::wait`] and
-//! [`FanOut::wait_all`] then drive *every* leg of the fan-out in turn: take
-//! in the answers that have come, start a retry whose pause is over or a
-//! hedge that is due. Between two rounds the thread registers itself on the
-//! reply slot of every attempt in flight and parks until one settles, or
-//! until the earliest instant a leg has something due (its pause's end, its
-//! next hedge, its deadline). A slot's `register` looks at the slot once
-//! more under its lock, so an answer that comes between a round and the park
-//! is never missed; a stray unpark only makes the thread look once more.
+//! The caller's thread, and no other (the README's Semantics, *Fan-out*).
+//! [`FanOut::start`] (or [`CallBuilder::fan`](super::CallBuilder::fan))
+//! admits and submits a leg's first attempt and returns, once room comes if
+//! it waits for room (start first the legs least likely to wait).
+//! [`FanLeg::wait`] and [`FanOut::wait_all`] then drive *every* leg in turn:
+//! take in the answers that have come, start a retry or hedge that is due.
+//! Between two rounds the thread registers itself on the reply slot of every
+//! attempt in flight and parks until one settles or a leg has something due.
+//! A slot's `register` looks at the slot once more under its lock, so an
+//! answer that comes between a round and the park is never missed; a stray
+//! unpark only makes the thread look once more.
 //!
-//! A leg's deadline is the fan-out's (or the caller's own, from
-//! [`CallBuilder::deadline`](super::CallBuilder::deadline), when earlier), so
-//! every leg has its answer by the fan-out's deadline: the waits return by
-//! then, plus scheduling noise.
-//!
-//! # A leg dropped
-//!
-//! A [`FanLeg`] dropped before its answer gives its leg up as a caller who
-//! left: an attempt still queued is withdrawn (the pool never starts it and
-//! counts it `expired`), a running one sees
-//! [`CallContext::is_cancelled`] turn true and is settled by its worker when
-//! it returns, and a retry not yet made gives its budget token back.
+//! A [`FanLeg`] dropped before its answer is given up as a caller who left
+//! (a running attempt sees [`CallContext::is_cancelled`]); a retry not yet
+//! made gives its budget token back.
 
 use std::cell::RefCell;
 use std::fmt;

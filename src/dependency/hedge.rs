@@ -1,9 +1,9 @@
 //! Hedged calls: [`CallBuilder::hedge`](super::CallBuilder::hedge), under
 //! their policy, [`Hedge`](super::Hedge).
 //!
-//! The first attempt is admitted as any blocking call's; each hedge is
-//! admitted as a [`Form::Hedge`], when it cannot make an outage worse (see
-//! `CallBuilder::hedge` for the conditions).
+//! The first attempt is admitted as any blocking call's; each hedge as a
+//! [`Form::Hedge`], when it cannot make an outage worse. What a hedge
+//! promises: the README's Semantics, *Hedging*.
 //!
 //! # Who records what
 //!
@@ -19,14 +19,9 @@
 //!   another won, or discarded by shutdown): nothing is recorded, as for
 //!   any rejection.
 //!
-//! The first acceptable answer (a verdict other than failure) is the
-//! call's. A failure (a panic excepted) starts the next hedge at once,
-//! under the same conditions as one after the delay; when every leg made
-//! has answered and none acceptably, the last answer is the call's. A zero
-//! delay starts every hedge at once, into the workers idle then. The other
-//! legs are given up: a queued one is withdrawn, a running
-//! one sees [`CallContext::is_cancelled`] turn true, keeps its worker until
-//! its job returns (threads cannot be killed), and is recorded then.
+//! A leg given up (another won) is withdrawn if queued; a running one keeps
+//! its worker until its job returns (threads cannot be killed) and is
+//! recorded then.
 //!
 //! # Who waits
 //!

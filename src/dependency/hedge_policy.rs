@@ -9,13 +9,12 @@ use crate::time::MAX_TIMEOUT;
 
 /// When a hedged call starts another attempt, and how many it may start.
 ///
-/// A hedge starts when no acceptable answer has come after the delay, and at
-/// once when an attempt fails (as the classifier judges it), within the same
-/// rules: an idle worker, the breaker CLOSED, the retry budget. The delay is fixed ([`after`](Self::after)), or the dependency's own
-/// recent call-time quantile ([`at_quantile`](Self::at_quantile), p95 by
-/// default), clamped to `[min_delay, max_delay]` and used only once the
-/// recent window holds `min_samples` calls (until then, `max_delay`). In a
-/// file (feature `serde`): `hedge = { delay = "20ms" }` or
+/// When a hedge starts: the README's Semantics, *Hedging*. The delay is
+/// fixed ([`after`](Self::after)), or the dependency's own recent call-time
+/// quantile ([`at_quantile`](Self::at_quantile), p95 by default), clamped to
+/// `[min_delay, max_delay]` and used only once the recent window holds
+/// `min_samples` calls (until then, `max_delay`). In a file (feature
+/// `serde`): `hedge = { delay = "20ms" }` or
 /// `hedge = { quantile = 0.95, min_delay = "5ms", max_delay = "200ms" }`.
 ///
 /// ```

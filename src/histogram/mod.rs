@@ -21,12 +21,7 @@
 //! [`record`](LatencyHistogram::record), from any thread, is two relaxed
 //! `fetch_add`s (one bucket, the sum) on counts that are never cleared, a
 //! relaxed load of the next epoch boundary and one comparison: no lock and no
-//! allocation. The bucket is found from the octave (a leading-zeros count of
-//! the duration over 100 µs, a division by a constant) and three comparisons
-//! inside it.
-//!
-//! Every writer, a pool's workers included, records the same way: the
-//! counts are shared, and only ever added to.
+//! allocation. The bucket is found as `bucket_of` says.
 //!
 //! # The recent window
 //!

@@ -15,12 +15,8 @@ const MAX_WINDOW: u32 = 1_000_000;
 /// The largest latency tolerance: ten times the no-load latency.
 const MAX_TOLERANCE: f64 = 1000.0;
 
-/// The configuration of an adaptive concurrency limit (see
-/// [`Limiter`](crate::limit::Limiter) for the rule it drives).
-///
-/// Every setter documents its default; [`validate`](Self::validate) (run by
-/// [`Limiter::new`](crate::limit::Limiter::new)) refuses a value outside its rule
-/// with a [`ConfigError`] naming the field. Rates and tolerances are in
+/// The configuration of an adaptive concurrency limit (the rule: the
+/// [`limit`](crate::limit) module docs). Rates and tolerances are in percent.
 /// percent, as everywhere in this crate.
 ///
 /// ```
@@ -38,10 +34,8 @@ const MAX_TOLERANCE: f64 = 1000.0;
 /// assert_eq!(err.field(), "failure_cut");
 /// ```
 ///
-/// Every setting is a public field named like its setter. With the `serde`
-/// feature the same type is a file section (`[dependencies.fraud.adaptive_limit]`):
-/// every field may be left out and takes its default, an unknown one is
-/// refused, `relearn_after` is a string (`"500ms"`).
+/// Every setting is a public field named like its setter; with the `serde`
+/// feature the type is a file section (`[dependencies.fraud.adaptive_limit]`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -130,26 +124,20 @@ impl AdaptiveLimit {
         self
     }
 
-    /// The span, in samples, over which the no-load latency follows the
-    /// short-term latency within tolerance, from calls issued with at most
-    /// half the limit (or the minimum) in flight; at least `short_window`. It
-    /// falls at the short-term pace when the provider gets twice as fast (it
-    /// recovered), is re-measured at the minimum (see
-    /// [`relearn_after`](Self::relearn_after)), and never rises from a
-    /// congested sample (see [`Limiter`](crate::limit::Limiter)). Defaults
-    /// to 500.
+    /// The span, in samples, over which the no-load latency follows calls
+    /// within tolerance issued with at most half the limit in flight (see
+    /// the [`limit`](crate::limit) module docs); at least `short_window`.
+    /// Defaults to 500.
     pub fn long_window(mut self, samples: u32) -> Self {
         self.long_window = samples;
         self
     }
 
     /// How long the latency must stay above tolerance with the limit at its
-    /// minimum (and for at least `short_window` calls issued there) before the
-    /// latency measured there is taken as the new no-load latency: the latency
-    /// did not fall with the concurrency, so it is not a queue but a provider
-    /// that is slower now. [`Duration::ZERO`] means never (the limit then
-    /// stays at the minimum until the latency comes back down); at most one
-    /// day. Defaults to 500 ms.
+    /// minimum (and for `short_window` calls issued there) before it is taken
+    /// as the new no-load latency (see the [`limit`](crate::limit) module
+    /// docs). [`Duration::ZERO`] means never; at most one day. Defaults to
+    /// 500 ms.
     pub fn relearn_after(mut self, duration: Duration) -> Self {
         self.relearn_after = duration;
         self

@@ -1,10 +1,6 @@
 //! [`Throttler`]: client-side adaptive throttling (the Google SRE book,
-//! "Handling Overload"), and its settings, [`Throttle`].
-//!
-//! A breaker is all or nothing: a provider that answers 40 % of calls is
-//! either sent every call or none. A throttler sheds only the share the
-//! provider is not accepting, with no state machine and nothing to wait for
-//! once it recovers.
+//! "Handling Overload"), and its settings, [`Throttle`]. The rule: the
+//! README's Semantics, *Adaptive throttling*.
 //!
 //! # State
 //!
@@ -37,12 +33,8 @@ const MIN_BUCKET: Duration = Duration::from_millis(10);
 /// The largest floor of requests.
 const MAX_MIN_REQUESTS: u32 = 1_000_000;
 
-/// The settings of an adaptive throttler (see [`Throttler`] for the rule).
-///
-/// Every setter documents its default and its limits;
-/// [`validate`](Self::validate) refuses a value outside them with a
-/// [`ConfigError`] naming the field (`throttle.k`, `throttle.window`,
-/// `throttle.buckets`, `throttle.min_requests`).
+/// The settings of an adaptive throttler (see [`Throttler`] for the rule);
+/// [`validate`](Self::validate) names the field it refuses (`throttle.k`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -53,10 +45,8 @@ const MAX_MIN_REQUESTS: u32 = 1_000_000;
 /// assert_eq!(Throttle::new().k(0.5).validate().unwrap_err().field(), "throttle.k");
 /// ```
 ///
-/// Every setting is a public field named like its setter. With the `serde`
-/// feature the same type is a file section (`[dependencies.account.throttle]`):
-/// every field may be left out and takes its default, an unknown one is
-/// refused, `window` is a string (`"30s"`).
+/// Every setting is a public field named like its setter; with the `serde`
+/// feature the type is a file section (`[dependencies.account.throttle]`).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -243,40 +233,13 @@ fn for_priority(p: f64, priority: Priority) -> f64 {
 /// An adaptive throttler: client-side throttling as the Google SRE book
 /// tells it. Cheap to clone: clones share one window.
 ///
-/// # The rule
-///
-/// Over a sliding window ([`window`](Throttle::window), in
-/// [`buckets`](Throttle::buckets)) the throttler counts the *requests* (calls
-/// the provider answered or failed to answer in time) and the *accepts* (the
-/// answers its classifier does not call a failure: a success, or an ignored
-/// 4xx; a failure, a panic or a timeout is no accept). A call is refused,
-/// before anything else is asked, with probability
-///
-/// ```text
-/// p = max(0, (requests - k x accepts) / (requests + 1))
-/// ```
-///
-/// and never while the window holds fewer than
-/// [`min_requests`](Throttle::min_requests) requests. A refusal is not a
-/// request: the provider never saw it. So a provider that accepts a share
-/// `a` of what it gets settles at `p = 1 - k x a` (0.2 at `a = 0.4`, `k =
-/// 2`), and the provider sees the rest. In a full outage `p` climbs toward 1
-/// but never reaches it (`requests / (requests + 1)`): a trickle still
-/// reaches the provider, and its first accepts bring `p` down. Once the
-/// provider is well again, the failures leave the window within one window,
-/// and `p` is 0 again: there is no open period to wait out.
-///
-/// # Priorities
-///
-/// A call's [`Priority`] bends the one probability: a sheddable call is
-/// refused with `sqrt(p)`, a normal one with `p`, a critical one with `p^2`.
-/// For every `p` in `[0, 1)`, `sqrt(p) >= p >= p^2`: sheddable calls go
-/// first and critical ones last, no class is refused while `p` is 0, and
-/// none is ever refused with certainty (at `p = 0.2`: 45 %, 20 % and 4 %).
-/// A one-line rule with no state of its own, where failsafe-go's
-/// prioritized throttler calibrates a shared rejection threshold on a timer.
-///
-/// # Use
+/// The rule is the README's Semantics, *Adaptive throttling*: a call is
+/// refused, before anything else is asked, with
+/// `p = max(0, (requests - k x accepts) / (requests + 1))`, bent by its
+/// [`Priority`] (`sqrt(p)`, `p`, `p^2`: for every `p` in `[0, 1)` sheddable
+/// calls go first, none with certainty). The bend has no state of its own,
+/// where failsafe-go's prioritized throttler calibrates a shared threshold
+/// on a timer.
 ///
 /// Wired into a dependency ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle))
 /// it decides every attempt first and learns from every attempt the provider

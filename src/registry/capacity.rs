@@ -16,55 +16,13 @@ use crate::retry::Retry;
 impl Registry {
     /// Checks every dependency's worst-case hold on a request pool: its size
     /// alone (`check_capacity(16)`), or a [`RequestThreads`] that also says
-    /// the share reserved for other routes and each request's budget.
+    /// the share reserved for other routes and each request's budget. The
+    /// rule, its findings and their levels: the README's *Sizing*.
     ///
-    /// A request thread that calls a dependency waits for the answer, so while a
-    /// provider hangs, one dependency can hold at most `workers + queue` request
-    /// threads (each for at most its timeout): more callers than that are
-    /// answered `QueueFull` at once. The bound is for single attempts
-    /// ([`Dependency::call`](crate::Dependency::call)): a caller of
-    /// [`retry`](crate::CallBuilder::retry) also holds its request
-    /// thread while it sleeps between attempts, outside the pool, for up to
-    /// `max_attempts` timeouts plus the backoffs in all;
-    /// [`Retry::overall_timeout`](crate::retry::Retry::overall_timeout) bounds that.
-    ///
-    /// How a dependency is called ([`CallShape`], its configuration's `calls`)
-    /// decides what it holds: a blocking dependency holds `workers + queue`;
-    /// a detached one (only ever [`spawn`](crate::Dependency::spawn)ed) none;
-    /// the legs of one fan-out group, which one request thread waits for
-    /// together, hold as many between them as their largest leg.
-    ///
-    /// Holds are compared with the request threads *left after the reserve*
-    /// ([`RequestThreads::available`]): a reserved share is kept for routes
-    /// that call no provider, so the dependencies share only the rest.
-    /// Isolation holds only while that *hold*, for the worst dependency,
-    /// leaves the available threads room for everything else. This check
-    /// applies the rule to every dependency:
-    ///
-    /// - **error**: `hold >= available`. One hung provider can take every
-    ///   request thread, and the server stops answering anything, even routes
-    ///   that never call that provider.
-    /// - **warning**: `hold > available / 2`. One hung provider can take
-    ///   more than half of the request threads.
-    /// - **warning** (for the whole registry): the holds (a fan-out group's
-    ///   once) add up to `available` or more, so providers failing together
-    ///   (a network partition) can still take every request thread.
-    /// - **warning**: a timeout longer than the request budget, when one is
-    ///   given: see [`CapacityReport::warnings`].
-    /// - **warning**: a retry that can hold its caller longer than the request
-    ///   budget ([`CapacityEntry::retry_hold`]), when one is given.
-    ///
-    /// The breaker opening, deadline-aware admission and short timeouts all make
-    /// the real hold smaller; the rule takes the worst case because that is what
-    /// a hung provider produces before the breaker's window has filled.
-    ///
-    /// Callers waiting for room ([`max_wait`](crate::DependencyBuilder::max_wait))
-    /// are *short* holds: each holds its request thread for at most `max_wait`,
-    /// never for the timeout, and while a provider hangs they leave once the
-    /// line has not moved for a few normal latencies. They are reported (`CapacityEntry::max_wait`), not counted in
-    /// `hold`: a dependency on every request's path can thus be sized for its
-    /// normal load (Little's law, see the README's "Sizing") with a small pool
-    /// and a short wait, instead of a hold as large as the request pool.
+    /// The rule takes the worst case (no breaker open yet, no admission by
+    /// deadline) because that is what a hung provider produces before the
+    /// breaker's window has filled. Waiters for room are short holds: reported
+    /// ([`CapacityEntry::waiters`]), not counted in `hold`.
     ///
     /// `Ok` carries the report, warnings included; `Err` names the dependency
     /// with the largest hold among those that can take every request thread,
@@ -284,11 +242,7 @@ pub struct CapacityEntry {
     /// thread for at most `max_wait`, on top of `hold`.
     pub waiters: usize,
     /// How many failed calls the breaker needs to open, at the worst: a
-    /// count window full of successes, or a time window's minimum. When it
-    /// exceeds `workers + queue`, the rates open it only after more failures
-    /// than the pool holds: a hang is cut by the stall rule (every worker
-    /// inside one call for a quarter of the timeout), see the README's
-    /// "Semantics".
+    /// count window full of successes, or a time window's minimum.
     pub failures_to_open: u32,
     /// Whether an adaptive throttler sheds its calls while its provider
     /// fails ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle)):
@@ -366,12 +320,7 @@ impl CapacityReport {
         }
     }
 
-    /// One line per finding that is not an error: dependencies above half the
-    /// available request threads, or at all of them with their waiters;
-    /// breakers that need more failures to open than their pool can hold;
-    /// the holds adding up to all of them; timeouts longer than the
-    /// request budget, with what that costs; and retries that can hold a
-    /// caller longer than the request budget.
+    /// One line per finding that is not an error (the README's *Sizing*).
     pub fn warnings(&self) -> Vec<String> {
         let available = self.available();
         let of = self.of_threads();

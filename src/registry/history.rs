@@ -203,11 +203,10 @@ impl Registry {
     /// dependency's own ring
     /// ([`recent_events`](crate::Dependency::recent_events)).
     ///
-    /// Nothing is sampled until this is called. A second call starts
-    /// nothing. The thread holds the registry only weakly: it never keeps the
-    /// registry or a dependency alive, and it ends within a second of the
-    /// last handle on the registry being dropped. A dependency registered in
-    /// two sampling registries gets each second's summary twice.
+    /// Nothing is sampled until this is called; a second call starts
+    /// nothing. The thread holds the registry weakly (see the module docs).
+    /// A dependency registered in two sampling registries gets each second's
+    /// summary twice.
     ///
     /// `Err` only when the thread could not be spawned; a later call tries
     /// again.

@@ -98,11 +98,8 @@ impl Registry {
         self.dependencies().iter().map(Dependency::snapshot).collect()
     }
 
-    /// The gauges of the request pool serving with this registry, while it
-    /// runs: `None` until a request pool (the crate's own server, or
-    /// `RequestPool::new`) is made with the registry in its config
-    /// (`ServerConfig::registry`), and again once it has stopped. The Prometheus exporter reads them on every
-    /// scrape, so a `/metrics` route needs no more wiring for them.
+    /// The gauges of the request pool serving with this registry (its config's
+    /// `ServerConfig::registry`), while it runs; `None` before and after.
     pub fn request_pool(&self) -> Option<RequestPoolGauges> {
         self.request_pool.lock().clone()
     }
@@ -136,15 +133,12 @@ impl Registry {
     }
 
     /// Reconfigures the dependency called `name` while calls run (see
-    /// [`Dependency::reconfigure`]), after checking the change against the
-    /// capacity rule of [`check_capacity`](Self::check_capacity) for the
-    /// request pool `pool` (its size, or a [`RequestThreads`]): a change
-    /// that would let this dependency, as `new` declares it called, hold
-    /// every request thread left after the reserve is refused, and nothing
-    /// changes (a [`ConfigError`] of the field `capacity`). A change that does
-    /// not validate is refused before the rule, with the builder's error; an
-    /// unknown `name`, with an error about no field.
-    /// The report (warnings included) is that of the registry after the change.
+    /// [`Dependency::reconfigure`]), refusing, with nothing changed, a change
+    /// that does not validate (the builder's error), an unknown `name`, or
+    /// one by which this dependency could hold every request thread of
+    /// `pool` left after the reserve (the field `capacity`, as
+    /// [`check_capacity`](Self::check_capacity)). The report is the
+    /// registry's after the change.
     pub fn reconfigure(
         &self,
         name: &str,

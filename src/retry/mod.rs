@@ -21,26 +21,18 @@ use crate::error::ConfigError;
 /// [`Retry::builder`], whose setters set its fields; read back with getters
 /// named like the setters.
 ///
-/// The rules: a retry sits *outside* the breaker, so
-/// every attempt asks the breaker for its own permit and is counted by it; only
-/// transient outcomes are retried (transport errors, timeouts, 5xx:
-/// whatever the classifier calls a [`Failure`](crate::Verdict::Failure));
-/// a rejection ([`NotPermitted`](crate::Rejection::NotPermitted),
-/// [`QueueFull`](crate::Rejection::QueueFull), ...), an ignored outcome
-/// (a 4xx) and a panic (a bug in the job) are never retried.
+/// What is retried and how: the README's Semantics, *Retry, outside the
+/// breaker*.
 ///
 /// # The budget
 ///
-/// Backoff alone does not stop a fleet of callers from tripling the load on a
-/// provider that is already failing: each caller backs off, but each still
-/// sends up to `max_attempts` requests. The budget (after Finagle's
-/// `RetryBudget` and Envoy's retry budgets) caps retries as a share of calls:
-/// over any [`BUDGET_WINDOW`](Retry::BUDGET_WINDOW) (10 s), the retries a
-/// dependency makes are at most `percent` % of the calls plus
-/// `min_per_sec x 10`, where *calls* are the first attempts of retried calls
-/// (`with().retry()`), counted on the dependency's clock in one-second buckets.
-/// The floor lets a caller with little traffic still retry now and then. When
-/// the budget is spent, the last outcome is returned as it is.
+/// Backoff alone does not stop a fleet of callers from multiplying the load
+/// on a failing provider. The budget (after Finagle's `RetryBudget` and
+/// Envoy's) caps retries over any [`BUDGET_WINDOW`](Retry::BUDGET_WINDOW) at
+/// `percent` % of the calls plus `min_per_sec x 10`, where *calls* are the
+/// first attempts of retried calls, counted on the dependency's clock in
+/// one-second buckets. The floor lets a caller with little traffic still
+/// retry. When the budget is spent, the last outcome is returned as it is.
 ///
 /// ```
 /// use std::time::Duration;
@@ -59,9 +51,7 @@ use crate::error::ConfigError;
 ///
 /// # Files
 ///
-/// With the `serde` feature a `Retry` is also a file section (every field
-/// may be left out and takes its default, an unknown one is refused;
-/// durations are strings, the budget a percentage), checked by
+/// With the `serde` feature a `Retry` is also a file section, checked by
 /// [`validate`](Retry::validate) once read:
 ///
 /// ```toml
@@ -254,12 +244,9 @@ impl RetryBuilder {
         self
     }
 
-    /// The retry budget: retries may be at most `percent` % of the calls
-    /// made, plus `min_per_sec` retries a second, over a 10-second window
-    /// (see [the budget](Retry#the-budget)).
-    /// `percent` is a percentage like every rate in this crate: 20.0 means
-    /// 20 %, and it must be within `[0, 100]`. `budget(0.0, 0)` forbids
-    /// retries outright. Defaults to 20.0 (%) and 10.
+    /// The retry budget (see [the budget](Retry#the-budget)): `percent` in
+    /// `[0, 100]` of the calls made, plus `min_per_sec` retries a second.
+    /// `budget(0.0, 0)` forbids retries outright. Defaults to 20.0 (%) and 10.
     pub fn budget(mut self, percent: f64, min_per_sec: u32) -> Self {
         self.retry.budget_percent = percent;
         self.retry.budget_min_per_sec = min_per_sec;

@@ -5,10 +5,8 @@
 //! channel; the connection thread writes them to its client as they come
 //! ([`relay`]) and never parses them.
 //!
-//! One reply belongs to one request of one connection and is made for it, so
-//! no answer can reach another client's exchange. An answer whose framing is
-//! in doubt (its body was shorter than its length, its reader failed, or a
-//! 1xx status) ends with the connection closed.
+//! One reply belongs to one request of one connection, so no answer can
+//! reach another client's exchange.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;

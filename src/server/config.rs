@@ -270,15 +270,11 @@ impl ServerConfigBuilder {
         self
     }
 
-    /// The most connections open at once from one peer, so that no single
-    /// client can hold the edge: past it a new connection from that peer
-    /// gets `503` (JSON, `SERVER_BUSY`) and is closed, at once, while other
-    /// peers are still served. A peer is an IPv4 address, or an IPv6 /64
-    /// (what one host is usually given); an IPv4 address mapped into IPv6
-    /// is that IPv4 address. A [trusted proxy](Self::trusted_proxies) stands
-    /// for many clients and is exempt: its connections are bounded by
-    /// [`max_connections`](Self::max_connections) alone (cap its clients at
-    /// the proxy, nginx's `limit_conn`). At least 1, at most
+    /// The most connections open at once from one peer (an IPv4 address, or
+    /// an IPv6 /64; a mapped IPv4 address is that address), so that no
+    /// client can hold the edge: past it a new connection from that peer gets
+    /// `503 SERVER_BUSY` at once. A [trusted proxy](Self::trusted_proxies) is
+    /// exempt (cap its clients at the proxy). At least 1, at most
     /// `max_connections`. Defaults to a quarter of `max_connections`, at
     /// least 1 (64 of the default 256).
     pub fn max_connections_per_peer(mut self, connections: usize) -> Self {
@@ -287,12 +283,10 @@ impl ServerConfigBuilder {
     }
 
     /// Time a new connection may wait for the first byte of its first
-    /// request; past it the connection is closed without an answer (nginx's
-    /// `client_header_timeout`). Shorter than
-    /// [`idle_timeout`](Self::idle_timeout), which bounds the wait between
-    /// requests of a kept-alive connection: a connection that has not yet
-    /// asked for anything is cheap to hold for a client that never will.
-    /// Greater than zero, at most `idle_timeout`. Defaults to 5 s, or
+    /// request, then closed without an answer (nginx's
+    /// `client_header_timeout`): a connection that has asked for nothing yet
+    /// is cheap to hold for a client that never will. Greater than zero, at
+    /// most [`idle_timeout`](Self::idle_timeout). Defaults to 5 s, or
     /// `idle_timeout` where that is shorter.
     pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
         self.cfg.first_byte_timeout = Some(timeout);
@@ -300,51 +294,43 @@ impl ServerConfigBuilder {
     }
 
     /// Each request's time budget, from the moment the request was read whole
-    /// (or, without the guard, taken by a request thread): the handler's
+    /// (without the guard, taken by a request thread): the handler's
     /// [`RequestContext::deadline`](super::RequestContext::deadline), to pass
-    /// to [`CallBuilder::deadline`](crate::CallBuilder::deadline)(crate::CallBuilder::deadline) so every
-    /// dependency call ends by then. A client's `X-Request-Timeout` header
-    /// (`250ms`, `2s`, or milliseconds) may shorten it, never lengthen it.
-    /// Default 30 s; at most one day.
+    /// to [`CallBuilder::deadline`](crate::CallBuilder::deadline). A client's
+    /// `X-Request-Timeout` (`250ms`, `2s`, or milliseconds) may shorten it,
+    /// never lengthen it. Default 30 s; at most one day.
     pub fn request_budget(mut self, budget: Duration) -> Self {
         self.cfg.request_budget = budget;
         self
     }
 
     /// The longest an ordinary request waits for an ordinary request thread
-    /// when every one is busy ([`RequestPool::enter`](super::RequestPool::enter)),
-    /// and never past its budget. It waits only when the wait it can expect
-    /// fits: the mean time a request holds its thread, times the rounds of
-    /// ordinary threads ahead of it (the README's "Sizing"); else, or once the
-    /// wait ends with no thread, it is refused (`503 SERVER_BUSY`), counted in
-    /// `watertight_request_pool_refused_total{reason}`. Zero refuses at once
-    /// while the ordinary share is full. Default 100 ms; at most one minute.
+    /// in [`RequestPool::enter`](super::RequestPool::enter), never past its
+    /// budget (the rule: the README's *Serving requests* and *Sizing*). Zero
+    /// refuses at once while the ordinary share is full. Default 100 ms; at
+    /// most one minute.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.cfg.max_wait = max_wait;
         self
     }
 
-    /// The longest the guard waits for the handler's answer to a request, and
-    /// then for each next piece of it (an event stream's next event, say);
-    /// past it the client gets `504` (or, once part of the answer is out, the
-    /// close) and the connection is closed, so a handler that never returns
-    /// pins a request thread but not the client's connection. Without the
-    /// guard it does not apply. Default 60 s; at most one day.
+    /// The longest the guard waits for the handler's answer, and then for
+    /// each next piece of it; past it the client gets `504` (or, once part
+    /// of the answer is out, the close), so a handler that never returns pins
+    /// a request thread but not the client's connection. Without the guard it
+    /// does not apply. Default 60 s; at most one day.
     pub fn answer_timeout(mut self, timeout: Duration) -> Self {
         self.cfg.answer_timeout = timeout;
         self
     }
 
-    /// The peers believed to stand for other clients: reverse proxies in front
-    /// of this server, such as nginx on this host. Only a request whose TCP
-    /// peer is one of them has its client read from `X-Forwarded-For` (or
-    /// `Forwarded`) ([`RequestContext::client_ip`](super::RequestContext::client_ip));
-    /// from any other peer those headers are never believed, and they still
-    /// mark the request as having come through a proxy
-    /// ([`RequestContext::through_proxy`](super::RequestContext::through_proxy)).
-    /// Parse the list with [`TrustedProxies::parse`] (`["127.0.0.2",
-    /// "10.0.0.0/8"]`). A trusted proxy must set `X-Forwarded-For` itself,
-    /// replacing or appending to the client's (it is read before
+    /// The peers believed to stand for other clients (nginx on this host,
+    /// say; [`TrustedProxies::parse`]). Only from them is the client read
+    /// from `X-Forwarded-For` (or `Forwarded`)
+    /// ([`RequestContext::client_ip`](super::RequestContext::client_ip));
+    /// from any peer those headers mark the request
+    /// [`through_proxy`](super::RequestContext::through_proxy). A trusted
+    /// proxy must set `X-Forwarded-For` itself (it is read before
     /// `Forwarded`); one that writes only `Forwarded` must drop the client's
     /// `X-Forwarded-For`. Defaults to none.
     pub fn trusted_proxies(mut self, proxies: TrustedProxies) -> Self {
@@ -352,19 +338,11 @@ impl ServerConfigBuilder {
         self
     }
 
-    /// Keeps a reserved share of the request pool: `reserve.threads` request
-    /// threads that ordinary requests can never take, for the requests its
-    /// routes or its classifier name (see [`Reserve`]). When every other
-    /// thread is busy, those requests still get a thread; while threads are
-    /// free, they take any. Checked by [`build`](Self::build) (fields
-    /// `reserve.threads` and `reserve.routes`), and against the pool's size
-    /// when the server starts: at least one thread must be left for the
-    /// ordinary requests. Defaults to none: every request may take any
-    /// thread.
-    ///
-    /// Meant for liveness and for routes that call no dependency that could
-    /// hang, so that a hung provider holding every ordinary thread does not
-    /// take them down too.
+    /// Keeps a reserved share of the request pool (see [`Reserve`]), for
+    /// liveness and routes that call no provider that could hang. Checked by
+    /// [`build`](Self::build) (`reserve.threads`, `reserve.routes`), and
+    /// when the server starts: at least one thread must be left for ordinary
+    /// requests. Defaults to none.
     pub fn reserve(mut self, reserve: Reserve) -> Self {
         // Parsed by `build`; kept as given until then.
         self.cfg.reserve = Some(CompiledReserve { share: reserve, routes: Vec::new() });
@@ -372,15 +350,10 @@ impl ServerConfigBuilder {
     }
 
     /// The registry of the service's dependencies, to carry the request
-    /// pool's gauges too: while the server runs,
-    /// [`Registry::request_pool`](crate::Registry::request_pool) reads its
-    /// threads and busy threads, and the Prometheus exporter over the
-    /// registry ([`metrics::register`](crate::metrics::register),
-    /// [`metrics::encode_text`](crate::metrics::encode_text), feature
-    /// `prometheus`) adds `watertight_request_pool_threads` and
-    /// `watertight_request_pool_busy` to the dependencies' metrics, with no
-    /// more wiring. One running server per registry: a second started with
-    /// the same registry is refused. Defaults to none.
+    /// pool's gauges too ([`Registry::request_pool`](crate::Registry::request_pool);
+    /// with `prometheus`, `watertight_request_pool_threads` and
+    /// `watertight_request_pool_busy`). One running server per registry: a
+    /// second with the same registry is refused. Defaults to none.
     pub fn registry(mut self, registry: &Registry) -> Self {
         self.cfg.gauges = Gauges(Some(registry.clone()));
         self

@@ -2,13 +2,8 @@
 //! hand it to the request pool (in process, or over the hop for one with a
 //! body), relay its answer, and again while kept alive.
 //!
-//! Each request is parsed once on its way in, by the guard (`httparse`,
-//! strictly): one without a body goes to the request pool as a
-//! `tiny_http::Request` built in process; one with a body is written again
-//! over the hop, where tiny_http parses it a second time, because tiny_http
-//! hands a handler a body only from a socket. Each answer is framed once, by
-//! tiny_http's own printer on the request thread, and relayed as bytes,
-//! never parsed again (`answer.rs`).
+//! Why a request is parsed once, crosses the hop only with a body, and is
+//! answered as bytes framed once: the module docs of `server`, *The guard*.
 
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr};

@@ -3,15 +3,13 @@
 //! over it, and the thread that hands what tiny_http parses to the request
 //! pool.
 //!
-//! tiny_http 0.12 gives a handler a body to read only from a socket it reads
-//! itself, so a request with a body crosses the hop: written again by the
-//! guard as HTTP/1.1 with its body framed by `Content-Length` and one private
-//! header, its ticket. The answer never crosses back: the request thread
-//! prints it into the connection's [`Reply`](super::answer::Reply), in
-//! process, and drops tiny_http's writer unused. So nothing on a hop
-//! connection is ever read by the guard, and nothing on it can reach another
-//! client; a hop connection goes back to the pool only once its request has
-//! been answered (tiny_http reads the next request only then).
+//! A request with a body is written again by the guard as HTTP/1.1 framed
+//! by `Content-Length`, with one private header, its ticket (why: the module
+//! docs of `server`, *Hand-off*). The answer never crosses back: the request
+//! thread prints it into the connection's [`Reply`](super::answer::Reply) and
+//! drops tiny_http's writer unused, so nothing on a hop connection is read by
+//! the guard; a hop connection goes back to the pool only once its request
+//! has been answered (tiny_http reads the next request only then).
 //!
 //! The ticket names, in process, what the guard knows of the request (its
 //! client, its arrival, its reply), so no fact crosses as text. A client's

@@ -1,17 +1,13 @@
 //! [`TrustedProxies`]: which peers may say who the client is, and
 //! [`ClientAddr`]: who a request came from once they have.
 //!
-//! Behind a reverse proxy every request arrives from the proxy's address, so
-//! the TCP peer says nothing of the client; the proxy says who it is in a
-//! header (`X-Forwarded-For`, or RFC 7239's `Forwarded`). Anyone can send
-//! such a header, so it is believed only from a peer named here, and only as
-//! far as trusted hands carried it: each proxy appends the address it got the
-//! request from, so the chain is read from the right, over the trusted
-//! proxies, and the first address past them is the client. What lies left of
-//! it was written by the client itself, and is never believed.
-//!
-//! The walk is bounded: at most [`MAX_HOPS`] entries are read, however long
-//! the chain a client sends.
+//! Behind a reverse proxy every request arrives from the proxy's address;
+//! the proxy names the client in `X-Forwarded-For` (or RFC 7239's
+//! `Forwarded`). Anyone can send such a header, so it is believed only from
+//! a trusted peer, and only as far as trusted hands carried it: the chain is
+//! read from the right, over the trusted proxies, and the first address past
+//! them is the client. What lies left of it was written by the client. The
+//! walk reads at most [`MAX_HOPS`] entries.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

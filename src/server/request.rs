@@ -31,16 +31,12 @@ pub(super) struct Arrival {
 /// What the request pool knows of the request a handler is answering.
 ///
 /// Its peer and arrival are facts of the connection, never the client's
-/// word: behind the guard ([`serve`](super::serve)) they are what the guard
-/// saw; without it ([`serve_unguarded`](super::serve_unguarded)) they are the
-/// TCP peer and the moment a request thread took the request. Its client
-/// ([`client_ip`](Self::client_ip)) is the peer, unless the peer is one of
-/// the [trusted proxies](super::ServerConfigBuilder::trusted_proxies): then
-/// it is read from the proxy's `X-Forwarded-For` (or `Forwarded`).
-/// Whether the request came through any proxy
-/// ([`through_proxy`](Self::through_proxy)) counts forwarding headers too,
-/// whoever sent them. The only other header a client has a say through is
-/// `X-Request-Timeout`, which can shorten the budget, never lengthen it.
+/// word (what the guard saw, or without it the TCP peer and the moment a
+/// request thread took the request). Its [`client_ip`](Self::client_ip) is
+/// the peer, unless the peer is a
+/// [trusted proxy](super::ServerConfigBuilder::trusted_proxies). The only
+/// other header a client has a say through is `X-Request-Timeout`, which can
+/// shorten the budget, never lengthen it.
 ///
 /// ```no_run
 /// use watertight::server::{RequestContext, serve};

@@ -30,13 +30,10 @@ type Classifier = Arc<dyn Fn(&std::convert::Infallible) -> bool + Send + Sync>;
 /// `routes` or that a classifier ([`for_requests`](Self::for_requests),
 /// feature `tiny_http`) picks. Given to [`ServerConfigBuilder::reserve`](crate::server::ServerConfigBuilder::reserve).
 ///
-/// Reserved requests are not confined to the share: while the ordinary
-/// requests leave threads free, a reserved request takes any of them, so no
-/// idle thread is wasted. Ordinary requests may hold at most the pool's
-/// threads less `threads` at once; past that they wait for an ordinary
-/// thread, and a reserved request still gets one of the others. Name only
-/// routes that answer at once (liveness, reads from memory or a cache): a
-/// reserved route that calls a hung dependency holds a reserved thread.
+/// While threads are free a reserved request takes any of them; ordinary
+/// requests hold at most the pool's threads less `threads`. Name only routes
+/// that answer at once: a reserved route that calls a hung dependency holds a
+/// reserved thread.
 ///
 /// A route is a method (or `*` for any), a space, and a path: `GET /health`,
 /// `GET /orders/{id}` (`{id}` is one non-empty segment), `GET /static/*` (a

@@ -93,16 +93,11 @@ where
 /// [trusted proxies](ServerConfig::trusted_proxies) and the
 /// [`registry`](ServerConfig::registry) apply.
 ///
-/// Every request is taken as coming straight from a client. Its
-/// [`RequestContext`] has the TCP peer (`Request::remote_addr`) as its
-/// [`peer_addr`](RequestContext::peer_addr), and the moment a request thread
-/// took it as its [`received`](RequestContext::received), from which the
-/// deadline runs: a client cannot choose its address or its arrival. Any
-/// `X-Watertight-*` header a client sends is ignored by the crate (the
-/// handler still sees it in `request.headers()`: the client's word, never a
-/// fact to act on). Behind a proxy, the peer is the proxy's address, and the
-/// client is read from it only if it is one of the config's
-/// [trusted proxies](super::ServerConfigBuilder::trusted_proxies).
+/// Every request is taken as coming straight from a client: its
+/// [`peer_addr`](RequestContext::peer_addr) is the TCP peer and its
+/// [`received`](RequestContext::received) the moment a request thread took
+/// it, so a client can choose neither. `X-Watertight-*` headers are ignored
+/// by the crate (the handler still sees them, the client's word).
 ///
 /// # Errors
 ///

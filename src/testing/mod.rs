@@ -1,12 +1,10 @@
 //! A scriptable fake HTTP provider on loopback, for incident tests (feature
 //! `testing`, off by default).
 //!
-//! The incidents this crate answers are a provider that hangs, refuses, resets or
-//! answers garbage while the server around it must stay up. Testing that takes a
-//! real socket that misbehaves on demand: a [`FakeProvider`] listens on
-//! `127.0.0.1:<free port>` and handles every request on its own thread, so a hung
-//! request holds only itself. How it answers is its [`Fault`], switchable at any
-//! time ([`FakeProvider::set_fault`]) and scriptable one request at a time
+//! A [`FakeProvider`] listens on `127.0.0.1:<free port>` and handles every
+//! request on its own thread, so a hung request holds only itself. How it
+//! answers is its [`Fault`], switchable at any time
+//! ([`FakeProvider::set_fault`]) and scriptable one request at a time
 //! ([`FakeProvider::script`]):
 //!
 //! | fault          | what the client sees                                                   |
@@ -23,11 +21,10 @@
 //! | `cut`          | a `200` head announcing a body, half of that body, then a TCP RST      |
 //! | `saturated:<n>:<ms>` | the responder's answer; at most `<n>` requests are served at once, each for `<ms>` milliseconds, and the rest wait their turn: latency grows with load, as in a brownout |
 //!
-//! Its counters say what the provider saw: [`hits`](FakeProvider::hits) (requests
-//! that reached it), [`in_flight`](FakeProvider::in_flight) (being handled now,
-//! hung ones included) and [`clients_gone`](FakeProvider::clients_gone) (held
-//! requests whose client closed the connection: proof that a caller's deadline
-//! really freed the socket).
+//! Its counters say what it saw: [`hits`](FakeProvider::hits),
+//! [`in_flight`](FakeProvider::in_flight) (hung requests included) and
+//! [`clients_gone`](FakeProvider::clients_gone) (held requests whose client
+//! closed: proof that a caller's deadline freed the socket).
 //!
 //! # A provider and its responder
 //!
@@ -117,16 +114,13 @@
 //!
 //! # How it speaks HTTP
 //!
-//! HTTP/1.1 over `std::net`, read with the parser of the server's guard
-//! (`watertight::server`): a head and a `Content-Length` or chunked body, of
-//! 1 MiB each at most, or the connection is dropped. Every answer says
-//! `Connection: close`, so each request gets its own connection and the fault
-//! in force when it arrives. A server library is not used because a fault must
-//! act on the raw socket and on the very next request: tiny_http 0.12 can
-//! neither reset nor close a connection without answering, it drops a
-//! `Connection` response header, and a kept-alive connection outlives its
-//! server, so a pooled client would hang instead of being refused. It binds
-//! `127.0.0.1` only.
+//! HTTP/1.1 over `std::net`, read with the guard's parser; a head or body
+//! over 1 MiB drops the connection. Every answer says `Connection: close`,
+//! so each request gets the fault in force when it arrives. No server
+//! library, because a fault must act on the raw socket and on the very next
+//! request: tiny_http 0.12 can neither reset nor close a connection without
+//! answering, drops a `Connection` response header, and keeps connections
+//! alive past its server. It binds `127.0.0.1` only.
 
 use std::time::Duration;
 
