@@ -360,8 +360,7 @@ pub struct Seat {
     inner: Arc<Inner>,
     class: usize,
     /// When it was taken; `None` in a room that never waits, which has no
-    /// use for the time a seat is held (and so spares two clock reads on
-    /// every seat: the priority places are taken on every pool-mode call).
+    /// use for the time a seat is held (and so spares two clock reads).
     since: Option<Instant>,
 }
 
@@ -515,24 +514,6 @@ impl Room {
             Err(_) => st.waiters.counts.refused += 1,
         }
         Err(may)
-    }
-
-    /// A seat for `class` if one is free now and fewer than `ceiling` are
-    /// held in all (a share kept per call: the priorities' ceilings follow
-    /// their pool's live size). Never waits.
-    pub(crate) fn seat_below(&self, class: usize, ceiling: usize) -> Option<Seat> {
-        let class = class.min(self.inner.kept.len() - 1);
-        let now = self.clock();
-        let mut st = self.inner.state.lock();
-        if st.in_use >= ceiling {
-            st.waiters.counts.refused += 1;
-            return None;
-        }
-        let seat = self.take_seat(&mut st, class, now);
-        if seat.is_none() {
-            st.waiters.counts.refused += 1;
-        }
-        seat
     }
 
     /// A seat for `class` if one is free now.

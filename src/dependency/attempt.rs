@@ -298,8 +298,7 @@ impl Inner {
         // Priority admission, in one step (`priority.rs`); pool mode only.
         let place = match self.exec.pool() {
             Some(pool) => {
-                let place = super::priority::take(
-                    &self.occupancy,
+                let place = self.occupancy.take(
                     ask.priority,
                     pool.workers(),
                     pool.queue_capacity(),

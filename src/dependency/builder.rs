@@ -387,7 +387,7 @@ impl DependencyBuilder {
                 exec,
                 call_time: LatencyHistogram::new(Duration::from_secs(30)),
                 normal: crate::latency::Latency::default(),
-                occupancy: super::priority::places(),
+                occupancy: Arc::default(),
                 ring,
                 log: Default::default(),
                 shadow_counts: Default::default(),

@@ -25,7 +25,7 @@
 //!   trace.rs                 capture, enter: the caller's span (feature `tracing`)
 //!   breaker/acquire.rs       Breaker::try_acquire_owned: CLOSED is one atomic load
 //!   breaker/state.rs         the state word
-//!   dependency/priority.rs   take: the place, a seat of a room below its ceiling
+//!   dependency/priority.rs   Occupancy::take: the place (one compare-and-swap)
 //!   pool/submit.rs           Submit::by, Pool::submit: deadline-aware admission, the queue
 //!   pool/mod.rs              the pool's shared state
 //!   pool/call.rs             the call's one allocation (job, context, reply slot)
@@ -161,8 +161,8 @@ struct Inner {
     /// The provider's normal latency: its successes' run times, for the
     /// hang and stall thresholds and the time a hedge must have left.
     normal: crate::latency::Latency,
-    /// Calls admitted by priority and not done: a seat each (`priority.rs`).
-    occupancy: crate::room::Room,
+    /// Calls admitted by priority and not done (`priority.rs`).
+    occupancy: Arc<self::priority::Occupancy>,
     /// The last events, for `recent_events`.
     ring: Arc<self::events::EventRing>,
     /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).

@@ -1,13 +1,13 @@
 //! Priority admission: the reserved share of a pool that only critical
 //! calls may take.
 //!
-//! The calls of a pool-mode dependency that are admitted and not yet done
-//! (queued, waiting for room or running; a job counts until it returns, or
-//! is dropped unrun, on its worker) each hold a seat of one [`Room`], a
-//! class per priority. Each priority has a ceiling on the seats held in
-//! all, and a call takes its seat only below its ceiling, under the room's
-//! lock, so two callers can never both take the last place below a ceiling
-//! (no check-then-act). The ceilings follow the pool's live size:
+//! One counter, `occupied`, holds the calls of a pool-mode dependency that
+//! are admitted and not yet done (queued, waiting for room or running; a job
+//! counts until it returns, or is dropped unrun, on its worker). Each
+//! priority has a ceiling on it, and a call is admitted by one
+//! compare-and-swap that raises `occupied` only while it is below the
+//! call's ceiling, so two callers can never both take the last place below
+//! a ceiling (no check-then-act):
 //!
 //! | priority    | ceiling                                   | refused                                  |
 //! |-------------|-------------------------------------------|------------------------------------------|
@@ -21,21 +21,29 @@
 //! is only held back once the pool is that full, so idle workers are never
 //! kept idle for calls that may not come.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::priority::Priority;
-use crate::room::{Room, Seat};
+
+/// The calls of a pool that are admitted and not done yet.
+#[derive(Debug, Default)]
+pub(crate) struct Occupancy {
+    occupied: AtomicUsize,
+}
 
 /// One admitted call's place; dropping it (when the job returns, or is
 /// dropped unrun) gives the place back.
-pub(crate) type Place = Seat;
+#[derive(Debug)]
+pub(crate) struct Place(Arc<Occupancy>);
 
-/// The room the places are seats of: one class per priority, no wait.
-pub(crate) fn places() -> Room {
-    Room::with_shares(usize::MAX, Duration::ZERO, &[0; 3]).expect("a valid room")
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.occupied.fetch_sub(1, Ordering::Release);
+    }
 }
 
-/// The ceiling on the places held in all for a call of `priority`.
+/// The ceiling on `occupied` for a call of `priority`.
 fn ceiling(priority: Priority, workers: usize, queue: usize, reserved: usize) -> usize {
     match priority {
         Priority::Critical => usize::MAX,
@@ -47,16 +55,28 @@ fn ceiling(priority: Priority, workers: usize, queue: usize, reserved: usize) ->
     }
 }
 
-/// A place in `room` for a call of `priority`, or `None` when its ceiling is
-/// reached.
-pub(crate) fn take(
-    room: &Room,
-    priority: Priority,
-    workers: usize,
-    queue: usize,
-    reserved: usize,
-) -> Option<Place> {
-    room.seat_below(priority as usize, ceiling(priority, workers, queue, reserved))
+impl Occupancy {
+    /// A place for a call of `priority`, or `None` when its ceiling is
+    /// reached: decided by one compare-and-swap.
+    pub(crate) fn take(
+        self: &Arc<Self>,
+        priority: Priority,
+        workers: usize,
+        queue: usize,
+        reserved: usize,
+    ) -> Option<Place> {
+        let ceiling = ceiling(priority, workers, queue, reserved);
+        self.occupied
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < ceiling).then_some(n + 1))
+            .ok()
+            .map(|_| Place(Arc::clone(self)))
+    }
+
+    /// Calls admitted and not done.
+    #[cfg(test)]
+    pub(crate) fn occupied(&self) -> usize {
+        self.occupied.load(Ordering::Acquire)
+    }
 }
 
 #[cfg(test)]
@@ -66,30 +86,25 @@ mod tests {
     #[test]
     fn sheddable_goes_first_then_normal_and_the_share_stays_for_critical() {
         // 4 workers, a queue of 2, 1 place reserved.
-        let room = places();
-        let take = |p| take(&room, p, 4, 2, 1);
+        let o = Arc::new(Occupancy::default());
+        let take = |p| o.take(p, 4, 2, 1);
         let mut held: Vec<Place> = (0..3).map(|_| take(Priority::Sheddable).expect("below 3")).collect();
         assert!(take(Priority::Sheddable).is_none(), "a sheddable call would take the 4th worker");
         held.extend((0..2).map(|_| take(Priority::Normal).expect("below 5")));
         assert!(take(Priority::Normal).is_none(), "the last place is reserved");
         held.push(take(Priority::Critical).expect("the reserved place"));
-        assert_eq!(room.in_use(), 6);
-        assert_eq!((room.held_by(0), room.held_by(1), room.held_by(2)), (3, 2, 1), "a class per priority");
+        assert_eq!(o.occupied(), 6);
         drop(held);
-        assert_eq!(room.in_use(), 0);
+        assert_eq!(o.occupied(), 0);
         assert!(take(Priority::Sheddable).is_some(), "with room, every priority is admitted");
-        // The places are the room's seats: counted there.
-        let counts = room.counts();
-        assert_eq!((counts.seated, counts.waited, counts.refused), (7, 0, 2), "{counts:?}");
     }
 
     #[test]
     fn no_reserve_means_no_difference_but_sheddable_never_queues() {
-        let room = places();
+        let o = Arc::new(Occupancy::default());
         // Waiters for room included: normal calls are the pool's to bound.
-        let held: Vec<Place> =
-            (0..9).map(|_| take(&room, Priority::Normal, 4, 2, 0).expect("room")).collect();
+        let held: Vec<Place> = (0..9).map(|_| o.take(Priority::Normal, 4, 2, 0).expect("room")).collect();
         assert_eq!(held.len(), 9);
-        assert!(take(&room, Priority::Sheddable, 4, 2, 0).is_none());
+        assert!(o.take(Priority::Sheddable, 4, 2, 0).is_none());
     }
 }
