@@ -59,7 +59,7 @@
 //!   their thread, and the pool does not count them (one worker runs the
 //!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
 //!   bounds them; a miss beyond it waits for a seat in a
-//!   [`Room`](crate::pool::Room) (the crate's one wait for room: admitted by
+//!   [`Room`] (the crate's one wait for room: admitted by
 //!   the wait it can expect, within the pool's `max_wait`), then is refused,
 //!   as a full queue would be.
 //!   The shared call waits for room in a full pool as a blocking call does
