@@ -52,8 +52,8 @@
 //! - A line that has stood without a break for longer than `max_wait` is a
 //!   standing one: a caller joins it only if room comes within one mean hold.
 //! - A line that does not move is not waited in: when no seat has come back
-//!   for [`STUCK_AFTER`] normal holds (at least [`STUCK_FLOOR`]) while every
-//!   seat is taken, callers are refused at once and waiters leave.
+//!   for [`STUCK_AFTER`] normal holds (at least [`STUCK_FLOOR`]) since its
+//!   class filled, callers are refused at once and waiters leave.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -277,9 +277,10 @@ struct State {
     /// Seats held per class.
     held: Vec<usize>,
     waiters: Waiters,
-    /// When a seat last came back, or the room last filled: what the stuck
-    /// rule measures from.
-    moved: Instant,
+    /// Per class, when a seat last came back or the class last filled: what
+    /// the stuck rule measures from. Per class, since a class that keeps
+    /// seats for another fills before the room does.
+    moved: Vec<Instant>,
 }
 
 fn free_for(limit: usize, in_use: usize, held: &[usize], class: usize, kept: &[usize]) -> bool {
@@ -401,7 +402,7 @@ impl Room {
                     in_use: 0,
                     held: vec![0; kept.len()],
                     waiters: Waiters::default(),
-                    moved: Instant::now(),
+                    moved: vec![Instant::now(); kept.len()],
                 }),
                 kept,
                 max_wait_ns: AtomicU64::new(ns(max_wait)),
@@ -546,8 +547,20 @@ impl Room {
         }
         st.take(class);
         st.waiters.counts.seated += 1;
-        if let Some(now) = now.filter(|_| st.in_use == st.limit) {
-            st.moved = now;
+        if let Some(now) = now {
+            // The stuck clock of each class this seat filled starts now: its
+            // own, if it took its last seat; another's, if it took the room's
+            // last seat while that class was below its share.
+            let (limit, kept) = (st.limit, &self.inner.kept);
+            for c in 0..kept.len() {
+                let filled = match c == class {
+                    true => !st.free_for(c, kept),
+                    false => st.in_use == limit && st.held[c] < limit.saturating_sub(kept[c]),
+                };
+                if filled {
+                    st.moved[c] = now;
+                }
+            }
         }
         Some(self.seat(class, now))
     }
@@ -561,13 +574,15 @@ impl Room {
 
     fn stuck(&self, st: &State, class: usize, now: Instant) -> bool {
         !st.free_for(class, &self.inner.kept)
-            && self.stuck_after(class).is_some_and(|after| now.saturating_duration_since(st.moved) >= after)
+            && self
+                .stuck_after(class)
+                .is_some_and(|after| now.saturating_duration_since(st.moved[class]) >= after)
     }
 
     /// When the stuck rule could first hold, for a waiter's park.
     fn next_check(&self, st: &State, class: usize, now: Instant) -> Instant {
         match self.stuck_after(class) {
-            Some(after) => deadline_after(st.moved, after).max(now),
+            Some(after) => deadline_after(st.moved[class], after).max(now),
             None => deadline_after(now, Duration::from_secs(3600)),
         }
     }
@@ -642,7 +657,7 @@ impl Drop for Seat {
             st.in_use -= 1;
             st.held[self.class] -= 1;
             if let Some(now) = now {
-                st.moved = now;
+                st.moved.fill(now);
             }
             st.grant(&self.inner.kept)
         };

@@ -80,6 +80,9 @@ fn a_healthy_burst_waits_and_only_the_callers_past_max_wait_are_refused() {
     // The pool learns how long a request holds its thread.
     assert!(burst(&pool, 30).is_empty());
     let idle = median(health(&pool, 20));
+    // A quiet spell, longer than a line takes to be judged stuck: the burst
+    // that ends it fills the ordinary share, and its line is new.
+    thread::sleep(Duration::from_millis(500));
 
     // 64 at once: 30 run, 34 wait at most two rounds (about 60 ms).
     let refused = burst(&pool, 64);

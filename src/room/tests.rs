@@ -237,3 +237,19 @@ fn a_caller_deadline_is_told_apart_from_max_wait() {
     assert_eq!(room.acquire_as(0, Instant::now()).unwrap_err(), NoSeat::Deadline);
     drop(held);
 }
+
+#[test]
+fn a_class_that_fills_after_a_quiet_spell_is_not_stuck() {
+    // Class 0 keeps one seat of three; a normal hold of about 65 ms (stuck
+    // after about 200 ms), then a quiet spell longer than that.
+    let room = Room::with_shares(3, Duration::from_secs(30), &[1, 0]).unwrap();
+    (0..8).for_each(|_| room.inner.hold[0].record(Duration::from_millis(60)));
+    thread::sleep(Duration::from_millis(600));
+    // A burst fills the class (not the room): its line is new, not stuck.
+    let held: Vec<_> = (0..2).map(|_| room.acquire_as(0, far()).unwrap()).collect();
+    let r = room.clone();
+    let waiter = thread::spawn(move || r.acquire_as(0, far()).map(drop));
+    wait_for(|| room.waiting() == 1 || waiter.is_finished());
+    drop(held);
+    assert_eq!(waiter.join().unwrap(), Ok(()), "a seat came back within one normal hold");
+}
