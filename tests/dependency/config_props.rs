@@ -630,7 +630,7 @@ fn drive_dependency(input: &DependencyInput) -> Result<bool, TestCaseError> {
     // job's attempt fails on a loaded machine when its timeout is a few
     // milliseconds. The caller's own deadline bounds every sleep: a retry
     // never sleeps past it.
-    let caller = Duration::from_secs(2);
+    let caller = Duration::from_millis(250);
     let _ = dep.with().timeout(caller).retry().call(|_| Ok::<_, std::io::Error>(()));
     let _ = dep.with().timeout(caller).retry().call(|_| Err::<(), _>(std::io::Error::other("failing")));
     let per_call = bound * 2 + caller * 2 + Duration::from_millis(20);
