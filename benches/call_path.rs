@@ -10,8 +10,11 @@
 //!   policy whose delay never comes (the hedged path's own cost).
 //! - `breaker/closed`: `try_acquire` and `record` on a CLOSED breaker.
 //! - `breaker/open`: `try_acquire` refused by an OPEN breaker.
+//! - `request_pool/enter`: `RequestPool::enter` of an ordinary request and
+//!   its drop, uncontended (32 threads, 2 reserved for `GET /health`).
 //!
-//! Uses only what every version of the API since hedging has had.
+//! Uses only what every version of the API since hedging has had (the
+//! request pool: since its `enter`).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use watertight::breaker::{Breaker, BreakerConfig, State};
 use watertight::dependency::Hedge;
+use watertight::server::{RequestPool, Reserve, ServerConfig};
 use watertight::{CallContext, Dependency, Verdict};
 
 fn job(_: &CallContext) -> Result<u64, std::io::Error> {
@@ -88,5 +92,17 @@ fn breaker(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, dependency, breaker);
+fn request_pool(c: &mut Criterion) {
+    let config =
+        ServerConfig::builder().reserve(Reserve::new(2).for_routes(["GET /health"])).build().unwrap();
+    let pool = RequestPool::new(32, &config).unwrap();
+    let mut group = c.benchmark_group("request_pool");
+    group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    group.bench_function("enter", |b| {
+        b.iter(|| drop(black_box(pool.enter("GET", "/search", None, &[]).unwrap())))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, dependency, breaker, request_pool);
 criterion_main!(benches);

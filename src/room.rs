@@ -42,8 +42,9 @@
 //!
 //! # Admission by time
 //!
-//! The room learns how long a seat is held (the smoothed mean of every
-//! seat's hold, [`Latency`]). A caller that finds no seat is admitted to the
+//! The room learns how long a seat is held (the smoothed mean of the
+//! holds, [`Latency`]: every hold of a seat taken while the room is more
+//! than half full, one in [`SAMPLE_QUIET`] while it is quieter). A caller that finds no seat is admitted to the
 //! line only when `mean x rounds` fits its wait, where `rounds` is the calls
 //! ahead of it (the waiters, and itself) shared among its class's seats.
 //! Before the first hold is timed, nothing is expected and `max_wait` and
@@ -75,6 +76,11 @@ pub(crate) const STUCK_FLOOR: Duration = Duration::from_millis(20);
 /// kept out of the model: no model runs this long.
 #[cfg(loom)]
 pub(crate) const STUCK_FLOOR: Duration = Duration::from_secs(3600);
+
+/// While a room is less than half full, one seat in this many has its hold
+/// timed: each timing costs two clock reads, and the holds that matter for
+/// a wait are those of a busy room, every one of which is timed.
+const SAMPLE_QUIET: u32 = 16;
 
 /// Why a [`Room`] gave no seat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +155,7 @@ pub(crate) struct Waiters {
 pub(crate) struct Woken(Vec<Arc<Waiter>>);
 
 impl Woken {
+    #[inline]
     pub(crate) fn unpark(self) {
         for w in self.0 {
             w.thread.unpark();
@@ -281,6 +288,9 @@ struct State {
     /// the stuck rule measures from. Per class, since a class that keeps
     /// seats for another fills before the room does.
     moved: Vec<Instant>,
+    /// Seats taken while the room was less than half full, for timing one
+    /// in [`SAMPLE_QUIET`] of them.
+    quiet_takes: u32,
 }
 
 fn free_for(limit: usize, in_use: usize, held: &[usize], class: usize, kept: &[usize]) -> bool {
@@ -300,6 +310,9 @@ impl State {
     /// Grants waiters, first come first served among those whose class has
     /// a free seat, until none has: the invariant of the module docs.
     fn grant(&mut self, kept: &[usize]) -> Woken {
+        if self.waiters.len() == 0 {
+            return Woken(Vec::new());
+        }
         let State { limit, in_use, held, waiters, .. } = self;
         let mut seated = 0;
         let woken = waiters.grant(|class| {
@@ -353,16 +366,22 @@ struct Inner {
     /// How long a seat is held, per class: the classes of a request pool
     /// hold theirs for very different times (a health check, a search).
     hold: Vec<Latency>,
+    /// What a timed seat counts its start from.
+    epoch: Instant,
 }
 
 /// A seat of a [`Room`]; dropping it gives the seat back.
 #[must_use = "dropping a Seat gives it back at once"]
 pub struct Seat {
     inner: Arc<Inner>,
-    class: usize,
-    /// When it was taken; `None` in a room that never waits, which has no
-    /// use for the time a seat is held (and so spares two clock reads).
-    since: Option<Instant>,
+    /// When it was taken, in nanoseconds after the room's `epoch` (at least
+    /// 1), for a seat whose hold is timed; 0 in a room that never waits (it
+    /// has no use for the time a seat is held), and for the untimed seats of
+    /// a quiet room (see [`SAMPLE_QUIET`]). Not an `Option<Instant>`: a seat
+    /// of 24 bytes keeps a request pool's `Entered` small enough to move
+    /// without a `memcpy`.
+    since: u64,
+    class: u32,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -403,10 +422,12 @@ impl Room {
                     held: vec![0; kept.len()],
                     waiters: Waiters::default(),
                     moved: vec![Instant::now(); kept.len()],
+                    quiet_takes: 0,
                 }),
                 kept,
                 max_wait_ns: AtomicU64::new(ns(max_wait)),
                 hold,
+                epoch: Instant::now(),
             }),
         })
     }
@@ -453,7 +474,9 @@ impl Room {
     }
 
     fn seat(&self, class: usize, since: Option<Instant>) -> Seat {
-        Seat { inner: Arc::clone(&self.inner), class, since }
+        let since = since.map_or(0, |at| ns(at.saturating_duration_since(self.inner.epoch)).max(1));
+        // `class` is below `kept.len()`, which a room's few classes keep far below u32::MAX.
+        Seat { inner: Arc::clone(&self.inner), since, class: class as u32 }
     }
 
     /// Under the lock, for a caller of `class` that found no seat: until
@@ -519,8 +542,14 @@ impl Room {
 
     /// A seat for `class` if one is free now.
     pub(crate) fn try_seat(&self, class: usize) -> Option<Seat> {
+        self.try_seat_at(class, self.clock())
+    }
+
+    /// [`try_seat`](Self::try_seat) for a caller that has just read the
+    /// clock: its hold is timed from `now`.
+    pub(crate) fn try_seat_at(&self, class: usize, now: Option<Instant>) -> Option<Seat> {
         let class = class.min(self.inner.kept.len() - 1);
-        let now = self.clock();
+        let now = now.filter(|_| self.inner.max_wait_ns.load(Relaxed) != 0);
         let mut st = self.inner.state.lock();
         self.take_seat(&mut st, class, now)
     }
@@ -547,6 +576,11 @@ impl Room {
         }
         st.take(class);
         st.waiters.counts.seated += 1;
+        let busy = st.in_use * 2 > st.limit;
+        if !busy {
+            st.quiet_takes = st.quiet_takes.wrapping_add(1);
+        }
+        let timed = now.filter(|_| busy || st.quiet_takes % SAMPLE_QUIET == 1);
         if let Some(now) = now {
             // The stuck clock of each class this seat filled starts now: its
             // own, if it took its last seat; another's, if it took the room's
@@ -562,7 +596,7 @@ impl Room {
                 }
             }
         }
-        Some(self.seat(class, now))
+        Some(self.seat(class, timed))
     }
 
     /// The time after which a class with no free seat, none of whose seats
@@ -641,25 +675,37 @@ impl Room {
 impl Seat {
     /// The class the seat was taken for.
     pub fn class(&self) -> usize {
-        self.class
+        self.class as usize
     }
 }
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        let now = self.since.map(|since| {
+        let inner = &self.inner;
+        let class = self.class();
+        let mut now = (self.since != 0).then(|| {
             let now = Instant::now();
-            self.inner.hold[self.class].record(now.saturating_duration_since(since));
+            let since = inner.epoch + Duration::from_nanos(self.since);
+            inner.hold[class].record(now.saturating_duration_since(since));
             now
         });
         let granted = {
-            let mut st = self.inner.state.lock();
+            let mut st = inner.state.lock();
+            // An untimed seat coming back to a full class still moves its
+            // line: the stuck rule needs the time.
+            let kept = &inner.kept;
+            if now.is_none()
+                && inner.max_wait_ns.load(Relaxed) != 0
+                && (0..kept.len()).any(|c| !st.free_for(c, kept))
+            {
+                now = Some(Instant::now());
+            }
             st.in_use -= 1;
-            st.held[self.class] -= 1;
+            st.held[class] -= 1;
             if let Some(now) = now {
                 st.moved.fill(now);
             }
-            st.grant(&self.inner.kept)
+            st.grant(kept)
         };
         granted.unpark();
     }

@@ -303,7 +303,7 @@ impl RequestPool {
             request::context(asked, arrival, gate.budget, self.busy() + 1, self.inner.threads, reserved)
                 .map_err(EnterError::InvalidRequestTimeout)?;
         let class = usize::from(reserved);
-        let seat = match gate.room.try_seat(class) {
+        let seat = match gate.room.try_seat_at(class, Some(context.received())) {
             Some(seat) => seat,
             // A reserve in shadow lets an ordinary request onto a free reserved thread.
             None => match (!reserved).then(|| counts.shadow_seat(&gate.room)).flatten() {

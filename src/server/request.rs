@@ -58,8 +58,10 @@ pub struct RequestContext {
     deadline: Instant,
     peer: Option<SocketAddr>,
     client: ClientAddr,
-    busy: usize,
-    threads: usize,
+    /// `busy` and `threads` as `u32` (saturating): a context is moved with
+    /// every request, and at 128 bytes or less a move is a few stores.
+    busy: u32,
+    threads: u32,
     reserved: bool,
 }
 
@@ -109,12 +111,12 @@ impl RequestContext {
 
     /// Request threads busy when this request was taken, this one included.
     pub fn busy(&self) -> usize {
-        self.busy
+        self.busy as usize
     }
 
     /// The request pool's size.
     pub fn threads(&self) -> usize {
-        self.threads
+        self.threads as usize
     }
 
     /// Whether the request is of the pool's reserved share (its route or its
@@ -143,6 +145,8 @@ pub(super) fn context(
         Some(asked) => parse_timeout(asked)?.min(budget),
     };
     let Arrival { received, peer, client } = arrival;
+    let (busy, threads) =
+        (u32::try_from(busy).unwrap_or(u32::MAX), u32::try_from(threads).unwrap_or(u32::MAX));
     Ok(RequestContext { received, deadline: received + budget, peer, client, busy, threads, reserved })
 }
 
