@@ -294,6 +294,21 @@ fn priority_shedding_in_shadow_answers_as_off() {
     off_shadow_enforced(Policy::Priority, 15);
 }
 
+/// A call through `dep` of `GET /{status}` on `provider`.
+fn caller<'a>(
+    dep: &'a Dependency,
+    provider: &'a FakeProvider,
+) -> impl Fn(u16) -> Result<(), Error<ureq::Error>> + 'a {
+    let agent = support::agent(Duration::from_secs(20));
+    move |status| {
+        let (agent, url) = (agent.clone(), format!("{}/{status}", provider.url()));
+        dep.call(move |ctx| {
+            use watertight::http::WithDeadline;
+            agent.get(&url).with_deadline(ctx).call().map(|_| ())
+        })
+    }
+}
+
 /// A breaker in shadow that has opened refuses the very next call once it
 /// is switched to enforce live, and lets calls through again once switched
 /// back.
@@ -309,14 +324,7 @@ fn a_live_switch_from_shadow_to_enforce_takes_effect_on_the_next_call() {
         .clock(clock.clone())
         .build()
         .expect("a valid dependency");
-    let agent = support::agent(Duration::from_secs(20));
-    let call = |status: u16| {
-        let (agent, url) = (agent.clone(), format!("{}/{status}", provider.url()));
-        dep.call(move |ctx| {
-            use watertight::http::WithDeadline;
-            agent.get(&url).with_deadline(ctx).call().map(|_| ())
-        })
-    };
+    let call = caller(&dep, &provider);
     for _ in 0..5 {
         assert!(matches!(call(503), Err(Error::Failed(_))));
     }
@@ -372,14 +380,7 @@ fn probes_of_a_shadowed_breaker_are_settled() {
         .clock(clock.clone())
         .build()
         .expect("a valid dependency");
-    let agent = support::agent(Duration::from_secs(20));
-    let call = |status: u16| {
-        let (agent, url) = (agent.clone(), format!("{}/{status}", provider.url()));
-        dep.call(move |ctx| {
-            use watertight::http::WithDeadline;
-            agent.get(&url).with_deadline(ctx).call().map(|_| ())
-        })
-    };
+    let call = caller(&dep, &provider);
     for _ in 0..4 {
         assert!(call(503).is_err());
     }
