@@ -253,3 +253,24 @@ fn a_class_that_fills_after_a_quiet_spell_is_not_stuck() {
     drop(held);
     assert_eq!(waiter.join().unwrap(), Ok(()), "a seat came back within one normal hold");
 }
+
+#[test]
+fn a_quiet_room_times_one_hold_in_sixteen_and_a_busy_room_every_hold() {
+    let room = Room::new(4, Duration::from_secs(1)).unwrap();
+    // The first quiet seat is timed: a hold of a few microseconds.
+    drop(room.acquire(far()).unwrap());
+    let quick = room.mean_hold(0).expect("the first hold is timed");
+    // Three seats of four held 50 ms: the third, taken in a busy room, is timed.
+    let held: Vec<_> = (0..3).map(|_| room.acquire(far()).unwrap()).collect();
+    thread::sleep(Duration::from_millis(50));
+    drop(held);
+    let busy = room.mean_hold(0).unwrap();
+    assert!(busy > quick + Duration::from_millis(4), "{quick:?} -> {busy:?}");
+    // Fifteen quick holds in a quiet room: at most one is timed, so the
+    // mean stays near the busy hold (all fifteen would take it below 1 ms).
+    for _ in 0..15 {
+        drop(room.acquire(far()).unwrap());
+    }
+    let after = room.mean_hold(0).unwrap();
+    assert!(after * 8 >= busy * 7 - Duration::from_micros(100), "{busy:?} -> {after:?}");
+}
