@@ -1,21 +1,23 @@
-//! One attempt: admitted by [`Inner::admit`], settled by [`Attempt::settle`].
+//! One attempt: admitted by [`Inner::admit`], launched by its driver,
+//! settled by [`Attempt::settle`].
 //!
 //! Every kind of call (once, retried, hedged, detached, on the caller's
-//! thread) is made of attempts, and every attempt goes through these two
-//! functions and no other:
+//! thread) is made of attempts, and every attempt goes through these
+//! functions and no others:
 //!
-//! - **Admission**, in one fixed order: the deadline, the throttler, the rate limit, the
-//!   breaker, the adaptive limit, the priority place; then the launch (the
-//!   submission to the pool, or the run on the caller's thread). A refusal
-//!   at any step is counted, logged (in aggregate, `quiet_log.rs`) and
-//!   announced there, once; what the attempt had taken is given back by the
-//!   [`Attempt`]'s `Drop`. A policy in shadow (`shadow.rs`) refuses nothing:
-//!   its refusal goes through [`Inner::refused_by`], the one place that
-//!   records it and lets the attempt on, unseen by that policy. A wait (for
-//!   a rate permit, for room, for a
-//!   caller-thread permit) that the attempt's deadline ends is no refusal:
-//!   it is the caller's timeout, counted `timed_out` and recorded by no
-//!   breaker ([`Attempt::unlaunched`]).
+//! - **Admission**, in one fixed order: the deadline, the throttler, the
+//!   rate limit, the breaker, the adaptive limit, the priority place. It
+//!   returns the admitted [`Attempt`], which its driver launches (submits to
+//!   the pool, or runs on the caller's thread); a launch that fails goes to
+//!   [`Inner::not_launched`]. A refusal at any step is counted, logged (in
+//!   aggregate, `quiet_log.rs`) and announced there, once; what the attempt
+//!   had taken is given back by the [`Attempt`]'s `Drop`. A policy in shadow
+//!   (`shadow.rs`) refuses nothing: its refusal goes through
+//!   [`Inner::refused_by`], the one place that records it and lets the
+//!   attempt on, unseen by that policy. A wait (for a rate permit, for room,
+//!   for a caller-thread permit) that the attempt's deadline ends is no
+//!   refusal: it is the caller's timeout, counted `timed_out` and recorded
+//!   by no breaker ([`Attempt::unlaunched`]).
 //! - **Settlement**, exactly once: classification under `catch_unwind`, the
 //!   late-answer rule (an answer after the deadline is a timeout), the
 //!   job's own timeout at the deadline (the same event as the caller's), the
@@ -151,6 +153,15 @@ pub(super) struct Attempt {
     /// The policies that would have refused it and, in shadow, let it
     /// through: none of them records it.
     shadowed: Shadow,
+    launching: Launching,
+}
+
+/// What a failed launch needs to know of its attempt
+/// ([`Inner::not_launched`]): its form, and whether it took a rate permit.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Launching {
+    form: Form,
+    rate: bool,
 }
 
 /// How an attempt ended.
@@ -189,13 +200,11 @@ impl<T, E> From<Answer<T, E>> for End<T, E> {
 const AT_DEADLINE: Duration = Duration::from_millis(2);
 
 impl Inner {
-    /// The one admission (see the module docs). `launch` starts the admitted
-    /// attempt: it submits the job to the pool or runs it here.
-    pub(super) fn admit<L>(
-        &self,
-        ask: Ask,
-        launch: impl FnOnce(Attempt) -> Result<L, Unlaunched>,
-    ) -> Result<L, Refusal> {
+    /// The one admission (see the module docs): the admitted attempt, which
+    /// the caller then launches (submits its job to the pool, or runs it
+    /// here) and settles, or hands to [`not_launched`](Self::not_launched)
+    /// if the launch fails.
+    pub(super) fn admit(&self, ask: Ask) -> Result<Attempt, Refusal> {
         let hedge = ask.form == Form::Hedge;
         let at = ask.deadline.at;
         if ask.form != Form::Blocking && self.exec.pool().is_none() {
@@ -317,7 +326,9 @@ impl Inner {
             }
             None => None,
         };
-        let attempt = Attempt {
+        #[cfg(test)]
+        super::tests::tally(&self.name, super::tests::ADMITTED);
+        Ok(Attempt {
             permit,
             limit,
             place,
@@ -326,21 +337,25 @@ impl Inner {
             start,
             number: ask.number,
             shadowed,
-        };
-        #[cfg(test)]
-        super::tests::tally(&self.name, super::tests::ADMITTED);
-        launch(attempt).map_err(|unlaunched| {
-            if unlaunched.stalled {
-                self.stalled();
-            }
-            if hedge && rate {
-                self.rate.give_back();
-            }
-            match unlaunched.timed_out {
-                Some(waited) => self.time_out(waited),
-                None => self.refuse(ask.form, unlaunched.rejection, None),
-            }
+            launching: Launching { form: ask.form, rate },
         })
+    }
+
+    /// An admitted attempt whose launch failed (`launching`, read from it
+    /// before it was launched): a stall opens the breaker, a hedge's rate
+    /// permit goes back, and the failure is the caller's timeout or the
+    /// dependency's refusal, counted once.
+    pub(super) fn not_launched(&self, launching: Launching, unlaunched: Unlaunched) -> Refusal {
+        if unlaunched.stalled {
+            self.stalled();
+        }
+        if launching.form == Form::Hedge && launching.rate {
+            self.rate.give_back();
+        }
+        match unlaunched.timed_out {
+            Some(waited) => self.time_out(waited),
+            None => self.refuse(launching.form, unlaunched.rejection, None),
+        }
     }
 
     /// A blocking attempt whose deadline ended its wait (for a rate permit,
@@ -483,6 +498,11 @@ impl Inner {
 }
 
 impl Attempt {
+    /// What [`Inner::not_launched`] needs, should the launch fail.
+    pub(super) fn launching(&self) -> Launching {
+        self.launching
+    }
+
     /// Moves the attempt's priority place into `job`, so that the place is
     /// given back once the job returns (on its worker, the caller gone or
     /// not) or is dropped unrun.

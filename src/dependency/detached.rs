@@ -102,56 +102,58 @@ impl Dependency {
         let now = Instant::now();
         let deadline = Deadline::new(now, inner.live.timeout(), caller);
         let ask = Ask { now, deadline, number: 1, priority, form: Form::Detached };
-        let admitted = inner.admit(ask, |mut attempt| {
-            // Admission has refused a detached call in caller-thread mode.
-            let Some(pool) = inner.exec.pool() else { return Err(Rejection::QueueFull.into()) };
-            let job = attempt.carry(job);
-            let armed = Arc::new(AtomicBool::new(true));
-            let dependency = Arc::downgrade(&self.inner);
-            let answer = Answer { dependency, attempt, classify, on_done, _job: PhantomData };
-            let pending = Pending { answer: Some(answer), armed: Arc::clone(&armed) };
-            let parent_span = crate::trace::capture();
-            let task = move |ctx: &CallContext| -> Result<(), ()> {
-                let mut pending = pending;
-                let _span = crate::trace::enter(parent_span, ctx);
-                let began = Instant::now();
-                let ran = catch_unwind(AssertUnwindSafe(|| job(ctx)));
-                let ended = Instant::now();
-                let Some(answer) = pending.answer.take() else { return Ok(()) };
-                match ran {
-                    Ok(result) => {
-                        answer.finish(End::Returned(result), Some(began), ended);
-                        Ok(())
-                    }
-                    Err(payload) => {
-                        answer.finish(End::Panicked(panic_message(payload.as_ref())), Some(began), ended);
-                        // Caught again by the pool, which counts it among its own panics.
-                        resume_unwind(payload)
-                    }
-                }
-            };
-            // Admitted or refused at once, unless the caller may wait for
-            // room; a refusal while every worker is stuck opens the breaker
-            // (the stall rule), as for any call.
-            let how = Submit::by(deadline.at).stall(inner.stall_threshold());
-            let how = match room_until {
-                Some(at) => how.room_until(at),
-                None => how.no_wait(),
-            };
-            match pool.submit(how, task) {
-                Ok(ticket) => {
-                    ticket.detach();
+        let mut attempt = inner.admit(ask).map_err(|refused| refused.rejection)?;
+        let launching = attempt.launching();
+        // Admission has refused a detached call in caller-thread mode.
+        let Some(pool) = inner.exec.pool() else {
+            drop(attempt);
+            return Err(inner.not_launched(launching, Rejection::QueueFull.into()).rejection);
+        };
+        let job = attempt.carry(job);
+        let armed = Arc::new(AtomicBool::new(true));
+        let dependency = Arc::downgrade(&self.inner);
+        let answer = Answer { dependency, attempt, classify, on_done, _job: PhantomData };
+        let pending = Pending { answer: Some(answer), armed: Arc::clone(&armed) };
+        let parent_span = crate::trace::capture();
+        let task = move |ctx: &CallContext| -> Result<(), ()> {
+            let mut pending = pending;
+            let _span = crate::trace::enter(parent_span, ctx);
+            let began = Instant::now();
+            let ran = catch_unwind(AssertUnwindSafe(|| job(ctx)));
+            let ended = Instant::now();
+            let Some(answer) = pending.answer.take() else { return Ok(()) };
+            match ran {
+                Ok(result) => {
+                    answer.finish(End::Returned(result), Some(began), ended);
                     Ok(())
                 }
-                Err(refused) => {
-                    // The refusal is the answer: the pending answer dropped with
-                    // the job must not answer again. Its attempt drops unsettled.
-                    armed.store(false, Ordering::Relaxed);
-                    Err(refused.into())
+                Err(payload) => {
+                    answer.finish(End::Panicked(panic_message(payload.as_ref())), Some(began), ended);
+                    // Caught again by the pool, which counts it among its own panics.
+                    resume_unwind(payload)
                 }
             }
-        });
-        admitted.map_err(|refused| refused.rejection)
+        };
+        // Admitted or refused at once, unless the caller may wait for
+        // room; a refusal while every worker is stuck opens the breaker
+        // (the stall rule), as for any call.
+        let how = Submit::by(deadline.at).stall(inner.stall_threshold());
+        let how = match room_until {
+            Some(at) => how.room_until(at),
+            None => how.no_wait(),
+        };
+        match pool.submit(how, task) {
+            Ok(ticket) => {
+                ticket.detach();
+                Ok(())
+            }
+            Err(refused) => {
+                // The refusal is the answer: the pending answer dropped with
+                // the job must not answer again. Its attempt drops unsettled.
+                armed.store(false, Ordering::Relaxed);
+                Err(inner.not_launched(launching, refused.into()).rejection)
+            }
+        }
     }
 }
 

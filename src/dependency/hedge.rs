@@ -167,37 +167,41 @@ where
         let inner = &*self.dependency.inner;
         let (deadline, priority) = (self.deadline, self.priority);
         let number = self.first + index as u32;
-        inner.admit(Ask { now, deadline, number, priority, form }, |mut attempt| {
-            // Admission refuses what is not for a pool in caller-thread mode.
-            let Some(pool) = inner.exec.pool() else { return Err(Rejection::QueueFull.into()) };
-            let slot: Slot = Arc::new(Mutex::new(None));
-            let work = leg(
-                Arc::downgrade(&self.dependency.inner),
-                (Arc::clone(&self.job), Arc::clone(&self.classify)),
-                Arc::clone(&slot),
-                (Arc::clone(&self.winner), index),
-            );
-            let work = attempt.carry(work);
-            *slot.lock() = Some(attempt);
-            let how = Submit::by(deadline.at).attempt(number);
-            // A hedge never queues; a first attempt may, as any call.
-            let how = match form {
-                Form::Hedge => how.idle_only(),
-                _ => how.stall(inner.stall_threshold()),
-            };
-            pool.submit(how, work).map(|ticket| Leg { ticket, slot: Arc::clone(&slot) }).map_err(|refused| {
-                let attempt = slot.lock().take();
-                match attempt {
-                    Some(attempt) if form == Form::Hedge => {
-                        attempt.forget();
-                        refused.into()
-                    }
-                    // The first leg waits for room as any call: its deadline
-                    // ending that wait is its timeout.
-                    Some(attempt) => attempt.unlaunched(refused),
-                    None => refused.into(),
+        let mut attempt = inner.admit(Ask { now, deadline, number, priority, form })?;
+        let launching = attempt.launching();
+        // Admission refuses what is not for a pool in caller-thread mode.
+        let Some(pool) = inner.exec.pool() else {
+            drop(attempt);
+            return Err(inner.not_launched(launching, Rejection::QueueFull.into()));
+        };
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let work = leg(
+            Arc::downgrade(&self.dependency.inner),
+            (Arc::clone(&self.job), Arc::clone(&self.classify)),
+            Arc::clone(&slot),
+            (Arc::clone(&self.winner), index),
+        );
+        let work = attempt.carry(work);
+        *slot.lock() = Some(attempt);
+        let how = Submit::by(deadline.at).attempt(number);
+        // A hedge never queues; a first attempt may, as any call.
+        let how = match form {
+            Form::Hedge => how.idle_only(),
+            _ => how.stall(inner.stall_threshold()),
+        };
+        pool.submit(how, work).map(|ticket| Leg { ticket, slot: Arc::clone(&slot) }).map_err(|refused| {
+            let attempt = slot.lock().take();
+            let unlaunched = match attempt {
+                Some(attempt) if form == Form::Hedge => {
+                    attempt.forget();
+                    refused.into()
                 }
-            })
+                // The first leg waits for room as any call: its deadline
+                // ending that wait is its timeout.
+                Some(attempt) => attempt.unlaunched(refused),
+                None => refused.into(),
+            };
+            inner.not_launched(launching, unlaunched)
         })
     }
 

@@ -52,8 +52,13 @@ impl Dependency {
             let _span = crate::trace::enter(parent_span, ctx);
             job(ctx)
         };
-        let admitted = match &inner.exec {
-            Exec::Pool(pool) => inner.admit(ask, |mut attempt| {
+        let mut attempt = match inner.admit(ask) {
+            Ok(attempt) => attempt,
+            Err(refused) => return (Err(refused.into_error()), None),
+        };
+        let launching = attempt.launching();
+        let (end, began, ended) = match &inner.exec {
+            Exec::Pool(pool) => {
                 let job = attempt.carry(traced);
                 // The pool reads the clock again rather than reuse the
                 // caller's: a deadline that passes in between (a 1 ns
@@ -61,29 +66,30 @@ impl Dependency {
                 // not queued to time out and be retried.
                 let how =
                     Submit::by(attempt.deadline.at).attempt(attempt.number).stall(inner.stall_threshold());
-                let ticket = match pool.submit(how, job) {
-                    Ok(ticket) => ticket,
-                    Err(refused) => return Err(attempt.unlaunched(refused)),
-                };
-                let (answer, began) = ticket.wait_timed();
-                Ok((attempt, End::from(answer), began, Instant::now()))
-            }),
-            Exec::Caller(caller) => inner.admit(ask, |attempt| {
-                let (ran, began, ended) =
-                    match caller.run(attempt.called, attempt.deadline.at, attempt.number, traced) {
-                        Ok(ran) => ran,
-                        Err(refused) => return Err(attempt.unlaunched(refused)),
-                    };
-                let end = match ran {
-                    Ok(result) => End::Returned(result),
-                    Err(payload) => End::Panicked(panic_message(payload.as_ref())),
-                };
-                Ok((attempt, end, Some(began), ended))
-            }),
+                match pool.submit(how, job) {
+                    Ok(ticket) => {
+                        let (answer, began) = ticket.wait_timed();
+                        (End::from(answer), began, Instant::now())
+                    }
+                    Err(refused) => {
+                        let refused = inner.not_launched(launching, attempt.unlaunched(refused));
+                        return (Err(refused.into_error()), None);
+                    }
+                }
+            }
+            Exec::Caller(caller) => {
+                match caller.run(attempt.called, attempt.deadline.at, attempt.number, traced) {
+                    Ok((Ok(result), began, ended)) => (End::Returned(result), Some(began), ended),
+                    Ok((Err(payload), began, ended)) => {
+                        (End::Panicked(panic_message(payload.as_ref())), Some(began), ended)
+                    }
+                    Err(refused) => {
+                        let refused = inner.not_launched(launching, attempt.unlaunched(refused));
+                        return (Err(refused.into_error()), None);
+                    }
+                }
+            }
         };
-        match admitted {
-            Ok((attempt, end, began, ended)) => attempt.settle(Some(inner), end, began, ended, classify),
-            Err(refused) => (Err(refused.into_error()), None),
-        }
+        attempt.settle(Some(inner), end, began, ended, classify)
     }
 }
