@@ -332,7 +332,10 @@ fn dashboard_opened_during_a_hang_shows_its_onset_at_once() {
     );
 
     // The onset: OPEN, the transition that opened it, and the call rate's drop.
-    assert_eq!(text_of(&dom, "state-fraud"), Some("OPEN"), "fraud's state as rendered");
+    // OPEN, or HALF_OPEN when a loaded machine took longer than `open_for`
+    // to render it: either way not CLOSED, and its opening is in the events.
+    let state = text_of(&dom, "state-fraud");
+    assert!(matches!(state, Some("OPEN" | "HALF_OPEN")), "fraud's state as rendered: {state:?}");
     let events = &dom[dom.find("id=\"events-fraud\"").expect("fraud's events")..];
     let events = &events[..events.find("</ul>").expect("the end of the list")];
     assert!(events.contains("CLOSED → OPEN"), "fraud's events show its opening: {events}");
@@ -357,9 +360,10 @@ fn dashboard_opened_during_a_hang_shows_its_onset_at_once() {
     load.stop();
 
     let since = text_of(&dom, "since-fraud").expect("fraud's time in state");
-    assert!(since.starts_with("in OPEN for ") && since.contains(" s · "), "{since}");
+    let in_state = format!("in {} for ", state.unwrap_or_default());
+    assert!(since.starts_with(&in_state) && since.contains(" s · "), "{since}");
     // A breaker opens on its rates or on a stall, and says which it has.
-    assert!(since.contains(" s · failure rate ") || since.contains(" s · no rate until 8 calls"), "{since}");
+    assert!(since.contains(" s · failure rate ") || since.contains(" s · no rate until "), "{since}");
 
     // Every card's settings, as /circuits serves them: nothing empty, nothing stale.
     let circuits = circuits(&server);
