@@ -5,8 +5,8 @@
 //! test that owns a [`ManualClock`] moves time for every thread that uses
 //! them (workers, listeners, benches) at once. Deadlines are real time
 //! everywhere: a caller waits on the real clock, and a deadline on a manual
-//! clock would hold it for real. There is no
-//! thread-local or `cfg(test)` swap to forget.
+//! clock would hold it for real. There is no thread-local or `cfg(test)` swap
+//! to forget.
 
 use std::fmt;
 use std::sync::Arc;

@@ -57,10 +57,7 @@ impl Rejection {
         Rejection::Throttled,
     ];
 
-    /// Its label: its [`Outcome`]'s, in `CallCounts`, in the `kind` label of
-    /// `watertight_calls_total`, and in JSON (`"not_permitted"`,
-    /// `"queue_full"`, `"deadline_unmeetable"`, `"shutting_down"`,
-    /// `"limit_exceeded"`, `"rate_limited"`, `"shed"`, `"throttled"`).
+    /// Its label: its [`Outcome`]'s (`"not_permitted"`, `"queue_full"`, ...).
     pub fn as_str(&self) -> &'static str {
         self.outcome().as_str()
     }
@@ -212,11 +209,10 @@ pub enum Error<E> {
         /// knows: the rate limit's wait for its next permit.
         retry_after: Option<Duration>,
     },
-    /// No answer came before the deadline. The caller stopped waiting after
-    /// `waited`; the job, if it had started, is abandoned and finishes on its
-    /// worker without anyone waiting for it. Also the answer when the
-    /// deadline came while the call waited for room or a permit: the job
-    /// never started, and the breaker records nothing.
+    /// No answer came before the deadline: the job, if it had started, is
+    /// abandoned to finish on its worker. Also the answer when the deadline
+    /// came while the call waited for room or a permit (the README's
+    /// Semantics, *A deadline is a timeout*).
     Timeout {
         /// How long the caller waited, from the call to giving up.
         waited: Duration,
@@ -247,11 +243,9 @@ impl<E> Error<E> {
     }
 
     /// `true` when trying again may succeed because the provider itself
-    /// misbehaved: a timeout, or a job error that its
-    /// [`Classify`](crate::Classify) implementation calls a failure (a
-    /// transport error or a 5xx). Rejections, ignored errors (4xx) and panics
-    /// are not transient: a rejection or a 4xx would only add load, and a
-    /// panic is a bug in the job that would panic again.
+    /// misbehaved: a timeout, or a job error its [`Classify`](crate::Classify)
+    /// calls a failure. Not rejections or ignored errors (a retry would only
+    /// add load), nor panics (a bug that would panic again).
     pub fn is_transient(&self) -> bool
     where
         E: crate::Classify,
@@ -279,10 +273,8 @@ impl<E> Error<E> {
     /// assert_eq!(Error::Failed(Declined).outcome(), Outcome::Failed);
     /// ```
     ///
-    /// A job's error is `failed` here whatever a classifier made of it; the
-    /// call was counted `ignored` if its classifier ignored it (a 4xx), which
-    /// [`classified_outcome`](Self::classified_outcome) tells for an error
-    /// type that is [`Classify`](crate::Classify).
+    /// A job's error is `failed` here whatever a classifier made of it; see
+    /// [`classified_outcome`](Self::classified_outcome).
     pub fn outcome(&self) -> Outcome {
         match self {
             Error::Rejected { reason, .. } => reason.outcome(),
@@ -440,10 +432,10 @@ impl ConfigError {
         self
     }
 
-    /// The name of the offending field, as its builder setter spells it;
-    /// `capacity` for the capacity rule's refusal
+    /// The name of the offending field, as its setter spells it; `capacity`
+    /// for the capacity rule's refusal
     /// ([`Registry::check_capacity`](crate::Registry::check_capacity)); empty
-    /// when the error is about no one field.
+    /// when about no one field.
     pub fn field(&self) -> &'static str {
         self.field
     }

@@ -95,7 +95,7 @@ impl Classify for ureq::Error {
 /// 4xx ignored, else success), and an error is classified by the
 /// [outcome table](crate::http#the-outcome-table).
 ///
-/// Pass it to [`CallBuilder::classify`](crate::CallBuilder::classify)(crate::CallBuilder::classify):
+/// Pass it to [`CallBuilder::classify`](crate::CallBuilder::classify):
 /// `dep.with().classify(classify_response).call(move |ctx| agent.get(&url).with_deadline(ctx).call())`.
 ///
 /// ```

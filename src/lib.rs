@@ -47,21 +47,14 @@
 //! ```
 //!
 //! What counts as a failure is decided by [`Classify`] (or a classifier given
-//! to [`CallBuilder::classify`](crate::CallBuilder::classify)): transport errors, timeouts, 5xx and panics
-//! are failures; a 4xx is ignored, because it is the caller's problem, not the
-//! provider's. Retries ([`Retry`](retry::Retry), through [`CallBuilder::retry`](crate::CallBuilder::retry)) sit
-//! outside the breaker and only retry transient failures, within a budget.
+//! to [`CallBuilder::classify`](crate::CallBuilder::classify)); retries
+//! ([`Retry`](retry::Retry), through [`CallBuilder::retry`](crate::CallBuilder::retry))
+//! sit outside the breaker. The rules are the README's Semantics.
 //!
 //! [`server`] is the request pool of any synchronous server
-//! ([`RequestPool`](server::RequestPool)). Features (all on by default): `ureq` ([`http`]: outcome table for
-//! `ureq::Error`, deadline as request timeouts), `tiny_http` ([`server::serve`]:
-//! the crate's own server on tiny_http, behind a guard), `prometheus` ([`metrics`]: a prometheus-client
-//! collector over a [`Registry`]), `cache` ([`cache`]: a per-key cache in
-//! front of a dependency, TTL by answer, one shared call per key). Off by default: `testing` ([`testing`]: a
-//! scriptable fake HTTP provider for incident tests) and `tracing` (each job
-//! runs in a `job` span whose parent is the caller's span, across the hop to
-//! the worker; rejections, timeouts and breaker transitions are `tracing`
-//! events too).
+//! ([`RequestPool`](server::RequestPool)). The features, and what each adds
+//! ([`http`], [`server::serve`], [`metrics`], [`cache`], [`testing`], `tracing`):
+//! the README's *Features*.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]

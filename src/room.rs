@@ -50,8 +50,9 @@
 //! Before the first hold is timed, nothing is expected and `max_wait` and
 //! the deadline alone bound the wait. Two more rules, the pool's own:
 //!
-//! - A line that has stood without a break for longer than `max_wait` is a
-//!   standing one: a caller joins it only if room comes within one mean hold.
+//! - A line that has stood for longer than `max_wait` is a standing one: a
+//!   caller joins it only if room comes within one mean hold. A break
+//!   shorter than one mean hold does not end it ([`Standing`]).
 //! - A line that does not move is not waited in: when no seat has come back
 //!   for [`STUCK_AFTER`] normal holds (at least [`STUCK_FLOOR`]) since its
 //!   class filled, callers are refused at once and waiters leave.
@@ -110,11 +111,57 @@ impl NoSeat {
 }
 
 /// A line of callers waiting for a seat: how many are ahead of the next
-/// one, and since when it has stood without a break (`None`: nobody waits).
+/// one, and since when it has stood.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Line {
     pub(crate) ahead: usize,
-    pub(crate) since: Option<Instant>,
+    pub(crate) standing: Standing,
+}
+
+/// Since when a line has stood. A break shorter than `round` (one mean
+/// hold, named by the owner) does not end it: a closed loop of callers
+/// whose line empties for an instant, as a round of holds ends together and
+/// they come back, is still a standing line. As CoDel judges a queue over
+/// an interval, not by its emptiest instant.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Standing {
+    since: Option<Instant>,
+    /// When the line last emptied, while it has not formed again.
+    emptied: Option<Instant>,
+}
+
+impl Standing {
+    /// The line, empty, has a caller again.
+    pub(crate) fn formed(&mut self, now: Instant, round: Duration) {
+        if self.stood(now, round).is_zero() {
+            self.since = Some(now);
+        }
+        self.emptied = None;
+    }
+
+    /// A waiter went back to the front: the line goes on, unbroken.
+    fn resumed(&mut self) {
+        self.emptied = None;
+    }
+
+    /// The line has emptied.
+    pub(crate) fn emptied(&mut self, now: Instant) {
+        if self.since.is_some() {
+            self.emptied.get_or_insert(now);
+        }
+    }
+
+    /// How long the line has stood as of `now` (zero after a break of at
+    /// least `round`).
+    pub(crate) fn stood(&self, now: Instant, round: Duration) -> Duration {
+        match (self.since, self.emptied) {
+            (Some(since), None) => now.saturating_duration_since(since),
+            (Some(since), Some(at)) if now.saturating_duration_since(at) < round => {
+                now.saturating_duration_since(since)
+            }
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 /// What a room's line has seen since it was made (see [`Room::counts`]).
@@ -144,9 +191,7 @@ pub(crate) struct Waiter {
 #[derive(Default)]
 pub(crate) struct Waiters {
     line: VecDeque<Arc<Waiter>>,
-    /// Since when callers have waited without a break: set by the first to
-    /// join, cleared when the last one is [`done`](Self::done).
-    since: Option<Instant>,
+    standing: Standing,
     pub(crate) counts: RoomCounts,
 }
 
@@ -157,6 +202,9 @@ pub(crate) struct Woken(Vec<Arc<Waiter>>);
 impl Woken {
     #[inline]
     pub(crate) fn unpark(self) {
+        if self.0.is_empty() {
+            return;
+        }
         for w in self.0 {
             w.thread.unpark();
         }
@@ -170,37 +218,43 @@ impl Waiters {
 
     /// The line as a newcomer finds it.
     pub(crate) fn line(&self) -> Line {
-        Line { ahead: self.line.len(), since: self.since }
+        Line { ahead: self.line.len(), standing: self.standing }
     }
 
-    /// Queues the calling thread, of `class`, at the back.
-    pub(crate) fn join(&mut self, class: usize, now: Instant) -> Arc<Waiter> {
+    /// Queues the calling thread, of `class`, at the back. `round` is one
+    /// mean hold of the line: a break shorter than it does not end it.
+    pub(crate) fn join(&mut self, class: usize, now: Instant, round: Duration) -> Arc<Waiter> {
         let me = Arc::new(Waiter { thread: current(), class, granted: AtomicBool::new(false) });
         if self.line.is_empty() {
-            self.since = Some(now);
+            self.standing.formed(now, round);
         }
         self.counts.waited += 1;
         self.line.push_back(Arc::clone(&me));
         me
     }
 
-    /// A waiter is done waiting (it has its room, or gave up): if it was
-    /// the last, the line has a break.
-    pub(crate) fn done(&mut self) {
-        if self.line.is_empty() {
-            self.since = None;
-        }
-    }
-
-    /// Puts a waiter granted room that it could not use back at the front.
+    /// Puts a waiter granted room that it could not use back at the front:
+    /// it never stopped waiting, so the line goes on without a break.
     pub(crate) fn rejoin(&mut self, me: &Arc<Waiter>) {
         me.granted.store(false, Ordering::Relaxed);
         self.line.push_front(Arc::clone(me));
+        self.standing.resumed();
     }
 
-    fn leave(&mut self, me: &Arc<Waiter>) {
+    /// A granted waiter is through (it has its room): if nobody is left in
+    /// line, the line has a break from `now`. Not at the grant itself: a
+    /// waiter of the pool's line, woken to offer its job again, may find the
+    /// place taken and [`rejoin`](Self::rejoin).
+    pub(crate) fn through(&mut self, now: Instant) {
+        if self.line.is_empty() {
+            self.standing.emptied(now);
+        }
+    }
+
+    fn leave(&mut self, me: &Arc<Waiter>, now: Instant) {
         self.line.retain(|w| !Arc::ptr_eq(w, me));
         self.counts.refused += 1;
+        self.through(now);
     }
 
     /// Grants room first come first served to each waiter for whose class
@@ -236,7 +290,7 @@ pub(crate) enum GaveUp {
 /// the moment it names comes, always outside the lock) answers `None`: the
 /// line has stopped moving. Returns the lock held; on giving up, `me` has
 /// left the line, so it never holds a place. The owner calls
-/// [`Waiters::done`] once the waiter is through. A grant racing a give-up wins:
+/// [`Waiters::through`] once a granted waiter is through. A grant racing a give-up wins:
 /// the room is not lost. No wake-up is lost either: `granted` is read under
 /// the lock before each park, and set under it before the unpark.
 pub(crate) fn wait<G>(
@@ -262,7 +316,7 @@ pub(crate) fn wait<G>(
             return (guard, Ok(()));
         }
         if stuck || now >= until {
-            line(&mut guard).leave(me);
+            line(&mut guard).leave(me, now);
             return (guard, Err(if stuck { GaveUp::Stuck } else { GaveUp::Until }));
         }
         drop(guard);
@@ -309,10 +363,15 @@ impl State {
 
     /// Grants waiters, first come first served among those whose class has
     /// a free seat, until none has: the invariant of the module docs.
+    #[inline]
     fn grant(&mut self, kept: &[usize]) -> Woken {
         if self.waiters.len() == 0 {
             return Woken(Vec::new());
         }
+        self.grant_waiting(kept)
+    }
+
+    fn grant_waiting(&mut self, kept: &[usize]) -> Woken {
         let State { limit, in_use, held, waiters, .. } = self;
         let mut seated = 0;
         let woken = waiters.grant(|class| {
@@ -457,17 +516,18 @@ impl Room {
         let until = self.may_wait(&st, class, now, deadline, st.waiters.line()).inspect_err(|_| {
             st.waiters.counts.refused += 1;
         })?;
-        let me = st.waiters.join(class, now);
+        let me = st.waiters.join(class, now, self.line_round());
         drop(st);
         let recheck = |now| {
             let st = inner.state.lock();
             (!self.stuck(&st, class, now)).then(|| self.next_check(&st, class, now))
         };
         let (mut st, waited) = wait(|| inner.state.lock(), |st| &mut st.waiters, &me, until, recheck);
-        st.waiters.done();
+        let now = Instant::now();
+        st.waiters.through(now);
         drop(st);
         match waited {
-            Ok(()) => Ok((self.seat(class, Some(Instant::now())), true)),
+            Ok(()) => Ok((self.seat(class, Some(now)), true)),
             Err(GaveUp::Stuck) => Err(NoSeat::Stuck),
             Err(GaveUp::Until) => Err(if until == deadline { NoSeat::Deadline } else { NoSeat::Waited }),
         }
@@ -505,7 +565,7 @@ impl Room {
         let seats = st.limit.saturating_sub(self.inner.kept[class]).max(1);
         let rounds = u32::try_from((line.ahead + 1).div_ceil(seats)).unwrap_or(u32::MAX);
         let expected = mean.saturating_mul(rounds);
-        let standing = line.since.is_some_and(|since| now.saturating_duration_since(since) > max_wait);
+        let standing = line.standing.stood(now, self.line_round()) > max_wait;
         let allowed = if standing { max_wait.min(mean) } else { max_wait };
         if expected <= allowed && deadline_after(now, expected) < deadline {
             Ok(until)
@@ -542,22 +602,24 @@ impl Room {
 
     /// A seat for `class` if one is free now.
     pub(crate) fn try_seat(&self, class: usize) -> Option<Seat> {
-        self.try_seat_at(class, self.clock())
+        self.try_seat_at(class, Instant::now)
     }
 
-    /// [`try_seat`](Self::try_seat) for a caller that has just read the
-    /// clock: its hold is timed from `now`.
-    pub(crate) fn try_seat_at(&self, class: usize, now: Option<Instant>) -> Option<Seat> {
+    /// [`try_seat`](Self::try_seat) for a caller that has read the clock
+    /// already: its hold is timed from what `now` gives (asked only in a
+    /// room that may make a caller wait, see [`Seat`]).
+    pub(crate) fn try_seat_at(&self, class: usize, now: impl FnOnce() -> Instant) -> Option<Seat> {
         let class = class.min(self.inner.kept.len() - 1);
-        let now = now.filter(|_| self.inner.max_wait_ns.load(Relaxed) != 0);
+        let now = (self.inner.max_wait_ns.load(Relaxed) != 0).then(now);
         let mut st = self.inner.state.lock();
         self.take_seat(&mut st, class, now)
     }
 
-    /// Now, in a room that may make a caller wait; `None` in one that never
-    /// does, whose holds are not timed (see [`Seat`]).
-    fn clock(&self) -> Option<Instant> {
-        (self.inner.max_wait_ns.load(Relaxed) != 0).then(Instant::now)
+    /// One round of the line: the longest of the classes' mean holds (zero
+    /// before one is timed). A break shorter than this does not end the
+    /// line, whichever classes wait in it.
+    pub(crate) fn line_round(&self) -> Duration {
+        self.inner.hold.iter().filter_map(Latency::mean).max().unwrap_or(Duration::ZERO)
     }
 
     /// Whether `class` has no free seat and none of its seats has come back

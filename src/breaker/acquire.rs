@@ -191,8 +191,7 @@ pub struct Permit<'b> {
 /// A [`Permit`] that holds its breaker by reference count, from
 /// [`Breaker::try_acquire_owned`](crate::breaker::Breaker::try_acquire_owned): it is
 /// `'static`, so it can move to any thread, and it keeps the breaker alive.
-/// The same rules apply: report with [`record`](OwnedPermit::record); dropped
-/// without a verdict, it counts as [`Verdict::Ignore`].
+/// The same rules apply as to a [`Permit`].
 #[must_use = "a dropped permit counts as an ignored call; call `record` with the outcome"]
 pub struct OwnedPermit {
     pub(super) breaker: Arc<Inner>,

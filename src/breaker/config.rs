@@ -46,12 +46,9 @@ pub struct OpenBackoff {
     pub max: Duration,
 }
 
-/// The configuration of a [`Breaker`](crate::breaker::Breaker).
-///
-/// `Default` is Resilience4j's: a count-based window of 100 calls, at least
-/// 100 calls before a rate counts, opens at 50 % failures or 100 % slow calls
-/// (slower than 60 s), stays open 60 s, then admits 10 probes in half-open
-/// and waits for them forever. Every rate is a percentage (50.0 = 50 %).
+/// The configuration of a [`Breaker`](crate::breaker::Breaker); `Default` is
+/// Resilience4j's (each setter names its default). Every rate is a
+/// percentage (50.0 = 50 %).
 ///
 /// # A small service
 ///
@@ -224,10 +221,9 @@ impl BreakerConfig {
     }
 
     /// The longest the breaker waits in half-open for its probes to report
-    /// before it moves to [`after_max_wait`](Self::after_max_wait); zero
-    /// means wait forever. Lazy, like every time-driven move of this breaker:
-    /// it happens on the next call or report, never on a timer. Defaults to
-    /// zero.
+    /// before it moves to [`after_max_wait`](Self::after_max_wait) (lazily,
+    /// see the module docs of [`breaker`](crate::breaker)); zero means wait
+    /// forever. Defaults to zero.
     pub fn max_wait_in_half_open(mut self, duration: Duration) -> Self {
         self.max_wait_in_half_open = duration;
         self

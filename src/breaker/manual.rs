@@ -44,10 +44,8 @@ impl Breaker {
     ///
     /// # Permits in flight
     ///
-    /// None is revoked: a call already permitted goes on. The move starts a
-    /// new generation, so the report of a permit issued before it counts in
-    /// the lifetime totals only, never in the window or the round of the
-    /// state entered, and a probe in flight holds no slot of a new round. A
+    /// None is revoked: a call already permitted goes on, and its report
+    /// counts in the lifetime totals only (the module docs, *Generations*). A
     /// permit issued while DISABLED records nothing, as always.
     ///
     /// # Listeners

@@ -114,8 +114,7 @@ impl Breaker {
     /// A breaker on the given clock, e.g. a [`ManualClock`](crate::ManualClock)
     /// in tests.
     ///
-    /// It starts CLOSED, or DISABLED when `config.enabled(false)` was set or
-    /// the environment variable `WATERTIGHT_BREAKER_ENABLED` says `false` now.
+    /// It starts CLOSED, or DISABLED as [`BreakerConfig::enabled`] says.
     ///
     /// The clock may be read while the breaker's lock is held: a `Clock`
     /// must never call back into the breaker.

@@ -54,32 +54,25 @@ impl<K, V> CacheBuilder<K, V> {
         self
     }
 
-    /// Answers a miss whose call fails (as the call's classifier judges it:
-    /// an `Ok(500)` judged a failure is one), is refused or outlives the
-    /// caller's deadline with the last good value of its key, if that expired
-    /// at most `max_stale` ago, marked [`stale`](super::Cached::stale) with
-    /// its age. Past that, the answer as it came. An answer the classifier
-    /// ignores (a 403, a 404) is never replaced by the last good value. Any
-    /// duration; a zero one serves only a value that expired this instant.
-    ///
-    /// Defaults to never: where the default state on failure would be
-    /// "permissions wide open", fail closed (see the [module docs](super)).
+    /// Answers a failed (as the call's classifier judges it), refused or
+    /// timed-out miss with its key's last good value, if that expired at most
+    /// `max_stale` ago, marked [`stale`](super::Cached::stale) with its age;
+    /// past that, the answer as it came. An ignored answer (a 403, a 404) is
+    /// never replaced. Any duration; zero serves only a value that expired
+    /// this instant. Defaults to never: see the [module docs](super).
     pub fn serve_stale(mut self, max_stale: Duration) -> Self {
         self.stale_for = Some(max_stale);
         self
     }
 
-    /// Refreshes a value ahead of its expiry, once it is `age` old (Caffeine's
-    /// `refreshAfterWrite`): a hit past that age answers the current value at
-    /// once, and starts one shared call for the key in the background (the
-    /// key's flight, which later misses join), if the dependency has room for
-    /// it at that moment (a detached call, as
-    /// [`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with): never
-    /// waited for). Its answer is judged as a miss's is: a good one replaces
-    /// the value; a failed or refused refresh keeps the current value until
-    /// its TTL, and the next hit past the age tries again. One refresh at a
-    /// time per key. So a key that is asked for more often than its TTL never
-    /// expires while its provider is healthy, and its callers never wait.
+    /// Refreshes a value ahead of its expiry once it is `age` old (Caffeine's
+    /// `refreshAfterWrite`): a hit past that age answers at once and starts
+    /// the key's shared call in the background (which later misses join), if
+    /// the dependency has room at that moment (detached, as
+    /// [`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with), never
+    /// waited for). A good answer replaces the value; a failed or refused
+    /// refresh keeps it until its TTL, and the next hit past the age tries
+    /// again. One refresh at a time per key.
     ///
     /// A value whose TTL is not longer than `age` is not refreshed ahead:
     /// it expires as without this setting. At least 1 ns. Defaults to never.
@@ -93,15 +86,13 @@ impl<K, V> CacheBuilder<K, V> {
     /// room in a full pool (within the dependency's
     /// [`max_wait`](crate::DependencyBuilder::max_wait) and its deadline),
     /// then is refused with [`QueueFull`](crate::Rejection::QueueFull) (or
-    /// answered with the last good value where that is allowed), having
-    /// started no call. At least 1.
+    /// answered with the last good value where allowed), having started no
+    /// call. At least 1. Defaults to no bound.
     ///
-    /// Each waiting caller holds its thread until the answer or its deadline,
-    /// and the dependency's pool does not bound them (its shared call holds
-    /// one worker however many wait): on a server with a fixed request pool,
-    /// keep this within what the capacity rule leaves for the dependency
-    /// (its `workers + queue`, say), or one hot key of a hung provider can
-    /// hold every request thread. Defaults to no bound.
+    /// The dependency's pool does not bound the waiting callers, each holding
+    /// its thread: on a server with a fixed request pool, keep this within
+    /// what the capacity rule leaves the dependency (its `workers + queue`),
+    /// or one hot key of a hung provider can hold every request thread.
     pub fn max_waiting(mut self, callers: usize) -> Self {
         self.max_waiting = callers;
         self

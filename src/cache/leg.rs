@@ -40,9 +40,7 @@ where
     /// answered by [`FanLeg::wait`] as
     /// [`get_or_call_with`](Self::get_or_call_with) answers, under the
     /// fan-out's deadline: a hit's leg has its answer at once (and starts a
-    /// refresh when due); a miss starts the key's shared call, or joins the
-    /// one in flight, and the fan-out's thread takes its answer in while it
-    /// drives the other legs (their retries and hedges start on time).
+    /// refresh when due); a miss's is taken in by the fan-out's thread.
     /// Starting it may wait for a seat ([`max_waiting`](super::CacheBuilder::max_waiting))
     /// or for room in the pool, as a lookup does.
     ///

@@ -32,81 +32,54 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! # What it does
+//! # How it does it
 //!
-//! - **A hit** (a value younger than its TTL) is answered from memory: no
-//!   pool, no breaker, no limit is touched, and nothing is recorded on the
-//!   dependency.
-//! - **A miss** asks the dependency, through its breaker, pool and deadline
-//!   like any call, and its outcome is the call's: judged on the worker by
-//!   the call's classifier (`E`'s [`Classify`], or the one given to
-//!   [`get_or_call_with`](Cache::get_or_call_with)), once, for the breaker
-//!   and the cache alike. Only a good answer (an `Ok` judged a success) is
-//!   kept, for as long as [`ttl`](CacheBuilder::ttl) says for that answer.
-//!   An answer judged a failure (an `Ok(500)` so judged, a failed call, a
-//!   rejection, a timeout) is never kept, and is handled as a failure (below).
-//!   An answer the classifier ignores (a 403 or a 404 `Err`: the provider is
-//!   healthy and has answered) is never kept either, and is returned as it
-//!   came. The next miss asks again.
-//! - **Single flight.** Concurrent misses of one key share one call. The
-//!   call is detached ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)): it lives on a worker,
-//!   not on the stack of the caller that started it, under the dependency's
-//!   own timeout. Each caller waits for it until its *own* deadline; one that
-//!   gives up leaves it running for the others (and for the cache). The call's
-//!   outcome is counted and recorded by the breaker once, however many
-//!   callers shared it.
-//! - **Waiting is bounded.** The callers waiting on shared calls each hold
-//!   their thread, and the pool does not count them (one worker runs the
-//!   call however many wait): [`max_waiting`](CacheBuilder::max_waiting)
-//!   bounds them; a miss beyond it waits for a seat in a
-//!   [`Room`] (the crate's one wait for room: admitted by
-//!   the wait it can expect, within the pool's `max_wait`), then is refused,
-//!   as a full queue would be.
-//!   The shared call waits for room in a full pool as a blocking call does
-//!   (admission by time, within the pool's
+//! What is kept, single flight, the last good value, removal, refresh ahead
+//! and fan-out legs are the README's *Keeping answers*. Here (a hit touches
+//! nothing and records nothing on the dependency):
+//!
+//! - **Judged once.** A miss's outcome is judged on the worker by the call's
+//!   classifier (`E`'s [`Classify`], or the one given to
+//!   [`get_or_call_with`](Cache::get_or_call_with)), for the breaker and the
+//!   cache alike. Only an `Ok` judged a success is kept, for as long as
+//!   [`ttl`](CacheBuilder::ttl) says; an answer judged a failure (an
+//!   `Ok(500)` so judged) is handled as one; an ignored one (a 403, a 404) is
+//!   returned as it came, never replaced by the last good value.
+//! - **Single flight.** The shared call is detached
+//!   ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)): it lives
+//!   on a worker, not on the stack of the caller that started it, under the
+//!   dependency's own timeout, so a caller that gives up at its own deadline
+//!   leaves it running for the others. Its outcome is recorded once.
+//! - **Waiting is bounded.** Each waiting caller holds a seat of a [`Room`]
+//!   (the crate's one wait for room) of
+//!   [`max_waiting`](CacheBuilder::max_waiting) seats; a miss beyond them
+//!   waits by the wait it can expect, within the pool's `max_wait`, then is
+//!   refused as a full queue would be. The shared call waits for room in a
+//!   full pool as a blocking call does (within the pool's
 //!   [`max_wait`](crate::DependencyBuilder::max_wait) and the leader's
-//!   deadline, the stall rule included), then runs detached; a pool still
-//!   full refuses it ([`QueueFull`](crate::Rejection::QueueFull)), for
-//!   every caller of the key. (A worker that has just landed an answer is
-//!   busy until it returns to its pool: with a `max_wait` of zero, a miss
-//!   right after an answer may find no room.)
-//! - **The last good value** is off by default. With
-//!   [`serve_stale`](CacheBuilder::serve_stale), a miss whose call fails (as
-//!   its classifier judges it), is refused or outlives the caller's deadline
-//!   is answered with the last good value of the key, if it expired at most
-//!   that long ago, and the answer says so ([`Cached::stale`], with its age).
-//!   Without it, the failure is the answer (an `Ok` judged a failure is
-//!   returned as it came, as the call returns it). An answer the classifier
-//!   ignores is never replaced by the last good value: for a permission
-//!   check that would turn a real "no" into the last "yes".
-//! - **Removal wins.** [`remove`](Cache::remove) during a shared call of its
-//!   key: the call's answer still goes to those who wait for it, but is never
-//!   kept, and a lookup after the removal makes a call of its own (flight.rs
-//!   says how: a landing keeps its answer only while its flight is still the
-//!   key's, checked under the lock that `remove` takes).
-//! - **Refresh ahead** is opt-in: with
-//!   [`refresh_after`](CacheBuilder::refresh_after), a hit on a value older
-//!   than that answers it at once and starts one shared call of the key in
-//!   the background, if the pool has room right then (a detached call that
-//!   never waits). Its answer is judged as a miss's: a good one replaces the
-//!   value; a failed one leaves the current value until its TTL. A hot key of
-//!   a healthy provider then never expires, and its callers never wait.
-//! - **A lookup can be a leg of a fan-out** ([`Cache::fan`]): a hit's leg
-//!   has its answer at once; a miss's answer is taken in by the fan-out's
-//!   thread while it drives the other legs' retries and hedges.
-//! - **Evictions** count only entries pushed out for room: a value replaced
-//!   by its key's new one (a refresh, a miss after expiry) is not one.
+//!   deadline, the stall rule included); a pool still full refuses it
+//!   ([`QueueFull`](crate::Rejection::QueueFull)) for every caller of the
+//!   key. A worker that has just landed an answer is busy until it returns
+//!   to its pool: with a `max_wait` of zero, a miss right after an answer
+//!   may find no room.
+//! - **The last good value** ([`serve_stale`](CacheBuilder::serve_stale))
+//!   answers a failed, refused or timed-out miss ([`Cached::stale`] is its
+//!   age). Without it, the failure is the answer, an `Ok` judged a failure
+//!   as it came.
+//! - **Removal wins.** A landing keeps its answer only while its flight is
+//!   still the key's, checked under the lock that [`remove`](Cache::remove)
+//!   takes (flight.rs).
+//! - **Refresh ahead** ([`refresh_after`](CacheBuilder::refresh_after)) is a
+//!   detached call that never waits; its answer is judged as a miss's.
+//! - **A fan-out leg** ([`Cache::fan`]): a miss's answer is taken in by the
+//!   fan-out's thread while it drives the other legs.
 //!
 //! # Why the last good value is off by default
 //!
-//! Decide by asking what the default state on failure is. For a permission
-//! check it would be "permissions wide open": an outage of the permission
-//! service would silently extend every decision it ever made, revoked ones
-//! included, for as long as it lasts. Such a check must fail *closed* (a 503,
-//! distinct from the 403 of a real denial), and its cache must never stretch
-//! a TTL because the provider is down. Turn it on only where an old answer is
-//! a safe answer (a price list, a feature flag's rollout), and show the age
-//! to whoever reads it.
+//! The README's permissions rule: an outage would silently extend every
+//! decision, revoked ones included, for as long as it lasts. Turn it on only
+//! where an old answer is a safe answer (a price list, a feature flag's
+//! rollout), and show the age to whoever reads it.
 //!
 //! # Why `quick_cache`
 //!
@@ -167,11 +140,9 @@ enum Started<V, E> {
 pub struct Cached<V> {
     /// The answer.
     pub value: V,
-    /// `None` for a fresh value (a hit, or the call's own answer). `Some(age)`
-    /// for the last good value, served because the call failed (as its
-    /// classifier judged it), was refused or timed out
-    /// ([`CacheBuilder::serve_stale`]); `age` is the time since the call that
-    /// got it ended.
+    /// `None` for a fresh value (a hit, or the call's own answer); `Some(age)`
+    /// for the last good value ([`CacheBuilder::serve_stale`]), `age` the time
+    /// since the call that got it ended.
     pub stale: Option<Duration>,
 }
 
@@ -294,15 +265,10 @@ where
         self.get_or_call_with(dep, key, deadline, ByError, job)
     }
 
-    /// [`get_or_call`](Self::get_or_call) with a classifier of its own:
-    /// what the shared call's outcome means to the breaker (see
-    /// [`CallBuilder::classify`](crate::CallBuilder::classify)), judged on
-    /// the worker, and so what it means to the cache: only an `Ok` it judges
-    /// a success is kept; an answer it judges a failure (an `Ok(500)`, say)
-    /// is handled as one (the last good value where
-    /// [`serve_stale`](CacheBuilder::serve_stale) allows it, else the answer
-    /// as it came); an answer it ignores (a 403, a 404) is returned as it
-    /// came, never replaced by the last good value.
+    /// [`get_or_call`](Self::get_or_call) with a classifier of its own (see
+    /// [`CallBuilder::classify`](crate::CallBuilder::classify)), which judges
+    /// the shared call's outcome for the breaker and the cache alike, as the
+    /// module docs' *Judged once* says.
     pub fn get_or_call_with<Q, C, E, F>(
         &self,
         dep: &Dependency,
@@ -497,9 +463,8 @@ where
     }
 
     /// Forgets `key`'s value (a permission just changed, say): the next
-    /// lookup asks again. Removal wins over a shared call of the key in
-    /// flight: its answer still goes to the callers waiting for it, but is
-    /// never kept, and a lookup from now on makes a call of its own.
+    /// lookup asks again, and a shared call of the key in flight still
+    /// answers its waiters but is not kept (the module docs' *Removal wins*).
     pub fn remove<Q>(&self, key: &Q)
     where
         K: Borrow<Q>,

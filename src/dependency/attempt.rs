@@ -9,7 +9,9 @@
 //!   rate limit, the breaker, the adaptive limit, the priority place. It
 //!   returns the admitted [`Attempt`], which its driver launches (submits to
 //!   the pool, or runs on the caller's thread); a launch that fails goes to
-//!   [`Inner::not_launched`]. A refusal at any step is counted, logged (in
+//!   [`Inner::not_launched`]. An attempt that no thread waits on where it
+//!   was launched (a hedge's leg, a detached call) travels as an
+//!   [`InFlight`], which its job and its launcher share. A refusal at any step is counted, logged (in
 //!   aggregate, `quiet_log.rs`) and announced there, once; what the attempt
 //!   had taken is given back by the [`Attempt`]'s `Drop`. A policy in shadow
 //!   (`shadow.rs`) refuses nothing: its refusal goes through
@@ -28,6 +30,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use super::priority::Place;
 use super::{Event, Inner};
@@ -162,6 +166,28 @@ pub(super) struct Attempt {
 pub(super) struct Launching {
     form: Form,
     rate: bool,
+}
+
+/// An attempt in flight on a worker, nobody waiting on the thread that
+/// launched it (a hedge's leg, a detached call): shared by its job, which
+/// settles it when it returns, and by its launching side, which settles it
+/// when the job does not return in time or never runs, or takes it back
+/// when the pool refuses the job. Whoever
+/// [`take`](Self::take)s it settles it; the other finds it gone, so it is
+/// settled exactly once. Dropped by both still inside, it never ran (an
+/// [`Attempt`] dropped unsettled).
+#[derive(Clone)]
+pub(super) struct InFlight(Arc<Mutex<Option<Attempt>>>);
+
+impl InFlight {
+    pub(super) fn new(attempt: Attempt) -> Self {
+        InFlight(Arc::new(Mutex::new(Some(attempt))))
+    }
+
+    /// The attempt, to settle, unless the other side has taken it.
+    pub(super) fn take(&self) -> Option<Attempt> {
+        self.0.lock().take()
+    }
 }
 
 /// How an attempt ended.

@@ -69,9 +69,8 @@ impl DependencyBuilder {
         self
     }
 
-    /// Jobs that may wait for a worker (see [`PoolBuilder::queue`]); with 0
-    /// a call is handed straight to an idle worker or rejected with
-    /// `QueueFull`. At most 2^20. Defaults to 0.
+    /// Jobs that may wait for a worker (see [`PoolBuilder::queue`]; 0: direct
+    /// hand-off). At most 2^20. Defaults to 0.
     pub fn queue(mut self, capacity: usize) -> Self {
         self.config.queue = capacity;
         self
@@ -90,25 +89,17 @@ impl DependencyBuilder {
         self.with_pool(|p| p.drop_grace(grace))
     }
 
-    /// Whether to reject at once, with
-    /// [`Rejection::DeadlineUnmeetable`](crate::Rejection::DeadlineUnmeetable),
-    /// a call whose estimated queue wait already exceeds its deadline (see
-    /// [`PoolBuilder::deadline_aware_admission`]). Such a rejection is not a
-    /// provider failure and is not recorded by the breaker. Defaults to
-    /// `true`.
+    /// Whether to refuse at once a call whose estimated queue wait exceeds its
+    /// deadline (see [`PoolBuilder::deadline_aware_admission`]). Defaults to `true`.
     pub fn deadline_aware_admission(mut self, enabled: bool) -> Self {
         self.config.deadline_aware_admission = enabled;
         self
     }
 
-    /// How long a call may wait for room when every worker is busy and the
-    /// queue is full (see [`PoolBuilder::max_wait`]); zero refuses at once
-    /// with `QueueFull`. A wait that `max_wait` ends is refused `QueueFull`;
-    /// one that the call's deadline ends first is the call's
-    /// [`Error::Timeout`](crate::Error::Timeout), counted `timed_out` and
-    /// never recorded by the breaker. In caller-thread mode, the same for the
-    /// wait for a permit. At most one minute and at most the timeout.
-    /// Defaults to zero.
+    /// How long a call may wait for room in a full pool, or in caller-thread
+    /// mode for a permit (see [`PoolBuilder::max_wait`]; the README's
+    /// Semantics, *A deadline is a timeout*). At most one minute and at most
+    /// the timeout. Defaults to zero: refused `QueueFull` at once.
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.config.max_wait = wait;
         self
@@ -131,44 +122,35 @@ impl DependencyBuilder {
         self
     }
 
-    /// How long a caller waits for one attempt, measured from the call, time
-    /// in the queue included. The job sees what is left of it in
-    /// [`CallContext::remaining`](crate::CallContext::remaining). A caller's
-    /// own deadline ([`CallBuilder::deadline`](crate::CallBuilder::deadline))
-    /// can only shorten it. Greater than zero and at most one day. Defaults
-    /// to 1 s.
+    /// How long a caller waits for one attempt, from the call, queue wait
+    /// included; the job sees what is left in
+    /// [`CallContext::remaining`](crate::CallContext::remaining), and a
+    /// caller's [`deadline`](crate::CallBuilder::deadline) can only shorten
+    /// it. Greater than zero and at most one day. Defaults to 1 s.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.config.timeout = timeout;
         self
     }
 
     /// The circuit breaker's configuration. A service making tens of calls a
-    /// second wants a smaller window than the default; see [`BreakerConfig`].
-    /// Defaults to [`BreakerConfig::default`]: Resilience4j's defaults, a
-    /// window of the last 100 calls that decides nothing before 100 calls are
-    /// in and opens for 60 s.
+    /// second wants a smaller window than the default. Defaults to
+    /// [`BreakerConfig::default`].
     pub fn breaker(mut self, config: BreakerConfig) -> Self {
         self.config.breaker = config;
         self
     }
 
     /// How [`CallBuilder::retry`](crate::CallBuilder::retry) retries; plain
-    /// [`call`](Dependency::call) never retries. Defaults to [`Retry::new`]
-    /// (3 attempts, 50 ms to 1 s backoff with full jitter, a budget of 20 %
-    /// of calls).
+    /// [`call`](Dependency::call) never retries. Defaults to [`Retry::new`].
     pub fn retry(mut self, retry: Retry) -> Self {
         self.config.retry = retry;
         self
     }
 
-    /// The clock of the breaker (open periods, time windows), of the elapsed
-    /// times recorded on it (slow calls), and of the retry budget.
-    ///
-    /// Deadlines, backoff sleeps and the service-time estimate stay on real
-    /// time whatever the clock, because waiting is real: with a
-    /// [`ManualClock`](crate::ManualClock), a test moves the breaker through
-    /// its states without sleeping, and a hung job still times out at its
-    /// real deadline. Defaults to [`SystemClock`].
+    /// The clock of the breaker (open periods, time windows, slow calls) and
+    /// of the retry budget; deadlines, backoff sleeps and the service-time
+    /// estimate stay on real time (see [`clock`](crate::clock)). Defaults to
+    /// [`SystemClock`].
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = if (&clock as &dyn Any).is::<SystemClock>() { None } else { Some(Arc::new(clock)) };
         self
@@ -180,37 +162,24 @@ impl DependencyBuilder {
         self
     }
 
-    /// An adaptive concurrency limit on the calls admitted at once, between
-    /// the config's `min_limit` and the worker count. See [`Limiter`] for the
-    /// rule and what "admitted at once" counts; a call over the limit is
-    /// rejected at once with
-    /// [`Rejection::LimitExceeded`](crate::Rejection::LimitExceeded), which
-    /// the breaker never records. Defaults to none: a fixed pool.
+    /// An adaptive limit on the calls admitted at once, between the config's
+    /// `min_limit` and the worker count; see [`Limiter`] and the README's
+    /// Semantics, *A provider in brownout*. Defaults to none: a fixed pool.
     pub fn adaptive_limit(mut self, limit: AdaptiveLimit) -> Self {
         self.config.adaptive_limit = Some(limit);
         self
     }
 
-    /// A rate limit on the calls made: `per_second` permits a second, a burst,
-    /// and the longest a caller waits for a permit (on its own thread, before
-    /// the breaker). A caller whose wait would pass its deadline or the
-    /// limit's `max_wait` is refused at once with
-    /// [`Rejection::RateLimited`](crate::Rejection::RateLimited), whose
-    /// `retry_after` says when a permit would be free, and which the breaker
-    /// never records. Detached calls never wait for one. Defaults to none.
+    /// A rate limit on the calls made, waited for on the caller's thread
+    /// before the breaker (see [`RateLimit`] and the README's Semantics, *A
+    /// rate limit*). Detached calls never wait for a permit. Defaults to none.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.config.rate_limit = Some(limit);
         self
     }
 
-    /// Client-side adaptive throttling (the SRE book's rule, see
-    /// [`Throttler`]): each attempt is refused first, with
-    /// [`Rejection::Throttled`](crate::Rejection::Throttled), with probability
-    /// `max(0, (requests - k x accepts) / (requests + 1))` over the recent
-    /// window, bent by its priority (sheddable first, critical last). The
-    /// requests are the attempts the provider answered or timed out on; the
-    /// accepts, those the classifier did not call failures. A throttled call
-    /// is no request, and the breaker never records it. Defaults to none.
+    /// Client-side adaptive throttling; see [`Throttler`] and the README's
+    /// Semantics, *Adaptive throttling*. Defaults to none.
     pub fn throttle(mut self, throttle: Throttle) -> Self {
         self.config.throttle = Some(throttle);
         self
@@ -225,75 +194,45 @@ impl DependencyBuilder {
     }
 
     /// The hedging policy of calls made with
-    /// [`with().hedge()`](crate::CallBuilder::hedge): when another attempt
-    /// may start (after the delay, or at once after a failure), and how
-    /// many. Hedges share the retry budget. The limits of each setting are
-    /// in the docs of [`Hedge`](crate::dependency::Hedge)'s setters (a delay
-    /// of at most one day, zero allowed; a quantile strictly between 0 and 1;
-    /// 1 to 8 hedges); [`build`](Self::build) refuses anything else, naming
-    /// the field. Defaults to none: a hedged call makes one attempt.
+    /// [`with().hedge()`](crate::CallBuilder::hedge); its settings' limits are
+    /// in [`Hedge`](crate::dependency::Hedge)'s setters. Defaults to none: a
+    /// hedged call makes one attempt.
     pub fn hedge(mut self, hedge: crate::dependency::Hedge) -> Self {
         self.config.hedge = Some(hedge);
         self
     }
 
     /// Places of the pool (workers and queue) kept for calls of
-    /// [`Priority::Critical`](crate::dependency::Priority): once only this
-    /// many are left, normal calls are refused [`Shed`](crate::Rejection::Shed),
-    /// and sheddable ones already are once a call would queue. With room to
-    /// spare every priority is admitted. Every call of a pool-mode dependency:
-    /// blocking, retried, hedged (each hedge takes a place too) and detached.
-    /// Defaults to 0: nothing reserved (a sheddable call still never queues).
+    /// [`Priority::Critical`](crate::dependency::Priority) (the README's
+    /// Semantics, *Priorities*). It applies to every call of a pool-mode
+    /// dependency, each hedge taking a place too. Defaults to 0: nothing
+    /// reserved (a sheddable call still never queues).
     pub fn reserved_for_critical(mut self, places: usize) -> Self {
         self.config.reserved_for_critical = places;
         self
     }
 
-    /// Puts `policy` in shadow: it decides every call as it would and keeps
-    /// its state as it would (a breaker still opens, and half-opens for its
-    /// probes), but a call it would refuse is let through, and the refusal
-    /// it would have made is recorded: in the snapshot's
-    /// [`shadow_refused`](crate::DependencySnapshot::shadow_refused), in
-    /// `watertight_shadow_refusals_total{dependency,policy,reason}`, as an
-    /// [`Event::ShadowRefused`](crate::dependency::Event::ShadowRefused) and a
-    /// tracing event. A call let through this way is not recorded by the
-    /// policy that would have refused it (it would never have reached the
-    /// provider), so the policy's decisions are the ones it would make
-    /// enforced. Call once per policy; switched live by
-    /// [`reconfigure`](Dependency::reconfigure) (field `shadow`), on the next
-    /// call. A policy that is not configured has nothing to shadow; the
-    /// kill switch (no limit, a disabled breaker) turns one off entirely.
-    /// ([`Policy::Reserve`](crate::shadow::Policy::Reserve) belongs to the
-    /// request pool, not to a dependency.) Defaults to none: every policy
-    /// enforces.
+    /// Puts `policy` in shadow: it decides and records, and refuses nothing
+    /// (see [`shadow`](crate::shadow) and the README's Semantics, *Shadow
+    /// mode*). Call once per policy; a policy not configured has nothing to
+    /// shadow. ([`Policy::Reserve`](crate::shadow::Policy::Reserve) belongs
+    /// to the request pool.) Defaults to none: every policy enforces.
     pub fn shadow(mut self, policy: crate::shadow::Policy) -> Self {
         self.config.shadow = self.config.shadow.with(policy);
         self
     }
 
-    /// How callers call it, declared for the capacity rule
-    /// ([`Registry::check_capacity`](crate::Registry::check_capacity)):
-    /// [`CallShape::Blocking`] holds up to `workers + queue` request threads
-    /// while its provider hangs; [`CallShape::Detached`] (only ever
-    /// [`spawn`](Dependency::spawn)ed) holds none; the legs of one
-    /// [`CallShape::FanOut`] group hold, between them, as many as their
-    /// largest leg. A declaration only: every call form still works, and a
-    /// blocking call on a dependency declared detached is served (and not
-    /// logged), its hold just not counted. Detached is refused in
-    /// caller-thread mode, which has no detached calls (field `calls`).
-    /// Defaults to [`CallShape::Blocking`].
+    /// How callers call it, declared for the capacity rule; see
+    /// [`CallShape`]. Detached is refused in caller-thread mode, which has no
+    /// detached calls. Defaults to [`CallShape::Blocking`].
     pub fn calls(mut self, shape: CallShape) -> Self {
         self.config.calls = shape;
         self
     }
 
-    /// Where calls run: [`Mode::Pool`], a worker pool of `workers` threads,
-    /// or [`Mode::CallerThread`], on the caller's own thread with at most
-    /// `workers` callers inside at once, each waiting at most `max_wait` (FIFO)
-    /// for a permit, and no queue. In caller-thread mode the deadline is
-    /// cooperative: the job must hand [`CallContext::remaining`](crate::CallContext::remaining)
-    /// to its I/O. See [`Mode`] for when to pick which. Defaults to
-    /// [`Mode::Pool`].
+    /// Where calls run: on a worker pool, or on the caller's own thread; see
+    /// [`Mode`] for what differs and when to pick which. Fixed once built.
+    /// Defaults to [`Mode::Pool`].
     pub fn mode(mut self, mode: Mode) -> Self {
         self.config.mode = mode;
         self
@@ -307,10 +246,9 @@ impl DependencyBuilder {
         self
     }
 
-    /// Every field of the configuration at once, replacing those set so far
-    /// (the name, the thread settings, the clock and the listeners stay):
-    /// a section read from a file, or another dependency's
-    /// [`config`](Dependency::config). Defaults to
+    /// Every field of the configuration at once (a file's section, another
+    /// dependency's [`config`](Dependency::config)), replacing those set so
+    /// far; the name, thread settings, clock and listeners stay. Defaults to
     /// [`DependencyConfig::default`].
     pub fn config(mut self, config: DependencyConfig) -> Self {
         self.config = config;

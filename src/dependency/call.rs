@@ -40,10 +40,8 @@ pub struct Retrying;
 
 /// How one call to a [`Dependency`] is made; from [`Dependency::with`].
 ///
-/// A builder of options (see the module's table), ended by
-/// [`call`](Self::call), [`spawn`](Self::spawn) or
-/// [`spawn_with`](Self::spawn_with). It borrows the dependency and is made
-/// afresh for every call: building one costs nothing.
+/// A builder of options (see the module's table). It borrows the dependency
+/// and is made afresh for every call: building one costs nothing.
 ///
 /// ```
 /// use std::time::{Duration, Instant};

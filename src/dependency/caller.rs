@@ -3,11 +3,9 @@
 //! permits ([`Mode::CallerThread`], a semaphore bulkhead).
 //!
 //! In caller-thread mode the breaker, the limits, retry, the budget, the
-//! counters and the labels are the same; what differs is what a deadline
-//! can do. A pool's caller stops waiting at the deadline whatever the job
-//! does. A job on the caller's own thread *is* the caller: it returns when
-//! its I/O returns. The deadline is cooperative there: the job gets it in
-//! its [`CallContext`] and must hand it to its I/O
+//! counters and the labels are the same; what differs is the deadline. A
+//! job on the caller's own thread *is* the caller, so the deadline is
+//! cooperative: the job must hand its [`CallContext`]'s to its I/O
 //! ([`WithDeadline`](crate::http::WithDeadline) does for ureq). A job that
 //! overruns it is answered [`Error::Timeout`](crate::Error::Timeout) once it
 //! returns, and counted and recorded as a timeout.

@@ -21,8 +21,9 @@ use crate::time::{MAX_TIMEOUT, saturating_nanos};
 
 /// Every setting of a [`Dependency`](crate::Dependency), as one value: what a
 /// [`DependencyBuilder`](crate::DependencyBuilder)'s setters set, one field
-/// each, what [`Dependency::config`](crate::Dependency::config) reads and [`Dependency::reconfigure`](crate::Dependency::reconfigure)
-/// applies. Its fields mean what the builder's setters of the same names say.
+/// each (a field means what its setter says), what
+/// [`Dependency::config`](crate::Dependency::config) reads and
+/// [`Dependency::reconfigure`](crate::Dependency::reconfigure) applies.
 ///
 /// With the `serde` feature it is also the file section of one dependency
 /// (`[dependencies.fraud]`, see [`config`](crate::config)) and the JSON a
@@ -102,21 +103,16 @@ pub struct DependencyConfig {
     /// absent in a file: none, and a hedged call makes one attempt.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub hedge: Option<Hedge>,
-    /// Where calls run ([`DependencyBuilder::mode`](crate::DependencyBuilder::mode)):
-    /// a pool of `workers` threads, or the caller's own thread with at most
-    /// `workers` callers inside. Fixed once built.
+    /// Where calls run ([`DependencyBuilder::mode`](crate::DependencyBuilder::mode)).
     pub mode: Mode,
     /// Places kept for critical calls
     /// ([`DependencyBuilder::reserved_for_critical`](crate::DependencyBuilder::reserved_for_critical)).
     pub reserved_for_critical: usize,
-    /// How its callers call it, as the capacity rule counts their hold on
-    /// the request pool ([`DependencyBuilder::calls`](crate::DependencyBuilder::calls)).
-    /// In a file: `calls = "blocking"`, `calls = "detached"` or
-    /// `calls = { fan_out = "search" }`; absent: blocking.
+    /// How its callers call it, for the capacity rule
+    /// ([`DependencyBuilder::calls`](crate::DependencyBuilder::calls)); absent
+    /// in a file: blocking.
     pub calls: CallShape,
-    /// The policies in shadow: each decides as it would and records what it
-    /// would have refused, and refuses nothing
-    /// ([`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)).
+    /// The policies in shadow ([`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)).
     /// In a file: `shadow = ["breaker", "rate_limit"]`; absent: none.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Shadow::is_empty"))]
     pub shadow: Shadow,
@@ -126,9 +122,8 @@ pub struct DependencyConfig {
 /// ([`Registry::check_capacity`](crate::Registry::check_capacity)): how many
 /// request threads its provider can hold while it hangs.
 ///
-/// A declaration, not a restriction: a call of another form still works
-/// (a blocking `call` on a dependency declared detached is served as any
-/// other, and nothing is logged), but its hold is then not in the report.
+/// A declaration, not a restriction: a call of another form is still served
+/// (and nothing is logged), but its hold is then not in the report.
 ///
 /// In a file: `calls = "blocking"`, `calls = "detached"`, or
 /// `calls = { fan_out = "search" }`.
@@ -147,11 +142,9 @@ pub enum CallShape {
     /// `spawn_with`): admitted or refused at once, no request thread ever
     /// waits for it, so it holds none.
     Detached,
-    /// A leg of the fan-out group of this name: one request thread starts a
-    /// call to every leg of the group and waits for them together, so the
-    /// legs hold one request thread between them. The group can hold as many
-    /// request threads as its largest leg (`workers + queue`), not their
-    /// sum.
+    /// A leg of the fan-out group of this name: one request thread waits for
+    /// every leg together, so the group holds as many request threads as its
+    /// largest leg (`workers + queue`), not their sum.
     FanOut(String),
 }
 

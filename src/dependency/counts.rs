@@ -32,9 +32,8 @@ pub struct DependencySnapshot {
     pub queue_capacity: usize,
     /// The per-attempt timeout.
     pub timeout: Duration,
-    /// The recent mean time a job runs on a worker (an exponentially weighted
-    /// moving average), `None` before the first job finished. Deadline-aware
-    /// admission estimates queue waits from it.
+    /// The recent mean time a job runs on a worker
+    /// ([`Pool::mean_service_time`](crate::pool::Pool::mean_service_time)).
     pub mean_service_time: Option<Duration>,
     /// What a call made now would wait for a worker
     /// ([`Pool::estimated_wait`](crate::pool::Pool::estimated_wait)).
@@ -46,10 +45,8 @@ pub struct DependencySnapshot {
     /// Worker time spent on hedged attempts that were still running when
     /// another attempt of their call won (the cost of hedging).
     pub hedge_lost_time: Duration,
-    /// What each policy in shadow would have refused (see
-    /// [`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)):
-    /// calls let through, counted apart from [`calls`](Self::calls), where
-    /// each has its own outcome.
+    /// What each policy in shadow would have refused: calls let through,
+    /// counted apart from [`calls`](Self::calls), where each has its own outcome.
     pub shadow_refused: crate::shadow::ShadowCounts,
 }
 
@@ -151,8 +148,7 @@ pub struct CallCounts {
 }
 
 impl CallCounts {
-    /// Attempts made: the sum over every [`Outcome`] (not `slow`, `retried`
-    /// or `expired`, which overlap them).
+    /// Attempts made: the sum over every [`Outcome`] (see the type's docs).
     pub fn total(&self) -> u64 {
         Outcome::ALL.iter().map(|o| self.get(*o)).sum()
     }

@@ -7,17 +7,17 @@
 //!
 //! A job the pool drops unrun (its deadline passed in the queue, or shutdown
 //! discarded it) is settled by the `Drop` of its [`Pending`] answer, on the
-//! thread that dropped it. So every admitted call is answered and counted
-//! once, whichever way it ends.
+//! thread that dropped it; a job the pool refuses is answered by the
+//! refusal, its attempt taken back ([`InFlight`]). So every admitted call is
+//! answered and counted once, whichever way it ends.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use super::attempt::{Ask, Attempt, Deadline, End, Form};
+use super::attempt::{Ask, Deadline, End, Form, InFlight};
 use super::{Dependency, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Classify;
@@ -110,10 +110,11 @@ impl Dependency {
             return Err(inner.not_launched(launching, Rejection::QueueFull.into()).rejection);
         };
         let job = attempt.carry(job);
-        let armed = Arc::new(AtomicBool::new(true));
+        let in_flight = InFlight::new(attempt);
         let dependency = Arc::downgrade(&self.inner);
-        let answer = Answer { dependency, attempt, classify, on_done, _job: PhantomData };
-        let pending = Pending { answer: Some(answer), armed: Arc::clone(&armed) };
+        let answer =
+            Answer { dependency, attempt: in_flight.clone(), deadline, classify, on_done, _job: PhantomData };
+        let pending = Pending { answer: Some(answer) };
         let parent_span = crate::trace::capture();
         let task = move |ctx: &CallContext| -> Result<(), ()> {
             let mut pending = pending;
@@ -148,9 +149,10 @@ impl Dependency {
                 Ok(())
             }
             Err(refused) => {
-                // The refusal is the answer: the pending answer dropped with
-                // the job must not answer again. Its attempt drops unsettled.
-                armed.store(false, Ordering::Relaxed);
+                // The refusal is the answer: the attempt is taken back (it
+                // drops unsettled), so the pending answer dropped with the
+                // job finds nothing to answer.
+                drop(in_flight.take());
                 Err(inner.not_launched(launching, refused.into()).rejection)
             }
         }
@@ -163,7 +165,9 @@ struct Answer<T, E, C, D> {
     /// pool) alive: dropping its last handle still shuts it down, and the
     /// calls still queued are answered `ShuttingDown`.
     dependency: Weak<Inner>,
-    attempt: Attempt,
+    /// Taken back by the spawner if the pool refuses the job.
+    attempt: InFlight,
+    deadline: Deadline,
     /// Judges the outcome, on the worker.
     classify: C,
     on_done: D,
@@ -179,8 +183,6 @@ where
     D: FnOnce(Result<T, Error<E>>),
 {
     answer: Option<Answer<T, E, C, D>>,
-    /// Cleared when the pool refused the job: the spawner answers it.
-    armed: Arc<AtomicBool>,
 }
 
 impl<T, E, C, D> Drop for Pending<T, E, C, D>
@@ -189,13 +191,11 @@ where
     D: FnOnce(Result<T, Error<E>>),
 {
     fn drop(&mut self) {
-        if let Some(answer) = self.answer.take()
-            && self.armed.load(Ordering::Relaxed)
-        {
+        if let Some(answer) = self.answer.take() {
             // Still queued at its deadline: a timeout, as its blocking caller
             // would have had; before it, shutdown discarded it.
             let ended = Instant::now();
-            let end = if ended >= answer.attempt.deadline.at { End::TimedOut } else { End::Discarded };
+            let end = if ended >= answer.deadline.at { End::TimedOut } else { End::Discarded };
             answer.finish(end, None, ended);
         }
     }
@@ -206,9 +206,11 @@ where
     C: Classifier<T, E>,
     D: FnOnce(Result<T, Error<E>>),
 {
-    /// Settles the attempt, then hands its answer to `on_done`.
+    /// Settles the attempt, then hands its answer to `on_done`; nothing if
+    /// the spawner took the attempt back (it answered the refusal).
     fn finish(self, end: End<T, E>, began: Option<Instant>, ended: Instant) {
         let Answer { dependency, attempt, classify, on_done, .. } = self;
+        let Some(attempt) = attempt.take() else { return };
         let inner = dependency.upgrade();
         let judge = |r: &Result<T, E>| classify.verdict(r);
         let (answer, _) = attempt.settle(inner.as_deref(), end, began, ended, &judge);

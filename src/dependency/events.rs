@@ -25,10 +25,9 @@ use crate::shadow::Policy;
 pub enum Event {
     /// The breaker changed state (also logged at `info` by the breaker).
     Transition(Transition),
-    /// A call was turned away without running: rejected at once (breaker,
-    /// full queue, unmeetable deadline, shutdown), or, having been queued,
-    /// discarded by shutdown before it started (`ShuttingDown`). Also logged
-    /// at `debug`.
+    /// A call was turned away without running: rejected at once, or, having
+    /// been queued, discarded by shutdown before it started (`ShuttingDown`).
+    /// Also logged at `debug`.
     Rejected {
         /// The dependency's name.
         dependency: Arc<str>,

@@ -43,14 +43,11 @@ use crate::retry::{Next, Retried};
 use crate::sync::Thread;
 
 /// Several calls, to several dependencies, under one deadline, driven from
-/// the caller's thread: start each leg, then wait for all of them
-/// ([`wait_all`](Self::wait_all)) or for each in turn ([`FanLeg::wait`]).
-///
-/// No thread is spawned per call: the legs run on their dependencies'
-/// workers, and the waiting caller takes their answers in and starts their
-/// retries and hedges when due. Every leg gets exactly one answer, its value
-/// or an [`Error`], by the deadline. A `FanOut` and its legs belong to the
-/// thread that made them (they are not `Send`).
+/// the caller's thread (see the module docs): start each leg, then wait for
+/// all of them ([`wait_all`](Self::wait_all)) or for each in turn
+/// ([`FanLeg::wait`]). Every leg gets exactly one answer, its value or an
+/// [`Error`], by the deadline. A `FanOut` and its legs belong to the thread
+/// that made them (they are not `Send`).
 ///
 /// ```
 /// use std::time::Duration;

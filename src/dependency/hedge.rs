@@ -7,8 +7,8 @@
 //!
 //! # Who records what
 //!
-//! Every attempt of a hedged call (a *leg*) is an [`Attempt`] of its own,
-//! kept in the leg's slot until it is settled, exactly once, by whichever
+//! Every attempt of a hedged call (a *leg*) is an attempt of its own, in
+//! flight ([`InFlight`]) until it is settled, exactly once, by whichever
 //! comes first:
 //!
 //! - the worker, when the job returns: it judges the outcome with the
@@ -39,17 +39,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
-use super::attempt::{Ask, Attempt, Deadline, End, Form, Refusal, drop_quietly};
+use super::attempt::{Ask, Deadline, End, Form, InFlight, Refusal, drop_quietly};
 use super::{Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
 use crate::error::{Error, Rejection, panic_message};
 use crate::pool::{Answer, CallContext, Left, Submit, Ticket};
-
-/// A leg's attempt, until the worker or the caller settles it.
-type Slot = Arc<Mutex<Option<Attempt>>>;
 
 /// What a leg answers: the settled outcome and the verdict recorded (`None`:
 /// the caller had settled it already, as a timeout).
@@ -60,7 +55,7 @@ const NONE: usize = usize::MAX;
 
 struct Leg<T, E> {
     ticket: Ticket<Judged<T, E>, Infallible>,
-    slot: Slot,
+    attempt: InFlight,
 }
 
 /// One call's legs, under one deadline: the first attempt and the hedges
@@ -174,23 +169,20 @@ where
             drop(attempt);
             return Err(inner.not_launched(launching, Rejection::QueueFull.into()));
         };
-        let slot: Slot = Arc::new(Mutex::new(None));
-        let work = leg(
-            Arc::downgrade(&self.dependency.inner),
-            (Arc::clone(&self.job), Arc::clone(&self.classify)),
-            Arc::clone(&slot),
-            (Arc::clone(&self.winner), index),
-        );
-        let work = attempt.carry(work);
-        *slot.lock() = Some(attempt);
+        let job = Arc::clone(&self.job);
+        let job = attempt.carry(move |ctx: &CallContext| job(ctx));
+        let in_flight = InFlight::new(attempt);
+        let dependency = Arc::downgrade(&self.dependency.inner);
+        let race = (Arc::clone(&self.winner), index);
+        let work = leg(dependency, (job, Arc::clone(&self.classify)), in_flight.clone(), race);
         let how = Submit::by(deadline.at).attempt(number);
         // A hedge never queues; a first attempt may, as any call.
         let how = match form {
             Form::Hedge => how.idle_only(),
             _ => how.stall(inner.stall_threshold()),
         };
-        pool.submit(how, work).map(|ticket| Leg { ticket, slot: Arc::clone(&slot) }).map_err(|refused| {
-            let attempt = slot.lock().take();
+        pool.submit(how, work).map(|ticket| Leg { ticket, attempt: in_flight.clone() }).map_err(|refused| {
+            let attempt = in_flight.take();
             let unlaunched = match attempt {
                 Some(attempt) if form == Form::Hedge => {
                     attempt.forget();
@@ -371,7 +363,7 @@ where
     fn give_up(&mut self, at_deadline: bool) -> (Option<Judged<T, E>>, Option<Verdict>) {
         let inner = &*self.dependency.inner;
         let (mut late, mut timed_out) = (None, None);
-        for Leg { ticket, slot } in self.legs.iter_mut().filter_map(Option::take) {
+        for Leg { ticket, attempt } in self.legs.iter_mut().filter_map(Option::take) {
             let began = ticket.began();
             match (ticket.leave(), at_deadline) {
                 // It answered just as the deadline came: the worker settled it.
@@ -384,13 +376,13 @@ where
                 (Left::Answered(answer), _) => drop_quietly(answer),
                 // At the deadline: a timeout, unless the worker settled first.
                 (_, true) => {
-                    let (_, verdict) = settle_leg::<T, E>(inner, &slot, End::TimedOut, began);
+                    let (_, verdict) = settle_leg::<T, E>(inner, &attempt, End::TimedOut, began);
                     timed_out = timed_out.or(verdict);
                 }
                 // Still running: the worker settles it when it returns.
                 (Left::Running, false) => {}
                 // Withdrawn unrun once another leg won: the provider was never asked.
-                (Left::NeverRan, false) => drop(slot.lock().take()),
+                (Left::NeverRan, false) => drop(attempt.take()),
             }
         }
         (late, timed_out)
@@ -402,11 +394,11 @@ impl<T, E, F, C> Drop for Race<T, E, F, C> {
     /// gives up its legs as a caller who left: a queued one is withdrawn
     /// unrecorded, a running one is settled by its worker when it returns.
     fn drop(&mut self) {
-        for Leg { ticket, slot } in self.legs.iter_mut().filter_map(Option::take) {
+        for Leg { ticket, attempt } in self.legs.iter_mut().filter_map(Option::take) {
             match ticket.leave() {
                 Left::Answered(answer) => drop_quietly(answer),
                 Left::Running => {}
-                Left::NeverRan => drop(slot.lock().take()),
+                Left::NeverRan => drop(attempt.take()),
             }
         }
     }
@@ -416,7 +408,7 @@ impl<T, E, F, C> Drop for Race<T, E, F, C> {
 /// unrun. What the worker did not settle (a leg that expired in the queue,
 /// or never ran) is settled here.
 fn answer_of<T, E>(inner: &Inner, leg: Leg<T, E>) -> Option<Judged<T, E>> {
-    let Leg { ticket, slot } = leg;
+    let Leg { ticket, attempt } = leg;
     let (answer, began) = ticket.wait_timed();
     match answer {
         // Settled by the worker.
@@ -425,19 +417,23 @@ fn answer_of<T, E>(inner: &Inner, leg: Leg<T, E>) -> Option<Judged<T, E>> {
         // The job panicked; the worker settled that before unwinding.
         Answer::Panicked(msg) => Some((Err(Error::Panicked(msg)), Some(Verdict::Failure))),
         // Still queued at the deadline: a timeout, as for any call.
-        Answer::TimedOut => Some(settle_leg::<T, E>(inner, &slot, End::TimedOut, began)),
+        Answer::TimedOut => Some(settle_leg::<T, E>(inner, &attempt, End::TimedOut, began)),
         // Discarded by shutdown: nothing recorded.
         Answer::Discarded => {
-            let _ = settle_leg::<T, E>(inner, &slot, End::Discarded, None);
+            let _ = settle_leg::<T, E>(inner, &attempt, End::Discarded, None);
             None
         }
     }
 }
 
 /// Settles a leg on the caller's side, unless its worker already has.
-fn settle_leg<T, E>(inner: &Inner, slot: &Slot, end: End<T, E>, began: Option<Instant>) -> Judged<T, E> {
-    let attempt = slot.lock().take();
-    match attempt {
+fn settle_leg<T, E>(
+    inner: &Inner,
+    attempt: &InFlight,
+    end: End<T, E>,
+    began: Option<Instant>,
+) -> Judged<T, E> {
+    match attempt.take() {
         Some(attempt) => attempt.settle(Some(inner), end, began, Instant::now(), &|_| Verdict::Failure),
         None => (Err(Error::from(Rejection::ShuttingDown)), None),
     }
@@ -454,14 +450,14 @@ fn acceptable<T, E>(result: &Result<T, Error<E>>, verdict: Option<Verdict>) -> b
 /// on the worker unless the caller already did (at the deadline).
 fn leg<T, E, F, C>(
     dependency: Weak<Inner>,
-    (job, classify): (Arc<F>, Arc<C>),
-    slot: Slot,
+    (job, classify): (F, Arc<C>),
+    attempt: InFlight,
     (race, index): (Arc<AtomicUsize>, usize),
 ) -> impl FnOnce(&CallContext) -> Result<Judged<T, E>, Infallible> + Send + 'static
 where
     T: Send + 'static,
     E: Send + 'static,
-    F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
+    F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     C: Classifier<T, E> + Send + Sync + 'static,
 {
     let parent_span = crate::trace::capture();
@@ -471,7 +467,7 @@ where
         let ran = catch_unwind(AssertUnwindSafe(|| job(ctx)));
         let ended = Instant::now();
         let inner = dependency.upgrade();
-        let attempt = slot.lock().take();
+        let attempt = attempt.take();
         let judge = |r: &Result<T, E>| classify.verdict(r);
         let judged = match (ran, attempt) {
             (Ok(result), Some(attempt)) => {

@@ -10,10 +10,9 @@ use crate::time::MAX_TIMEOUT;
 /// When a hedged call starts another attempt, and how many it may start.
 ///
 /// When a hedge starts: the README's Semantics, *Hedging*. The delay is
-/// fixed ([`after`](Self::after)), or the dependency's own recent call-time
-/// quantile ([`at_quantile`](Self::at_quantile), p95 by default), clamped to
-/// `[min_delay, max_delay]` and used only once the recent window holds
-/// `min_samples` calls (until then, `max_delay`). In a file (feature
+/// fixed ([`after`](Self::after)) or a recent call-time quantile
+/// ([`at_quantile`](Self::at_quantile)); [`validate`](Self::validate) names
+/// the field it refuses (`hedge.delay`, `hedge.quantile`, ...). In a file (feature
 /// `serde`): `hedge = { delay = "20ms" }` or
 /// `hedge = { quantile = 0.95, min_delay = "5ms", max_delay = "200ms" }`.
 ///
@@ -64,34 +63,29 @@ impl Default for Hedge {
 }
 
 impl Hedge {
-    /// A hedge after a fixed `delay`: at most one day (`validate` refuses
-    /// more, naming `hedge.delay`). Zero is allowed: every attempt starts at
-    /// once, each on a worker idle at that moment (none queues), as Polly's
-    /// parallel mode and failsafe-go's backup executions do.
+    /// A hedge after a fixed `delay`, at most one day. Zero starts every
+    /// attempt at once, as Polly's parallel mode and failsafe-go's backup
+    /// executions do.
     pub fn after(delay: Duration) -> Self {
         Hedge { delay: Some(delay), ..Hedge::default() }
     }
 
     /// A hedge after the dependency's recent call time at `quantile` (0.95:
-    /// p95), strictly between 0 and 1 (`validate` refuses anything else,
-    /// NaN included, naming `hedge.quantile`). Clamped to 1 ms - 1 s and used
-    /// after 100 samples unless set otherwise; see [`clamp`](Self::clamp)
+    /// p95), strictly between 0 and 1 (NaN refused); see [`clamp`](Self::clamp)
     /// and [`min_samples`](Self::min_samples).
     pub fn at_quantile(quantile: f64) -> Self {
         Hedge { quantile, ..Hedge::default() }
     }
 
-    /// The most extra attempts one call may start: between 1 and 8
-    /// (`validate` refuses anything else, naming `hedge.max_hedges`).
-    /// Defaults to 1.
+    /// The most extra attempts one call may start: between 1 and 8. Defaults
+    /// to 1.
     pub fn max_hedges(mut self, n: u32) -> Self {
         self.max_hedges = n;
         self
     }
 
-    /// The bounds of a quantile delay: `min` at most `max`, `max` at most one
-    /// day; `min` may be zero (`validate` refuses anything else, naming
-    /// `hedge.min_delay`). Defaults to 1 ms and 1 s. A fixed delay
+    /// The bounds of a quantile delay: `min` (zero allowed) at most `max`,
+    /// `max` at most one day. Defaults to 1 ms and 1 s. A fixed delay
     /// ([`after`](Self::after)) ignores them.
     pub fn clamp(mut self, min: Duration, max: Duration) -> Self {
         self.min_delay = min;

@@ -191,14 +191,10 @@ impl Dependency {
     }
 
     /// Runs `job` once on a worker, through the breaker and under the
-    /// timeout. `Ok` is a success; an error is classified by its
-    /// [`Classify`] implementation.
-    ///
-    /// Returns at once when rejected, and never later than the timeout
-    /// (plus scheduling noise) otherwise. The job receives a [`CallContext`]
-    /// whose [`remaining`](CallContext::remaining) time it should hand to its
-    /// own I/O timeouts. For a caller's deadline, a classifier of your own or
-    /// retries, see [`with`](Self::with).
+    /// timeout, as [`CallBuilder::call`] does; an error is judged by its
+    /// [`Classify`] implementation. The job should hand
+    /// [`CallContext::remaining`] to its own I/O timeouts. For a caller's
+    /// deadline, a classifier of your own or retries, see [`with`](Self::with).
     pub fn call<T, E, F>(&self, job: F) -> Result<T, Error<E>>
     where
         E: Classify + Send + 'static,
@@ -322,12 +318,9 @@ impl Dependency {
         self.inner.ring.record(at, kind);
     }
 
-    /// Stops admitting calls (they are answered `ShuttingDown`, counted as
-    /// `shutting_down` and never recorded by the breaker) and lets running and
-    /// queued work finish within `grace`. Idempotent. Returns `true` when every
-    /// worker thread has been joined. A worker still inside a job when the
-    /// grace ends is *not* joined: it is left running detached, and `false`
-    /// is returned (see [`Pool::shutdown`]).
+    /// Stops admitting calls (they are answered `ShuttingDown`) and lets
+    /// running and queued work finish within `grace`, as [`Pool::shutdown`]
+    /// does: `true` when every worker thread has been joined. Idempotent.
     pub fn shutdown(&self, grace: Duration) -> bool {
         self.inner.exec.shutdown(grace)
     }

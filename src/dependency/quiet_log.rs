@@ -1,11 +1,8 @@
-//! Refusals and timeouts, logged at `debug` in aggregate: at most one line
-//! a second per dependency and outcome, with the count since the last line.
-//!
-//! An overloaded dependency refuses thousands of calls a second; a line
-//! each buries everything else in the log (2,127 lines in 3 s were seen).
-//! The counting is the crate's [`Quiet`] (the request pool's refusals use
-//! it too). Nothing is taken (not even the lock) while `debug` is off for
-//! this module.
+//! Refusals and timeouts, logged at `debug` in aggregate (the README's
+//! *Observability*, Logs): an overloaded dependency refuses thousands of calls
+//! a second, and a line each would bury everything else. The counting is the
+//! crate's [`Quiet`]. Nothing is taken (not even the lock) while `debug` is
+//! off for this module.
 
 use std::time::{Duration, Instant};
 

@@ -117,10 +117,9 @@ struct Rare {
     marks: [HistogramSnapshot; 2],
 }
 
-/// A latency histogram: fixed log-spaced buckets from 100 µs to 30 s, recorded
-/// without a lock, read as a [`HistogramSnapshot`] since creation
-/// ([`snapshot`](Self::snapshot)) or over a recent window
-/// ([`recent`](Self::recent)). See the [module docs](self).
+/// A latency histogram (see the [module docs](self)), read as a
+/// [`HistogramSnapshot`] since creation ([`snapshot`](Self::snapshot)) or over
+/// a recent window ([`recent`](Self::recent)).
 ///
 /// ```
 /// use std::time::Duration;

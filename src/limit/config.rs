@@ -16,7 +16,7 @@ const MAX_WINDOW: u32 = 1_000_000;
 const MAX_TOLERANCE: f64 = 1000.0;
 
 /// The configuration of an adaptive concurrency limit (the rule: the
-/// [`limit`](crate::limit) module docs). Rates and tolerances are in percent.
+/// [`limit`](crate::limit) module docs). Rates and tolerances are in
 /// percent, as everywhere in this crate.
 ///
 /// ```

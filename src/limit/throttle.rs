@@ -233,13 +233,9 @@ fn for_priority(p: f64, priority: Priority) -> f64 {
 /// An adaptive throttler: client-side throttling as the Google SRE book
 /// tells it. Cheap to clone: clones share one window.
 ///
-/// The rule is the README's Semantics, *Adaptive throttling*: a call is
-/// refused, before anything else is asked, with
-/// `p = max(0, (requests - k x accepts) / (requests + 1))`, bent by its
-/// [`Priority`] (`sqrt(p)`, `p`, `p^2`: for every `p` in `[0, 1)` sheddable
-/// calls go first, none with certainty). The bend has no state of its own,
-/// where failsafe-go's prioritized throttler calibrates a shared threshold
-/// on a timer.
+/// The rule is the README's Semantics, *Adaptive throttling*. Its bend by
+/// [`Priority`] has no state of its own, where failsafe-go's prioritized
+/// throttler calibrates a shared threshold on a timer.
 ///
 /// Wired into a dependency ([`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle))
 /// it decides every attempt first and learns from every attempt the provider

@@ -495,7 +495,7 @@ mod tests {
             // The shortest decimal that round-trips is then the exact one.
             assert_eq!(secs.to_string(), exact, "{bound:?}");
         }
-        // What the old conversion printed for 1.6384 s, and why it was replaced.
+        // `as_secs_f64` rounds twice, and lands on a neighbour of 1.6384 s.
         assert_eq!(Duration::from_nanos(1_638_400_000).as_secs_f64().to_string(), "1.6383999999999999");
     }
 

@@ -60,8 +60,6 @@ impl PoolBuilder {
         &self.name
     }
 
-    /// The same settings under another name (a dependency's pool takes the
-    /// dependency's).
     /// The `workers` set so far (the dependency's adaptive limit stays at or
     /// below it).
     pub(crate) fn configured_workers(&self) -> usize {
@@ -83,6 +81,8 @@ impl PoolBuilder {
         self.max_wait
     }
 
+    /// The same settings under another name (a dependency's pool takes the
+    /// dependency's).
     pub(crate) fn rename(mut self, name: String) -> Self {
         self.name = name;
         self
@@ -96,12 +96,9 @@ impl PoolBuilder {
     }
 
     /// Jobs that may wait for a worker. Default 0: direct hand-off, a job is
-    /// accepted only when a worker is idle to take it. (A worker that has just
-    /// answered a call, or is just starting, counts as idle: the job is
-    /// queued for it and it takes the job the moment it is back; nothing
-    /// spins or retries. With every worker busy the job is refused at once.)
-    /// At most 2^20. [`Pool::resize`] changes it while the pool runs; jobs
-    /// already queued beyond a smaller capacity stay queued and run.
+    /// accepted only when a worker is idle to take it (one just back from a
+    /// call, or starting, counts: the job is queued for it, nothing spins).
+    /// At most 2^20. [`Pool::resize`] changes it while the pool runs.
     pub fn queue(mut self, q: usize) -> Self {
         self.queue = q;
         self
@@ -127,12 +124,9 @@ impl PoolBuilder {
     /// a job whose deadline is nearer than the estimated wait behind the
     /// queued work ([`Pool::estimated_wait`]). Default `true`.
     ///
-    /// The estimate is `queued / workers x` the recent mean time a job runs
-    /// (the smoothed mean of RFC 6298, gain 1/8, over finished jobs timed on
-    /// the workers), and it is consulted only while the queue is not empty.
     /// Such a job could only time out; refusing it frees the caller at once
-    /// and adds no load. With a queue of 0 nothing ever waits, and the check
-    /// is skipped.
+    /// and adds no load. The estimate is consulted only while the queue is
+    /// not empty; with a queue of 0 the check is skipped.
     pub fn deadline_aware_admission(mut self, enabled: bool) -> Self {
         self.admission = enabled;
         self
@@ -143,29 +137,14 @@ impl PoolBuilder {
     /// zero: refused at once with `QueueFull`. At most one minute.
     ///
     /// A short wait lets a healthy burst through a small pool instead of
-    /// turning it away. Admission is by time, not by a count of waiters:
-    ///
-    /// - A caller joins the line when the wait it can expect fits `max_wait`
-    ///   and its deadline. The expectation is the pool's recent mean run
-    ///   time times the rounds of `workers` calls that must finish first (the
-    ///   calls queued and waiting ahead of it). A caller whose wait would
-    ///   pass `max_wait` is refused `QueueFull` at once; before the pool has
-    ///   timed any call, `max_wait` alone bounds the wait.
-    /// - Nobody waits in a line that does not move: once every worker has
-    ///   been inside its call for three times the provider's normal latency
-    ///   (RFC 6298's `srtt + 4 x rttvar` over recent run times; at least
-    ///   20 ms; not judged before the first timed call) with none finished,
-    ///   new callers are refused and the waiters leave. In a hang, a waiter
-    ///   holds its request thread for tens of milliseconds, not `max_wait`.
-    /// - A line that has stood without a break for longer than `max_wait`
-    ///   is not a burst but a standing queue (CoDel's insight): it serves
-    ///   nobody sooner and only holds request threads. Then a caller joins
-    ///   only if room comes within one round (one mean run time).
-    /// - In a brownout the mean grows past `max_wait`, new waiters are
-    ///   refused, and the callers held shrink back to `workers + queue`.
-    ///
-    /// Size it for a burst by its drain time: `callers / workers x latency`
-    /// (24 callers of a 30 ms provider on 8 workers: 90 ms).
+    /// turning it away. Admission is by time, not by a count of waiters: the
+    /// README's Semantics, *Waiting for room, by time* and *Nobody waits in a
+    /// line that does not move*; size it as its Sizing says. Before the pool
+    /// has timed any call, `max_wait` alone bounds the wait, and no line is
+    /// judged stuck. A standing line (CoDel's insight) serves nobody sooner
+    /// and only holds request threads; a break shorter than a round does not
+    /// end it, as a closed loop's line empties for an instant when a round of
+    /// calls ends together.
     /// [`Registry::check_capacity`](crate::Registry::check_capacity) counts
     /// waiters as short holds.
     pub fn max_wait(mut self, wait: Duration) -> Self {

@@ -1,17 +1,11 @@
 //! [`Pool`]: a fixed set of named worker threads behind a bounded queue, where
 //! every job carries a deadline.
 //!
-//! - One way in, [`Pool::submit`] with its options ([`Submit`]); it never
-//!   blocks unless asked to wait for room: a full queue is
-//!   [`Rejection::QueueFull`](crate::Rejection::QueueFull) at once, with the job handed back.
-//! - The caller waits until the job's deadline and not a moment longer.
-//! - A job whose deadline passed in the queue, or whose caller has gone, never
-//!   starts.
-//! - A job whose caller timed out keeps its worker until it returns
-//!   (`abandoned`); the pool never runs more than `workers` jobs at once.
-//! - A panicking job answers [`Error::Panicked`](crate::Error::Panicked); its worker lives on.
-//! - [`shutdown`](Pool::shutdown) stops admitting, lets work finish within a
-//!   grace period, answers every job it could not run, and joins the workers.
+//! It keeps the rules of the README's Semantics, *Pool and deadline*. One way
+//! in, [`Pool::submit`] with its options ([`Submit`]): a full queue is
+//! [`Rejection::QueueFull`](crate::Rejection::QueueFull) at once, with the job
+//! handed back, unless asked to wait for room. A panicking job answers
+//! [`Error::Panicked`](crate::Error::Panicked); its worker lives on.
 //!
 //! How an answer travels from worker to caller, and how shutdown drains, is
 //! described in `src/pool/README.md`; the reply slot's state machine is in
@@ -206,11 +200,9 @@ impl Pool {
 
     /// What a call submitted now would wait for a worker: the jobs queued
     /// ahead of it, shared among the workers, each taking the recent mean
-    /// run time ([`mean_service_time`](Self::mean_service_time)). `None`
-    /// before the first job has been timed or while nothing is queued.
-    ///
-    /// Deadline-aware admission refuses a call whose deadline is nearer than
-    /// this.
+    /// run time ([`mean_service_time`](Self::mean_service_time)); what
+    /// deadline-aware admission compares a deadline with. `None` before the
+    /// first job has been timed or while nothing is queued.
     pub fn estimated_wait(&self) -> Option<Duration> {
         self.inner.shared.service.wait_behind(self.inner.shared.queue.queued(), self.workers())
     }
@@ -278,21 +270,18 @@ impl Pool {
     /// [`Rejection::ShuttingDown`](crate::Rejection::ShuttingDown), and joins the workers.
     ///
     /// Returns `true` when every worker thread has been joined. A worker still
-    /// inside a job when the grace period ends cannot be joined without
-    /// blocking for as long as that job hangs, so it is left running
-    /// (detached): it delivers its job's answer if anyone still waits, finds
-    /// the queue empty and closed, and exits. Calling `shutdown` again (it is
+    /// inside a job when the grace ends is left running (detached: joining
+    /// it would block as long as its job hangs); it delivers its answer if
+    /// anyone still waits, then exits. Calling `shutdown` again (it is
     /// idempotent) waits for such stragglers once more, up to the new grace.
     ///
     /// Called from one of the pool's own jobs, it stops admitting and returns
     /// `false` at once: a worker cannot join itself, and waiting for the
-    /// others (or for a concurrent `shutdown`) from inside a job would hold
-    /// that job's caller for the whole grace period. The other workers still
-    /// drain the queue and exit; a later `shutdown` from outside joins them.
+    /// others would hold that job's caller for the whole grace. A later
+    /// `shutdown` from outside joins them.
     ///
-    /// Never blocks longer than `grace` (plus the time to join threads that
-    /// have already finished), except that concurrent calls run one after
-    /// the other.
+    /// Never blocks longer than `grace` (plus joining threads already
+    /// finished), except that concurrent calls run one after the other.
     pub fn shutdown(&self, grace: Duration) -> bool {
         let now = Instant::now();
         self.inner.shutdown_until(deadline_after(now, grace))

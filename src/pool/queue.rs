@@ -3,7 +3,7 @@
 //!
 //! Generic over the job type and free of estimates (a submission waiting
 //! for room asks its `Line` whether to join and whether to stay, and reads
-//! the clock only to time its park), so that `tests/loom_pool.rs` can model
+//! the clock only to time its wait), so that `tests/loom_pool.rs` can model
 //! check it with plain values. Every shared primitive comes from [`crate::sync`].
 //!
 //! # The lock and what it protects
@@ -71,6 +71,9 @@ pub trait Line {
     /// as the line stands. Plain arithmetic on what it is handed and what
     /// the caller read before: no other lock.
     fn admit(&self, ahead: Ahead, now: Instant) -> bool;
+    /// One round of the workers (their mean run): a break in the line
+    /// shorter than this does not end it (see [`Ahead::standing`]).
+    fn round(&self) -> Duration;
     /// Outside the lock, right after admission and then when the moment it
     /// named comes: `None` to give up (the line has stopped moving), else
     /// when to look again.
@@ -86,8 +89,9 @@ pub struct Ahead {
     pub capacity: usize,
     /// The workers.
     pub workers: usize,
-    /// How long callers have waited for room without a break (zero when
-    /// nobody waits).
+    /// How long callers have waited for room without a break of at least
+    /// one [round](Line::round) (zero when nobody has, or after such a
+    /// break).
     pub standing: Duration,
 }
 
@@ -275,15 +279,15 @@ impl<J> Queue<J> {
         // The calls ahead of this one: the queued jobs, and the callers
         // already waiting for room.
         let ahead = st.jobs.len() + waiting.load(Ordering::Relaxed);
-        let standing =
-            st.waiters.line().since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+        let round = line.round();
+        let standing = st.waiters.line().standing.stood(now, round);
         if now >= line.until()
             || !line.admit(Ahead { calls: ahead, capacity: st.capacity, workers: st.workers, standing }, now)
         {
             return Err((Refused::Full, job));
         }
         waiting.fetch_add(1, Ordering::Relaxed);
-        let me = st.waiters.join(0, now);
+        let me = st.waiters.join(0, now, round);
         drop(st);
         let (mut st, offer) = loop {
             let (mut st, waited) = room::wait(
@@ -306,7 +310,7 @@ impl<J> Queue<J> {
             }
         };
         waiting.fetch_sub(1, Ordering::Relaxed);
-        st.waiters.done();
+        st.waiters.through(Instant::now());
         drop(st);
         Self::deliver(offer)
     }

@@ -114,9 +114,8 @@ impl Pool {
     /// when the pool is shutting down ([`Rejection::ShuttingDown`]), or when
     /// the deadline has already passed or, with deadline-aware admission,
     /// is nearer than the wait behind the queued work
-    /// ([`Rejection::DeadlineUnmeetable`]). (With queue 0, a worker that has
-    /// just answered a call counts as idle: the job is queued for it; see
-    /// [`PoolBuilder::queue`](super::PoolBuilder::queue).)
+    /// ([`Rejection::DeadlineUnmeetable`]). With queue 0, what counts as idle:
+    /// [`PoolBuilder::queue`](super::PoolBuilder::queue).
     pub fn submit<T, E, F>(&self, how: Submit, job: F) -> Result<Ticket<T, E>, SubmitError<F>>
     where
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
@@ -265,15 +264,17 @@ impl Line for InLine<'_> {
         let rounds = |calls: usize| u32::try_from(calls.div_ceil(ahead.workers.max(1))).unwrap_or(u32::MAX);
         let for_room = mean.saturating_mul(rounds((ahead.calls + 1).saturating_sub(ahead.capacity).max(1)));
         let for_worker = mean.saturating_mul(rounds(ahead.calls + 1));
-        // A line that has stood for longer than a burst takes `max_wait` to
-        // drain is a standing one: it serves nobody sooner, and only holds
-        // request threads. Then a caller joins only if room comes within
-        // one round.
+        // A standing line (see `PoolBuilder::max_wait`): a caller joins only if
+        // room comes within one round.
         let allowed = match ahead.standing > self.max_wait {
             true => self.max_wait.min(mean),
             false => self.max_wait,
         };
         for_room <= allowed && deadline_after(now, for_worker) < self.deadline
+    }
+
+    fn round(&self) -> Duration {
+        self.shared.service.mean().unwrap_or(Duration::ZERO)
     }
 
     fn recheck(&self, now: Instant) -> Option<Instant> {

@@ -34,9 +34,8 @@ impl Registry {
         Ok(())
     }
 
-    /// A snapshot of every registered cache, in registration order. The list
-    /// is copied under the read lock, and the lock released before any
-    /// counter is read.
+    /// A snapshot of every registered cache, in registration order, read as
+    /// [`snapshot`](Registry::snapshot) reads the dependencies.
     pub fn cache_snapshots(&self) -> Vec<CacheSnapshot> {
         let caches = self.caches.read().clone();
         caches.iter().map(|c| c.snapshot()).collect()

@@ -218,10 +218,8 @@ impl RetryBuilder {
     }
 
     /// The backoff before the first retry (`initial`) and the cap it grows to
-    /// (`max`). The actual sleep is jittered as [`jitter`](Self::jitter)
-    /// says, so callers that failed together do not retry together.
-    /// `initial` must not exceed `max`; a zero `initial` retries at once.
-    /// Defaults to 50 ms and 1 s.
+    /// (`max`), jittered as [`jitter`](Self::jitter) says. `initial` must not
+    /// exceed `max`; a zero `initial` retries at once. Defaults to 50 ms and 1 s.
     pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.retry.initial_backoff = initial;
         self.retry.max_backoff = max;
@@ -235,10 +233,8 @@ impl RetryBuilder {
         self
     }
 
-    /// How much of each backoff is drawn at random: [`Jitter::Full`] (from
-    /// zero to the cap), [`Jitter::Equal`] (half the cap plus a draw up to
-    /// the other half) or [`Jitter::None`] (the cap itself). Defaults to
-    /// [`Jitter::Full`].
+    /// How much of each backoff is drawn at random (see [`Jitter`]). Defaults
+    /// to [`Jitter::Full`].
     pub fn jitter(mut self, jitter: Jitter) -> Self {
         self.retry.jitter = jitter;
         self
@@ -263,9 +259,7 @@ impl RetryBuilder {
         self
     }
 
-    /// Checks every field ([`Retry::validate`]); the error names the first
-    /// bad one, as its setter spells it (`retry.max_attempts`,
-    /// `retry.backoff`, ...).
+    /// Checks every field ([`Retry::validate`]).
     pub fn build(self) -> Result<Retry, ConfigError> {
         self.retry.validate()?;
         Ok(self.retry)

@@ -4,18 +4,15 @@
 //!
 //! The request threads are the seats of a [`Room`] (the crate's one
 //! primitive for room): ordinary requests are a class that keeps the
-//! reserve's seats, reserved requests a class that keeps none. Every request
-//! thread takes requests from tiny_http (or the guard) as before, and a
-//! request it takes is classified before its handler runs. The thread takes
-//! a seat for it; a reserved request always finds one (this thread is free,
-//! so fewer seats than threads are held), an ordinary one while the ordinary
-//! share has one free. An ordinary request that finds none may wait, by the
-//! room's rule (its expected wait fits its budget (`max_wait` when it is the
-//! longer: 0 refuses at once), the line is
-//! not standing, the ordinary seats are not stuck): it waits in `line`, and
-//! the thread goes back for the next request (which may be a reserved one).
-//! Otherwise it is refused (`503`). Unlike a caller of a dependency, the
-//! waiting request holds no thread: its thread is free for the next one.
+//! reserve's seats, reserved requests a class that keeps none. A request a
+//! thread takes from tiny_http (or the guard) is classified before its
+//! handler runs, and the thread takes a seat for it: a reserved request
+//! always finds one (this thread is free, so fewer seats than threads are
+//! held), an ordinary one while the ordinary share has one free. An ordinary
+//! request that finds none waits in `line` by the room's rule (the README's
+//! *The crate's own server*), else is refused (`503`); its thread goes back
+//! for the next request (which may be a reserved one), so a waiting request
+//! holds no thread.
 //!
 //! The thread that finishes a request gives its seat back and, under the
 //! same lock, takes the oldest waiting request with a seat for it, answering
@@ -43,7 +40,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::gate::Counts;
-use crate::room::{Line, NoSeat, Room, Seat};
+use crate::room::{Line, NoSeat, Room, Seat, Standing};
 
 /// The admission of a request pool whose requests are `T`s (tiny_http's
 /// requests in the pool; plain values in the tests).
@@ -65,8 +62,8 @@ struct Waiting<T> {
     /// of its wait (`None`: a patient one, see [`Admission::admit`]) and why
     /// it would end there.
     queue: VecDeque<(T, Option<Instant>, NoSeat)>,
-    /// Since when requests have waited without a break.
-    since: Option<Instant>,
+    /// Since when requests have waited (see [`Standing`]).
+    standing: Standing,
 }
 
 /// What [`Admission::admit`] decided.
@@ -96,7 +93,7 @@ impl<T> Admission<T> {
     ) -> Admission<T> {
         Admission {
             room,
-            line: Mutex::new(Waiting { queue: VecDeque::new(), since: None }),
+            line: Mutex::new(Waiting { queue: VecDeque::new(), standing: Standing::default() }),
             reserved_busy,
             waiting,
             counts: None,
@@ -124,7 +121,7 @@ impl<T> Admission<T> {
     /// on a client that trickles.
     pub(super) fn admit(&self, taken: T, reserved: bool, patient: bool, deadline: Instant) -> Admit<T> {
         let mut line = self.line.lock();
-        let queued = Line { ahead: line.queue.len(), since: line.since };
+        let queued = Line { ahead: line.queue.len(), standing: line.standing };
         match self.room.seat_or_wait(usize::from(reserved), deadline, queued) {
             Ok(seat) => {
                 if reserved {
@@ -142,7 +139,9 @@ impl<T> Admission<T> {
                     Err(why) if !patient => return Admit::Refused(taken, why),
                     Err(why) => (None, why),
                 };
-                line.since.get_or_insert_with(Instant::now);
+                if line.queue.is_empty() {
+                    line.standing.formed(Instant::now(), self.room.line_round());
+                }
                 line.queue.push_back((taken, until.filter(|_| !patient), why));
                 self.waiting.store(line.queue.len(), Ordering::Relaxed);
                 Admit::Waits
@@ -193,7 +192,7 @@ impl<T> Admission<T> {
             next.run = Some((taken, seat));
         }
         if line.queue.is_empty() {
-            line.since = None;
+            line.standing.emptied(now);
         }
         self.waiting.store(line.queue.len(), Ordering::Relaxed);
         next
@@ -202,7 +201,7 @@ impl<T> Admission<T> {
     /// Every waiting request, oldest first, for a pool that stops.
     pub(super) fn drain(&self) -> Vec<T> {
         let mut line = self.line.lock();
-        line.since = None;
+        line.standing = Standing::default();
         self.waiting.store(0, Ordering::Relaxed);
         line.queue.drain(..).map(|(taken, ..)| taken).collect()
     }
@@ -249,6 +248,27 @@ mod tests {
         let counts = admission.room.counts();
         assert_eq!((counts.seated, counts.waited, counts.refused), (2, 1, 0), "{counts:?}");
         assert_eq!((admission.waiting(), admission.room.in_use()), (0, 0));
+    }
+
+    /// The line of waiting requests keeps its age across an empty instant
+    /// (the thread that seated the last one) and loses it when drained.
+    #[test]
+    fn the_waiting_line_stands_across_an_empty_instant_and_a_drain_ends_it() {
+        let admission = admission::<&str>(1, 0);
+        let stood = |round| admission.line.lock().standing.stood(Instant::now(), round);
+        let Admit::Run("a", seat) = admission.admit("a", false, false, far()) else { panic!("a free seat") };
+        assert_eq!(stood(Duration::from_secs(60)), Duration::ZERO, "nobody waits yet");
+        assert!(matches!(admission.admit("b", false, false, far()), Admit::Waits));
+        let Some(("b", seat)) = admission.done(seat).run else { panic!("the waiting request is next") };
+        assert_eq!(admission.waiting(), 0);
+        // Empty now, but for less than one round: still standing.
+        assert!(stood(Duration::from_secs(60)) > Duration::ZERO);
+        // A break of one round (here zero) ends it.
+        assert_eq!(stood(Duration::ZERO), Duration::ZERO);
+        assert!(matches!(admission.admit("c", false, false, far()), Admit::Waits));
+        assert_eq!(admission.drain(), ["c"]);
+        assert_eq!(stood(Duration::from_secs(60)), Duration::ZERO, "a drained line is no line");
+        drop(seat);
     }
 
     /// 16 threads race over a stream of requests, a third of them reserved,

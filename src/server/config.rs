@@ -1,6 +1,4 @@
-//! The server's settings: the guard's timeouts, caps and bounds, the
-//! request budget, the reserved share of the request pool, and the registry
-//! that carries the request pool's gauges, validated by `build()`.
+//! [`ServerConfig`], the server's settings, and its builder.
 
 use std::fmt;
 use std::time::Duration;

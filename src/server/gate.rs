@@ -2,16 +2,12 @@
 //! and budget for a server that is not this crate's own (rouille, or tiny_http
 //! served by hand).
 //!
-//! Such a server's threads are its own, so an ordinary request that finds the
-//! ordinary share full waits on its own thread for a seat of the request
-//! pool's [`Room`] (the crate's one primitive for waiting for room, with the
-//! reserve as a share kept from ordinary requests): at most the config's
-//! `max_wait`, never past its budget, and only when the wait it can expect
-//! fits. Else it is refused ([`EnterError::Busy`], answer `503`), which keeps
-//! the reserved threads free for the reserved routes. Refusals are counted
-//! by reason and logged at most once a second. A reserve in shadow
-//! ([`Reserve::shadow`](super::Reserve::shadow)) lets such a request take a
-//! free reserved thread instead, recorded ([`Counts::shadow_seat`]).
+//! Such a server's threads are its own, so an ordinary request waits on its
+//! own thread for a seat of the pool's [`Room`] (the crate's one primitive for
+//! waiting for room; the reserve is a share kept from ordinary requests), or
+//! is refused [`EnterError::Busy`]: see the README's *Any synchronous server*.
+//! A reserve in shadow ([`Reserve::shadow`](super::Reserve::shadow)) lets such
+//! a request take a free reserved thread instead ([`Counts::shadow_seat`]).
 
 use std::fmt;
 use std::io;
@@ -303,7 +299,7 @@ impl RequestPool {
             request::context(asked, arrival, gate.budget, self.busy() + 1, self.inner.threads, reserved)
                 .map_err(EnterError::InvalidRequestTimeout)?;
         let class = usize::from(reserved);
-        let seat = match gate.room.try_seat_at(class, Some(context.received())) {
+        let seat = match gate.room.try_seat_at(class, || context.received()) {
             Some(seat) => seat,
             // A reserve in shadow lets an ordinary request onto a free reserved thread.
             None => match (!reserved).then(|| counts.shadow_seat(&gate.room)).flatten() {

@@ -113,10 +113,9 @@ pub(super) fn start(
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
     let reserve = config.compiled_reserve().cloned();
     let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
-    // A waiting request holds no thread here, only its connection: it may
-    // wait as long as its budget allows when `max_wait` is shorter (the
-    // room's rules still refuse a line that stands or does not move), and
-    // `max_wait` 0 still refuses at once.
+    // A waiting request holds no thread here: its budget bounds its wait when
+    // `max_wait` is shorter, and 0 still refuses at once (the README's *The
+    // crate's own server*).
     let max_wait = match config.max_wait() {
         Duration::ZERO => Duration::ZERO,
         wait => wait.max(config.request_budget().min(Duration::from_secs(60))),

@@ -30,13 +30,11 @@ pub(super) struct Arrival {
 
 /// What the request pool knows of the request a handler is answering.
 ///
-/// Its peer and arrival are facts of the connection, never the client's
-/// word (what the guard saw, or without it the TCP peer and the moment a
-/// request thread took the request). Its [`client_ip`](Self::client_ip) is
-/// the peer, unless the peer is a
-/// [trusted proxy](super::ServerConfigBuilder::trusted_proxies). The only
-/// other header a client has a say through is `X-Request-Timeout`, which can
-/// shorten the budget, never lengthen it.
+/// Its peer and arrival are facts of the connection (see the module docs),
+/// never the client's word. Its [`client_ip`](Self::client_ip) is the peer,
+/// unless the peer is a [trusted proxy](super::ServerConfigBuilder::trusted_proxies).
+/// The only other header a client has a say through is `X-Request-Timeout`,
+/// which can shorten the budget, never lengthen it.
 ///
 /// ```no_run
 /// use watertight::server::{RequestContext, serve};
@@ -75,7 +73,7 @@ impl RequestContext {
     /// The request's deadline: its arrival plus the server's
     /// [`request_budget`](super::ServerConfig::request_budget), or sooner if
     /// the client's `X-Request-Timeout` asked for less. Hand it to
-    /// [`CallBuilder::deadline`](crate::CallBuilder::deadline)(crate::CallBuilder::deadline).
+    /// [`CallBuilder::deadline`](crate::CallBuilder::deadline).
     pub fn deadline(&self) -> Instant {
         self.deadline
     }

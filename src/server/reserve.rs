@@ -72,9 +72,7 @@ pub struct Reserve {
     pub threads: usize,
     /// The routes whose requests are reserved, as `METHOD /path` patterns.
     pub routes: Vec<String>,
-    /// In shadow ([`shadow`](Self::shadow)): an ordinary request that finds
-    /// no ordinary thread takes a free reserved one, and the refusal the
-    /// reserve would have made is recorded. In a file: `shadow = true`.
+    /// In shadow (see [`shadow`](Self::shadow)). In a file: `shadow = true`.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "std::ops::Not::not"))]
     pub shadow: bool,
     #[cfg_attr(feature = "serde", serde(skip))]
@@ -195,7 +193,7 @@ impl Reserve {
 /// Whether one of `routes` takes a request for `method` and `url` (its
 /// query string does not count).
 pub(crate) fn routes_take(routes: &[Route], method: &str, url: &str) -> bool {
-    let path = url.split(['?', '#']).next().unwrap_or("");
+    let path = url.find(['?', '#']).map_or(url, |end| &url[..end]);
     routes.iter().any(|r| r.matches(method, path))
 }
 
@@ -306,15 +304,17 @@ impl Route {
             return false;
         }
         let Some(path) = path.strip_prefix('/') else { return false };
-        let mut parts = (!path.is_empty()).then(|| path.split('/')).into_iter().flatten();
+        // `/` has no segment; `/a//b` has three, one of them empty.
+        let mut parts = (!path.is_empty()).then(|| path.split('/'));
+        let mut next = || parts.as_mut().and_then(Iterator::next);
         for segment in &self.segments {
-            match (segment, parts.next()) {
+            match (segment, next()) {
                 (Segment::Literal(want), Some(got)) if want == got => {}
                 (Segment::Any, Some(got)) if !got.is_empty() => {}
                 _ => return false,
             }
         }
-        self.rest || parts.next().is_none()
+        self.rest || next().is_none()
     }
 }
 

@@ -16,19 +16,15 @@ use super::pool::{self, Shared, Source};
 use super::{RequestContext, RequestPool, ServerConfig, conn, guard, hop};
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
-/// `threads` fixed request threads (at least one), each taking the next
-/// request, calling `handler` with it and its [`RequestContext`] (the
-/// request's deadline, its client, the pool's state), and sending back the
-/// response the handler returned.
+/// `threads` fixed request threads (at least one, `watertight-http-<i>`),
+/// each taking the next request, calling `handler` with it and its
+/// [`RequestContext`] (the request's deadline, its client, the pool's state),
+/// and sending back the response the handler returned.
 ///
-/// A malformed `X-Request-Timeout` is answered `400` (JSON) by the pool
-/// itself; the handler is not called.
-///
-/// The threads are named `watertight-http-<i>`, `i` from 0. A panic in the
-/// handler is caught and answered with `500 {"code":"INTERNAL_ERROR",...}`;
-/// the thread survives and takes the next request. The handler may read the
-/// request's body (`request.as_reader()`; the guard has read it whole) but must
-/// not respond itself: the pool sends what it returns.
+/// A malformed `X-Request-Timeout` is answered `400` (JSON) without calling
+/// the handler; a panic in it `500 {"code":"INTERNAL_ERROR",...}`. The
+/// handler may read the request's body (`request.as_reader()`; the guard has
+/// read it whole) but must not respond itself.
 ///
 /// # Errors
 ///
@@ -47,11 +43,8 @@ where
 ///
 /// # Errors
 ///
-/// As [`serve`]; `InvalidInput` if the config's [`reserve`](ServerConfig::reserve)
-/// leaves no thread for ordinary requests (the error's inner error is the
-/// [`ConfigError`](crate::ConfigError), field `reserve.threads`), before
-/// anything starts; and `AlreadyExists` if the config's registry already
-/// carries the gauges of another running request pool.
+/// As [`serve`]; before anything starts, `InvalidInput` and `AlreadyExists`
+/// as for [`RequestPool::new`](super::RequestPool::new).
 pub fn serve_with<H>(
     listener: TcpListener,
     threads: usize,
@@ -194,15 +187,11 @@ impl ServerHandle {
     }
 
     /// Stops taking requests and waits for every request thread to finish the
-    /// request it is handling and exit.
-    ///
-    /// Behind the guard: no new connection is accepted, idle connections are
-    /// closed, and every request already being read or handled is answered
-    /// first (with `Connection: close`). Without it, requests already received
-    /// by tiny_http are answered first. A
-    /// handler that never returns keeps this waiting: bound the handler's
-    /// work (that is what a [`Dependency`](crate::Dependency)'s deadline is
-    /// for).
+    /// request it is handling and exit (behind the guard, as the [module
+    /// docs](super)' *Stopping* says, answered with `Connection: close`;
+    /// without it, requests tiny_http already received are answered first).
+    /// A handler that never returns keeps this waiting: bound its work (that
+    /// is what a [`Dependency`](crate::Dependency)'s deadline is for).
     pub fn shutdown(mut self) {
         self.stop();
     }

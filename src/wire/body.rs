@@ -290,7 +290,7 @@ mod tests {
             b"1;a=\"x\ny\"\r\n",
             b"1;a=\x01\r\n",
         ] {
-            // An empty line as the size was the last chunk to httparse: here
+            // httparse reads an empty line as the size as the last chunk: here
             // what follows it is not taken as trailers or the end.
             let input = [&first[..], line, b"y\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n"].concat();
             refused(&input, first, 400);
@@ -312,8 +312,8 @@ mod tests {
 
     #[test]
     fn trailers_end_with_crlf_and_nothing_else() {
-        // A bare LF after the last chunk was httparse's (and the old scan's)
-        // cue to read the pipelined request as trailers, up to its CRLF.
+        // A bare LF after the last chunk is httparse's cue to read the
+        // pipelined request as trailers, up to its CRLF: refused here.
         refused(b"0\r\n\nGET / HTTP/1.1\r\n\r\n", b"0\r\n", 400);
         refused(b"0\r\nX: 1\nGET / HTTP/1.1\r\n\r\n", b"0\r\n", 400);
         refused(b"0\r\nX: 1\r\n\nGET / HTTP/1.1\r\n\r\n", b"0\r\nX: 1\r\n", 400);

@@ -1,11 +1,9 @@
 //! The lines of the chunked coding (RFC 9112 7.1): a chunk's size line and
 //! the trailer lines, read to the letter of the grammar.
 //!
-//! Leniency here is how a request gets smuggled: when a proxy in front and
-//! this server disagree on where a chunk or the trailers end, the bytes one
-//! of them takes as body the other takes as the next request. So a line
-//! ends with CRLF and nothing else, and every byte the grammar has no
-//! place for is refused rather than skipped.
+//! Leniency here is how a request gets smuggled (the wire's module docs,
+//! *Strictness*): a line ends with CRLF and nothing else, and every byte the
+//! grammar has no place for is refused rather than skipped.
 //!
 //! Each parser looks at the front of the unused bytes and answers
 //! `Ok(Some(n))` for a whole line of `n` bytes (its CRLF included),

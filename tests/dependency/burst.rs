@@ -32,11 +32,12 @@ pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// each refusal (with what refused it).
 #[derive(Default)]
 struct Burst {
-    /// The pool's mean run time as the burst came, and as it left (on a
-    /// loaded machine the barrier lets callers go over some milliseconds,
-    /// and the last ones may meet a mean the first round has moved).
+    /// The pool's mean run time as the burst came, and the highest it was
+    /// while the burst ran, sampled every millisecond (on a loaded machine
+    /// the barrier lets callers go over some milliseconds, and the last ones
+    /// may meet a mean the first round has moved).
     mean: Duration,
-    mean_after: Duration,
+    mean_peak: Duration,
     answered: Vec<Duration>,
     refused: Vec<(Duration, String)>,
 }
@@ -46,7 +47,7 @@ impl Burst {
     /// queue` and the rounds of `workers` that room reaches within
     /// `max_wait`, at the pool's mean run time.
     fn expected_refusals(&self, callers: usize) -> usize {
-        let mean = self.mean.max(self.mean_after);
+        let mean = self.mean.max(self.mean_peak);
         let rounds = (MAX_WAIT.as_secs_f64() / mean.as_secs_f64()).floor() as usize;
         callers.saturating_sub(WORKERS + QUEUE + WORKERS * rounds)
     }
@@ -90,6 +91,20 @@ fn run_bursts(callers: usize) -> Vec<Burst> {
                 })
             })
             .collect();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let (dep, done) = (dep.clone(), done.clone());
+            thread::spawn(move || {
+                let mut peak = Duration::ZERO;
+                // Bounded: the burst's callers are done within their deadline.
+                let end = Instant::now() + DEADLINE * 4;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+                    peak = peak.max(dep.pool().and_then(|p| p.mean_service_time()).unwrap_or_default());
+                    thread::sleep(Duration::from_millis(1));
+                }
+                peak
+            })
+        };
         let mut burst = Burst { mean, ..Burst::default() };
         for h in handles {
             match h.join().expect("a caller thread") {
@@ -100,7 +115,9 @@ fn run_bursts(callers: usize) -> Vec<Burst> {
                 (took, Err(e)) => panic!("a healthy call failed after {took:?}: {e:?}"),
             }
         }
-        burst.mean_after = dep.pool().and_then(|p| p.mean_service_time()).expect("calls were timed");
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let after = dep.pool().and_then(|p| p.mean_service_time()).expect("calls were timed");
+        burst.mean_peak = sampler.join().expect("the sampler").max(after);
         bursts.push(burst);
     }
     assert_eq!(dep.breaker().state(), watertight::breaker::State::Closed);
