@@ -528,13 +528,6 @@ mod tests {
     }
 
     #[test]
-    fn config_error_names_field_rule_and_value() {
-        let e = ConfigError::new("failure_rate", "in (0, 100]", 101.0);
-        assert_eq!(e.to_string(), "failure_rate must be in (0, 100], got 101");
-        assert_eq!(e.field(), "failure_rate");
-    }
-
-    #[test]
     fn every_rejection_has_its_outcome_and_back() {
         for r in Rejection::ALL {
             assert_eq!(r.outcome().rejection(), Some(r));

@@ -142,12 +142,8 @@ impl<B> WithDeadline for ureq::RequestBuilder<B> {
 #[cfg(test)]
 mod tests {
     use std::io;
-    use std::sync::mpsc;
-    use std::thread;
-    use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::Error;
 
     fn verdict(e: ureq::Error) -> Verdict {
         e.classify()
@@ -226,64 +222,6 @@ mod tests {
         assert_eq!(e.classify(), Verdict::Ignore, "{e:?}");
         let e = agent.get("/no/host").call().unwrap_err();
         assert_eq!(e.classify(), Verdict::Ignore, "{e:?}");
-    }
-
-    /// A port that completes the TCP handshake (the kernel's backlog does that) and
-    /// never answers: a hung provider without a thread.
-    fn silent_port() -> (std::net::TcpListener, String) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        (listener, url)
-    }
-
-    #[test]
-    fn with_deadline_ends_a_hung_request_at_the_deadline() {
-        let (_listener, url) = silent_port();
-        let pool = crate::pool::Pool::builder("hung").workers(1).build().unwrap();
-        let agent = ureq::Agent::new_with_defaults(); // no timeout of its own
-        let (tx, rx) = mpsc::channel();
-        let result = pool.call_timeout(Duration::from_millis(200), move |ctx| {
-            let began = Instant::now();
-            let outcome = agent.get(&url).with_deadline(ctx).call().map(|_| ());
-            tx.send(began.elapsed()).unwrap();
-            outcome
-        });
-        assert!(
-            matches!(result, Err(Error::Timeout { .. }) | Err(Error::Failed(ureq::Error::Timeout(_)))),
-            "{result:?}"
-        );
-        // The request itself gave up, so the worker is free again, not held by the socket.
-        let took = rx.recv_timeout(Duration::from_secs(5)).expect("the request never ended");
-        assert!(took >= Duration::from_millis(150) && took < Duration::from_millis(700), "{took:?}");
-    }
-
-    #[test]
-    fn an_expired_context_gives_an_immediate_timeout() {
-        let (listener, url) = silent_port();
-        listener.set_nonblocking(true).unwrap();
-        let pool = crate::pool::Pool::builder("late").workers(1).build().unwrap();
-        let agent = ureq::Agent::new_with_defaults();
-        let (tx, rx) = mpsc::channel();
-        let ticket = pool
-            .submit_timeout(
-                Duration::from_millis(30),
-                move |ctx: &crate::CallContext| -> Result<(), ureq::Error> {
-                    while !ctx.remaining().is_zero() {
-                        thread::sleep(Duration::from_millis(2));
-                    }
-                    let began = Instant::now();
-                    let outcome = agent.get(&url).with_deadline(ctx).call().map(|_| ());
-                    tx.send((outcome, began.elapsed())).unwrap();
-                    Ok(())
-                },
-            )
-            .unwrap();
-        let _ = ticket.wait();
-        let (outcome, took) = rx.recv_timeout(Duration::from_secs(5)).expect("the job ran");
-        assert!(matches!(outcome, Err(ureq::Error::Timeout(ureq::Timeout::Global))), "{outcome:?}");
-        assert!(took < Duration::from_millis(50), "{took:?}");
-        // Not even a connection was made.
-        assert_eq!(listener.accept().map(|_| ()).unwrap_err().kind(), io::ErrorKind::WouldBlock);
     }
 
     #[test]

@@ -44,18 +44,16 @@
 //!
 //! The room learns how long a seat is held (the smoothed mean of the
 //! holds, [`Latency`]: every hold of a seat taken while the room is more
-//! than half full, one in [`SAMPLE_QUIET`] while it is quieter). A caller that finds no seat is admitted to the
-//! line only when `mean x rounds` fits its wait, where `rounds` is the calls
-//! ahead of it (the waiters, and itself) shared among its class's seats.
-//! Before the first hold is timed, nothing is expected and `max_wait` and
-//! the deadline alone bound the wait. Two more rules, the pool's own:
-//!
-//! - A line that has stood for longer than `max_wait` is a standing one: a
-//!   caller joins it only if room comes within one mean hold. A break
-//!   shorter than one mean hold does not end it ([`Standing`]).
-//! - A line that does not move is not waited in: when no seat has come back
-//!   for [`STUCK_AFTER`] normal holds (at least [`STUCK_FLOOR`]) since its
-//!   class filled, callers are refused at once and waiters leave.
+//! than half full, one in [`SAMPLE_QUIET`] while it is quieter). A caller
+//! that finds no seat is admitted to the line by [`admits`]: `mean x rounds`,
+//! `rounds` being the calls ahead of it (the waiters, and itself) shared
+//! among its class's seats, fits its wait, and a standing line
+//! ([`Standing`]) is joined only for room within one mean hold. Before the
+//! first hold is timed, nothing is expected and `max_wait` and the deadline
+//! alone bound the wait. A line that does not move is not waited in: when no
+//! seat has come back for [`stuck_after`] the normal hold since its class
+//! filled, callers are refused at once and waiters leave. The pool's queue
+//! judges its line by the same two functions.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -67,21 +65,45 @@ use crate::sync::{Arc, AtomicBool, Mutex, Ordering, Thread, current, park_timeou
 use crate::time::deadline_after;
 
 /// A line is stuck when no seat has come back for this many normal holds.
-pub(crate) const STUCK_AFTER: u32 = 3;
+const STUCK_AFTER: u32 = 3;
 
 /// The least time a line is judged stuck after, so that a fast room is not
 /// judged on a scheduler's hiccup.
 #[cfg(not(loom))]
-pub(crate) const STUCK_FLOOR: Duration = Duration::from_millis(20);
+const STUCK_FLOOR: Duration = Duration::from_millis(20);
 /// Under loom, which models no time, the stuck rule (a clock reading) is
 /// kept out of the model: no model runs this long.
 #[cfg(loom)]
-pub(crate) const STUCK_FLOOR: Duration = Duration::from_secs(3600);
+const STUCK_FLOOR: Duration = Duration::from_secs(3600);
 
 /// While a room is less than half full, one seat in this many has its hold
 /// timed: each timing costs two clock reads, and the holds that matter for
 /// a wait are those of a busy room, every one of which is timed.
 const SAMPLE_QUIET: u32 = 16;
+
+/// How long a line whose holds normally take `normal` may go without one
+/// coming back before it is stuck: [`STUCK_AFTER`] of them, at least
+/// [`STUCK_FLOOR`].
+pub(crate) fn stuck_after(normal: Duration) -> Duration {
+    normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR)
+}
+
+/// Whether a caller may join a line (see "Admission by time"): room expected
+/// within `for_room`, no later than `max_wait` (within one `mean` hold once
+/// the line has `stood` longer than `max_wait`), and served, `for_served`
+/// from `now`, before its `deadline`.
+pub(crate) fn admits(
+    for_room: Duration,
+    for_served: Duration,
+    mean: Duration,
+    stood: Duration,
+    max_wait: Duration,
+    now: Instant,
+    deadline: Instant,
+) -> bool {
+    let allowed = if stood > max_wait { max_wait.min(mean) } else { max_wait };
+    for_room <= allowed && deadline_after(now, for_served) < deadline
+}
 
 /// Why a [`Room`] gave no seat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -565,12 +587,10 @@ impl Room {
         let seats = st.limit.saturating_sub(self.inner.kept[class]).max(1);
         let rounds = u32::try_from((line.ahead + 1).div_ceil(seats)).unwrap_or(u32::MAX);
         let expected = mean.saturating_mul(rounds);
-        let standing = line.standing.stood(now, self.line_round()) > max_wait;
-        let allowed = if standing { max_wait.min(mean) } else { max_wait };
-        if expected <= allowed && deadline_after(now, expected) < deadline {
-            Ok(until)
-        } else {
-            Err(NoSeat::Full)
+        let stood = line.standing.stood(now, self.line_round());
+        match admits(expected, expected, mean, stood, max_wait, now, deadline) {
+            true => Ok(until),
+            false => Err(NoSeat::Full),
         }
     }
 
@@ -664,8 +684,7 @@ impl Room {
     /// The time after which a class with no free seat, none of whose seats
     /// has come back, is stuck; `None` before its first hold is timed.
     fn stuck_after(&self, class: usize) -> Option<Duration> {
-        let normal = self.inner.hold[class].normal()?;
-        Some(normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR))
+        self.inner.hold[class].normal().map(stuck_after)
     }
 
     fn stuck(&self, st: &State, class: usize, now: Instant) -> bool {

@@ -221,6 +221,7 @@ fn a_500_the_classifier_judges_a_failure_is_never_kept() {
     }
     assert_eq!(provider.hits(), 6);
     assert_eq!(dep.snapshot().calls.failed, 2, "{:?}", dep.snapshot().calls);
+    assert_eq!(stale.snapshot().stale, 1, "one answer was the last good value");
 }
 
 /// A provider that answers `200`, then `403` (an `Err` the classifier

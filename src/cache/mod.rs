@@ -34,52 +34,24 @@
 //!
 //! # How it does it
 //!
-//! What is kept, single flight, the last good value, removal, refresh ahead
-//! and fan-out legs are the README's *Keeping answers*. Here (a hit touches
-//! nothing and records nothing on the dependency):
+//! What is kept, single flight, the last good value (and why it is off by
+//! default), removal, refresh ahead and fan-out legs are the README's
+//! *Keeping answers*. A hit touches nothing and records nothing on the
+//! dependency. A miss is one detached call
+//! ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)), judged on
+//! the worker by the call's classifier for the breaker and the cache alike;
+//! a refresh ahead is one that never waits.
 //!
-//! - **Judged once.** A miss's outcome is judged on the worker by the call's
-//!   classifier (`E`'s [`Classify`], or the one given to
-//!   [`get_or_call_with`](Cache::get_or_call_with)), for the breaker and the
-//!   cache alike. Only an `Ok` judged a success is kept, for as long as
-//!   [`ttl`](CacheBuilder::ttl) says; an answer judged a failure (an
-//!   `Ok(500)` so judged) is handled as one; an ignored one (a 403, a 404) is
-//!   returned as it came, never replaced by the last good value.
-//! - **Single flight.** The shared call is detached
-//!   ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)): it lives
-//!   on a worker, not on the stack of the caller that started it, under the
-//!   dependency's own timeout, so a caller that gives up at its own deadline
-//!   leaves it running for the others. Its outcome is recorded once.
 //! - **Waiting is bounded.** Each waiting caller holds a seat of a [`Room`]
 //!   (the crate's one wait for room) of
 //!   [`max_waiting`](CacheBuilder::max_waiting) seats; a miss beyond them
 //!   waits by the wait it can expect, within the pool's `max_wait`, then is
-//!   refused as a full queue would be. The shared call waits for room in a
-//!   full pool as a blocking call does (within the pool's
-//!   [`max_wait`](crate::DependencyBuilder::max_wait) and the leader's
-//!   deadline, the stall rule included); a pool still full refuses it
-//!   ([`QueueFull`](crate::Rejection::QueueFull)) for every caller of the
-//!   key. A worker that has just landed an answer is busy until it returns
-//!   to its pool: with a `max_wait` of zero, a miss right after an answer
-//!   may find no room.
-//! - **The last good value** ([`serve_stale`](CacheBuilder::serve_stale))
-//!   answers a failed, refused or timed-out miss ([`Cached::stale`] is its
-//!   age). Without it, the failure is the answer, an `Ok` judged a failure
-//!   as it came.
+//!   refused as a full queue would be. A worker that has just landed an
+//!   answer is busy until it returns to its pool: with a `max_wait` of zero,
+//!   a miss right after an answer may find no room.
 //! - **Removal wins.** A landing keeps its answer only while its flight is
 //!   still the key's, checked under the lock that [`remove`](Cache::remove)
 //!   takes (flight.rs).
-//! - **Refresh ahead** ([`refresh_after`](CacheBuilder::refresh_after)) is a
-//!   detached call that never waits; its answer is judged as a miss's.
-//! - **A fan-out leg** ([`Cache::fan`]): a miss's answer is taken in by the
-//!   fan-out's thread while it drives the other legs.
-//!
-//! # Why the last good value is off by default
-//!
-//! The README's permissions rule: an outage would silently extend every
-//! decision, revoked ones included, for as long as it lasts. Turn it on only
-//! where an old answer is a safe answer (a price list, a feature flag's
-//! rollout), and show the age to whoever reads it.
 //!
 //! # Why `quick_cache`
 //!

@@ -5,6 +5,8 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::time::deadline_after;
+
 /// A good answer and when it was had. Kept past its expiry (until evicted or
 /// replaced), so that it can be served stale where the cache allows it.
 #[derive(Clone)]
@@ -25,9 +27,8 @@ impl<V> Entry<V> {
     /// expiry once `refresh_after` old (`None`: never ahead).
     pub(super) fn new(value: V, fetched: Instant, ttl: Duration, refresh_after: Option<Duration>) -> Self {
         // A TTL too long to add is "for as long as it stays".
-        let expires = fetched.checked_add(ttl).unwrap_or(fetched + Duration::from_secs(86_400 * 365));
-        let refresh =
-            refresh_after.and_then(|age| fetched.checked_add(age)).map_or(expires, |at| at.min(expires));
+        let expires = deadline_after(fetched, ttl);
+        let refresh = refresh_after.map_or(expires, |age| deadline_after(fetched, age).min(expires));
         Entry { value, fetched, refresh, expires }
     }
 

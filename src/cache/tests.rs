@@ -292,40 +292,6 @@ fn statuses(clock: &ManualClock) -> CacheBuilder<String, u16> {
 }
 
 #[test]
-fn an_answer_the_classifier_judges_a_failure_is_never_kept_and_is_handled_as_one() {
-    let clock = ManualClock::new();
-    let stale = statuses(&clock).serve_stale(Duration::from_secs(60)).build().unwrap();
-    let closed = statuses(&clock).build().unwrap();
-    let dep = Dependency::builder("pages").workers(2).queue(2).build().unwrap();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let ask = |cache: &Cache<String, u16>, status: u16| {
-        let calls = Arc::clone(&calls);
-        cache.get_or_call_with(&dep, "home", soon(), by_status, move |_: &CallContext| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, Arc<std::io::Error>>(status)
-        })
-    };
-    assert_eq!(ask(&stale, 200).unwrap(), Cached { value: 200, stale: None });
-    assert_eq!(ask(&closed, 200).unwrap(), Cached { value: 200, stale: None });
-    clock.advance(Duration::from_secs(11));
-
-    // Expired, and the provider answers `Ok(500)`, judged a failure: the
-    // last good value, labelled stale.
-    let fell_back = ask(&stale, 500).unwrap();
-    assert_eq!(fell_back, Cached { value: 200, stale: Some(Duration::from_secs(11)) });
-    // Without serve_stale: the answer as it came, as the call returns it.
-    assert_eq!(ask(&closed, 500).unwrap(), Cached { value: 500, stale: None });
-    assert_eq!(calls.load(Ordering::SeqCst), 4);
-
-    // Neither kept the 500: the next lookups ask again.
-    assert_eq!(ask(&stale, 201).unwrap(), Cached { value: 201, stale: None });
-    assert_eq!(ask(&closed, 201).unwrap(), Cached { value: 201, stale: None });
-    assert_eq!(calls.load(Ordering::SeqCst), 6);
-    assert_eq!(dep.snapshot().calls.failed, 2, "the classifier's verdict, recorded once per call");
-    assert_eq!(stale.snapshot().stale, 1);
-}
-
-#[test]
 fn an_answer_the_classifier_ignores_is_returned_as_it_came_and_never_kept() {
     let clock = ManualClock::new();
     let cache = statuses(&clock).serve_stale(Duration::from_secs(60)).build().unwrap();

@@ -141,10 +141,8 @@ impl PoolBuilder {
     /// README's Semantics, *Waiting for room, by time* and *Nobody waits in a
     /// line that does not move*; size it as its Sizing says. Before the pool
     /// has timed any call, `max_wait` alone bounds the wait, and no line is
-    /// judged stuck. A standing line (CoDel's insight) serves nobody sooner
-    /// and only holds request threads; a break shorter than a round does not
-    /// end it, as a closed loop's line empties for an instant when a round of
-    /// calls ends together.
+    /// judged stuck. A line that has stood longer than `max_wait` is joined
+    /// only for room within one round.
     /// [`Registry::check_capacity`](crate::Registry::check_capacity) counts
     /// waiters as short holds.
     pub fn max_wait(mut self, wait: Duration) -> Self {

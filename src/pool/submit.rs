@@ -10,8 +10,8 @@ use super::queue::{Ahead, Line, Refused};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
+use crate::room;
 // The room's stuck rule: a line that does not move is not waited in.
-use crate::room::{STUCK_AFTER, STUCK_FLOOR};
 
 /// How a job is submitted to a [`Pool`]: its deadline, which attempt it is,
 /// and whether it may wait for room.
@@ -233,14 +233,14 @@ struct InLine<'a> {
 }
 
 impl InLine<'_> {
-    /// `None` if no call has finished for [`STUCK_AFTER`] normal latencies
-    /// while every worker is busy; else when that could first be so. Before
+    /// `None` if no call has finished for [`room::stuck_after`] its normal
+    /// latency while every worker is busy; else when that could first be so. Before
     /// the pool has timed a call there is no normal latency to judge by:
     /// `max_wait` alone bounds the wait (and a dependency's stall threshold
     /// the breaker).
     fn next_check(&self, now: Instant) -> Option<Instant> {
         let Some(normal) = self.shared.service.normal() else { return Some(self.until) };
-        let stuck_after = normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR);
+        let stuck_after = room::stuck_after(normal);
         match self.shared.running.all_busy_for(now) {
             Some(busy) if busy >= stuck_after => None,
             Some(busy) => Some(deadline_after(now, stuck_after - busy)),
@@ -264,13 +264,7 @@ impl Line for InLine<'_> {
         let rounds = |calls: usize| u32::try_from(calls.div_ceil(ahead.workers.max(1))).unwrap_or(u32::MAX);
         let for_room = mean.saturating_mul(rounds((ahead.calls + 1).saturating_sub(ahead.capacity).max(1)));
         let for_worker = mean.saturating_mul(rounds(ahead.calls + 1));
-        // A standing line (see `PoolBuilder::max_wait`): a caller joins only if
-        // room comes within one round.
-        let allowed = match ahead.standing > self.max_wait {
-            true => self.max_wait.min(mean),
-            false => self.max_wait,
-        };
-        for_room <= allowed && deadline_after(now, for_worker) < self.deadline
+        room::admits(for_room, for_worker, mean, ahead.standing, self.max_wait, now, self.deadline)
     }
 
     fn round(&self) -> Duration {

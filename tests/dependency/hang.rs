@@ -285,7 +285,10 @@ fn a_fast_providers_stuck_line_is_left_within_tens_of_milliseconds() {
         .breaker(BreakerConfig::default().enabled(false))
         .build()
         .unwrap();
-    for _ in 0..5 {
+    // Twenty healthy calls: the normal latency is smoothed (srtt + 4 x
+    // rttvar), and a first call slowed by a loaded machine (a cold worker,
+    // a new connection) weighs on it for several calls after.
+    for _ in 0..20 {
         get(&dep, &p.url(), None).expect("healthy");
     }
     p.set_fault(Fault::Hang);
