@@ -7,18 +7,9 @@
 //! environment still overrides it, to explore other draws by hand.)
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).expect("read the directory") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+use super::layering::rust_files;
 
 #[test]
 fn every_property_test_draws_from_a_fixed_seed() {

@@ -25,8 +25,9 @@ pub(crate) const FLOOR: &[&str] = &[
     "time",
 ];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).expect("read src/") {
+/// Every `.rs` file below `dir`.
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("read the directory") {
         let path = entry.expect("a directory entry").path();
         if path.is_dir() {
             rust_files(&path, out);
