@@ -224,9 +224,6 @@ pub(crate) struct Woken(Vec<Arc<Waiter>>);
 impl Woken {
     #[inline]
     pub(crate) fn unpark(self) {
-        if self.0.is_empty() {
-            return;
-        }
         for w in self.0 {
             w.thread.unpark();
         }
@@ -545,14 +542,19 @@ impl Room {
             (!self.stuck(&st, class, now)).then(|| self.next_check(&st, class, now))
         };
         let (mut st, waited) = wait(|| inner.state.lock(), |st| &mut st.waiters, &me, until, recheck);
+        // A waiter that gave up has left the line, and `leave` saw to the break.
+        if let Err(gave_up) = waited {
+            drop(st);
+            return Err(match gave_up {
+                GaveUp::Stuck => NoSeat::Stuck,
+                GaveUp::Until if until == deadline => NoSeat::Deadline,
+                GaveUp::Until => NoSeat::Waited,
+            });
+        }
         let now = Instant::now();
         st.waiters.through(now);
         drop(st);
-        match waited {
-            Ok(()) => Ok((self.seat(class, Some(now)), true)),
-            Err(GaveUp::Stuck) => Err(NoSeat::Stuck),
-            Err(GaveUp::Until) => Err(if until == deadline { NoSeat::Deadline } else { NoSeat::Waited }),
-        }
+        Ok((self.seat(class, Some(now)), true))
     }
 
     fn seat(&self, class: usize, since: Option<Instant>) -> Seat {
