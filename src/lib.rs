@@ -84,6 +84,7 @@ mod sync;
 mod time;
 // The `tracing` feature's hooks on the call path (empty without it).
 mod trace;
+mod window;
 
 // The compartment: pool and breaker (which never import each other), then the
 // dependency that puts them together, and the registry of dependencies.

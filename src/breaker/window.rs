@@ -1,4 +1,6 @@
-//! The sliding windows a breaker computes its rates over.
+//! The sliding windows a breaker computes its rates over: the last `n`
+//! calls, or the last `n` seconds (the crate's [`TimeWindow`], one-second
+//! buckets).
 //!
 //! Both keep running totals, so recording an outcome and reading the rates
 //! are O(1) (amortised, for the time window). Neither is synchronised: the
@@ -6,7 +8,10 @@
 //!
 //! Ignored outcomes never get here: they are neither successes nor failures.
 
+use std::ops::{AddAssign, SubAssign};
+
 use super::config::WindowKind;
+use crate::window::TimeWindow;
 
 /// One recorded (non-ignored) outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,27 +36,14 @@ pub(crate) struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, bits: u8) {
-        self.calls += 1;
-        self.failures += u64::from(bits & 1);
-        self.slow += u64::from((bits >> 1) & 1);
-    }
-
-    fn sub(&mut self, bits: u8) {
-        self.calls -= 1;
-        self.failures -= u64::from(bits & 1);
-        self.slow -= u64::from((bits >> 1) & 1);
-    }
-
-    fn sub_totals(&mut self, other: Totals) {
-        self.calls -= other.calls;
-        self.failures -= other.failures;
-        self.slow -= other.slow;
+    /// One outcome, from its byte.
+    fn of(bits: u8) -> Totals {
+        Totals { calls: 1, failures: u64::from(bits & 1), slow: u64::from((bits >> 1) & 1) }
     }
 
     /// Adds one outcome.
     pub(crate) fn record(&mut self, outcome: Sample) {
-        self.add(outcome.bits());
+        *self += Totals::of(outcome.bits());
     }
 
     /// `(failure rate, slow-call rate)` in percent. Callers make sure
@@ -62,18 +54,36 @@ impl Totals {
     }
 }
 
+impl AddAssign for Totals {
+    fn add_assign(&mut self, other: Totals) {
+        self.calls += other.calls;
+        self.failures += other.failures;
+        self.slow += other.slow;
+    }
+}
+
+impl SubAssign for Totals {
+    fn sub_assign(&mut self, other: Totals) {
+        self.calls -= other.calls;
+        self.failures -= other.failures;
+        self.slow -= other.slow;
+    }
+}
+
 /// A count-based or a time-based sliding window.
 #[derive(Debug)]
 pub(crate) enum Window {
     Count(CountWindow),
-    Time(TimeWindow),
+    Time(TimeWindow<Totals>),
 }
 
 impl Window {
     pub(crate) fn new(kind: WindowKind) -> Self {
         match kind {
             WindowKind::Count(n) => Window::Count(CountWindow::new(n)),
-            WindowKind::Time(secs) => Window::Time(TimeWindow::new(secs)),
+            WindowKind::Time(secs) => {
+                Window::Time(TimeWindow::new(usize::try_from(secs).expect("window size validated")))
+            }
         }
     }
 
@@ -83,7 +93,7 @@ impl Window {
     pub(crate) fn record(&mut self, outcome: Sample, now_sec: u64) {
         match self {
             Window::Count(w) => w.record(outcome.bits()),
-            Window::Time(w) => w.record(outcome.bits(), now_sec),
+            Window::Time(w) => w.add(now_sec, Totals::of(outcome.bits())),
         }
     }
 
@@ -100,7 +110,7 @@ impl Window {
     pub(crate) fn totals(&self) -> Totals {
         match self {
             Window::Count(w) => w.totals,
-            Window::Time(w) => w.totals,
+            Window::Time(w) => w.total(),
         }
     }
 
@@ -135,12 +145,12 @@ impl CountWindow {
     #[inline]
     fn record(&mut self, bits: u8) {
         if self.len == self.ring.len() {
-            self.totals.sub(self.ring[self.head]);
+            self.totals -= Totals::of(self.ring[self.head]);
         } else {
             self.len += 1;
         }
         self.ring[self.head] = bits;
-        self.totals.add(bits);
+        self.totals += Totals::of(bits);
         self.head += 1;
         if self.head == self.ring.len() {
             self.head = 0;
@@ -150,69 +160,6 @@ impl CountWindow {
     fn clear(&mut self) {
         self.head = 0;
         self.len = 0;
-        self.totals = Totals::default();
-    }
-}
-
-/// The outcomes of the last `n` seconds, in `n` one-second buckets.
-///
-/// Invariant: bucket `s % n` holds the outcomes of second `s` for every
-/// second `s` in `(head_sec - n, head_sec]` and nothing else; `totals` is the
-/// sum of all buckets. So at second `t` the window covers the current,
-/// partial second and the `n - 1` before it.
-#[derive(Debug)]
-pub(crate) struct TimeWindow {
-    buckets: Box<[Totals]>,
-    head_sec: u64,
-    totals: Totals,
-}
-
-impl TimeWindow {
-    fn new(secs: u32) -> Self {
-        let n = usize::try_from(secs).expect("window size validated");
-        TimeWindow {
-            buckets: vec![Totals::default(); n].into_boxed_slice(),
-            head_sec: 0,
-            totals: Totals::default(),
-        }
-    }
-
-    fn index(&self, sec: u64) -> usize {
-        // The remainder is below `buckets.len()`, which is a `usize`.
-        (sec % self.buckets.len() as u64) as usize
-    }
-
-    /// Moves the head to `now_sec`, emptying the buckets of the seconds that
-    /// left the window. An older `now_sec` (a thread that read the clock
-    /// before another one took the lock) leaves the head where it is, and
-    /// its outcome lands in the current bucket: off by under a second, never
-    /// lost.
-    fn advance(&mut self, now_sec: u64) {
-        if now_sec <= self.head_sec {
-            return;
-        }
-        let n = self.buckets.len() as u64;
-        if now_sec - self.head_sec >= n {
-            self.clear();
-        } else {
-            for sec in self.head_sec + 1..=now_sec {
-                let i = self.index(sec);
-                let old = std::mem::take(&mut self.buckets[i]);
-                self.totals.sub_totals(old);
-            }
-        }
-        self.head_sec = now_sec;
-    }
-
-    fn record(&mut self, bits: u8, now_sec: u64) {
-        self.advance(now_sec);
-        let i = self.index(self.head_sec);
-        self.buckets[i].add(bits);
-        self.totals.add(bits);
-    }
-
-    fn clear(&mut self) {
-        self.buckets.fill(Totals::default());
         self.totals = Totals::default();
     }
 }
@@ -253,35 +200,6 @@ mod tests {
             w.record(if i % 2 == 0 { FAIL } else { OK }, 0);
             assert_eq!(w.totals(), totals(1, u64::from(i % 2 == 0), 0));
         }
-    }
-
-    #[test]
-    fn time_window_forgets_by_the_second() {
-        let mut w = Window::new(WindowKind::Time(3));
-        w.record(FAIL, 0);
-        w.record(FAIL, 1);
-        w.record(OK, 2);
-        assert_eq!(w.totals(), totals(3, 2, 0));
-        w.advance(3); // second 0 leaves
-        assert_eq!(w.totals(), totals(2, 1, 0));
-        w.record(SLOW_FAIL, 4); // second 1 leaves
-        assert_eq!(w.totals(), totals(2, 1, 1));
-        w.advance(100);
-        assert_eq!(w.totals(), totals(0, 0, 0));
-        w.record(OK, 100);
-        assert_eq!(w.totals(), totals(1, 0, 0));
-    }
-
-    #[test]
-    fn time_window_takes_a_late_reading_into_the_current_second() {
-        let mut w = Window::new(WindowKind::Time(2));
-        w.record(OK, 5);
-        w.record(FAIL, 4);
-        assert_eq!(w.totals(), totals(2, 1, 0));
-        w.advance(6);
-        assert_eq!(w.totals(), totals(2, 1, 0));
-        w.advance(7);
-        assert_eq!(w.totals(), totals(0, 0, 0));
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //!
 //! # State
 //!
-//! One lock over the ring of buckets and its two sums; each decision and
-//! each record takes it for a few additions. Time comes from the injected
+//! One lock over the settings and the window; each decision and each record
+//! takes it for a few additions. Time comes from the injected
 //! [`Clock`] and the draws from a small seeded generator (SplitMix64, as for
 //! retry jitter), so a test on a [`ManualClock`](crate::ManualClock) with
 //! [`with_clock_and_seed`](Throttler::with_clock_and_seed) is exact.
 
 use std::fmt;
+use std::ops::{AddAssign, SubAssign};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
 use crate::priority::Priority;
 use crate::retry::JitterSource;
+use crate::window::TimeWindow;
 
 /// The largest `k`: past it the throttler refuses next to nothing.
 const MAX_K: f64 = 100.0;
@@ -151,72 +153,53 @@ pub struct ThrottleStats {
     pub refuse_probability: f64,
 }
 
-/// The sliding window: `counts[i % len]` holds bucket `i`'s requests and
-/// accepts, for the buckets `head - len + 1 ..= head`; `requests` and
-/// `accepts` are their sums.
-struct Window {
+/// The settings in force, and the answers of the last `window` in a
+/// [`TimeWindow`] of `buckets` buckets.
+struct Ledger {
     config: Throttle,
     bucket_ns: u64,
-    head: u64,
-    counts: Vec<[u64; 2]>,
+    window: TimeWindow<Answers>,
+}
+
+/// What one bucket of the window counts.
+#[derive(Debug, Clone, Copy, Default)]
+struct Answers {
     requests: u64,
     accepts: u64,
 }
 
-impl Window {
-    fn new(config: Throttle) -> Window {
-        let len = config.buckets as usize;
-        Window {
-            bucket_ns: config.bucket_ns(),
-            config,
-            head: 0,
-            counts: vec![[0; 2]; len],
-            requests: 0,
-            accepts: 0,
-        }
+impl AddAssign for Answers {
+    fn add_assign(&mut self, other: Answers) {
+        self.requests += other.requests;
+        self.accepts += other.accepts;
+    }
+}
+
+impl SubAssign for Answers {
+    fn sub_assign(&mut self, other: Answers) {
+        self.requests -= other.requests;
+        self.accepts -= other.accepts;
+    }
+}
+
+impl Ledger {
+    fn new(config: Throttle) -> Ledger {
+        Ledger { bucket_ns: config.bucket_ns(), window: TimeWindow::new(config.buckets as usize), config }
     }
 
-    /// Slides the window to the bucket of `since_base`, emptying the
-    /// buckets it leaves behind (all of them after a quiet window). Time
-    /// that went back stays in the newest bucket.
-    fn slide(&mut self, since_base: Duration) {
-        let now = crate::time::saturating_nanos(since_base) / self.bucket_ns;
-        if now <= self.head {
-            return;
-        }
-        let len = self.counts.len() as u64;
-        if now - self.head >= len {
-            self.counts.iter_mut().for_each(|c| *c = [0; 2]);
-            (self.requests, self.accepts) = (0, 0);
-        } else {
-            for i in self.head + 1..=now {
-                let c = &mut self.counts[(i % len) as usize];
-                self.requests -= c[0];
-                self.accepts -= c[1];
-                *c = [0; 2];
-            }
-        }
-        self.head = now;
+    /// The bucket of `since_base`.
+    fn tick(&self, since_base: Duration) -> u64 {
+        crate::time::saturating_nanos(since_base) / self.bucket_ns
     }
 
     /// The probability a normal call is refused now.
     fn probability(&self) -> f64 {
-        if self.requests < u64::from(self.config.min_requests) {
+        let Answers { requests, accepts } = self.window.total();
+        if requests < u64::from(self.config.min_requests) {
             return 0.0;
         }
-        let requests = self.requests as f64;
-        ((requests - self.config.k * self.accepts as f64) / (requests + 1.0)).max(0.0)
-    }
-
-    fn record(&mut self, accepted: bool) {
-        let len = self.counts.len() as u64;
-        let c = &mut self.counts[(self.head % len) as usize];
-        c[0] += 1;
-        self.requests += 1;
-        if accepted {
-            c[1] += 1;
-            self.accepts += 1;
-        }
+        let requests = requests as f64;
+        ((requests - self.config.k * accepts as f64) / (requests + 1.0)).max(0.0)
     }
 }
 
@@ -274,7 +257,7 @@ struct Inner {
     /// Whether a dependency has it in force (its configuration's `throttle`
     /// is set); one made alone always is. Relaxed: it publishes nothing.
     on: AtomicBool,
-    window: Mutex<Window>,
+    ledger: Mutex<Ledger>,
 }
 
 impl Throttler {
@@ -305,8 +288,8 @@ impl Throttler {
     ) -> Result<Throttler, ConfigError> {
         config.validate()?;
         let base = clock.now();
-        let window = Mutex::new(Window::new(config));
-        Ok(Throttler { inner: Arc::new(Inner { clock, base, random, on: AtomicBool::new(true), window }) })
+        let ledger = Mutex::new(Ledger::new(config));
+        Ok(Throttler { inner: Arc::new(Inner { clock, base, random, on: AtomicBool::new(true), ledger }) })
     }
 
     /// A dependency's throttler: always built, in force while `config` is set.
@@ -332,9 +315,10 @@ impl Throttler {
     /// the caller has already read.
     pub(crate) fn refuses_at(&self, now: Instant, priority: Priority) -> bool {
         let p = {
-            let mut window = self.inner.window.lock();
-            window.slide(now.saturating_duration_since(self.inner.base));
-            window.probability()
+            let mut ledger = self.inner.ledger.lock();
+            let tick = ledger.tick(now.saturating_duration_since(self.inner.base));
+            ledger.window.advance(tick);
+            ledger.probability()
         };
         p > 0.0 && self.inner.random.fraction() < for_priority(p, priority)
     }
@@ -347,25 +331,23 @@ impl Throttler {
 
     /// [`record`](Self::record) at `now`, a time of the throttler's clock.
     pub(crate) fn record_at(&self, now: Instant, accepted: bool) {
-        let mut window = self.inner.window.lock();
-        window.slide(now.saturating_duration_since(self.inner.base));
-        window.record(accepted);
+        let mut ledger = self.inner.ledger.lock();
+        let tick = ledger.tick(now.saturating_duration_since(self.inner.base));
+        ledger.window.add(tick, Answers { requests: 1, accepts: u64::from(accepted) });
     }
 
     /// The window's counts and the probability a normal call is refused now.
     pub fn stats(&self) -> ThrottleStats {
-        let mut window = self.inner.window.lock();
-        window.slide(self.inner.clock.now().saturating_duration_since(self.inner.base));
-        ThrottleStats {
-            requests: window.requests,
-            accepts: window.accepts,
-            refuse_probability: window.probability(),
-        }
+        let mut ledger = self.inner.ledger.lock();
+        let tick = ledger.tick(self.inner.clock.now().saturating_duration_since(self.inner.base));
+        ledger.window.advance(tick);
+        let Answers { requests, accepts } = ledger.window.total();
+        ThrottleStats { requests, accepts, refuse_probability: ledger.probability() }
     }
 
     /// The settings in force.
     pub fn config(&self) -> Throttle {
-        self.inner.window.lock().config.clone()
+        self.inner.ledger.lock().config.clone()
     }
 
     /// Changes the settings while calls run. A new `k` or `min_requests`
@@ -374,11 +356,11 @@ impl Throttler {
     /// other times).
     pub fn reconfigure(&self, config: Throttle) -> Result<(), ConfigError> {
         config.validate()?;
-        let mut window = self.inner.window.lock();
-        if (config.window, config.buckets) == (window.config.window, window.config.buckets) {
-            window.config = config;
+        let mut ledger = self.inner.ledger.lock();
+        if (config.window, config.buckets) == (ledger.config.window, ledger.config.buckets) {
+            ledger.config = config;
         } else {
-            *window = Window::new(config);
+            *ledger = Ledger::new(config);
         }
         Ok(())
     }
@@ -409,12 +391,12 @@ impl Throttler {
 impl fmt::Debug for Throttler {
     /// Never blocks: prints `<locked>` while the window is locked.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.inner.window.try_lock() {
-            Some(w) => f
+        match self.inner.ledger.try_lock() {
+            Some(l) => f
                 .debug_struct("Throttler")
-                .field("config", &w.config)
-                .field("requests", &w.requests)
-                .field("accepts", &w.accepts)
+                .field("config", &l.config)
+                .field("requests", &l.window.total().requests)
+                .field("accepts", &l.window.total().accepts)
                 .finish(),
             None => f.write_str("Throttler(<locked>)"),
         }

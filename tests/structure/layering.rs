@@ -23,6 +23,7 @@ pub(crate) const FLOOR: &[&str] = &[
     "shadow",
     "sync",
     "time",
+    "window",
 ];
 
 /// Every `.rs` file below `dir`.
