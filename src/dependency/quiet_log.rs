@@ -1,13 +1,13 @@
-//! Refusals and timeouts, logged at `debug` in aggregate (the README's
-//! *Observability*, Logs): an overloaded dependency refuses thousands of calls
-//! a second, and a line each would bury everything else. The counting is the
-//! crate's [`Quiet`]. Nothing is taken (not even the lock) while `debug` is
-//! off for this module.
+//! Refusals and timeouts, logged at `debug` in aggregate by the crate's
+//! [`Quiet`]: an overloaded dependency refuses thousands of calls a second,
+//! and a line each would bury everything else.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use log::Level::Debug;
 
 use crate::error::{Outcome, Rejection};
-use crate::quiet::{Due, Quiet};
+use crate::quiet::Quiet;
 use crate::shadow::Policy;
 
 /// One dependency's aggregate log (see the module docs): one kind of event
@@ -20,59 +20,41 @@ pub(super) struct QuietLog {
     shadow: Quiet<{ Policy::ALL.len() }>,
 }
 
-impl QuietLog {
-    /// Counts one call ended with `outcome` at `now`: `Some` when a line is
-    /// due, with what it tells of.
-    fn note(&self, outcome: Outcome, now: Instant) -> Option<Due> {
-        self.lines.note(Outcome::ALL.iter().position(|o| *o == outcome)?, now)
-    }
+/// The place of `one` in `all`: its kind in a [`Quiet`] (past the end when absent).
+fn kind<T: PartialEq>(all: &[T], one: &T) -> usize {
+    all.iter().position(|x| x == one).unwrap_or(all.len())
+}
 
+impl QuietLog {
     /// Logs a refused call, in aggregate.
     pub(super) fn refused(&self, name: &str, rejection: Rejection) {
-        if !log::log_enabled!(log::Level::Debug) {
-            return;
-        }
-        match self.note(rejection.outcome(), Instant::now()) {
-            Some((1, _)) => log::debug!("dependency {name}: call rejected: {rejection}"),
-            Some((n, ago)) => log::debug!(
-                "dependency {name}: {n} calls rejected in the last {:?}: {rejection}",
-                ago.unwrap_or_default()
-            ),
-            None => {}
-        }
+        let kind = kind(&Outcome::ALL, &rejection.outcome());
+        self.lines.log(
+            module_path!(),
+            Debug,
+            kind,
+            format_args!("dependency {name}: call rejected: {rejection}"),
+        );
     }
 
     /// Logs a refusal `policy`, in shadow, would have made, in aggregate.
     pub(super) fn shadow_refused(&self, name: &str, policy: Policy, rejection: Rejection) {
-        if !log::log_enabled!(log::Level::Debug) {
-            return;
-        }
-        let kind = Policy::ALL.iter().position(|p| *p == policy).unwrap_or(0);
-        match self.shadow.note(kind, Instant::now()) {
-            Some((1, _)) => {
-                log::debug!("dependency {name}: {policy} in shadow would have refused a call: {rejection}")
-            }
-            Some((n, ago)) => log::debug!(
-                "dependency {name}: {policy} in shadow would have refused {n} calls in the last {:?}: {rejection}",
-                ago.unwrap_or_default()
-            ),
-            None => {}
-        }
+        self.shadow.log(
+            module_path!(),
+            Debug,
+            kind(&Policy::ALL, &policy),
+            format_args!("dependency {name}: {policy} in shadow would have refused a call: {rejection}"),
+        );
     }
 
     /// Logs a call that timed out after `waited`, in aggregate.
     pub(super) fn timed_out(&self, name: &str, waited: Duration) {
-        if !log::log_enabled!(log::Level::Debug) {
-            return;
-        }
-        match self.note(Outcome::TimedOut, Instant::now()) {
-            Some((1, _)) => log::debug!("dependency {name}: no answer within {waited:?}"),
-            Some((n, ago)) => log::debug!(
-                "dependency {name}: {n} calls with no answer by their deadline in the last {:?} \
-                 (the last waited {waited:?})",
-                ago.unwrap_or_default()
-            ),
-            None => {}
-        }
+        let kind = kind(&Outcome::ALL, &Outcome::TimedOut);
+        self.lines.log(
+            module_path!(),
+            Debug,
+            kind,
+            format_args!("dependency {name}: no answer within {waited:?}"),
+        );
     }
 }

@@ -69,19 +69,9 @@ impl Counts {
         let seat = room.try_seat(1)?;
         self.reserved_busy.fetch_add(1, Ordering::Relaxed);
         self.shadowed.add(Policy::Reserve);
-        if log::log_enabled!(log::Level::Debug) {
-            match self.shadow_quiet.note(0, Instant::now()) {
-                Some((1, _)) => log::debug!(
-                    "request pool: the reserve in shadow would have kept an ordinary request off a free thread"
-                ),
-                Some((n, ago)) => log::debug!(
-                    "request pool: the reserve in shadow would have kept {n} ordinary requests off a free thread \
-                     in the last {:?}",
-                    ago.unwrap_or_default()
-                ),
-                None => {}
-            }
-        }
+        let line =
+            "request pool: the reserve in shadow would have kept an ordinary request off a free thread";
+        self.shadow_quiet.log(module_path!(), log::Level::Debug, 0, format_args!("{line}"));
         Some(seat)
     }
 
@@ -95,17 +85,13 @@ impl Counts {
             NoSeat::Stuck => 3,
         };
         self.refused.count(reason);
-        match self.quiet.note(reason, Instant::now()) {
-            Some((1, _)) => {
-                log::warn!("request pool: refused an ordinary request ({})", REFUSAL_REASONS[reason])
-            }
-            Some((n, ago)) => log::warn!(
-                "request pool: refused {n} ordinary requests ({}) in the last {:?}",
-                REFUSAL_REASONS[reason],
-                ago.unwrap_or_default()
-            ),
-            None => {}
-        }
+        let why = REFUSAL_REASONS[reason];
+        self.quiet.log(
+            module_path!(),
+            log::Level::Warn,
+            reason,
+            format_args!("request pool: refused an ordinary request: {why}"),
+        );
     }
 }
 
