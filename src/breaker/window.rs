@@ -8,8 +8,6 @@
 //!
 //! Ignored outcomes never get here: they are neither successes nor failures.
 
-use std::ops::{AddAssign, SubAssign};
-
 use super::config::WindowKind;
 use crate::window::TimeWindow;
 
@@ -36,14 +34,21 @@ pub(crate) struct Totals {
 }
 
 impl Totals {
-    /// One outcome, from its byte.
-    fn of(bits: u8) -> Totals {
-        Totals { calls: 1, failures: u64::from(bits & 1), slow: u64::from((bits >> 1) & 1) }
+    fn add(&mut self, bits: u8) {
+        self.calls += 1;
+        self.failures += u64::from(bits & 1);
+        self.slow += u64::from((bits >> 1) & 1);
+    }
+
+    fn sub(&mut self, bits: u8) {
+        self.calls -= 1;
+        self.failures -= u64::from(bits & 1);
+        self.slow -= u64::from((bits >> 1) & 1);
     }
 
     /// Adds one outcome.
     pub(crate) fn record(&mut self, outcome: Sample) {
-        *self += Totals::of(outcome.bits());
+        self.add(outcome.bits());
     }
 
     /// `(failure rate, slow-call rate)` in percent. Callers make sure
@@ -54,27 +59,12 @@ impl Totals {
     }
 }
 
-impl AddAssign for Totals {
-    fn add_assign(&mut self, other: Totals) {
-        self.calls += other.calls;
-        self.failures += other.failures;
-        self.slow += other.slow;
-    }
-}
-
-impl SubAssign for Totals {
-    fn sub_assign(&mut self, other: Totals) {
-        self.calls -= other.calls;
-        self.failures -= other.failures;
-        self.slow -= other.slow;
-    }
-}
-
 /// A count-based or a time-based sliding window.
 #[derive(Debug)]
 pub(crate) enum Window {
     Count(CountWindow),
-    Time(TimeWindow<Totals>),
+    /// Calls, failures and slow calls a second.
+    Time(TimeWindow<3>),
 }
 
 impl Window {
@@ -93,7 +83,7 @@ impl Window {
     pub(crate) fn record(&mut self, outcome: Sample, now_sec: u64) {
         match self {
             Window::Count(w) => w.record(outcome.bits()),
-            Window::Time(w) => w.add(now_sec, Totals::of(outcome.bits())),
+            Window::Time(w) => w.add(now_sec, [1, u64::from(outcome.failed), u64::from(outcome.slow)]),
         }
     }
 
@@ -110,7 +100,10 @@ impl Window {
     pub(crate) fn totals(&self) -> Totals {
         match self {
             Window::Count(w) => w.totals,
-            Window::Time(w) => w.total(),
+            Window::Time(w) => {
+                let [calls, failures, slow] = w.total();
+                Totals { calls, failures, slow }
+            }
         }
     }
 
@@ -145,12 +138,12 @@ impl CountWindow {
     #[inline]
     fn record(&mut self, bits: u8) {
         if self.len == self.ring.len() {
-            self.totals -= Totals::of(self.ring[self.head]);
+            self.totals.sub(self.ring[self.head]);
         } else {
             self.len += 1;
         }
         self.ring[self.head] = bits;
-        self.totals += Totals::of(bits);
+        self.totals.add(bits);
         self.head += 1;
         if self.head == self.ring.len() {
             self.head = 0;

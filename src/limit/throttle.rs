@@ -11,7 +11,6 @@
 //! [`with_clock_and_seed`](Throttler::with_clock_and_seed) is exact.
 
 use std::fmt;
-use std::ops::{AddAssign, SubAssign};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -154,32 +153,11 @@ pub struct ThrottleStats {
 }
 
 /// The settings in force, and the answers of the last `window` in a
-/// [`TimeWindow`] of `buckets` buckets.
+/// [`TimeWindow`] of `buckets` buckets: `[requests, accepts]`.
 struct Ledger {
     config: Throttle,
     bucket_ns: u64,
-    window: TimeWindow<Answers>,
-}
-
-/// What one bucket of the window counts.
-#[derive(Debug, Clone, Copy, Default)]
-struct Answers {
-    requests: u64,
-    accepts: u64,
-}
-
-impl AddAssign for Answers {
-    fn add_assign(&mut self, other: Answers) {
-        self.requests += other.requests;
-        self.accepts += other.accepts;
-    }
-}
-
-impl SubAssign for Answers {
-    fn sub_assign(&mut self, other: Answers) {
-        self.requests -= other.requests;
-        self.accepts -= other.accepts;
-    }
+    window: TimeWindow<2>,
 }
 
 impl Ledger {
@@ -194,7 +172,7 @@ impl Ledger {
 
     /// The probability a normal call is refused now.
     fn probability(&self) -> f64 {
-        let Answers { requests, accepts } = self.window.total();
+        let [requests, accepts] = self.window.total();
         if requests < u64::from(self.config.min_requests) {
             return 0.0;
         }
@@ -333,7 +311,7 @@ impl Throttler {
     pub(crate) fn record_at(&self, now: Instant, accepted: bool) {
         let mut ledger = self.inner.ledger.lock();
         let tick = ledger.tick(now.saturating_duration_since(self.inner.base));
-        ledger.window.add(tick, Answers { requests: 1, accepts: u64::from(accepted) });
+        ledger.window.add(tick, [1, u64::from(accepted)]);
     }
 
     /// The window's counts and the probability a normal call is refused now.
@@ -341,7 +319,7 @@ impl Throttler {
         let mut ledger = self.inner.ledger.lock();
         let tick = ledger.tick(self.inner.clock.now().saturating_duration_since(self.inner.base));
         ledger.window.advance(tick);
-        let Answers { requests, accepts } = ledger.window.total();
+        let [requests, accepts] = ledger.window.total();
         ThrottleStats { requests, accepts, refuse_probability: ledger.probability() }
     }
 
@@ -395,8 +373,8 @@ impl fmt::Debug for Throttler {
             Some(l) => f
                 .debug_struct("Throttler")
                 .field("config", &l.config)
-                .field("requests", &l.window.total().requests)
-                .field("accepts", &l.window.total().accepts)
+                .field("requests", &l.window.total()[0])
+                .field("accepts", &l.window.total()[1])
                 .finish(),
             None => f.write_str("Throttler(<locked>)"),
         }

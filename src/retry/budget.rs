@@ -1,7 +1,6 @@
 //! [`RetryBudget`]: the calls and retries of one dependency over the last
 //! [`Retry::BUDGET_WINDOW`], and whether one more retry fits.
 
-use std::ops::{AddAssign, SubAssign};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -33,32 +32,12 @@ struct Balance {
     ratio: f64,
     /// Retries the floor allows per window: `min_per_sec x window seconds`.
     floor: u64,
-    window: TimeWindow<Traffic>,
+    window: TimeWindow<2>,
 }
 
-/// What one bucket of the window counts.
-#[derive(Debug, Clone, Copy, Default)]
-struct Traffic {
-    calls: u64,
-    retries: u64,
-}
-
-const CALL: Traffic = Traffic { calls: 1, retries: 0 };
-const RETRY: Traffic = Traffic { calls: 0, retries: 1 };
-
-impl AddAssign for Traffic {
-    fn add_assign(&mut self, other: Traffic) {
-        self.calls += other.calls;
-        self.retries += other.retries;
-    }
-}
-
-impl SubAssign for Traffic {
-    fn sub_assign(&mut self, other: Traffic) {
-        self.calls -= other.calls;
-        self.retries -= other.retries;
-    }
-}
+/// A bucket's counts: `[calls, retries]`.
+const CALL: [u64; 2] = [1, 0];
+const RETRY: [u64; 2] = [0, 1];
 
 impl RetryBudget {
     pub(crate) fn new(retry: &Retry, now: Instant) -> Self {
@@ -97,7 +76,7 @@ impl RetryBudget {
     /// it, the one the token came from.
     pub(crate) fn refund(&self, now: Instant) {
         let second = self.second(now);
-        self.balance.lock().window.take_back(second, RETRY, |t| t.retries > 0);
+        self.balance.lock().window.take_back(second, RETRY);
     }
 
     /// Takes one retry from the budget if it allows one, and says whether it did.
@@ -105,7 +84,7 @@ impl RetryBudget {
         let second = self.second(now);
         let mut balance = self.balance.lock();
         balance.window.advance(second);
-        let Traffic { calls, retries } = balance.window.total();
+        let [calls, retries] = balance.window.total();
         // Ratio arithmetic in f64: exact for any count a window can hold.
         let allowed = balance.ratio * calls as f64 + balance.floor as f64;
         if (retries + 1) as f64 > allowed {
