@@ -185,19 +185,4 @@ mod tests {
         w.record(FAIL, 0);
         assert_eq!(w.totals(), totals(1, 1, 0));
     }
-
-    #[test]
-    fn count_window_of_one() {
-        let mut w = Window::new(WindowKind::Count(1));
-        for i in 0..5 {
-            w.record(if i % 2 == 0 { FAIL } else { OK }, 0);
-            assert_eq!(w.totals(), totals(1, u64::from(i % 2 == 0), 0));
-        }
-    }
-
-    #[test]
-    fn rates_in_percent() {
-        let (f, s) = totals(4, 1, 3).rates();
-        assert_eq!((f, s), (25.0, 75.0));
-    }
 }
