@@ -28,11 +28,10 @@ fn kind<T: PartialEq>(all: &[T], one: &T) -> usize {
 impl QuietLog {
     /// Logs a refused call, in aggregate.
     pub(super) fn refused(&self, name: &str, rejection: Rejection) {
-        let kind = kind(&Outcome::ALL, &rejection.outcome());
         self.lines.log(
             module_path!(),
             Debug,
-            kind,
+            kind(&Outcome::ALL, &rejection.outcome()),
             format_args!("dependency {name}: call rejected: {rejection}"),
         );
     }
@@ -49,11 +48,10 @@ impl QuietLog {
 
     /// Logs a call that timed out after `waited`, in aggregate.
     pub(super) fn timed_out(&self, name: &str, waited: Duration) {
-        let kind = kind(&Outcome::ALL, &Outcome::TimedOut);
         self.lines.log(
             module_path!(),
             Debug,
-            kind,
+            kind(&Outcome::ALL, &Outcome::TimedOut),
             format_args!("dependency {name}: no answer within {waited:?}"),
         );
     }
