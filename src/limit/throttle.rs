@@ -156,18 +156,23 @@ pub struct ThrottleStats {
 /// [`TimeWindow`] of `buckets` buckets: `[requests, accepts]`.
 struct Ledger {
     config: Throttle,
+    /// The clock's reading at tick 0.
+    base: Instant,
     bucket_ns: u64,
     window: TimeWindow<2>,
 }
 
 impl Ledger {
-    fn new(config: Throttle) -> Ledger {
-        Ledger { bucket_ns: config.bucket_ns(), window: TimeWindow::new(config.buckets as usize), config }
+    fn new(config: Throttle, base: Instant) -> Ledger {
+        let window = TimeWindow::new(config.buckets as usize);
+        Ledger { base, bucket_ns: config.bucket_ns(), window, config }
     }
 
-    /// The bucket of `since_base`.
-    fn tick(&self, since_base: Duration) -> u64 {
-        crate::time::saturating_nanos(since_base) / self.bucket_ns
+    /// Slides the window to `now`, and says which tick that is.
+    fn slide(&mut self, now: Instant) -> u64 {
+        let tick = crate::time::saturating_nanos(now.saturating_duration_since(self.base)) / self.bucket_ns;
+        self.window.advance(tick);
+        tick
     }
 
     /// The probability a normal call is refused now.
@@ -230,7 +235,6 @@ pub struct Throttler {
 
 struct Inner {
     clock: Arc<dyn Clock>,
-    base: Instant,
     random: JitterSource,
     /// Whether a dependency has it in force (its configuration's `throttle`
     /// is set); one made alone always is. Relaxed: it publishes nothing.
@@ -265,9 +269,8 @@ impl Throttler {
         random: JitterSource,
     ) -> Result<Throttler, ConfigError> {
         config.validate()?;
-        let base = clock.now();
-        let ledger = Mutex::new(Ledger::new(config));
-        Ok(Throttler { inner: Arc::new(Inner { clock, base, random, on: AtomicBool::new(true), ledger }) })
+        let ledger = Mutex::new(Ledger::new(config, clock.now()));
+        Ok(Throttler { inner: Arc::new(Inner { clock, random, on: AtomicBool::new(true), ledger }) })
     }
 
     /// A dependency's throttler: always built, in force while `config` is set.
@@ -294,8 +297,7 @@ impl Throttler {
     pub(crate) fn refuses_at(&self, now: Instant, priority: Priority) -> bool {
         let p = {
             let mut ledger = self.inner.ledger.lock();
-            let tick = ledger.tick(now.saturating_duration_since(self.inner.base));
-            ledger.window.advance(tick);
+            ledger.slide(now);
             ledger.probability()
         };
         p > 0.0 && self.inner.random.fraction() < for_priority(p, priority)
@@ -310,15 +312,14 @@ impl Throttler {
     /// [`record`](Self::record) at `now`, a time of the throttler's clock.
     pub(crate) fn record_at(&self, now: Instant, accepted: bool) {
         let mut ledger = self.inner.ledger.lock();
-        let tick = ledger.tick(now.saturating_duration_since(self.inner.base));
+        let tick = ledger.slide(now);
         ledger.window.add(tick, [1, u64::from(accepted)]);
     }
 
     /// The window's counts and the probability a normal call is refused now.
     pub fn stats(&self) -> ThrottleStats {
         let mut ledger = self.inner.ledger.lock();
-        let tick = ledger.tick(self.inner.clock.now().saturating_duration_since(self.inner.base));
-        ledger.window.advance(tick);
+        ledger.slide(self.inner.clock.now());
         let [requests, accepts] = ledger.window.total();
         ThrottleStats { requests, accepts, refuse_probability: ledger.probability() }
     }
@@ -338,7 +339,7 @@ impl Throttler {
         if (config.window, config.buckets) == (ledger.config.window, ledger.config.buckets) {
             ledger.config = config;
         } else {
-            *ledger = Ledger::new(config);
+            *ledger = Ledger::new(config, ledger.base);
         }
         Ok(())
     }
