@@ -1,5 +1,4 @@
-//! Shadow mode: a policy tried on live traffic before it bites.
-//!
+//! Shadow mode, a policy tried on live traffic before it bites:
 //! [`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)`(Policy::Breaker)`
 //! (any [`Policy`]; in a file `shadow = ["breaker"]`; live through
 //! `reconfigure`, from the next call) puts a policy in shadow. It decides every

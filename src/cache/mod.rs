@@ -40,10 +40,9 @@
 //! its [`ttl`](CacheBuilder::ttl) gives it. Failures (an `Ok(500)` judged one
 //! included), rejections, timeouts and ignored answers (a 403) are never kept.
 //!
-//! - **One call per key.** Concurrent misses of a key share one call,
-//!   detached on a worker so no caller's deadline cuts it short; each caller
-//!   waits for it until its own deadline. The call runs under the
-//!   dependency's own timeout: keep it inside the request budget, so a hung
+//! - **One call per key.** Concurrent misses of a key share one call, under
+//!   the dependency's timeout, not a caller's; each caller waits until its own
+//!   deadline. Keep that timeout inside the request budget, so a hung
 //!   provider's shared calls fail, and open the breaker, while callers wait.
 //! - **The last good value** is opt-in: [`serve_stale`](CacheBuilder::serve_stale)
 //!   answers a failed, refused or timed-out miss with the key's last good

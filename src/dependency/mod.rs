@@ -1,12 +1,7 @@
 //! [`Dependency`]: a circuit breaker, a dedicated bounded worker pool and a
 //! timeout (and optionally retries, hedges, limits), put together on the
-//! call path.
-//!
-//! # Ways to call
-//!
-//! [`Dependency::call`] (one attempt, waits), [`Dependency::spawn`]
-//! (fire-and-forget: admitted or refused at once, its outcome recorded as any
-//! call's) and [`Dependency::with`], a [`CallBuilder`] of options.
+//! call path: [`call`](Dependency::call), [`spawn`](Dependency::spawn) and
+//! [`with`](Dependency::with), a [`CallBuilder`] of options.
 //!
 //! # What counts as a failure
 //!

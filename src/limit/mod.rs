@@ -2,9 +2,8 @@
 //! latency, and its [`LimitPermit`] (`limiter.rs`); [`RateLimiter`], a rate
 //! and a burst whose callers wait for a permit only as long as their
 //! deadline allows (`rate.rs`); and [`Throttler`], client-side adaptive
-//! throttling (`throttle.rs`). A dependency asks the throttler, then the rate
-//! limit, the breaker and the adaptive limit; the breaker never records a call
-//! they refuse.
+//! throttling (`throttle.rs`), asked in this order around the breaker
+//! (throttle, rate, breaker, limit), which never records a call they refuse.
 //!
 //! # A provider in brownout
 //!

@@ -18,9 +18,8 @@
 //!   [`Error::outcome`](crate::Error::outcome); breaker state; pool gauges;
 //!   the histograms `watertight_call_seconds`, `watertight_queue_wait_seconds`,
 //!   `watertight_run_seconds`), and registered caches' counts labelled `cache`.
-//! - **Tracing.** With the `tracing` feature each job runs in a span whose
-//!   parent is the caller's, on the worker; rejections, timeouts and
-//!   transitions are events.
+//! - **Tracing** (feature `tracing`): each job runs in a span whose parent is
+//!   the caller's; rejections, timeouts and transitions are events.
 //! - **Logs**, through `log`: transitions at `info`, stalls and detached
 //!   failures at `warn`, refusals and timeouts at `debug` in aggregate (a line
 //!   a second per dependency and reason, with the count).

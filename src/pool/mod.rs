@@ -7,9 +7,8 @@
 //! # Pool and deadline
 //!
 //! - Workers are fixed, the queue is bounded, and submission never blocks: a
-//!   full queue is [`QueueFull`](crate::Rejection::QueueFull) at once, the job
-//!   handed back ([`SubmitError::into_job`]), unless the caller may wait for
-//!   room (below).
+//!   full queue is [`QueueFull`](crate::Rejection::QueueFull) at once (the job
+//!   handed back: [`SubmitError::into_job`]), unless the caller may wait.
 //! - The deadline covers the queue wait and the run. A job whose deadline
 //!   passed in the queue, or whose caller has gone, never starts (`expired`).
 //!   A call whose deadline the queued work would outlast is refused at once
@@ -19,9 +18,8 @@
 //!   timed out is *abandoned* and keeps its worker until it returns, so the
 //!   pool never runs more than `workers` jobs, and counts it.
 //! - A panicking job answers [`Error::Panicked`](crate::Error::Panicked); its
-//!   worker lives on. [`Pool::shutdown`] stops admitting (`ShuttingDown`), lets
-//!   running and queued work finish within the grace and answers every caller
-//!   still queued.
+//!   worker lives on. [`Pool::shutdown`] lets work finish within the grace
+//!   and answers every caller still queued.
 //!
 //! # Waiting for room, by time
 //!
@@ -78,13 +76,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! **PostgreSQL.** A socket timeout frees the worker, but the server goes on
-//! with the query: set `statement_timeout` per query from what is left, and
-//! cancel the query on the server when the call is cancelled. A connection
-//! whose call timed out is in doubt (a reply on its way, a setting still set):
-//! drop it, never hand it back to a pool. To ignore a violated constraint
-//! (SQLSTATE `23...`) as a 4xx, give the call a classifier
-//! ([`CallBuilder::classify`](crate::CallBuilder::classify)).
+//! **PostgreSQL.** A socket timeout frees the worker, but the server goes on:
+//! set `statement_timeout` per query from what is left, and cancel the query
+//! when the call is cancelled. Drop a connection whose call timed out (a reply
+//! may be on its way), never hand it back to a pool. To ignore a violated
+//! constraint (SQLSTATE `23...`) as a 4xx, give the call a classifier.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -104,11 +100,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! **A client's own connection pool** (r2d2 and the like): give it at least
-//! as many connections as workers, and a checkout wait (r2d2's
-//! `connection_timeout`, 30 s by default) shorter than the call's timeout.
-//! Else, while the database refuses connections, each checkout waits that
-//! long: a fast "connection refused" becomes a timeout, and a worker held.
+//! **A client's own connection pool** (r2d2...): give it at least as many
+//! connections as workers, and a checkout wait (`connection_timeout`, 30 s by
+//! default) shorter than the call's timeout, else a fast "connection refused"
+//! becomes a timeout at the deadline, and a worker held past it.
 //!
 //! How an answer travels from worker to caller, and how shutdown drains, is
 //! told in the notes beside this file (`src/pool/`); the reply slot's state

@@ -18,9 +18,8 @@
 //! default) holds `workers + queue`, `detached` (only ever spawned) none, a
 //! fan-out group's legs the largest leg, once per group.
 //!
-//! [`Registry::check_capacity`] takes the request pool's size, or a
-//! [`RequestThreads`] with a reserve and a request budget, and compares each
-//! hold with the threads left after the reserve (`available`). It only
+//! [`Registry::check_capacity`] compares each hold with the request threads
+//! left after the reserve (`available`; see [`RequestThreads`]). It only
 //! reports; `Config::build` refuses an error and logs the warnings.
 //!
 //! | finding | level |

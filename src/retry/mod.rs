@@ -10,9 +10,8 @@
 //! never a rejection or an ignored 4xx. Backoff is exponential. A retry budget
 //! (at most 20 % of calls, plus 10 a second, shared with hedges) keeps retries
 //! from multiplying an outage. A retry never sleeps past the deadline, asks the
-//! breaker before it sleeps, and answers with the last real error. A retried
-//! call holds its request thread between attempts too: give it an
-//! [`overall_timeout`](RetryBuilder::overall_timeout) within the request budget.
+//! breaker before it sleeps, and answers with the last real error. It holds
+//! its caller between attempts: keep [`overall_timeout`](RetryBuilder::overall_timeout) within the request budget.
 
 mod budget;
 mod jitter;

@@ -28,15 +28,13 @@
 //!
 //! - **A reserved share** ([`Reserve`]) keeps threads other requests never
 //!   take. Reserve only routes that call no provider that could hang.
-//! - **Any synchronous server.** [`RequestPool::enter`] gives rouille or
-//!   tiny_http served by hand the same count, reserve, budget and gauges
-//!   (`examples/trips.rs`). An ordinary request that finds the ordinary share
-//!   full waits on its own thread when the wait it can expect fits
-//!   [`max_wait`](ServerConfigBuilder::max_wait) (100 ms) and its budget, by
-//!   the [pool's rule](crate::pool#waiting-for-room-by-time); else it is
-//!   refused [`EnterError::Busy`] (`503`), counted by reason. The waiting
-//!   request holds one of the server's threads: give it a few more than the
-//!   pool counts.
+//! - **Any synchronous server.** [`RequestPool::enter`] gives rouille the
+//!   same count, reserve, budget and gauges (`examples/trips.rs`). An ordinary
+//!   request that finds the ordinary share full waits on its own thread by
+//!   the [pool's rule](crate::pool#waiting-for-room-by-time), within
+//!   [`max_wait`](ServerConfigBuilder::max_wait) and its budget, else is
+//!   refused [`EnterError::Busy`] (`503`). It holds one of the server's own
+//!   threads meanwhile: give the server a few more than the pool counts.
 //! - **The crate's own server** admits the same way, but a waiting request
 //!   holds no thread: it is bounded by its budget, and leaves when the line
 //!   stands or stops moving, answered `503 SERVER_BUSY`; on shutdown every
