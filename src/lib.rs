@@ -145,7 +145,7 @@ pub use tiny_http;
 #[cfg(feature = "ureq")]
 pub use ureq;
 
-// The README's examples are compiled and run as doctests, so they cannot rot.
+// The guide's examples are compiled and run as doctests, so they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -15,8 +15,8 @@
 //!   ([`DeadlineUnmeetable`](crate::Rejection::DeadlineUnmeetable)).
 //! - The job sees what is left ([`CallContext::remaining`]) and makes it its
 //!   own I/O timeout (below). A worker cannot be killed: work whose caller
-//!   timed out is *abandoned* and keeps its worker until it returns, so the
-//!   pool never runs more than `workers` jobs, and counts it.
+//!   timed out is *abandoned* (and counted so) and keeps its worker until it
+//!   returns, so the pool never runs more than `workers` jobs.
 //! - A panicking job answers [`Error::Panicked`](crate::Error::Panicked); its
 //!   worker lives on. [`Pool::shutdown`] lets work finish within the grace
 //!   and answers every caller still queued.
