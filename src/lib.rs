@@ -39,16 +39,13 @@
 //!   [hang detection](dependency#a-hang-is-caught-within-one-timeout),
 //!   [fan-out, hedging and priorities](dependency#fan-out-hedging-priorities),
 //!   [caller-thread mode](dependency#where-calls-run): [`dependency`].
-//! - The breaker's states, windows and defaults: [`breaker`].
-//! - [The pool and its deadline](pool#pool-and-deadline),
-//!   [waiting for room](pool#waiting-for-room-by-time),
-//!   [clients that are not ureq](pool#clients-that-are-not-ureq) (timeouts,
-//!   cancellation, PostgreSQL, connection pools): [`pool`].
-//! - Retry and its budget: [`retry`]. Adaptive and rate limits, throttling:
-//!   [`limit`]. Shadow mode: [`shadow`].
-//! - [Sizing and `check_capacity`](registry#sizing), snapshots, history:
-//!   [`registry`].
-//! - Serving requests (the request pool, the reserve, the guard): [`server`].
+//! - [The pool and its deadline](pool#pool-and-deadline), [waiting for
+//!   room](pool#waiting-for-room-by-time), [clients that are not
+//!   ureq](pool#clients-that-are-not-ureq) (PostgreSQL, sockets): [`pool`].
+//! - The breaker's states and windows: [`breaker`]. Retry and its budget:
+//!   [`retry`]. Limits and throttling: [`limit`]. Shadow mode: [`shadow`].
+//! - [Sizing and `check_capacity`](registry#sizing): [`registry`]. Serving
+//!   requests (the request pool, the reserve, the guard): [`server`].
 //! - Keeping answers: [`cache`] (feature `cache`). Prometheus and logs:
 //!   [`metrics`] (`prometheus`). ureq's deadline and outcome table: [`http`]
 //!   (`ureq`). Spans across the hop: feature `tracing`.
