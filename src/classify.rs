@@ -2,7 +2,7 @@
 //! that maps a job's error to one, and the [`Classifier`] of a whole outcome
 //! (by default [`ByError`]).
 //!
-//! The rule is the README's Semantics, *What counts as a failure*.
+//! The rule: [`dependency`](crate::dependency#what-counts-as-a-failure).
 
 /// How one completed call counts in a breaker's window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

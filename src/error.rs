@@ -211,8 +211,8 @@ pub enum Error<E> {
     },
     /// No answer came before the deadline: the job, if it had started, is
     /// abandoned to finish on its worker. Also the answer when the deadline
-    /// came while the call waited for room or a permit (the README's
-    /// Semantics, *A deadline is a timeout*).
+    /// came while the call waited for room or a permit ([a deadline is a
+    /// timeout](crate::pool#waiting-for-room-by-time)).
     Timeout {
         /// How long the caller waited, from the call to giving up.
         waited: Duration,

@@ -18,7 +18,7 @@
 //!
 //! # The outcome table
 //!
-//! The README's rule (*What counts as a failure*), for every `ureq::Error`:
+//! The [rule](crate::dependency#what-counts-as-a-failure), for every `ureq::Error`:
 //!
 //! | `ureq::Error`                                   | Verdict   | Why |
 //! |-------------------------------------------------|-----------|-----|

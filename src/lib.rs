@@ -1,21 +1,12 @@
 //! Blocking, thread-pool bulkheads for synchronous, thread-per-request servers.
 //!
-//! A server with a fixed pool of request threads that calls a provider over
-//! blocking I/O loses every request thread to that provider the day it hangs,
-//! and with them every endpoint, even those that never call it. watertight
-//! gives each dependency its own compartment, a [`Dependency`]:
-//!
-//! - a fixed [`Pool`](pool::Pool) of worker threads with a bounded queue, so a hung
-//!   provider floods only its own workers;
-//! - a [`Breaker`](breaker::Breaker) in front of it, so a failing provider is not called at all
-//!   while it recovers;
-//! - a timeout on every call, so the request thread waits at most that long,
-//!   and the job sees what is left of it ([`CallContext::remaining`]) to use
-//!   as its own socket timeout.
-//!
-//! The request thread gets an explicit answer at once or by the deadline:
-//! the job's result, or an [`Error`] saying it was rejected, timed out,
-//! failed or panicked.
+//! A server whose request threads call a provider over blocking I/O loses them
+//! all the day that provider hangs, and with them every route, even those that
+//! never call it. watertight gives each dependency its own compartment, a
+//! [`Dependency`]: a fixed worker [`Pool`](pool::Pool) with a bounded queue,
+//! entered through a [`Breaker`](breaker::Breaker) and under a deadline. The
+//! request thread gets the job's result, or an [`Error`] saying it was
+//! rejected, timed out, failed or panicked, at once or by the deadline.
 //!
 //! ```
 //! use std::time::Duration;
@@ -28,33 +19,40 @@
 //!     .breaker(BreakerConfig::count_based(10).minimum_calls(2))
 //!     .build()?;
 //!
-//! // A healthy call: the job runs on a worker named "watertight-fraud-<i>".
+//! // The job runs on a worker and sees what is left of the deadline.
 //! let ok = fraud.call(|ctx: &CallContext| Ok::<_, std::io::Error>(ctx.remaining() > Duration::ZERO));
 //! assert!(ok.unwrap());
-//!
-//! // A provider that never answers in time: the caller gets `Timeout` at the deadline.
+//! // A provider that never answers in time: `Timeout` at the deadline.
 //! let late = fraud.call(|ctx: &CallContext| {
 //!     std::thread::sleep(ctx.remaining() + Duration::from_millis(50));
 //!     Ok::<_, std::io::Error>(false)
 //! });
 //! assert!(matches!(late, Err(Error::Timeout { .. })));
-//!
-//! // One success and one timeout: a 50 % failure rate over `minimum_calls(2)`
-//! // opens the breaker, and from now on the answer is immediate.
-//! let rejected = fraud.call(|_ctx: &CallContext| Ok::<_, std::io::Error>(true)).unwrap_err();
-//! assert!(rejected.is_rejected());
+//! // One failure in two calls opens the breaker: the answer is now immediate.
+//! assert!(fraud.call(|_: &CallContext| Ok::<_, std::io::Error>(true)).unwrap_err().is_rejected());
 //! # Ok::<(), watertight::ConfigError>(())
 //! ```
 //!
-//! What counts as a failure is decided by [`Classify`] (or a classifier given
-//! to [`CallBuilder::classify`](crate::CallBuilder::classify)); retries
-//! ([`Retry`](retry::Retry), through [`CallBuilder::retry`](crate::CallBuilder::retry))
-//! sit outside the breaker. The rules are the README's Semantics.
+//! # Where each rule lives
 //!
-//! [`server`] is the request pool of any synchronous server
-//! ([`RequestPool`](server::RequestPool)). The features, and what each adds
-//! ([`http`], [`server::serve`], [`metrics`], [`cache`], [`testing`], `tracing`):
-//! the README's *Features*.
+//! - Calling, [what counts as a failure](dependency#what-counts-as-a-failure),
+//!   [hang detection](dependency#a-hang-is-caught-within-one-timeout),
+//!   [fan-out, hedging and priorities](dependency#fan-out-hedging-priorities),
+//!   [caller-thread mode](dependency#where-calls-run): [`dependency`].
+//! - [The pool and its deadline](pool#pool-and-deadline), [waiting for
+//!   room](pool#waiting-for-room-by-time), [clients that are not
+//!   ureq](pool#clients-that-are-not-ureq) (PostgreSQL, sockets): [`pool`].
+//! - The breaker's states and windows: [`breaker`]. Retry and its budget:
+//!   [`retry`]. Limits and throttling: [`limit`]. Shadow mode: [`shadow`].
+//! - [Sizing and `check_capacity`](registry#sizing): [`registry`]. Serving
+//!   requests (the request pool, the reserve, the guard): [`server`].
+//! - Keeping answers: [`cache`] (feature `cache`). Prometheus and logs:
+//!   [`metrics`] (`prometheus`). ureq's deadline and outcome table: [`http`]
+//!   (`ureq`). Spans across the hop: feature `tracing`.
+#![cfg_attr(feature = "serde", doc = "- Configuration files: [`config`] (feature `serde`).")]
+#![cfg_attr(not(feature = "serde"), doc = "- Configuration files: `config` (feature `serde`).")]
+#![cfg_attr(feature = "testing", doc = "- Fake providers for incident tests: [`testing`] (feature `testing`).")]
+#![cfg_attr(not(feature = "testing"), doc = "- Fake providers for incident tests: `testing` (feature `testing`).")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
@@ -145,7 +143,7 @@ pub use tiny_http;
 #[cfg(feature = "ureq")]
 pub use ureq;
 
-// The README's examples are compiled and run as doctests, so they cannot rot.
+// The guide's examples are compiled and run as doctests, so they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -1,4 +1,17 @@
-//! Shadow mode: what it promises is the README's Semantics, *Shadow mode*.
+//! Shadow mode, a policy tried on live traffic before it bites:
+//! [`DependencyBuilder::shadow`](crate::DependencyBuilder::shadow)`(Policy::Breaker)`
+//! (any [`Policy`]; in a file `shadow = ["breaker"]`; live through
+//! `reconfigure`, from the next call) puts a policy in shadow. It decides every
+//! call as it would and keeps its state as it would, but a call it would have
+//! refused goes through, unseen by it (no breaker permit, no limit permit, no
+//! place, no throttler request), so its next decisions are the ones it would
+//! make enforced: the breaker still opens, half-opens and closes on the calls
+//! it permits. Each refusal it would have made is counted
+//! ([`DependencySnapshot::shadow_refused`](crate::DependencySnapshot::shadow_refused),
+//! `watertight_shadow_refusals_total{dependency,policy,reason}`), announced as
+//! [`Event::ShadowRefused`](crate::dependency::Event::ShadowRefused) and logged
+//! at `debug` in aggregate. Shadow is not off: a policy's kill switch (no
+//! limit, a disabled breaker) still turns it off entirely.
 //!
 //! One mechanism for every policy: a [`Shadow`] set says which [`Policy`]s
 //! are in shadow, and the one admission (`dependency/attempt.rs`, and the

@@ -98,7 +98,7 @@ pub(crate) use imp::*;
 ///   burns a core between paced calls (at 50 us, 2.2-2.7x the CPU a call of
 ///   a bare channel round trip takes, in `benches/overhead.rs`).
 ///
-/// Figures, runs and machine: `benches/README.md`.
+/// Figures, runs and machine: the benches' notes (`benches/`).
 pub(crate) const CALLER_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// See [`CALLER_SPIN`].

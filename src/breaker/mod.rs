@@ -2,6 +2,21 @@
 //! reports one call's [`Verdict`](crate::Verdict) and duration, and the rates over a sliding
 //! window decide when the provider is considered down.
 //!
+//! # Rules
+//!
+//! Windows are count-based (the last N calls) or time-based (the last N
+//! seconds, one-second buckets). Once [`minimum_calls`](BreakerConfig::minimum_calls)
+//! are in the window, CLOSED opens when the failure rate or the slow-call rate
+//! (calls longer than `slow_call_duration`, successes too) reaches its
+//! threshold; [what counts as a failure](crate::dependency#what-counts-as-a-failure)
+//! is the call's classifier's word, and an ignored outcome counts in neither
+//! rate. OPEN rejects with [`NotPermitted`](crate::Rejection::NotPermitted) for
+//! `open_for` (growing with [`OpenBackoff`] if set); the next call moves it to
+//! HALF_OPEN, which admits `half_open_calls` probes and decides when all have
+//! reported. It also opens when its workers stall ([the stall
+//! rule](crate::dependency#a-hang-is-caught-within-one-timeout)). Defaults are
+//! Resilience4j's; transitions are logged at `info` and sent to listeners.
+//!
 //! # States
 //!
 //! ```text
@@ -61,7 +76,6 @@
 //! current one. A call permitted in an earlier CLOSED window or an earlier
 //! half-open round still counts in the lifetime totals, but can never take
 //! or give back a slot of the current round, nor land in a fresh window.
-//!
 
 mod acquire;
 mod announce;

@@ -32,15 +32,35 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # What is kept
+//!
+//! A miss's outcome is the call's, judged once by the call's classifier
+//! ([`Cache::get_or_call_with`], or the error's `Classify`) for the breaker
+//! and the cache alike: only an `Ok` judged a success is kept, for the time
+//! its [`ttl`](CacheBuilder::ttl) gives it. Failures (an `Ok(500)` judged one
+//! included), rejections, timeouts and ignored answers (a 403) are never kept.
+//!
+//! - **One call per key.** Concurrent misses of a key share one call, under
+//!   the dependency's timeout, not a caller's; each caller waits until its own
+//!   deadline. Keep that timeout inside the request budget, so a hung
+//!   provider's shared calls fail, and open the breaker, while callers wait.
+//! - **The last good value** is opt-in: [`serve_stale`](CacheBuilder::serve_stale)
+//!   answers a failed, refused or timed-out miss with the key's last good
+//!   value if it expired at most that long ago ([`Cached::stale`]), never an
+//!   ignored answer (a real 403). Off by default: where failing open means
+//!   "permissions wide open", fail closed, and never stretch a TTL.
+//! - **Refresh ahead** is opt-in: [`refresh_after`](CacheBuilder::refresh_after)
+//!   answers a hit older than that at once and starts one shared call in the
+//!   background if the pool has room; a failed refresh keeps the value.
+//! - **A fan-out leg**: [`Cache::fan`]; a hit's leg has its answer at once.
+//!   Counts: [`Cache::snapshot`], and `/metrics` for a cache given to
+//!   [`Registry::register_cache`](crate::Registry::register_cache).
+//!
 //! # How it does it
 //!
-//! What is kept, single flight, the last good value (and why it is off by
-//! default), removal, refresh ahead and fan-out legs are the README's
-//! *Keeping answers*. A hit touches nothing and records nothing on the
-//! dependency. A miss is one detached call
+//! A hit touches nothing on the dependency. A miss is one detached call
 //! ([`CallBuilder::spawn_with`](crate::CallBuilder::spawn_with)), judged on
-//! the worker by the call's classifier for the breaker and the cache alike;
-//! a refresh ahead is one that never waits.
+//! the worker; a refresh ahead is one that never waits.
 //!
 //! - **Waiting is bounded.** Each waiting caller holds a seat of a [`Room`]
 //!   (the crate's one wait for room) of
@@ -49,7 +69,8 @@
 //!   refused as a full queue would be. A worker that has just landed an
 //!   answer is busy until it returns to its pool: with a `max_wait` of zero,
 //!   a miss right after an answer may find no room.
-//! - **Removal wins.** A landing keeps its answer only while its flight is
+//! - **Removal wins.** [`remove`](Cache::remove) during a key's shared call:
+//!   the answer reaches its callers and is not kept. A landing keeps its answer only while its flight is
 //!   still the key's, checked under the lock that [`remove`](Cache::remove)
 //!   takes (flight.rs).
 //!

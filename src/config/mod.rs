@@ -1,6 +1,19 @@
-//! Configuration from files (feature `serde`); the rules (one type per
-//! part, defaults, strict fields, paths in errors) are the README's
-//! *Configuration*.
+//! Configuration from files (feature `serde`): the request pool (its
+//! `request_threads`, `reserve` and `request_budget`) and each dependency by
+//! name. Each section is the part's own configuration type
+//! ([`DependencyConfig`], [`BreakerConfig`](crate::breaker::BreakerConfig),
+//! [`Retry`](crate::retry::Retry), ...): the one
+//! the builders set and [`Dependency::config`](crate::Dependency::config)
+//! returns, so a file, a builder and live reconfiguration speak one language.
+//! A field left out takes the default, an unknown field is refused, and every
+//! error names the path of the bad field. [`Config::build`] fills a
+//! [`Registry`] and applies the
+//! [capacity rule](crate::registry#sizing). `examples/checkout/watertight.toml`
+//! is the demo's, with its sizing reasoned out.
+//!
+//! [`Dependency::reconfigure`](crate::Dependency::reconfigure) applies new
+//! settings while calls run: the pool resizes in place, the breaker keeps its
+//! state, every call gets one answer.
 //!
 //! Durations are `humantime` strings (`"1m 30s"`); a bare number is refused,
 //! since `3` could be seconds or milliseconds. The crate reads no file format

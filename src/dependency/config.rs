@@ -26,7 +26,7 @@ use crate::time::{MAX_TIMEOUT, saturating_nanos};
 /// [`Dependency::reconfigure`](crate::Dependency::reconfigure) applies.
 ///
 /// With the `serde` feature it is also the file section of one dependency
-/// (`[dependencies.fraud]`, see [`config`](crate::config)) and the JSON a
+/// (`[dependencies.fraud]` of a `watertight::config` file) and the JSON a
 /// service can read and write live.
 ///
 /// ```toml

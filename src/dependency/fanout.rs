@@ -12,7 +12,7 @@
 //!
 //! # Who drives
 //!
-//! The caller's thread, and no other (the README's Semantics, *Fan-out*).
+//! The caller's thread, and no other ([`dependency`](crate::dependency#fan-out-hedging-priorities)).
 //! [`FanOut::start`] (or [`CallBuilder::fan`](super::CallBuilder::fan))
 //! admits and submits a leg's first attempt and returns, once room comes if
 //! it waits for room (start first the legs least likely to wait).

@@ -3,7 +3,7 @@
 //!
 //! The first attempt is admitted as any blocking call's; each hedge as a
 //! [`Form::Hedge`], when it cannot make an outage worse. What a hedge
-//! promises: the README's Semantics, *Hedging*.
+//! promises: [`dependency`](crate::dependency#fan-out-hedging-priorities).
 //!
 //! # Who records what
 //!

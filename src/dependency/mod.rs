@@ -1,6 +1,60 @@
 //! [`Dependency`]: a circuit breaker, a dedicated bounded worker pool and a
 //! timeout (and optionally retries, hedges, limits), put together on the
-//! call path.
+//! call path: [`call`](Dependency::call), [`spawn`](Dependency::spawn) and
+//! [`with`](Dependency::with), a [`CallBuilder`] of options.
+//!
+//! # What counts as a failure
+//!
+//! Only what says the provider is unwell: connection errors, timeouts (our own
+//! deadline included), 5xx and panics. A 4xx is *ignored*, one caller's or
+//! tenant's problem: neither a failure (one tenant could open the circuit for
+//! everyone) nor a success (it would dilute the failure rate). Rejections are
+//! never recorded nor retried. The error type decides ([`Classify`];
+//! ureq's: [`http`](crate::http)), or a [`Classifier`] given to
+//! [`CallBuilder::classify`] judges the whole outcome, an `Ok(503)` included.
+//!
+//! # A hang is caught within one timeout
+//!
+//! - *A cut-short attempt still counts*: a timeout at a caller's shorter
+//!   deadline is a failure once a worker had run it longer than the provider's
+//!   normal latency (`srtt + 4 x rttvar` of recent runs, RFC 6298, within
+//!   50 ms and `slow_call_duration`); a shorter one is ignored.
+//! - *The stall rule*: when a call finds no room, or a waiter gives up, and
+//!   every worker has been inside its call for a quarter of the timeout (or
+//!   twice the normal latency), the breaker opens at once, whatever its window
+//!   holds. A stalled pool with half its workers abandoned is logged at `warn`.
+//! - *Nobody waits in a line that does not move*: when every worker has been
+//!   inside its call for three normal latencies (at least 20 ms), none
+//!   finished, callers are refused `QueueFull` and waiters leave.
+//!
+//! # Fan-out, hedging, priorities
+//!
+//! [`FanOut::until`] (or `timeout`) is one deadline for several legs, started
+//! with [`FanOut::start`] or [`CallBuilder::fan`], each admitted and settled as
+//! any call, with its retry or hedge. No thread is spawned: the request thread
+//! waiting in [`FanLeg::wait`] or [`FanOut::wait_all`] takes answers in and
+//! starts retries and hedges when due, never past the deadline. Every leg
+//! answers once, so a request can answer with what it has.
+//!
+//! A hedged call ([`DependencyBuilder::hedge`], `with().hedge()`) starts another
+//! attempt after the [`Hedge`] delay, or at once when one fails, and answers the
+//! first acceptable answer. A hedge starts only on a worker idle then, in
+//! CLOSED, within the limits and the retry budget; the loser sees
+//! [`is_cancelled`](crate::CallContext::is_cancelled) and is recorded when it
+//! returns.
+//!
+//! [`CallBuilder::priority`]: with [`DependencyBuilder::reserved_for_critical`],
+//! the last places of the pool are kept for [`Priority::Critical`] calls:
+//! `Normal` ones are refused `Shed` once only those are left, `Sheddable` ones
+//! as soon as they would queue.
+//!
+//! # Where calls run
+//!
+//! [`Mode::CallerThread`] runs each call on the caller's thread, at most
+//! `workers` at once, with the same breaker, limits, retry and counts, at a
+//! tenth of a hand-off's cost; but there the deadline is cooperative, a hung
+//! job holds its caller, and there is no `spawn` and no hedging. Keep the pool
+//! (the default) for what can hang.
 //!
 //! # The call path
 //!
@@ -45,17 +99,8 @@
 //! ```
 //!
 //! What admission refuses and settlement records, and why, is told once, in
-//! `attempt.rs`.
-//!
-//! The drivers: `once.rs` (a blocking attempt, on a worker or in
-//! caller-thread mode where the caller stands), `retrying.rs` (blocking
-//! attempts under the retry loop of `retry/run.rs`), `hedge.rs` (legs
-//! settled by their worker or, at the deadline, by the caller) and
-//! `detached.rs` (an attempt that travels with its job and is settled on
-//! the worker, or by the job's `Drop` if the pool drops it unrun) and
-//! `fanout.rs` (legs to several dependencies under one deadline: each a
-//! race of `hedge.rs`, retried by the steps of `retry/run.rs`, all driven
-//! from the one waiting caller, with no thread per call).
+//! `attempt.rs`; each driver (`once.rs`, `retrying.rs`, `hedge.rs`,
+//! `detached.rs`, `fanout.rs`) tells its own part in its file.
 
 mod attempt;
 mod builder;

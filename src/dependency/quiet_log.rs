@@ -1,6 +1,8 @@
-//! Refusals and timeouts, logged at `debug` in aggregate by the crate's
-//! [`Quiet`]: an overloaded dependency refuses thousands of calls a second,
-//! and a line each would bury everything else.
+//! Refusals and timeouts, logged at `debug` in aggregate (the
+//! [logs](crate::metrics#observability)): an overloaded dependency refuses thousands of calls
+//! a second, and a line each would bury everything else. The counting is the
+//! crate's [`Quiet`]. Nothing is taken (not even the lock) while `debug` is
+//! off for this module.
 
 use std::time::Duration;
 

@@ -2,7 +2,34 @@
 //! latency, and its [`LimitPermit`] (`limiter.rs`); [`RateLimiter`], a rate
 //! and a burst whose callers wait for a permit only as long as their
 //! deadline allows (`rate.rs`); and [`Throttler`], client-side adaptive
-//! throttling (`throttle.rs`). What each promises: the README's Semantics.
+//! throttling (`throttle.rs`), asked in this order around the breaker
+//! (throttle, rate, breaker, limit), which never records a call they refuse.
+//!
+//! # A provider in brownout
+//!
+//! A breaker handles a dead provider and a deadline a hung one; neither
+//! handles calls that succeed slowly.
+//! [`DependencyBuilder::adaptive_limit`](crate::DependencyBuilder::adaptive_limit)
+//! keeps the calls admitted at once between a minimum and the worker count,
+//! cut to what Little's law says the provider serves at once; a call over it is
+//! refused [`LimitExceeded`](crate::Rejection::LimitExceeded).
+//! [`DependencyBuilder::rate_limit`](crate::DependencyBuilder::rate_limit) caps
+//! the calls made; a caller waits for a permit only when the wait fits its
+//! deadline and `max_wait`, else it is refused `RateLimited` with `retry_after`.
+//!
+//! # Adaptive throttling
+//!
+//! A breaker is all or nothing;
+//! [`DependencyBuilder::throttle`](crate::DependencyBuilder::throttle) sheds only
+//! the share of calls the provider is not accepting (the SRE book's). Over a
+//! sliding window (30 s in 1 s buckets) it counts *requests* (attempts the
+//! provider answered or timed out on) and *accepts* (those the classifier did
+//! not call failures), and refuses each call first, `Throttled`, with
+//! probability `max(0, (requests - k x accepts) / (requests + 1))` (`k` 2), once
+//! the window holds `min_requests` (20). A refused call is no request, so a
+//! provider accepting 40 % settles at 20 % refused, and once it recovers the
+//! refusals are gone within a window. A sheddable call is refused with
+//! `sqrt(p)`, a critical one with `p^2`.
 //!
 //! # Why the adaptive limit's rule is shaped so
 //!

@@ -1,6 +1,6 @@
 //! [`Throttler`]: client-side adaptive throttling (the Google SRE book,
-//! "Handling Overload"), and its settings, [`Throttle`]. The rule: the
-//! README's Semantics, *Adaptive throttling*.
+//! "Handling Overload"), and its settings, [`Throttle`]. The rule:
+//! [`limit`](crate::limit#adaptive-throttling).
 //!
 //! # State
 //!
@@ -199,7 +199,7 @@ fn for_priority(p: f64, priority: Priority) -> f64 {
 /// An adaptive throttler: client-side throttling as the Google SRE book
 /// tells it. Cheap to clone: clones share one window.
 ///
-/// The rule is the README's Semantics, *Adaptive throttling*. Its bend by
+/// The rule: [`limit`](crate::limit#adaptive-throttling). Its bend by
 /// [`Priority`] has no state of its own, where failsafe-go's prioritized
 /// throttler calibrates a shared threshold on a timer.
 ///

@@ -8,6 +8,22 @@
 //! ([`ServerConfig::registry`](crate::server::ServerConfig::registry)) also
 //! carries the request pool's gauges, and they are exported with the rest.
 //!
+//! # Observability
+//!
+//! - **Snapshots and history.** [`Dependency::snapshot`](crate::Dependency::snapshot),
+//!   [`Dependency::recent_events`](crate::Dependency::recent_events),
+//!   [`Registry::start_history`](crate::Registry::start_history).
+//! - **Prometheus.** [`register`] and [`encode_text`]: `watertight_*`
+//!   labelled `dependency` (calls by `kind`, the word of
+//!   [`Error::outcome`](crate::Error::outcome); breaker state; pool gauges;
+//!   the histograms `watertight_call_seconds`, `watertight_queue_wait_seconds`,
+//!   `watertight_run_seconds`), and registered caches' counts labelled `cache`.
+//! - **Tracing** (feature `tracing`): each job runs in a span whose parent is
+//!   the caller's; rejections, timeouts and transitions are events.
+//! - **Logs**, through `log`: transitions at `info`, stalls and detached
+//!   failures at `warn`, refusals and timeouts at `debug` in aggregate (a line
+//!   a second per dependency and reason, with the count).
+//!
 //! ```
 //! use watertight::{Dependency, Registry, metrics};
 //!

@@ -137,12 +137,9 @@ impl PoolBuilder {
     /// zero: refused at once with `QueueFull`. At most one minute.
     ///
     /// A short wait lets a healthy burst through a small pool instead of
-    /// turning it away. Admission is by time, not by a count of waiters: the
-    /// README's Semantics, *Waiting for room, by time* and *Nobody waits in a
-    /// line that does not move*; size it as its Sizing says. Before the pool
-    /// has timed any call, `max_wait` alone bounds the wait, and no line is
-    /// judged stuck. A line that has stood longer than `max_wait` is joined
-    /// only for room within one round.
+    /// turning it away. Admission is by time, not by a count of waiters:
+    /// [waiting for room, by time](crate::pool#waiting-for-room-by-time).
+    /// Before the pool has timed any call, `max_wait` alone bounds the wait.
     /// [`Registry::check_capacity`](crate::Registry::check_capacity) counts
     /// waiters as short holds.
     pub fn max_wait(mut self, wait: Duration) -> Self {

@@ -1,15 +1,113 @@
 //! [`Pool`]: a fixed set of named worker threads behind a bounded queue, where
-//! every job carries a deadline.
+//! every job carries a deadline. A [`Dependency`](crate::Dependency) puts one
+//! behind its breaker; it also works alone, with one way in, [`Pool::submit`]
+//! and its options ([`Submit`]) (`submit_timeout` and `call_timeout` are short
+//! forms).
 //!
-//! It keeps the rules of the README's Semantics, *Pool and deadline*. One way
-//! in, [`Pool::submit`] with its options ([`Submit`]): a full queue is
-//! [`Rejection::QueueFull`](crate::Rejection::QueueFull) at once, with the job
-//! handed back, unless asked to wait for room. A panicking job answers
-//! [`Error::Panicked`](crate::Error::Panicked); its worker lives on.
+//! # Pool and deadline
+//!
+//! - Workers are fixed, the queue is bounded, and submission never blocks: a
+//!   full queue is [`QueueFull`](crate::Rejection::QueueFull) at once (the job
+//!   handed back: [`SubmitError::into_job`]), unless the caller may wait.
+//! - The deadline covers the queue wait and the run. A job whose deadline
+//!   passed in the queue, or whose caller has gone, never starts (`expired`).
+//!   A call whose deadline the queued work would outlast is refused at once
+//!   ([`DeadlineUnmeetable`](crate::Rejection::DeadlineUnmeetable)).
+//! - The job sees what is left ([`CallContext::remaining`]) and makes it its
+//!   own I/O timeout (below). A worker cannot be killed: work whose caller
+//!   timed out is *abandoned* (and counted so) and keeps its worker until it
+//!   returns, so the pool never runs more than `workers` jobs.
+//! - A panicking job answers [`Error::Panicked`](crate::Error::Panicked); its
+//!   worker lives on. [`Pool::shutdown`] lets work finish within the grace
+//!   and answers every caller still queued.
+//!
+//! # Waiting for room, by time
+//!
+//! A caller that finds every worker busy and the queue full waits for room when
+//! the wait it can expect fits [`max_wait`](PoolBuilder::max_wait) and its
+//! deadline: the recent mean run time times the rounds of `workers` calls ahead
+//! of it. No count of waiters caps the line; a caller whose wait would pass
+//! `max_wait` is refused `QueueFull` at once. A line that has stood longer than
+//! `max_wait` is a standing queue, not a burst (a break shorter than one round
+//! does not end it): then a caller joins only if room comes within one round.
+//! So a healthy burst that drains within `max_wait` is let through (size it by
+//! the drain time, `callers / workers x latency`), and in a brownout the line
+//! empties back to `workers + queue`. A line where every worker has been inside
+//! its call for three normal latencies, none finished, does not move: callers
+//! are refused and waiters leave (the [hang rules](crate::dependency#a-hang-is-caught-within-one-timeout)).
+//!
+//! **A deadline is a timeout.** A caller whose own deadline ends a wait (for
+//! room, a caller-thread permit or a rate permit) gets
+//! [`Error::Timeout`](crate::Error::Timeout), recorded by no breaker: the
+//! provider was never asked. `QueueFull` is a wait `max_wait` ended.
+//!
+//! # Clients that are not ureq
+//!
+//! With ureq, [`WithDeadline`](crate::http::WithDeadline) turns the call's
+//! deadline into the request's own timeouts. Any other client needs the same,
+//! or a hung provider holds the worker past the deadline.
+//! [`CallContext::io_timeout`] is the time left, never zero (a zero socket
+//! timeout means none), or an [`io::ErrorKind::TimedOut`](std::io::ErrorKind::TimedOut)
+//! error once the call is late: set it before each blocking step.
+//! [`CallContext::on_cancel`] runs a closure once, off the worker, when the
+//! deadline passes or the caller leaves (a fan-out dropped the leg, a hedge
+//! won) while the job still runs: a `shutdown` of a socket's clone wakes a
+//! `read` blocked on it.
+//!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! use std::net::{Shutdown, TcpStream};
+//! use std::time::Duration;
+//! use watertight::{CallContext, Dependency};
+//!
+//! let redis = Dependency::builder("redis").workers(4).timeout(Duration::from_millis(50)).build()?;
+//! let reply = redis.call(|ctx: &CallContext| -> std::io::Result<Vec<u8>> {
+//!     let mut conn = TcpStream::connect_timeout(&"127.0.0.1:6379".parse().unwrap(), ctx.io_timeout()?)?;
+//!     let other = conn.try_clone()?;
+//!     ctx.on_cancel(move || drop(other.shutdown(Shutdown::Both)));
+//!     conn.set_write_timeout(Some(ctx.io_timeout()?))?;
+//!     conn.write_all(b"GET alice\r\n")?;
+//!     conn.set_read_timeout(Some(ctx.io_timeout()?))?;
+//!     let mut reply = vec![0; 512];
+//!     let n = conn.read(&mut reply)?;
+//!     reply.truncate(n);
+//!     Ok(reply)
+//! });
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **PostgreSQL.** A socket timeout frees the worker, but the server goes on:
+//! set `statement_timeout` per query from what is left, and cancel the query
+//! when the call is cancelled. Drop a connection whose call timed out (a reply
+//! may be on its way), never hand it back to a pool. To ignore a violated
+//! constraint (SQLSTATE `23...`) as a 4xx, give the call a classifier.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use postgres::{Config, NoTls};
+//! use watertight::{CallContext, Dependency};
+//!
+//! type BoxError = Box<dyn std::error::Error + Send + Sync>;
+//! let orders = Dependency::builder("orders-db").workers(4).timeout(Duration::from_millis(800)).build()?;
+//! let count = orders.call(|ctx: &CallContext| -> Result<i64, BoxError> {
+//!     let mut client = Config::new().host("db").user("app").connect_timeout(ctx.io_timeout()?).connect(NoTls)?;
+//!     let token = client.cancel_token();
+//!     ctx.on_cancel(move || drop(token.cancel_query(NoTls)));
+//!     client.batch_execute(&format!("SET statement_timeout = {}", ctx.io_timeout()?.as_millis()))?;
+//!     let row = client.query_one("SELECT count(*) FROM orders WHERE customer_id = $1", &[&42_i64])?;
+//!     Ok(row.get(0))
+//! }); // the connection is dropped with the job, whatever happened
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **A client's own connection pool** (r2d2...): give it at least as many
+//! connections as workers, and a checkout wait (`connection_timeout`, 30 s by
+//! default) shorter than the call's timeout, else a fast "connection refused"
+//! becomes a timeout at the deadline, and a worker held past it.
 //!
 //! How an answer travels from worker to caller, and how shutdown drains, is
-//! described in `src/pool/README.md`; the reply slot's state machine is in
-//! `slot.rs`.
+//! told in the notes beside this file (`src/pool/`); the reply slot's state
+//! machine is in `slot.rs`.
 
 mod builder;
 mod call;

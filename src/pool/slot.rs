@@ -5,7 +5,7 @@
 //! whole protocol is this file; the waiting loop (spin, then park with a
 //! deadline) and all time keeping are in `call.rs`, so this file reads no clock
 //! and takes every shared primitive from [`crate::sync`], which lets it run
-//! under loom unchanged. `README.md` beside this file has the picture.
+//! under loom unchanged. The notes beside this file have the picture.
 //!
 //! # States
 //!

@@ -17,7 +17,7 @@ impl Registry {
     /// Checks every dependency's worst-case hold on a request pool: its size
     /// alone (`check_capacity(16)`), or a [`RequestThreads`] that also says
     /// the share reserved for other routes and each request's budget. The
-    /// rule, its findings and their levels: the README's *Sizing*.
+    /// rule, its findings and their levels: [`registry`](crate::registry#sizing).
     ///
     /// The rule takes the worst case (no breaker open yet, no admission by
     /// deadline) because that is what a hung provider produces before the
@@ -320,7 +320,7 @@ impl CapacityReport {
         }
     }
 
-    /// One line per finding that is not an error (the README's *Sizing*).
+    /// One line per finding that is not an error ([sizing](crate::registry#sizing)).
     pub fn warnings(&self) -> Vec<String> {
         let available = self.available();
         let of = self.of_threads();

@@ -3,6 +3,32 @@
 //! pool that serves them ([`RequestPoolGauges`], `gauges.rs`); and the
 //! rolling history of every dependency ([`Registry::start_history`],
 //! `history.rs`).
+//!
+//! # Sizing
+//!
+//! Size a dependency's pool twice. For normal load, by Little's law:
+//! `workers >= calls per second x latency`, plus a short
+//! [`max_wait`](crate::pool#waiting-for-room-by-time) for bursts. For the day
+//! its provider hangs: each worker and each queued call then holds a request
+//! thread until the timeout, so its *hold* is `workers + queue`; waiters hold
+//! theirs for a few normal latencies at most, and once the breaker opens
+//! nobody waits. Isolation holds only while the worst hold leaves the request
+//! pool room for everything else. The hold depends on who waits, declared by
+//! [`CallShape`](crate::dependency::CallShape) (`calls`): `blocking` (the
+//! default) holds `workers + queue`, `detached` (only ever spawned) none, a
+//! fan-out group's legs the largest leg, once per group.
+//!
+//! [`Registry::check_capacity`] compares each hold with the request threads
+//! left after the reserve (`available`; see [`RequestThreads`]). It only
+//! reports; `Config::build` refuses an error and logs the warnings.
+//!
+//! | finding | level |
+//! |---|---|
+//! | one hold `>= available` | error |
+//! | one hold `> available / 2`, or `hold + waiters >= available` | warning |
+//! | a breaker that needs more failures to open than the pool holds | warning |
+//! | all holds together `>= available` (providers failing together) | warning |
+//! | a timeout, or a retry's whole hold, longer than the request budget (a hung provider then holds each thread for the whole budget, and the breaker opens later) | warning |
 
 mod capacity;
 // The caches named beside the dependencies (feature `cache`).

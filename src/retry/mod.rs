@@ -2,6 +2,16 @@
 //! or no jitter, overall timeout), the retry budget that keeps retries from
 //! multiplying an outage (`budget.rs`), the jitter with the small PRNG
 //! behind it (`jitter.rs`), and the retry loop itself (`run.rs`).
+//!
+//! # Rules
+//!
+//! Each attempt takes its own breaker permit. Only transient failures are
+//! retried (transport, timeout, 5xx: [`Error::is_transient`](crate::Error::is_transient)),
+//! never a rejection or an ignored 4xx. Backoff is exponential. A retry budget
+//! (at most 20 % of calls, plus 10 a second, shared with hedges) keeps retries
+//! from multiplying an outage. A retry never sleeps past the deadline, asks the
+//! breaker before it sleeps, and answers with the last real error. It holds
+//! its caller between attempts: keep [`overall_timeout`](RetryBuilder::overall_timeout) within the request budget.
 
 mod budget;
 mod jitter;
@@ -21,8 +31,7 @@ use crate::error::ConfigError;
 /// [`Retry::builder`], whose setters set its fields; read back with getters
 /// named like the setters.
 ///
-/// What is retried and how: the README's Semantics, *Retry, outside the
-/// breaker*.
+/// What is retried and how: the [module's rules](crate::retry#rules).
 ///
 /// # The budget
 ///
@@ -161,7 +170,7 @@ impl Retry {
     /// Checks every field; the error names the first bad one, as its setter
     /// spells it (`retry.max_attempts`, `retry.backoff`, ...). A `Retry` from
     /// [`RetryBuilder::build`] has passed it; one read from a file has not
-    /// until [`Config`](crate::config::Config) runs it.
+    /// until `watertight::config::Config` runs it.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.max_attempts == 0 {
             return Err(ConfigError::new("retry.max_attempts", "at least 1", self.max_attempts));

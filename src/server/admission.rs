@@ -9,8 +9,8 @@
 //! handler runs, and the thread takes a seat for it: a reserved request
 //! always finds one (this thread is free, so fewer seats than threads are
 //! held), an ordinary one while the ordinary share has one free. An ordinary
-//! request that finds none waits in `line` by the room's rule (the README's
-//! *The crate's own server*), else is refused (`503`); its thread goes back
+//! request that finds none waits in `line` by the room's rule
+//! ([admission](crate::server#admission)), else is refused (`503`); its thread goes back
 //! for the next request (which may be a reserved one), so a waiting request
 //! holds no thread.
 //!

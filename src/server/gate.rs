@@ -5,7 +5,7 @@
 //! Such a server's threads are its own, so an ordinary request waits on its
 //! own thread for a seat of the pool's [`Room`] (the crate's one primitive for
 //! waiting for room; the reserve is a share kept from ordinary requests), or
-//! is refused [`EnterError::Busy`]: see the README's *Any synchronous server*.
+//! is refused [`EnterError::Busy`]: see [admission](crate::server#admission).
 //! A reserve in shadow ([`Reserve::shadow`](super::Reserve::shadow)) lets such
 //! a request take a free reserved thread instead ([`Counts::shadow_seat`]).
 

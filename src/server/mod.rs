@@ -8,7 +8,7 @@
 //! (`watertight-http-<i>`), held until the handler returns: the resource a
 //! hung provider exhausts, so the pool is fixed and its occupancy is
 //! [`ServerHandle::busy`]. A [`Reserve`] keeps a few threads for the routes
-//! you name. Admission and the reserve: the README's *Serving requests*.
+//! you name ([admission](#admission)).
 //!
 //! ```no_run
 //! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -19,6 +19,30 @@
 //! handle.shutdown();
 //! # Ok::<(), std::io::Error>(())
 //! ```
+//!
+//! # Admission
+//!
+//! Each handler gets a [`RequestContext`] whose `deadline()` is the request's
+//! budget (shortened by a client's `X-Request-Timeout`): pass it on with
+//! `dep.with().deadline(ctx.deadline())` and the request ends within it.
+//!
+//! - **A reserved share** ([`Reserve`]) keeps threads other requests never
+//!   take. Reserve only routes that call no provider that could hang.
+//! - **Any synchronous server.** [`RequestPool::enter`] gives rouille the
+//!   same count, reserve, budget and gauges (`examples/trips.rs`). An ordinary
+//!   request that finds the ordinary share full waits on its own thread by
+//!   the [pool's rule](crate::pool#waiting-for-room-by-time), within
+//!   [`max_wait`](ServerConfigBuilder::max_wait) and its budget, else is
+//!   refused [`EnterError::Busy`] (`503`). It holds one of the server's own
+//!   threads meanwhile: give the server a few more than the pool counts.
+//! - **The crate's own server** admits the same way, but a waiting request
+//!   holds no thread: it is bounded by its budget, and leaves when the line
+//!   stands or stops moving, answered `503 SERVER_BUSY`; on shutdown every
+//!   waiting request is answered `503 SERVER_STOPPING`.
+//! - **Behind a proxy.** Only a [trusted proxy](TrustedProxies) has its
+//!   `X-Forwarded-For` believed ([`RequestContext::client_ip`]); behind one
+//!   every peer is loopback, so admin routes need a token
+//!   (`examples/checkout/nginx.conf`).
 //!
 //! # A whole service
 //!

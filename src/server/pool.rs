@@ -114,8 +114,8 @@ pub(super) fn start(
     let reserve = config.compiled_reserve().cloned();
     let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
     // A waiting request holds no thread here: its budget bounds its wait when
-    // `max_wait` is shorter, and 0 still refuses at once (the README's *The
-    // crate's own server*).
+    // `max_wait` is shorter, and 0 still refuses at once (the server module's
+    // *Admission*).
     let max_wait = match config.max_wait() {
         Duration::ZERO => Duration::ZERO,
         wait => wait.max(config.request_budget().min(Duration::from_secs(60))),

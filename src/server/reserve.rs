@@ -42,7 +42,7 @@ type Classifier = Arc<dyn Fn(&std::convert::Infallible) -> bool + Send + Sync>;
 /// `/health`, and `HEAD` is not `GET`.
 ///
 /// With the `serde` feature it is also the `[server.reserve]` section of a
-/// [configuration file](crate::config): `threads = 2` and
+/// configuration file (`watertight::config`): `threads = 2` and
 /// `routes = ["GET /health"]` (a classifier is code, and is not in a file).
 ///
 /// ```
