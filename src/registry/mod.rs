@@ -1,15 +1,12 @@
 //! Named dependencies: [`Registry`] and their snapshots; the capacity check
-//! ([`Registry::check_capacity`], `capacity.rs`); the gauges of the request
-//! pool that serves them ([`RequestPoolGauges`], `gauges.rs`); and the
-//! rolling history of every dependency ([`Registry::start_history`],
-//! `history.rs`).
+//! ([`Registry::check_capacity`], `capacity.rs`); and the gauges of the
+//! request pool that serves them ([`RequestPoolGauges`], `gauges.rs`).
 
 mod capacity;
 // The caches named beside the dependencies (feature `cache`).
 #[cfg(feature = "cache")]
 mod caches;
 mod gauges;
-mod history;
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,7 +16,6 @@ use parking_lot::{Mutex, RwLock};
 pub use self::capacity::{CapacityEntry, CapacityLevel, CapacityReport, RequestThreads};
 pub(crate) use self::gauges::Refused;
 pub use self::gauges::{REFUSAL_REASONS, RequestPoolGauges};
-pub use self::history::{DependencyHistory, HistoryPoint};
 use crate::dependency::{Dependency, DependencyConfig, DependencySnapshot};
 use crate::error::ConfigError;
 
@@ -45,8 +41,6 @@ pub struct Registry {
     /// does (see [`Registry::request_pool`]). Locked only to attach, detach
     /// and clone the handle; the gauges are read after it is released.
     request_pool: Arc<Mutex<Option<RequestPoolGauges>>>,
-    /// The history's points, shared with its sampler (weakly, see `history.rs`).
-    history: Arc<self::history::HistoryState>,
     /// The caches registered, in registration order (`caches.rs`).
     #[cfg(feature = "cache")]
     caches: Arc<RwLock<Vec<Arc<dyn crate::cache::Watched>>>>,
