@@ -338,29 +338,41 @@ impl CapacityReport {
         for e in &self.entries {
             if e.level != CapacityLevel::Error && e.waiters > 0 && e.hold + e.waiters >= available {
                 out.push(format!(
-                    "dependency `{}` can hold {} {of} with its {} waiters, for up to {:?} each",
+                    "dependency `{}` can hold {} {of} with its {} waiters, for up to {:?} each (workers {} + \
+                     queue {} + {} waiters)",
                     e.name,
                     e.hold + e.waiters,
                     e.waiters,
-                    e.max_wait
+                    e.max_wait,
+                    e.workers,
+                    e.queue,
+                    e.waiters
                 ));
             }
             // Detached calls fill the pool too: the breaker must open within
             // what the pool (not the request pool) can hold.
             let places = e.workers.saturating_add(e.queue);
             if e.failures_to_open as usize > places {
+                // Before the provider has answered: its normal latency is unknown.
+                let stuck = crate::dependency::stall_threshold(None, e.timeout, e.timeout);
+                let quarter = e.timeout / 4;
+                let why = if stuck > quarter {
+                    // The floor: twice the least hang threshold.
+                    format!(
+                        "the stall threshold's floor, twice the least hang threshold of {:?}, above a quarter \
+                         of the timeout {:?} ({quarter:?})",
+                        stuck / 2,
+                        e.timeout
+                    )
+                } else {
+                    format!("the stall threshold: a quarter of the timeout {:?}", e.timeout)
+                };
                 out.push(format!(
                     "dependency `{}`: its breaker opens by its rates only after {} failures, more than the {} \
                      calls it can hold (workers {} + queue {}): a hang is cut by the stall rule instead, which \
-                     opens it once every worker has been inside one call for {:?} (the stall threshold: a \
-                     quarter of the timeout, or twice the provider's normal latency if longer)",
-                    e.name,
-                    e.failures_to_open,
-                    places,
-                    e.workers,
-                    e.queue,
-                    // Before the provider has answered: its normal latency is unknown.
-                    crate::dependency::stall_threshold(None, e.timeout, e.timeout)
+                     opens it once every worker has been inside one call for {stuck:?} ({why}; once the \
+                     provider has answered, twice its normal latency if that is longer)",
+                    e.name, e.failures_to_open, places, e.workers, e.queue,
                 ));
             }
             if let Some(budget) = self.request_budget
@@ -375,17 +387,27 @@ impl CapacityReport {
             {
                 out.push(format!(
                     "dependency `{}`: a retried call can hold its request thread for {hold:?} (its attempts' \
-                     timeouts and backoffs, or its overall timeout), outlasting the request budget {budget:?}: \
-                     give each retried call the request's deadline, or set retry.overall_timeout within the budget",
-                    e.name
+                     timeouts of {:?} and backoffs, or its overall timeout), outlasting the request budget \
+                     {budget:?}: give each retried call the request's deadline, or set retry.overall_timeout \
+                     within the budget",
+                    e.name, e.timeout
                 ));
             }
         }
         let holders = self.entries.iter().filter(|e| e.hold > 0).count();
         if holders > 1 && self.total_hold >= available {
+            let holds: Vec<String> = self
+                .entries
+                .iter()
+                .filter(|e| e.hold > 0)
+                .map(|e| format!("`{}` {}", e.name, e.hold))
+                .collect();
+            let legs = self.entries.iter().any(|e| e.calls.fan_out_group().is_some());
             out.push(format!(
-                "all dependencies together can hold {} {of} if their providers hang at once",
-                self.total_hold
+                "all dependencies together can hold {} {of} if their providers hang at once ({}{})",
+                self.total_hold,
+                holds.join(", "),
+                if legs { "; a fan-out group's legs once, by the largest" } else { "" }
             ));
         }
         out
