@@ -16,8 +16,21 @@ use crate::retry::Retry;
 impl Registry {
     /// Checks every dependency's worst-case hold on a request pool: its size
     /// alone (`check_capacity(16)`), or a [`RequestThreads`] that also says
-    /// the share reserved for other routes and each request's budget. The
-    /// rule, its findings and their levels: the README's *Sizing*.
+    /// the share reserved for other routes and each request's budget
+    /// (from a server's config: [`ServerConfig::request_threads`](crate::server::ServerConfig::request_threads)).
+    /// A dependency's `hold` is `workers + queue` (none when it is declared
+    /// detached), compared with the threads left after the reserve
+    /// (`available`). Each finding states the numbers it was found by:
+    ///
+    /// | finding | level |
+    /// |---|---|
+    /// | one `hold >= available`: it can take every request thread | error |
+    /// | one `hold > available / 2` | warning |
+    /// | one `hold + waiters >= available`, for up to `max_wait` | warning |
+    /// | its breaker's rates need more failures than `workers + queue`: a hang is cut by the stall rule, once every worker has been inside one call for the stall threshold (before the provider has answered, a quarter of the timeout, at least twice the least hang threshold of 50 ms) | warning |
+    /// | every hold together (a fan-out group's once) `>= available` | warning |
+    /// | a timeout longer than the request budget (not for detached calls) | warning |
+    /// | a retried call that can hold its caller longer than the budget ([`CapacityEntry::retry_hold`]) | warning |
     ///
     /// The rule takes the worst case (no breaker open yet, no admission by
     /// deadline) because that is what a hung provider produces before the
@@ -320,8 +333,8 @@ impl CapacityReport {
         }
     }
 
-    /// One line per finding that is not an error (the README's *Sizing*),
-    /// each with the numbers it was found by.
+    /// One line per finding that is not an error (see
+    /// [`Registry::check_capacity`]), each with the numbers it was found by.
     pub fn warnings(&self) -> Vec<String> {
         let (available, of) = (self.available(), self.of_threads());
         let over_half = self.entries.iter().filter(|e| e.level == CapacityLevel::Warning);
