@@ -73,16 +73,6 @@ impl Registry {
         self.deps.read().clone()
     }
 
-    /// How many dependencies are registered.
-    pub fn len(&self) -> usize {
-        self.deps.read().len()
-    }
-
-    /// `true` when none is registered.
-    pub fn is_empty(&self) -> bool {
-        self.deps.read().is_empty()
-    }
-
     /// A snapshot of every dependency, in registration order.
     ///
     /// The list of handles is copied under the read lock and the lock released
