@@ -48,11 +48,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let registry = Registry::new();
     registry.register(inventory.clone())?;
     registry.register(pricing.clone())?;
-    eprintln!("capacity: {}", registry.check_capacity(REQUEST_THREADS)?);
     // The server attaches its request pool's gauges to the registry, so the
     // `/metrics` below shows watertight_request_pool_busy and _threads too.
     let config =
         ServerConfig::builder().request_budget(Duration::from_secs(1)).registry(&registry).build()?;
+    // The capacity rule for the pool this config serves: each hold against
+    // the threads left after its reserve, each timeout against its budget.
+    eprintln!("capacity: {}", registry.check_capacity(config.request_threads(REQUEST_THREADS))?);
 
     let agent = ureq::Agent::new_with_defaults();
     let (stock_url, prices_url) = (stock.url(), prices.url());

@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use rouille::{Request, Response};
 use watertight::http::WithDeadline;
-use watertight::registry::RequestThreads;
 use watertight::server::{RequestPool, Reserve, ServerConfig};
 use watertight::testing::{FakeProvider, Fault};
 use watertight::{Dependency, Registry, breaker::BreakerConfig, metrics, ureq};
@@ -58,12 +57,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     registry.register(flights.clone())?;
     let (budget, reserve) =
         (Duration::from_millis(800), Reserve::new(2).for_routes(["GET /health", "GET /metrics"]));
-    // The capacity rule for this pool: flights' hold against the 10 threads
-    // left after the reserve, and its timeout against the budget.
-    let pool = RequestThreads::new(THREADS).reserved(reserve.threads).request_budget(budget);
-    eprintln!("capacity: {}", registry.check_capacity(pool)?);
     let config =
         ServerConfig::builder().request_budget(budget).reserve(reserve).registry(&registry).build()?;
+    // The capacity rule for this pool: flights' hold against the 10 threads
+    // left after the reserve, and its timeout against the budget.
+    eprintln!("capacity: {}", registry.check_capacity(config.request_threads(THREADS))?);
     let pool = RequestPool::new(THREADS, &config)?;
     let agent = ureq::Agent::new_with_defaults();
     let app = Arc::new(App { pool, flights, provider, registry, agent });

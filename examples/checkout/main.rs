@@ -19,6 +19,7 @@ mod admin;
 mod backends;
 mod dashboard;
 mod demo;
+mod history;
 mod live;
 mod routes;
 mod sse;
@@ -36,6 +37,7 @@ use watertight::server::{RequestContext, ServerConfig, ServerHandle, serve_ungua
 
 use crate::access::AccessGate;
 use crate::backends::{Backends, Mode};
+use crate::history::History;
 use crate::live::LiveConfig;
 use crate::routes::App;
 use watertight::Registry;
@@ -309,7 +311,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     };
     // One point a second of every dependency, the last 5 minutes: what the
     // dashboard shows the moment it opens.
-    registry.start_history()?;
+    let history = History::start(&registry)?;
     let direct_timeout = (args.direct_timeout > 0).then(|| Duration::from_secs(args.direct_timeout));
     let backends = Arc::new(Backends::new(mode, fraud_url, account_url, notification_url, direct_timeout));
     let gate = AccessGate::new(access::decisions()?, {
@@ -351,6 +353,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
         backends,
         gate,
         registry,
+        history,
         prometheus,
         providers.clone(),
         threads,

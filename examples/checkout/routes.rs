@@ -39,6 +39,7 @@ use crate::access::{AccessGate, Decision, LookupError};
 use crate::admin::{self, TOKEN_HEADER};
 use crate::backends::{Backends, FraudVerdict};
 use crate::dashboard::{self, StateClock};
+use crate::history::History;
 use crate::live::{LiveConfig, LiveError};
 use crate::stream::{self, Streams};
 use watertight::server::RequestContext;
@@ -104,6 +105,8 @@ pub struct App {
     admin_token: Option<String>,
     /// The open `/circuits/stream`s, and their stop.
     pub streams: Arc<Streams>,
+    /// The last five minutes of every dependency, which a stream sends first.
+    history: History,
 }
 
 impl App {
@@ -113,6 +116,7 @@ impl App {
         backends: Arc<Backends>,
         gate: AccessGate,
         registry: Registry,
+        history: History,
         prometheus: watertight::metrics::PrometheusRegistry,
         providers: Vec<Arc<FakeProvider>>,
         request_threads: usize,
@@ -135,6 +139,7 @@ impl App {
             live,
             admin_token,
             streams: Arc::default(),
+            history,
         }
     }
 
@@ -177,7 +182,9 @@ impl App {
             ["circuits", "stream"] if get => {
                 let app = Arc::clone(self);
                 let http10 = *req.http_version() == tiny_http::HTTPVersion(1, 0);
-                stream::stream(&self.streams, &self.registry, http10, move || app.circuits_json())
+                stream::stream(&self.streams, &self.registry, &self.history, http10, move || {
+                    app.circuits_json()
+                })
             }
             ["circuits", "stream"] => method_not_allowed("GET"),
             ["metrics"] if get => self.metrics(),

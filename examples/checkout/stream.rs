@@ -4,7 +4,7 @@
 //!
 //! The stream's first event, `history`, carries what `/circuits` answers now,
 //! and for each dependency its history (one point a second, the last five
-//! minutes, from `Registry::history`) and its last events
+//! minutes, from `history.rs`) and its last events
 //! (`Dependency::recent_events`): a page opened in the middle of an incident
 //! shows its past at once. Then one `snapshot` event a second, of the same
 //! shape, with only the points and events the client has not had.
@@ -35,8 +35,8 @@ use serde_json::{Value, json};
 use tiny_http::{Header, Response, ResponseBox, StatusCode};
 use watertight::Registry;
 use watertight::dependency::{RecordedEvent, RecordedKind};
-use watertight::registry::HistoryPoint;
 
+use crate::history::{History, HistoryPoint};
 use crate::routes::{error, json_response};
 use crate::sse;
 
@@ -111,6 +111,7 @@ pub fn events(registry: &Registry) -> ResponseBox {
 pub fn stream(
     streams: &Arc<Streams>,
     registry: &Registry,
+    history: &History,
     http10: bool,
     circuits: impl Fn() -> Value + Send + 'static,
 ) -> ResponseBox {
@@ -134,6 +135,7 @@ pub fn stream(
         _slot: slot,
         streams: Arc::clone(streams),
         registry: registry.clone(),
+        history: history.clone(),
         circuits: Box::new(circuits),
         pending: Vec::new(),
         at: 0,
@@ -159,6 +161,7 @@ struct EventStream {
     _slot: Slot,
     streams: Arc<Streams>,
     registry: Registry,
+    history: History,
     circuits: Box<dyn Fn() -> Value + Send>,
     /// The frame being read out, and how much of it has been.
     pending: Vec<u8>,
@@ -213,7 +216,7 @@ impl EventStream {
     /// `{"circuits", "interval_ms", "dependencies": [{"name", "points", "events"}]}`
     /// with the points and events not sent yet.
     fn payload(&mut self) -> Value {
-        let history = self.registry.history();
+        let history = self.history.tracks();
         let deps: Vec<Value> = self
             .registry
             .dependencies()
@@ -223,8 +226,8 @@ impl EventStream {
                 let seen_point = self.seen_points.get(name).copied().unwrap_or(0);
                 let points: Vec<&HistoryPoint> = history
                     .iter()
-                    .find(|h| h.name == name)
-                    .map(|h| h.points.iter().filter(|p| p.at_millis() > seen_point).collect())
+                    .find(|(n, _)| n == name)
+                    .map(|(_, points)| points.iter().filter(|p| p.at_millis() > seen_point).collect())
                     .unwrap_or_default();
                 if let Some(last) = points.last() {
                     self.seen_points.insert(name.to_owned(), last.at_millis());

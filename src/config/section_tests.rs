@@ -43,7 +43,7 @@ fn a_section_of_the_applications_file_is_read_in_place() {
     assert_eq!(config.server.request_threads, Some(32));
     assert_eq!(config.dependencies["flights"].workers, 8);
     assert_eq!(config.dependencies["audit"].calls, CallShape::Detached);
-    assert_eq!(config.build().unwrap().len(), 2);
+    assert_eq!(config.build().unwrap().dependencies().len(), 2);
     // Down a dotted path.
     let nested = APP.replace("[watertight.", "[tools.watertight.");
     assert_eq!(section(&nested, "tools.watertight").unwrap(), config);

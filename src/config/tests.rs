@@ -175,7 +175,7 @@ fn a_built_registry_carries_every_value() {
     assert_eq!((throttle.k, throttle.window, throttle.buckets), (1.5, Duration::from_secs(20), 40));
     // `enabled = false`: a disabled breaker.
     assert_eq!(fraud.breaker().state(), State::Disabled);
-    assert_eq!(registry.len(), 2);
+    assert_eq!(registry.dependencies().len(), 2);
 }
 
 /// `(file, path of the error, words its message must contain)`.
@@ -376,7 +376,7 @@ fn build_errors_name_the_path() {
     // Under the capacity rule's error, a warning still builds.
     let ok =
         from_toml("[server]\nrequest_threads = 12\n[dependencies.fraud]\nworkers = 6\nqueue = 2").unwrap();
-    assert_eq!(ok.build().unwrap().len(), 1);
+    assert_eq!(ok.build().unwrap().dependencies().len(), 1);
 }
 
 #[test]

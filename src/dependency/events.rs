@@ -98,10 +98,9 @@ pub enum RecordedKind {
         timeout: Duration,
     },
     /// A second (or so) in which calls were rejected or timed out, or a
-    /// policy in shadow would have refused some: what a
-    /// registry's history sampler counted over `over`
-    /// ([`Registry::start_history`](crate::Registry::start_history)). Seconds
-    /// without either record nothing.
+    /// policy in shadow would have refused some: what a sampler of the
+    /// dependency's snapshots counted over `over` and recorded
+    /// ([`Dependency::record_event`](crate::Dependency::record_event)).
     Summary {
         /// The time the counts cover.
         over: Duration,

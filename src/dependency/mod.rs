@@ -135,7 +135,6 @@ pub use self::config::{CallShape, DependencyConfig};
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
-pub(crate) use self::events::millis_since_epoch;
 pub use self::events::{RecordedEvent, RecordedKind};
 #[cfg(feature = "cache")]
 pub(crate) use self::fanout::{Answer as FanAnswer, Drive as FanDrive};
@@ -350,16 +349,18 @@ impl Dependency {
     }
 
     /// Its last 100 events, oldest first: breaker transitions,
-    /// reconfigurations, and, while a [`Registry`](crate::Registry) samples
-    /// its history ([`start_history`](crate::Registry::start_history)), one
-    /// summary for each second in which calls were rejected or timed out.
+    /// reconfigurations, and the summaries a sampler of its snapshots
+    /// records ([`record_event`](Self::record_event)).
     /// A copy, taken under a short lock.
     pub fn recent_events(&self) -> Vec<RecordedEvent> {
         self.inner.ring.recent()
     }
 
-    /// Records `kind` in the ring of [`recent_events`](Self::recent_events).
-    pub(crate) fn record_event(&self, at: std::time::SystemTime, kind: RecordedKind) {
+    /// Records `kind` as happened `at` in the ring of
+    /// [`recent_events`](Self::recent_events), numbered after the events
+    /// before it: what a sampler of [`snapshot`](Self::snapshot)s records
+    /// (a [`RecordedKind::Summary`]), so that a view opened later sees it.
+    pub fn record_event(&self, at: std::time::SystemTime, kind: RecordedKind) {
         self.inner.ring.record(at, kind);
     }
 

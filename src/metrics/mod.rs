@@ -10,9 +10,11 @@
 //!
 //! # Observability
 //!
-//! - **Snapshots and history.** [`Dependency::snapshot`](crate::Dependency::snapshot),
-//!   [`Dependency::recent_events`](crate::Dependency::recent_events),
-//!   [`Registry::start_history`](crate::Registry::start_history).
+//! - **Snapshots.** [`Dependency::snapshot`](crate::Dependency::snapshot),
+//!   [`Dependency::recent_events`](crate::Dependency::recent_events) (a
+//!   sampler of its own may add to them with
+//!   [`Dependency::record_event`](crate::Dependency::record_event), as the
+//!   checkout example's dashboard does for its history).
 //! - **Prometheus.** [`register`] and [`encode_text`]: `watertight_*`
 //!   labelled `dependency` (calls by `kind`, the word of
 //!   [`Error::outcome`](crate::Error::outcome); breaker state; pool gauges;
@@ -20,7 +22,7 @@
 //!   `watertight_run_seconds`), and registered caches' counts labelled `cache`.
 //! - **Tracing** (feature `tracing`): each job runs in a span whose parent is
 //!   the caller's; rejections, timeouts and transitions are events.
-//! - **Logs**, through `log`: transitions at `info`, stalls and detached
+//! - **Logs**, through `log`: transitions at `info`, stuck pools and detached
 //!   failures at `warn`, refusals and timeouts at `debug` in aggregate (a line
 //!   a second per dependency and reason, with the count).
 //!
@@ -61,7 +63,7 @@ use prometheus_client::metrics::MetricType;
 use crate::breaker::State;
 use crate::dependency::{Dependency, DependencySnapshot};
 use crate::histogram::HistogramSnapshot;
-use crate::registry::Registry;
+use crate::registry::{Registry, RequestPoolGauges};
 use crate::shadow::Policy;
 
 /// A `prometheus-client` collector that reads a [`Registry`] on every
@@ -169,33 +171,34 @@ fn seconds(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1e9
 }
 
-/// The request pool's two gauges, as [`Collector`] exports them for a
-/// registry that carries them (a
-/// [`RequestPool`](crate::server::RequestPool), a collector of its own,
-/// exports the same two).
-fn encode_request_pool(
-    encoder: &mut DescriptorEncoder<'_>,
-    threads: usize,
-    busy: usize,
-    refused: &[(&str, u64)],
-) -> Res {
-    for (name, help, value) in [
-        ("watertight_request_pool_threads", "Threads of the shared request pool.", threads),
-        ("watertight_request_pool_busy", "Request threads handling a request now.", busy),
-    ] {
-        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-        metric.encode_gauge(&value)?;
-    }
-    let mut metric = encoder.encode_descriptor(
+/// A request pool's gauges and refusals, and its reserved share's three
+/// gauges when it keeps one: what [`Collector`] exports for a registry that
+/// carries them, and what the gauges export as a collector of their own.
+fn encode_request_pool(enc: &mut DescriptorEncoder<'_>, pool: &RequestPoolGauges) -> Res {
+    gauge(enc, "watertight_request_pool_threads", "Threads of the shared request pool.", pool.threads())?;
+    gauge(enc, "watertight_request_pool_busy", "Request threads handling a request now.", pool.busy())?;
+    let mut metric = enc.encode_descriptor(
         "watertight_request_pool_refused",
         "Ordinary requests the request pool refused, by reason.",
         None,
         MetricType::Counter,
     )?;
-    for (reason, n) in refused {
-        counter(&mut metric, &[("reason", reason)], *n)?;
+    for (reason, n) in pool.refused() {
+        counter(&mut metric, &[("reason", reason)], n)?;
+    }
+    if let Some((threads, busy, waiting)) = pool.reserve() {
+        let reserved = "Request threads kept for the reserved routes.";
+        gauge(enc, "watertight_request_pool_reserved_threads", reserved, threads)?;
+        gauge(enc, "watertight_request_pool_reserved_busy", "Reserved requests being handled now.", busy)?;
+        let help = "Ordinary requests waiting for an ordinary thread.";
+        gauge(enc, "watertight_request_pool_waiting", help, waiting)?;
     }
     Ok(())
+}
+
+/// One gauge without labels.
+fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: usize) -> Res {
+    encoder.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&value)
 }
 
 /// With the `prometheus` feature, a request pool's gauges are a
@@ -205,32 +208,10 @@ fn encode_request_pool(
 /// whose config names a [`Registry`] needs none of that: [`register`] over
 /// that registry exports the same families (register one or the other, not
 /// both, or each is exported twice).
-impl prometheus_client::collector::Collector for crate::registry::RequestPoolGauges {
+impl prometheus_client::collector::Collector for RequestPoolGauges {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Res {
-        encode_request_pool(&mut encoder, self.threads(), self.busy(), &self.refused())?;
-        if let Some((threads, busy, waiting)) = self.reserve() {
-            encode_reserve(&mut encoder, threads, busy, waiting)?;
-        }
-        Ok(())
+        encode_request_pool(&mut encoder, self)
     }
-}
-
-/// The reserved share's three gauges (a [`RequestPool`](crate::server::RequestPool)
-/// exports the same).
-fn encode_reserve(encoder: &mut DescriptorEncoder<'_>, threads: usize, busy: usize, waiting: usize) -> Res {
-    for (name, help, value) in [
-        (
-            "watertight_request_pool_reserved_threads",
-            "Request threads kept for the reserved routes.",
-            threads,
-        ),
-        ("watertight_request_pool_reserved_busy", "Reserved requests being handled now.", busy),
-        ("watertight_request_pool_waiting", "Ordinary requests waiting for an ordinary thread.", waiting),
-    ] {
-        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-        metric.encode_gauge(&value)?;
-    }
-    Ok(())
 }
 
 /// A gauge family with one sample per dependency; `value` returning `None`
@@ -323,10 +304,7 @@ impl prometheus_client::collector::Collector for Collector {
         self::caches::encode(enc, &self.registry.cache_snapshots())?;
 
         if let Some(pool) = self.registry.request_pool() {
-            encode_request_pool(enc, pool.threads(), pool.busy(), &pool.refused())?;
-            if let Some((threads, busy, waiting)) = pool.reserve() {
-                encode_reserve(enc, threads, busy, waiting)?;
-            }
+            encode_request_pool(enc, &pool)?;
         }
 
         histograms(
@@ -490,7 +468,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::registry::RequestPoolGauges;
 
     /// The exact decimal of `d` in seconds, without trailing zeros.
     fn exact_decimal(d: Duration) -> String {
@@ -513,30 +490,6 @@ mod tests {
         }
         // `as_secs_f64` rounds twice, and lands on a neighbour of 1.6384 s.
         assert_eq!(Duration::from_nanos(1_638_400_000).as_secs_f64().to_string(), "1.6383999999999999");
-    }
-
-    #[test]
-    fn bucket_labels_are_short_decimals() {
-        let deps = Registry::new();
-        let dep = Dependency::builder("fraud").workers(1).build().unwrap();
-        deps.register(dep.clone()).unwrap();
-        dep.call(|_| Ok::<_, std::io::Error>(())).unwrap();
-        let text = encode_text(&deps);
-        let labels: Vec<&str> = text
-            .lines()
-            .filter(|line| line.contains(r#"dependency="fraud""#))
-            .filter_map(|line| line.strip_prefix(r#"watertight_call_seconds_bucket{le=""#))
-            .map(|rest| &rest[..rest.find('"').expect("a closing quote")])
-            .collect();
-        assert_eq!(
-            labels,
-            [
-                "0.0001", "0.0002", "0.0004", "0.0008", "0.0016", "0.0032", "0.0064", "0.0128", "0.0256",
-                "0.0512", "0.1024", "0.2048", "0.4096", "0.8192", "1.6384", "3.2768", "6.5536", "13.1072",
-                "26.2144", "30.0", "+Inf"
-            ],
-            "{text}"
-        );
     }
 
     #[test]

@@ -322,85 +322,85 @@ impl CapacityReport {
 
     /// One line per finding that is not an error ([sizing](crate::registry#sizing)).
     pub fn warnings(&self) -> Vec<String> {
-        let available = self.available();
-        let of = self.of_threads();
-        let mut out: Vec<String> = self
-            .entries
-            .iter()
-            .filter(|e| e.level == CapacityLevel::Warning)
+        let (available, of) = (self.available(), self.of_threads());
+        let over_half = self.entries.iter().filter(|e| e.level == CapacityLevel::Warning);
+        let mut out: Vec<String> = over_half
             .map(|e| {
+                let (name, hold, workers, queue) = (&e.name, e.hold, e.workers, e.queue);
                 format!(
-                    "dependency `{}` can hold {} {of} (workers {} + queue {}), more than half",
-                    e.name, e.hold, e.workers, e.queue
+                    "dependency `{name}` can hold {hold} {of} (workers {workers} + queue {queue}), more than half"
                 )
             })
             .collect();
         for e in &self.entries {
-            if e.level != CapacityLevel::Error && e.waiters > 0 && e.hold + e.waiters >= available {
+            let (name, workers, queue, waiters, timeout) =
+                (&e.name, e.workers, e.queue, e.waiters, e.timeout);
+            if e.level != CapacityLevel::Error && waiters > 0 && e.hold + waiters >= available {
                 out.push(format!(
-                    "dependency `{}` can hold {} {of} with its {} waiters, for up to {:?} each",
-                    e.name,
-                    e.hold + e.waiters,
-                    e.waiters,
+                    "dependency `{name}` can hold {} {of} with its {waiters} waiters, for up to {:?} each \
+                     (workers {workers} + queue {queue} + {waiters} waiters)",
+                    e.hold + waiters,
                     e.max_wait
                 ));
             }
             // Detached calls fill the pool too: the breaker must open within
             // what the pool (not the request pool) can hold.
-            let places = e.workers.saturating_add(e.queue);
+            let places = workers.saturating_add(queue);
             if e.failures_to_open as usize > places {
+                // Before the provider has answered: its normal latency is unknown.
+                let stuck = crate::dependency::stall_threshold(None, e.timeout, e.timeout);
+                let quarter = timeout / 4;
+                let why = if stuck > quarter {
+                    let floor = stuck / 2; // the least hang threshold, doubled
+                    format!(
+                        "the stall threshold's floor, twice the least hang threshold of {floor:?}, above a \
+                         quarter of the timeout {timeout:?} ({quarter:?})"
+                    )
+                } else {
+                    format!("the stall threshold: a quarter of the timeout {timeout:?}")
+                };
                 out.push(format!(
-                    "dependency `{}`: its breaker opens by its rates only after {} failures, more than the {} \
-                     calls it can hold (workers {} + queue {}): a hang is cut by the stall rule instead, which \
-                     opens it once every worker has been inside one call for {:?} (the stall threshold: a \
-                     quarter of the timeout, or twice the provider's normal latency if longer)",
-                    e.name,
-                    e.failures_to_open,
-                    places,
-                    e.workers,
-                    e.queue,
-                    // Before the provider has answered: its normal latency is unknown.
-                    crate::dependency::stall_threshold(None, e.timeout, e.timeout)
+                    "dependency `{name}`: its breaker opens by its rates only after {} failures, more than the \
+                     {places} calls it can hold (workers {workers} + queue {queue}): a hang is cut by the stall \
+                     rule instead, which opens it once every worker has been inside one call for {stuck:?} \
+                     ({why}; once the provider has answered, twice its normal latency if that is longer)",
+                    e.failures_to_open
                 ));
             }
-            if let Some(budget) = self.request_budget
-                && e.calls != CallShape::Detached
-                && e.timeout > budget
-            {
-                out.push(budget_warning(e, budget));
-            }
-            if let Some(budget) = self.request_budget
-                && e.calls != CallShape::Detached
-                && let Some(hold) = e.retry_hold.filter(|hold| *hold > budget)
-            {
+            let Some(budget) = self.request_budget.filter(|_| e.calls != CallShape::Detached) else {
+                continue;
+            };
+            if timeout > budget {
                 out.push(format!(
-                    "dependency `{}`: a retried call can hold its request thread for {hold:?} (its attempts' \
-                     timeouts and backoffs, or its overall timeout), outlasting the request budget {budget:?}: \
-                     give each retried call the request's deadline, or set retry.overall_timeout within the budget",
-                    e.name
+                    "dependency `{name}`: its timeout {timeout:?} is longer than the request budget {budget:?}: \
+                     its callers are cut short by the budget, so a hung provider holds each request thread for \
+                     the whole budget; their timeouts are judged by the cut-short rule (a failure only once the \
+                     provider had the call longer than its normal latency), so its breaker opens later than its \
+                     timeout says"
+                ));
+            }
+            if let Some(hold) = e.retry_hold.filter(|hold| *hold > budget) {
+                out.push(format!(
+                    "dependency `{name}`: a retried call can hold its request thread for {hold:?} (its attempts' \
+                     timeouts of {timeout:?} and backoffs, or its overall timeout), outlasting the request \
+                     budget {budget:?}: give each retried call the request's deadline, or set \
+                     retry.overall_timeout within the budget"
                 ));
             }
         }
-        let holders = self.entries.iter().filter(|e| e.hold > 0).count();
-        if holders > 1 && self.total_hold >= available {
+        let holds: Vec<String> =
+            self.entries.iter().filter(|e| e.hold > 0).map(|e| format!("`{}` {}", e.name, e.hold)).collect();
+        if holds.len() > 1 && self.total_hold >= available {
+            let legs = self.entries.iter().any(|e| e.calls.fan_out_group().is_some());
             out.push(format!(
-                "all dependencies together can hold {} {of} if their providers hang at once",
-                self.total_hold
+                "all dependencies together can hold {} {of} if their providers hang at once ({}{})",
+                self.total_hold,
+                holds.join(", "),
+                if legs { "; a fan-out group's legs once, by the largest" } else { "" }
             ));
         }
         out
     }
-}
-
-/// What a timeout longer than the request budget costs.
-fn budget_warning(e: &CapacityEntry, budget: Duration) -> String {
-    format!(
-        "dependency `{}`: its timeout {:?} is longer than the request budget {budget:?}: its callers are cut \
-         short by the budget, so a hung provider holds each request thread for the whole budget; their \
-         timeouts are judged by the cut-short rule (a failure only once the provider had the call longer \
-         than its normal latency), so its breaker opens later than its timeout says",
-        e.name, e.timeout
-    )
 }
 
 impl fmt::Display for CapacityReport {
@@ -420,23 +420,17 @@ impl fmt::Display for CapacityReport {
                 CallShape::Detached => " (detached)".to_owned(),
                 CallShape::FanOut(group) => format!(" (fan-out {group})"),
             };
+            let waits = match e.max_wait {
+                wait if wait.is_zero() || e.waiters == 0 => String::new(),
+                wait => format!("; others wait <= {wait:?}"),
+            };
+            let throttled = if e.throttled { "; throttled" } else { "" };
+            let (name, workers, queue, hold, timeout, room, level) =
+                (&e.name, e.workers, e.queue, e.hold, e.timeout, e.room_left, e.level);
             writeln!(
                 f,
-                "  {:<20} workers {:>3} + queue {:>3} = hold {:>3} for <= {:?}, room left {:>3} ({:?}){}{}{}",
-                e.name,
-                e.workers,
-                e.queue,
-                e.hold,
-                e.timeout,
-                e.room_left,
-                e.level,
-                calls,
-                if e.max_wait.is_zero() || e.waiters == 0 {
-                    String::new()
-                } else {
-                    format!("; others wait <= {:?}", e.max_wait)
-                },
-                if e.throttled { "; throttled" } else { "" },
+                "  {name:<20} workers {workers:>3} + queue {queue:>3} = hold {hold:>3} for <= {timeout:?}, room \
+                 left {room:>3} ({level:?}){calls}{waits}{throttled}"
             )?;
         }
         write!(f, "  total hold {}", self.total_hold)?;

@@ -230,3 +230,47 @@ fn a_throttled_dependency_says_so() {
     let report = registry.reconfigure("account", config, 32).unwrap();
     assert!(!report.entries[0].throttled && account.throttler().is_none());
 }
+
+#[test]
+fn a_finding_states_the_numbers_it_used() {
+    // A breaker that needs 100 failures, more than the 3 calls each can hold.
+    let stalled = |name: &str, timeout: Duration| {
+        let breaker = BreakerConfig::count_based(100).minimum_calls(100);
+        Dependency::builder(name).workers(2).queue(1).timeout(timeout).breaker(breaker).build().unwrap()
+    };
+    let waiting = Dependency::builder("account")
+        .workers(4)
+        .max_wait(Duration::from_millis(50))
+        .breaker(BreakerConfig::count_based(4).minimum_calls(4))
+        .build()
+        .unwrap();
+    let registry = registry([
+        stalled("fast", Duration::from_millis(100)),
+        stalled("slow", Duration::from_secs(1)),
+        waiting,
+    ]);
+    let warnings = registry.check_capacity(RequestThreads::new(10).reserved(2)).unwrap().warnings();
+    let about = |words: &str| -> &String {
+        warnings.iter().find(|w| w.contains(words)).unwrap_or_else(|| panic!("{words}: {warnings:?}"))
+    };
+    // A quarter of 100 ms is 25 ms: the floor, twice the least hang threshold, applies.
+    let fast = about("`fast`: its breaker");
+    for words in
+        ["100 failures", "the 3 calls", "workers 2 + queue 1", "for 100ms", "floor", "50ms", "timeout 100ms"]
+    {
+        assert!(fast.contains(words), "{words}: {fast}");
+    }
+    assert!(fast.contains("(25ms)"), "{fast}");
+    // A quarter of 1 s is over the floor: the quarter is the threshold.
+    let slow = about("`slow`: its breaker");
+    assert!(slow.contains("for 250ms (the stall threshold: a quarter of the timeout 1s;"), "{slow}");
+    assert!(!slow.contains("floor"), "{slow}");
+    // The waiters, and everything together, of the 8 threads left after a reserve of 2.
+    let of = "of the 8 request threads left after a reserve of 2 (of 10)";
+    let account = about("`account` can hold 8");
+    assert!(account.contains(of) && account.contains("(workers 4 + queue 0 + 4 waiters)"), "{account}");
+    assert!(account.contains("4 waiters, for up to 50ms each"), "{account}");
+    let together = about("together");
+    assert!(together.contains(&format!("can hold 10 {of}")), "{together}");
+    assert!(together.contains("(`fast` 3, `slow` 3, `account` 4)"), "{together}");
+}

@@ -1,8 +1,6 @@
 //! Named dependencies: [`Registry`] and their snapshots; the capacity check
-//! ([`Registry::check_capacity`], `capacity.rs`); the gauges of the request
-//! pool that serves them ([`RequestPoolGauges`], `gauges.rs`); and the
-//! rolling history of every dependency ([`Registry::start_history`],
-//! `history.rs`).
+//! ([`Registry::check_capacity`], `capacity.rs`); and the gauges of the
+//! request pool that serves them ([`RequestPoolGauges`], `gauges.rs`).
 //!
 //! # Sizing
 //!
@@ -19,14 +17,16 @@
 //! fan-out group's legs the largest leg, once per group.
 //!
 //! [`Registry::check_capacity`] compares each hold with the request threads
-//! left after the reserve (`available`; see [`RequestThreads`]). It only
-//! reports; `Config::build` refuses an error and logs the warnings.
+//! left after the reserve (`available`; see [`RequestThreads`], or take it
+//! from a server's config with
+//! [`ServerConfig::request_threads`](crate::server::ServerConfig::request_threads)).
+//! Each finding states the numbers it was found by. It only reports; `Config::build` refuses an error and logs the warnings.
 //!
 //! | finding | level |
 //! |---|---|
 //! | one hold `>= available` | error |
 //! | one hold `> available / 2`, or `hold + waiters >= available` | warning |
-//! | a breaker that needs more failures to open than the pool holds | warning |
+//! | a breaker that needs more failures to open than the pool holds: a hang is then cut by the stuck rule, once every worker has been inside one call for the stuck threshold (a quarter of the timeout, at least twice the least hang threshold of 50 ms, before the provider has answered) | warning |
 //! | all holds together `>= available` (providers failing together) | warning |
 //! | a timeout, or a retry's whole hold, longer than the request budget (a hung provider then holds each thread for the whole budget, and the breaker opens later) | warning |
 
@@ -35,7 +35,6 @@ mod capacity;
 #[cfg(feature = "cache")]
 mod caches;
 mod gauges;
-mod history;
 
 use std::fmt;
 use std::sync::Arc;
@@ -45,7 +44,6 @@ use parking_lot::{Mutex, RwLock};
 pub use self::capacity::{CapacityEntry, CapacityLevel, CapacityReport, RequestThreads};
 pub(crate) use self::gauges::Refused;
 pub use self::gauges::{REFUSAL_REASONS, RequestPoolGauges};
-pub use self::history::{DependencyHistory, HistoryPoint};
 use crate::dependency::{Dependency, DependencyConfig, DependencySnapshot};
 use crate::error::ConfigError;
 
@@ -71,8 +69,6 @@ pub struct Registry {
     /// does (see [`Registry::request_pool`]). Locked only to attach, detach
     /// and clone the handle; the gauges are read after it is released.
     request_pool: Arc<Mutex<Option<RequestPoolGauges>>>,
-    /// The history's points, shared with its sampler (weakly, see `history.rs`).
-    history: Arc<self::history::HistoryState>,
     /// The caches registered, in registration order (`caches.rs`).
     #[cfg(feature = "cache")]
     caches: Arc<RwLock<Vec<Arc<dyn crate::cache::Watched>>>>,
@@ -103,16 +99,6 @@ impl Registry {
     /// Every registered dependency, in registration order.
     pub fn dependencies(&self) -> Vec<Dependency> {
         self.deps.read().clone()
-    }
-
-    /// How many dependencies are registered.
-    pub fn len(&self) -> usize {
-        self.deps.read().len()
-    }
-
-    /// `true` when none is registered.
-    pub fn is_empty(&self) -> bool {
-        self.deps.read().is_empty()
     }
 
     /// A snapshot of every dependency, in registration order.

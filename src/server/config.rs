@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::reserve::{Reserve, Route};
 use crate::ConfigError;
-use crate::registry::Registry;
+use crate::registry::{Registry, RequestThreads};
 use crate::time::MAX_TIMEOUT;
 
 use super::proxy::TrustedProxies;
@@ -180,6 +180,14 @@ impl ServerConfig {
     /// any (see [`ServerConfigBuilder::registry`]).
     pub fn registry(&self) -> Option<&Registry> {
         self.gauges.0.as_ref()
+    }
+
+    /// A request pool of `threads` served with this config, as the capacity
+    /// rule checks it: less the reserve's threads, under the request budget
+    /// (`registry.check_capacity(config.request_threads(16))`).
+    pub fn request_threads(&self, threads: usize) -> RequestThreads {
+        let reserved = self.reserve().map_or(0, |r| r.threads);
+        RequestThreads::new(threads).reserved(reserved).request_budget(self.request_budget)
     }
 }
 

@@ -229,11 +229,7 @@ impl Shared {
             st = self.changed.wait_timeout(st, step).unwrap_or_else(PoisonError::into_inner).0;
             if !seen_gone && st.serving >= capacity {
                 drop(st);
-                if client_gone(stream) {
-                    seen_gone = true;
-                    self.clients_gone.fetch_add(1, Ordering::SeqCst);
-                }
-                if seen_gone && self.release_on_close.load(Ordering::SeqCst) {
+                if self.let_go(stream, &mut seen_gone) {
                     return None;
                 }
                 st = self.lock();
@@ -259,14 +255,20 @@ impl Shared {
             if self.lock().generation != generation {
                 return true;
             }
-            if !seen_gone && client_gone(stream) {
-                seen_gone = true;
-                self.clients_gone.fetch_add(1, Ordering::SeqCst);
-            }
-            if seen_gone && self.release_on_close.load(Ordering::SeqCst) {
+            if self.let_go(stream, &mut seen_gone) {
                 return false;
             }
         }
+    }
+
+    /// Whether a held request lets go of its client, who has left (counted
+    /// once in `clients_gone`, `seen_gone` then set) with `release_on_close` on.
+    fn let_go(&self, stream: &TcpStream, seen_gone: &mut bool) -> bool {
+        if !*seen_gone && client_gone(stream) {
+            *seen_gone = true;
+            self.clients_gone.fetch_add(1, Ordering::SeqCst);
+        }
+        *seen_gone && self.release_on_close.load(Ordering::SeqCst)
     }
 }
 

@@ -36,6 +36,12 @@ fn json(body: &str) -> Value {
 #[test]
 fn healthy_providers_give_a_priced_quote_and_metrics() {
     let server = Checkout::start_example("quote", &["healthy", "healthy"]);
+    // Its capacity check is its server config's: the 8 threads, under the budget.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !server.stderr().contains("capacity: request threads: 8, request budget 1s\n") {
+        assert!(Instant::now() < give_up, "no capacity report: {}", server.stderr());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let (status, body) = get(&server, "/quote/sku-1");
     assert_eq!(status, 200, "{body}");
     let quote = json(&body);

@@ -92,7 +92,9 @@ fn an_sse_client_gets_five_events_in_five_seconds() {
         // 28: curl's own time limit ended it; the stream was still open.
         assert_eq!(code, 28, "{args:?}: curl's exit code");
         assert!(took < Duration::from_secs(15), "{args:?}: curl ran {took:?}");
-        // Every event is one JSON object with the shape the dashboard reads.
+        // Every event is one JSON object with the shape the dashboard reads,
+        // and the history gains a point a second for every dependency.
+        let mut points = 0;
         for data in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
             let v: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}"));
             assert_eq!(v["circuits"]["request_pool"]["threads"], 16, "{v}");
@@ -100,7 +102,15 @@ fn an_sse_client_gets_five_events_in_five_seconds() {
             let names: Vec<&str> = deps.iter().filter_map(|d| d["name"].as_str()).collect();
             assert_eq!(names, ["fraud", "account-access", "account-read", "notification"]);
             assert!(deps.iter().all(|d| d["points"].is_array() && d["events"].is_array()), "{v}");
+            for p in deps[0]["points"].as_array().expect("fraud's points") {
+                points += 1;
+                assert!(p["at_ms"].as_u64().is_some_and(|t| t > 1_600_000_000_000), "{p}");
+                assert!(p["interval_ms"].as_f64().is_some_and(|ms| (500.0..2_000.0).contains(&ms)), "{p}");
+                assert_eq!((p["state"].as_str(), p["workers"].as_u64()), (Some("closed"), Some(6)), "{p}");
+                assert!(p["calls"].is_object() && p["busy"].is_u64() && p["queued"].is_u64(), "{p}");
+            }
         }
+        assert!(points >= 3, "{args:?}: {points} of fraud's points in 5 s");
     }
 }
 

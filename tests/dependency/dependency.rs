@@ -748,7 +748,7 @@ fn registry_refuses_duplicates_and_checks_capacity() {
     let dup = registry.register(Dependency::builder("fraud").workers(1).build().unwrap()).unwrap_err();
     assert_eq!(dup.field(), "name");
     assert!(dup.to_string().contains("fraud"), "{dup}");
-    assert_eq!(registry.len(), 2);
+    assert_eq!(registry.dependencies().len(), 2);
 
     // 16 request threads: fraud can hold 15 (> half: a warning), account 4.
     let report = registry.check_capacity(16).unwrap();

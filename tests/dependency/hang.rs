@@ -386,7 +386,7 @@ fn capacity_warns_that_the_stall_rule_cuts_a_hang_the_rates_cannot_and_of_waiter
     let fraud_warning = "`fraud`: its breaker opens by its rates only after 10 failures, more than the 8 calls \
                          it can hold (workers 6 + queue 2): a hang is cut by the stall rule instead, which opens \
                          it once every worker has been inside one call for 250ms (the stall threshold: a quarter of the \
-                         timeout, or twice the provider's normal latency if longer)";
+                         timeout 1s; once the provider has answered, twice its normal latency if that is longer)";
     assert!(warnings.iter().any(|w| w.contains(fraud_warning)), "{warnings:?}");
     assert!(!warnings.iter().any(|w| w.contains("cannot open")), "{warnings:?}");
     assert!(

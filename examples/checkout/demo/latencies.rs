@@ -127,7 +127,7 @@ mod tests {
         l.record(sample);
         l.record(Duration::from_secs(7200));
         let p50 = l.percentile_ms(0.5).unwrap();
-        assert!(p50 >= 1234.567 && p50 <= 1234.567 * (1.0 + 1.0 / 1024.0), "{p50}");
+        assert!((1234.567..=1234.567 * (1.0 + 1.0 / 1024.0)).contains(&p50), "{p50}");
         assert_eq!(
             l.percentile_ms(1.0),
             Some(3_600_000.0),
