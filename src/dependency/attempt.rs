@@ -401,8 +401,9 @@ impl Inner {
     /// says the provider hangs: a CLOSED breaker opens, and a HALF_OPEN one
     /// (a probe that found no room) goes back to OPEN, for a round of probes
     /// that cannot start would never end. When at least half of the workers
-    /// are stuck in calls their callers gave up on, the job is not ending at
-    /// its deadline: that is warned of once per episode (`Pool::abandoned_alarm`).
+    /// are still inside calls well past their deadline (a grace for a job's
+    /// own timeout firing a moment late), the job is not ending at its
+    /// deadline: that is warned of once per episode (`Pool::abandoned_alarm`).
     fn stalled(&self) {
         let over = self.stall_threshold();
         match self.breaker.open_on_stall() {
@@ -417,10 +418,10 @@ impl Inner {
             ),
             None => {}
         }
-        if let Some((abandoned, workers)) = self.exec.pool().and_then(crate::pool::Pool::abandoned_alarm) {
+        if let Some((abandoned, workers)) = self.exec.pool().and_then(|p| p.abandoned_alarm(Instant::now())) {
             log::warn!(
                 "dependency {}: {abandoned} of {workers} workers are abandoned: stuck for over {over:?} in \
-                 calls whose callers gave up; the job does not end at its deadline (hand \
+                 calls past their deadline; the job does not end at its deadline (hand \
                  `ctx.remaining()` to its I/O, as `with_deadline` does for ureq)",
                 self.name
             );

@@ -11,6 +11,7 @@ mod brownout_line;
 mod budget;
 mod burst;
 mod caller;
+mod cancel;
 mod config_props;
 mod deadline;
 mod dependency;
