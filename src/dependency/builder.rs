@@ -328,6 +328,7 @@ impl DependencyBuilder {
                 occupancy: Arc::default(),
                 ring,
                 log: Default::default(),
+                detached_failures: Default::default(),
                 shadow_counts: Default::default(),
             }),
         })

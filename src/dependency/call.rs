@@ -16,6 +16,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fanout::Fanned;
@@ -246,12 +247,14 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         E: fmt::Display + Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     {
-        let name = self.dependency.name().to_owned();
+        let (dependency, name) =
+            (Arc::downgrade(&self.dependency.inner), Arc::clone(&self.dependency.inner.name));
         self.spawn_with(
-            move |answer: Result<T, Error<E>>| {
-                if let Err(err) = answer {
-                    log::warn!("dependency {name}: detached call failed: {err}");
-                }
+            move |answer: Result<T, Error<E>>| match (answer, dependency.upgrade()) {
+                (Err(err), Some(inner)) => inner.detached_failed(&err),
+                // The dependency has gone (shut down, its last handle dropped).
+                (Err(err), None) => log::warn!("dependency {name}: detached call failed: {err}"),
+                (Ok(_), _) => {}
             },
             job,
         )

@@ -167,11 +167,28 @@ struct Inner {
     ring: Arc<self::events::EventRing>,
     /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).
     log: quiet_log::QuietLog,
+    /// Failed detached calls with no callback, logged at `warn` in aggregate.
+    detached_failures: crate::quiet::Quiet<1>,
     /// What the policies in shadow would have refused.
     shadow_counts: crate::shadow::ShadowCounters,
 }
 
 impl Inner {
+    /// Logs a failed detached call (one without a callback) at `warn`, in
+    /// aggregate as refusals are: the first at once, then at most a line a
+    /// second with the count and the last error.
+    fn detached_failed(&self, err: &dyn std::fmt::Display) {
+        match self.detached_failures.note(0, std::time::Instant::now()) {
+            Some((1, _)) => log::warn!("dependency {}: detached call failed: {err}", self.name),
+            Some((n, ago)) => log::warn!(
+                "dependency {}: {n} detached calls failed in the last {:?}, the last: {err}",
+                self.name,
+                ago.unwrap_or_default()
+            ),
+            None => {}
+        }
+    }
+
     /// The injected clock's time. `real_now` is a real instant the caller has
     /// just read: with the system clock (`clock` is `None`) it *is* the time,
     /// which saves the hot path a second clock read.
