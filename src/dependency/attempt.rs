@@ -190,6 +190,10 @@ impl InFlight {
     }
 }
 
+/// What a settlement answers: the caller's answer, and the verdict recorded
+/// (`None`: nothing was; the job never ran, or its leg was settled already).
+pub(crate) type Judged<T, E> = (Result<T, Error<E>>, Option<Verdict>);
+
 /// How an attempt ended.
 pub(super) enum End<T, E> {
     /// The job returned this (after its deadline, it is a timeout).
@@ -588,7 +592,7 @@ impl Attempt {
         began: Option<Instant>,
         ended: Instant,
         classify: &C,
-    ) -> (Result<T, Error<E>>, Option<Verdict>)
+    ) -> Judged<T, E>
     where
         C: Fn(&Result<T, E>) -> Verdict + ?Sized,
     {

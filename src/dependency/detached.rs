@@ -18,10 +18,10 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::attempt::{Ask, Deadline, End, Form, InFlight};
-use super::{Dependency, Inner, Priority};
+use super::{Dependency, Inner, Judged, Priority};
 use crate::classify::Classifier;
 use crate::classify::Classify;
-use crate::error::{Error, Rejection, panic_message};
+use crate::error::{Rejection, panic_message};
 use crate::pool::{CallContext, Submit};
 
 impl Dependency {
@@ -96,7 +96,7 @@ impl Dependency {
         E: Send + 'static,
         C: Classifier<T, E> + Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        D: FnOnce(Result<T, Error<E>>) + Send + 'static,
+        D: FnOnce(Judged<T, E>) + Send + 'static,
     {
         let inner = &*self.inner;
         let now = Instant::now();
@@ -180,7 +180,7 @@ struct Answer<T, E, C, D> {
 struct Pending<T, E, C, D>
 where
     C: Classifier<T, E>,
-    D: FnOnce(Result<T, Error<E>>),
+    D: FnOnce(Judged<T, E>),
 {
     answer: Option<Answer<T, E, C, D>>,
 }
@@ -188,7 +188,7 @@ where
 impl<T, E, C, D> Drop for Pending<T, E, C, D>
 where
     C: Classifier<T, E>,
-    D: FnOnce(Result<T, Error<E>>),
+    D: FnOnce(Judged<T, E>),
 {
     fn drop(&mut self) {
         if let Some(answer) = self.answer.take() {
@@ -204,7 +204,7 @@ where
 impl<T, E, C, D> Answer<T, E, C, D>
 where
     C: Classifier<T, E>,
-    D: FnOnce(Result<T, Error<E>>),
+    D: FnOnce(Judged<T, E>),
 {
     /// Settles the attempt, then hands its answer to `on_done`; nothing if
     /// the spawner took the attempt back (it answered the refusal).
@@ -213,11 +213,11 @@ where
         let Some(attempt) = attempt.take() else { return };
         let inner = dependency.upgrade();
         let judge = |r: &Result<T, E>| classify.verdict(r);
-        let (answer, _) = attempt.settle(inner.as_deref(), end, began, ended, &judge);
+        let judged = attempt.settle(inner.as_deref(), end, began, ended, &judge);
         let name = inner.as_ref().map(|i| Arc::clone(&i.name));
         // The last handle may be this one: let it go before user code runs.
         drop(inner);
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || on_done(answer))) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || on_done(judged))) {
             log::warn!(
                 "dependency {}: the callback of a detached call panicked: {}",
                 name.as_deref().unwrap_or("?"),

@@ -39,16 +39,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::attempt::{Ask, Deadline, End, Form, InFlight, Refusal, drop_quietly};
+use super::attempt::{Ask, Deadline, End, Form, InFlight, Judged, Refusal, drop_quietly};
 use super::{Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
 use crate::error::{Error, Rejection, panic_message};
 use crate::pool::{Answer, CallContext, Left, Submit, Ticket};
-
-/// What a leg answers: the settled outcome and the verdict recorded (`None`:
-/// the caller had settled it already, as a timeout).
-pub(super) type Judged<T, E> = (Result<T, Error<E>>, Option<Verdict>);
 
 /// No winner yet.
 const NONE: usize = usize::MAX;

@@ -80,6 +80,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+pub(crate) use self::attempt::Judged;
 pub use self::builder::DependencyBuilder;
 pub use self::call::{CallBuilder, Hedging, Once, Retrying};
 use self::caller::CallerThread;
