@@ -88,7 +88,7 @@ use std::time::{Duration, Instant};
 
 pub use self::builder::CacheBuilder;
 use self::flight::{Flight, Flights, Landing, is_failure, is_good};
-use self::store::{Counters, Entry, Map};
+use self::store::{CacheCounters, Entry, Map};
 use crate::classify::{ByError, Classifier, Classify};
 use crate::clock::Clock;
 use crate::dependency::{Dependency, Judged};
@@ -189,7 +189,7 @@ struct Inner<K, V> {
     seats: Room,
     /// `None`: the system clock (a direct `Instant::now`).
     clock: Option<Arc<dyn Clock>>,
-    counters: Counters,
+    counters: CacheCounters,
     flights: Arc<Flights<K>>,
 }
 
@@ -295,8 +295,8 @@ where
         let max_wait = dep.pool().map_or(Duration::ZERO, crate::pool::Pool::max_wait);
         let Some(seat) = inner.seats.acquire(deadline.min(crate::time::deadline_after(began, max_wait)))
         else {
-            Counters::bump(&inner.counters.misses);
-            Counters::bump(&inner.counters.refused);
+            CacheCounters::bump(&inner.counters.misses);
+            CacheCounters::bump(&inner.counters.refused);
             return Started::Done(inner.stale(key).ok_or(Error::from(Rejection::QueueFull)));
         };
         let (flight, landing) = {
@@ -309,7 +309,7 @@ where
             }
             match table.get(key).cloned().map(|f| f.downcast::<Flight<V, E>>()) {
                 Some(Ok(flight)) => {
-                    Counters::bump(&inner.counters.coalesced);
+                    CacheCounters::bump(&inner.counters.coalesced);
                     (flight, None)
                 }
                 // A flight of the key with another error type stays where
@@ -321,7 +321,7 @@ where
                 }
             }
         };
-        Counters::bump(&inner.counters.misses);
+        CacheCounters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
             // Detached once in (so a caller who gives up does not cancel it
             // for the others), under the dependency's own timeout; a full
@@ -407,7 +407,7 @@ where
             self.board(&mut table, key, true)
         };
         match self.launch(dep, landing, None, classify, job) {
-            Ok(()) => Counters::bump(&inner.counters.refreshes),
+            Ok(()) => CacheCounters::bump(&inner.counters.refreshes),
             // No room now: the current value stays until its TTL, and the
             // next hit past the age tries again. A miss that joined the
             // flight meanwhile (the value expired since) has its answer.
@@ -475,7 +475,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         if !entry.is_fresh(now) {
             return None;
         }
-        Counters::bump(&self.counters.hits);
+        CacheCounters::bump(&self.counters.hits);
         let due = entry.is_due(now);
         Some((entry.value, due))
     }
@@ -514,7 +514,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         let max_stale = self.stale_for?;
         let entry = self.map.peek(key)?;
         let age = entry.stale_age(self.now(), max_stale)?;
-        Counters::bump(&self.counters.stale);
+        CacheCounters::bump(&self.counters.stale);
         Some(Cached { value: entry.value, stale: Some(age) })
     }
 

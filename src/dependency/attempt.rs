@@ -11,7 +11,7 @@
 //!   the pool, or runs on the caller's thread); a launch that fails goes to
 //!   [`Inner::not_launched`]. An attempt that no thread waits on where it
 //!   was launched (a hedge's leg, a detached call) travels as an
-//!   [`InFlight`], which its job and its launcher share. A refusal at any step is counted, logged (in
+//!   [`SharedAttempt`], which its job and its launcher share. A refusal at any step is counted, logged (in
 //!   aggregate, `quiet_log.rs`) and announced there, once; what the attempt
 //!   had taken is given back by the [`Attempt`]'s `Drop`. A policy in shadow
 //!   (`shadow.rs`) refuses nothing: its refusal goes through
@@ -120,20 +120,20 @@ impl Refusal {
 pub(super) struct Unlaunched {
     rejection: Rejection,
     /// Refused for lack of room while every worker was stuck in its job.
-    stalled: bool,
+    stuck: bool,
     /// The deadline ended the wait for room, after this long.
     timed_out: Option<Duration>,
 }
 
 impl<F> From<SubmitError<F>> for Unlaunched {
     fn from(refused: SubmitError<F>) -> Self {
-        Unlaunched { rejection: refused.rejection(), stalled: refused.stalled(), timed_out: None }
+        Unlaunched { rejection: refused.rejection(), stuck: refused.stalled(), timed_out: None }
     }
 }
 
 impl From<Rejection> for Unlaunched {
     fn from(rejection: Rejection) -> Self {
-        Unlaunched { rejection, stalled: false, timed_out: None }
+        Unlaunched { rejection, stuck: false, timed_out: None }
     }
 }
 
@@ -177,11 +177,11 @@ pub(super) struct Launching {
 /// settled exactly once. Dropped by both still inside, it never ran (an
 /// [`Attempt`] dropped unsettled).
 #[derive(Clone)]
-pub(super) struct InFlight(Arc<Mutex<Option<Attempt>>>);
+pub(super) struct SharedAttempt(Arc<Mutex<Option<Attempt>>>);
 
-impl InFlight {
+impl SharedAttempt {
     pub(super) fn new(attempt: Attempt) -> Self {
-        InFlight(Arc::new(Mutex::new(Some(attempt))))
+        SharedAttempt(Arc::new(Mutex::new(Some(attempt))))
     }
 
     /// The attempt, to settle, unless the other side has taken it.
@@ -356,8 +356,6 @@ impl Inner {
             }
             None => None,
         };
-        #[cfg(test)]
-        super::tests::tally(&self.name, super::tests::ADMITTED);
         Ok(Attempt {
             permit,
             limit,
@@ -372,12 +370,12 @@ impl Inner {
     }
 
     /// An admitted attempt whose launch failed (`launching`, read from it
-    /// before it was launched): a stall opens the breaker, a hedge's rate
+    /// before it was launched): a stuck pool opens the breaker, a hedge's rate
     /// permit goes back, and the failure is the caller's timeout or the
     /// dependency's refusal, counted once.
     pub(super) fn not_launched(&self, launching: Launching, unlaunched: Unlaunched) -> Refusal {
-        if unlaunched.stalled {
-            self.stalled();
+        if unlaunched.stuck {
+            self.stuck();
         }
         if launching.form == Form::Hedge && launching.rate {
             self.rate.give_back();
@@ -393,24 +391,22 @@ impl Inner {
     /// announced as a timeout, and recorded by nobody: the provider was
     /// never asked, and the dependency did not refuse.
     fn time_out(&self, waited: Duration) -> Refusal {
-        #[cfg(test)]
-        super::tests::tally(&self.name, super::tests::REFUSED);
         self.counters.outcome(Outcome::TimedOut);
         self.announce_timeout(waited);
         Refusal { rejection: Rejection::DeadlineUnmeetable, retry_after: None, timed_out: Some(waited) }
     }
 
     /// A call found no room while every worker was stuck in its call. Neither
-    /// the breaker nor the limit learns anything from a refusal, but a stall
+    /// the breaker nor the limit learns anything from a refusal, but a stuck pool
     /// says the provider hangs: a CLOSED breaker opens, and a HALF_OPEN one
     /// (a probe that found no room) goes back to OPEN, for a round of probes
     /// that cannot start would never end. When at least half of the workers
     /// are still inside calls well past their deadline (a grace for a job's
     /// own timeout firing a moment late), the job is not ending at its
     /// deadline: that is warned of once per episode (`Pool::abandoned_alarm`).
-    fn stalled(&self) {
-        let over = self.stall_threshold();
-        match self.breaker.open_on_stall() {
+    fn stuck(&self) {
+        let over = self.stuck_threshold();
+        match self.breaker.open_when_stuck() {
             Some(crate::breaker::State::HalfOpen) => log::warn!(
                 "dependency {}: a probe found no room, every worker inside one call for over {over:?}; \
                  breaker back to open",
@@ -468,8 +464,6 @@ impl Inner {
 
     /// Counts, logs and announces a refusal, unless it is a hedge's.
     fn refuse(&self, form: Form, rejection: Rejection, retry_after: Option<Duration>) -> Refusal {
-        #[cfg(test)]
-        super::tests::tally(&self.name, super::tests::REFUSED);
         if form != Form::Hedge {
             self.counters.outcome(rejection.outcome());
             self.log.refused(&self.name, rejection);
@@ -493,8 +487,8 @@ impl Inner {
     }
 
     /// See `config.rs`.
-    pub(super) fn stall_threshold(&self) -> Duration {
-        super::config::stall_threshold(
+    pub(super) fn stuck_threshold(&self) -> Duration {
+        super::config::stuck_threshold(
             self.normal.normal(),
             self.live.slow_call_duration(),
             self.live.timeout(),
@@ -662,10 +656,6 @@ impl Attempt {
         if outcome == Outcome::TimedOut {
             inner.announce_timeout(waited);
         }
-        // Tallied once everything above is recorded, so that a test reading
-        // the counts after the tally sees them.
-        #[cfg(test)]
-        super::tests::tally(&inner.name, super::tests::SETTLED);
         (result, Some(verdict))
     }
 }

@@ -8,7 +8,7 @@
 //! A job the pool drops unrun (its deadline passed in the queue, or shutdown
 //! discarded it) is settled by the `Drop` of its [`Pending`] answer, on the
 //! thread that dropped it; a job the pool refuses is answered by the
-//! refusal, its attempt taken back ([`InFlight`]). So every admitted call is
+//! refusal, its attempt taken back ([`SharedAttempt`]). So every admitted call is
 //! answered and counted once, whichever way it ends.
 
 use std::fmt;
@@ -17,7 +17,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use super::attempt::{Ask, Deadline, End, Form, InFlight};
+use super::attempt::{Ask, Deadline, End, Form, SharedAttempt};
 use super::{Dependency, Inner, Judged, Priority};
 use crate::classify::Classifier;
 use crate::classify::Classify;
@@ -110,10 +110,16 @@ impl Dependency {
             return Err(inner.not_launched(launching, Rejection::QueueFull.into()).rejection);
         };
         let job = attempt.carry(job);
-        let in_flight = InFlight::new(attempt);
+        let in_flight = SharedAttempt::new(attempt);
         let dependency = Arc::downgrade(&self.inner);
-        let answer =
-            Answer { dependency, attempt: in_flight.clone(), deadline, classify, on_done, _job: PhantomData };
+        let answer = Delivery {
+            dependency,
+            attempt: in_flight.clone(),
+            deadline,
+            classify,
+            on_done,
+            _job: PhantomData,
+        };
         let pending = Pending { answer: Some(answer) };
         let parent_span = crate::trace::capture();
         let task = move |ctx: &CallContext| -> Result<(), ()> {
@@ -137,8 +143,8 @@ impl Dependency {
         };
         // Admitted or refused at once, unless the caller may wait for
         // room; a refusal while every worker is stuck opens the breaker
-        // (the stall rule), as for any call.
-        let how = Submit::by(deadline.at).stall(inner.stall_threshold());
+        // (the stuck rule), as for any call.
+        let how = Submit::by(deadline.at).stall(inner.stuck_threshold());
         let how = match room_until {
             Some(at) => how.room_until(at),
             None => how.no_wait(),
@@ -160,13 +166,13 @@ impl Dependency {
 }
 
 /// Everything needed to answer one admitted detached call.
-struct Answer<T, E, C, D> {
+struct Delivery<T, E, C, D> {
     /// Weak, so that queued detached calls do not keep the dependency (and its
     /// pool) alive: dropping its last handle still shuts it down, and the
     /// calls still queued are answered `ShuttingDown`.
     dependency: Weak<Inner>,
     /// Taken back by the spawner if the pool refuses the job.
-    attempt: InFlight,
+    attempt: SharedAttempt,
     deadline: Deadline,
     /// Judges the outcome, on the worker.
     classify: C,
@@ -182,7 +188,7 @@ where
     C: Classifier<T, E>,
     D: FnOnce(Judged<T, E>),
 {
-    answer: Option<Answer<T, E, C, D>>,
+    answer: Option<Delivery<T, E, C, D>>,
 }
 
 impl<T, E, C, D> Drop for Pending<T, E, C, D>
@@ -201,7 +207,7 @@ where
     }
 }
 
-impl<T, E, C, D> Answer<T, E, C, D>
+impl<T, E, C, D> Delivery<T, E, C, D>
 where
     C: Classifier<T, E>,
     D: FnOnce(Judged<T, E>),
@@ -209,7 +215,7 @@ where
     /// Settles the attempt, then hands its answer to `on_done`; nothing if
     /// the spawner took the attempt back (it answered the refusal).
     fn finish(self, end: End<T, E>, began: Option<Instant>, ended: Instant) {
-        let Answer { dependency, attempt, classify, on_done, .. } = self;
+        let Delivery { dependency, attempt, classify, on_done, .. } = self;
         let Some(attempt) = attempt.take() else { return };
         let inner = dependency.upgrade();
         let judge = |r: &Result<T, E>| classify.verdict(r);

@@ -8,7 +8,7 @@
 //! # Who records what
 //!
 //! Every attempt of a hedged call (a *leg*) is an attempt of its own, in
-//! flight ([`InFlight`]) until it is settled, exactly once, by whichever
+//! flight ([`SharedAttempt`]) until it is settled, exactly once, by whichever
 //! comes first:
 //!
 //! - the worker, when the job returns: it judges the outcome with the
@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::attempt::{Ask, Deadline, End, Form, InFlight, Judged, Refusal, drop_quietly};
+use super::attempt::{Ask, Deadline, End, Form, Judged, Refusal, SharedAttempt, drop_quietly};
 use super::{Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
@@ -51,7 +51,7 @@ const NONE: usize = usize::MAX;
 
 struct Leg<T, E> {
     ticket: Ticket<Judged<T, E>, Infallible>,
-    attempt: InFlight,
+    attempt: SharedAttempt,
 }
 
 /// One call's legs, under one deadline: the first attempt and the hedges
@@ -167,7 +167,7 @@ where
         };
         let job = Arc::clone(&self.job);
         let job = attempt.carry(move |ctx: &CallContext| job(ctx));
-        let in_flight = InFlight::new(attempt);
+        let in_flight = SharedAttempt::new(attempt);
         let dependency = Arc::downgrade(&self.dependency.inner);
         let race = (Arc::clone(&self.winner), index);
         let work = leg(dependency, (job, Arc::clone(&self.classify)), in_flight.clone(), race);
@@ -175,7 +175,7 @@ where
         // A hedge never queues; a first attempt may, as any call.
         let how = match form {
             Form::Hedge => how.idle_only(),
-            _ => how.stall(inner.stall_threshold()),
+            _ => how.stall(inner.stuck_threshold()),
         };
         pool.submit(how, work).map(|ticket| Leg { ticket, attempt: in_flight.clone() }).map_err(|refused| {
             let attempt = in_flight.take();
@@ -425,7 +425,7 @@ fn answer_of<T, E>(inner: &Inner, leg: Leg<T, E>) -> Option<Judged<T, E>> {
 /// Settles a leg on the caller's side, unless its worker already has.
 fn settle_leg<T, E>(
     inner: &Inner,
-    attempt: &InFlight,
+    attempt: &SharedAttempt,
     end: End<T, E>,
     began: Option<Instant>,
 ) -> Judged<T, E> {
@@ -447,7 +447,7 @@ fn acceptable<T, E>(result: &Result<T, Error<E>>, verdict: Option<Verdict>) -> b
 fn leg<T, E, F, C>(
     dependency: Weak<Inner>,
     (job, classify): (F, Arc<C>),
-    attempt: InFlight,
+    attempt: SharedAttempt,
     (race, index): (Arc<AtomicUsize>, usize),
 ) -> impl FnOnce(&CallContext) -> Result<Judged<T, E>, Infallible> + Send + 'static
 where

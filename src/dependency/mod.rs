@@ -72,8 +72,6 @@ mod once;
 mod priority;
 mod quiet_log;
 mod retrying;
-#[cfg(test)]
-mod tests;
 
 use std::fmt;
 use std::sync::Arc;
@@ -86,7 +84,7 @@ pub use self::call::{CallBuilder, Hedging, Once, Retrying};
 use self::caller::CallerThread;
 pub use self::caller::Mode;
 use self::config::Live;
-pub(crate) use self::config::stall_threshold;
+pub(crate) use self::config::stuck_threshold;
 pub use self::config::{CallShape, DependencyConfig};
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
@@ -94,7 +92,7 @@ pub use self::events::Event;
 pub(crate) use self::events::millis_since_epoch;
 pub use self::events::{RecordedEvent, RecordedKind};
 #[cfg(feature = "cache")]
-pub(crate) use self::fanout::{Answer as FanAnswer, Drive as FanDrive};
+pub(crate) use self::fanout::{FanAnswer, FanDrive};
 pub use self::fanout::{FanLeg, FanOut};
 pub use self::hedge_policy::Hedge;
 use crate::breaker::Breaker;
@@ -160,7 +158,7 @@ struct Inner {
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
     /// The provider's normal latency: its successes' run times, for the
-    /// hang and stall thresholds and the time a hedge must have left.
+    /// hang and stuck thresholds and the time a hedge must have left.
     normal: crate::latency::Latency,
     /// Calls admitted by priority and not done (`priority.rs`).
     occupancy: Arc<self::priority::Occupancy>,

@@ -159,7 +159,7 @@ pub(crate) struct Ran {
 
 // Whether every worker is stuck: each worker marks when its current job
 // started, and a pool whose every worker has been inside one job for
-// longer than a threshold is *stalled*. The mark also holds the job's
+// longer than a threshold is *stuck*. The mark also holds the job's
 // deadline, so that a job still running well past it can be told from one
 // that honours it and ends a moment late ([`Running::overdue`]).
 //
@@ -168,7 +168,7 @@ pub(crate) struct Ran {
 // A worker writes only its own mark, with no lock.
 //
 // A job handed to a worker that has not started it yet leaves the mark at
-// 0, so it reads as not stuck: the test errs towards "not stalled", never
+// 0, so it reads as not stuck: the test errs towards "not stuck", never
 // towards opening a breaker on a pool that has just been given work.
 
 /// How long past its deadline a job may still be running and count as one

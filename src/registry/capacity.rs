@@ -360,7 +360,7 @@ impl CapacityReport {
                     e.workers,
                     e.queue,
                     // Before the provider has answered: its normal latency is unknown.
-                    crate::dependency::stall_threshold(None, e.timeout, e.timeout)
+                    crate::dependency::stuck_threshold(None, e.timeout, e.timeout)
                 ));
             }
             if let Some(budget) = self.request_budget

@@ -19,6 +19,7 @@ mod detached;
 mod fanout;
 mod hang;
 mod hedge;
+mod kinds;
 mod priority;
 mod reconfigure;
 mod refusal_log;
