@@ -9,7 +9,7 @@
 //!   rate limit, the breaker, the adaptive limit, the priority place. It
 //!   returns the admitted [`Attempt`], which its driver launches (submits to
 //!   the pool, or runs on the caller's thread); a launch that fails goes to
-//!   [`Inner::not_launched`]. An attempt that no thread waits on where it
+//!   [`Attempt::not_launched`]. An attempt that no thread waits on where it
 //!   was launched (a hedge's leg, a detached call) travels as an
 //!   [`SharedAttempt`], which its job and its launcher share. A refusal at any step is counted, logged (in
 //!   aggregate, `quiet_log.rs`) and announced there, once; what the attempt
@@ -19,7 +19,7 @@
 //!   attempt on, unseen by that policy. A wait (for a rate permit, for room,
 //!   for a caller-thread permit) that the attempt's deadline ends is no
 //!   refusal: it is the caller's timeout, counted `timed_out` and recorded
-//!   by no breaker ([`Attempt::unlaunched`]).
+//!   by no breaker ([`Attempt::not_launched`]).
 //! - **Settlement**, exactly once: classification under `catch_unwind`, the
 //!   late-answer rule (an answer after the deadline is a timeout), the
 //!   job's own timeout at the deadline (the same event as the caller's), the
@@ -113,27 +113,20 @@ impl Refusal {
     }
 }
 
-/// Why a launch failed: the pool refused the job, or the caller-thread
-/// permits did, or the deadline ended the wait for either
-/// ([`Attempt::unlaunched`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Unlaunched {
-    rejection: Rejection,
-    /// Refused for lack of room while every worker was stuck in its job.
-    stuck: bool,
-    /// The deadline ended the wait for room, after this long.
-    timed_out: Option<Duration>,
-}
+/// Why a launch failed ([`Attempt::not_launched`]): the pool refused the
+/// job, or the caller-thread permits did, and whether it was refused for
+/// lack of room while every worker was stuck in its job.
+pub(super) struct Unlaunched(Rejection, bool);
 
 impl<F> From<SubmitError<F>> for Unlaunched {
     fn from(refused: SubmitError<F>) -> Self {
-        Unlaunched { rejection: refused.rejection(), stuck: refused.stalled(), timed_out: None }
+        Unlaunched(refused.rejection(), refused.stalled())
     }
 }
 
 impl From<Rejection> for Unlaunched {
     fn from(rejection: Rejection) -> Self {
-        Unlaunched { rejection, stuck: false, timed_out: None }
+        Unlaunched(rejection, false)
     }
 }
 
@@ -157,14 +150,8 @@ pub(super) struct Attempt {
     /// The policies that would have refused it and, in shadow, let it
     /// through: none of them records it.
     shadowed: Shadow,
-    launching: Launching,
-}
-
-/// What a failed launch needs to know of its attempt
-/// ([`Inner::not_launched`]): its form, and whether it took a rate permit.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Launching {
     form: Form,
+    /// Whether it took a rate permit (a hedge that cannot start gives it back).
     rate: bool,
 }
 
@@ -232,7 +219,7 @@ const AT_DEADLINE: Duration = Duration::from_millis(2);
 impl Inner {
     /// The one admission (see the module docs): the admitted attempt, which
     /// the caller then launches (submits its job to the pool, or runs it
-    /// here) and settles, or hands to [`not_launched`](Self::not_launched)
+    /// here) and settles, or hands to [`Attempt::not_launched`]
     /// if the launch fails.
     pub(super) fn admit(&self, ask: Ask) -> Result<Attempt, Refusal> {
         let hedge = ask.form == Form::Hedge;
@@ -365,25 +352,9 @@ impl Inner {
             start,
             number: ask.number,
             shadowed,
-            launching: Launching { form: ask.form, rate },
+            form: ask.form,
+            rate,
         })
-    }
-
-    /// An admitted attempt whose launch failed (`launching`, read from it
-    /// before it was launched): a stuck pool opens the breaker, a hedge's rate
-    /// permit goes back, and the failure is the caller's timeout or the
-    /// dependency's refusal, counted once.
-    pub(super) fn not_launched(&self, launching: Launching, unlaunched: Unlaunched) -> Refusal {
-        if unlaunched.stuck {
-            self.stuck();
-        }
-        if launching.form == Form::Hedge && launching.rate {
-            self.rate.give_back();
-        }
-        match unlaunched.timed_out {
-            Some(waited) => self.time_out(waited),
-            None => self.refuse(launching.form, unlaunched.rejection, None),
-        }
     }
 
     /// A blocking attempt whose deadline ended its wait (for a rate permit,
@@ -463,7 +434,7 @@ impl Inner {
     }
 
     /// Counts, logs and announces a refusal, unless it is a hedge's.
-    fn refuse(&self, form: Form, rejection: Rejection, retry_after: Option<Duration>) -> Refusal {
+    pub(super) fn refuse(&self, form: Form, rejection: Rejection, retry_after: Option<Duration>) -> Refusal {
         if form != Form::Hedge {
             self.counters.outcome(rejection.outcome());
             self.log.refused(&self.name, rejection);
@@ -523,11 +494,6 @@ impl Inner {
 }
 
 impl Attempt {
-    /// What [`Inner::not_launched`] needs, should the launch fail.
-    pub(super) fn launching(&self) -> Launching {
-        self.launching
-    }
-
     /// Moves the attempt's priority place into `job`, so that the place is
     /// given back once the job returns (on its worker, the caller gone or
     /// not) or is dropped unrun.
@@ -542,34 +508,38 @@ impl Attempt {
         }
     }
 
-    /// A blocking attempt that could not be launched: `refused` by the pool
-    /// or the caller-thread permits. When the refusal comes at or past the
-    /// attempt's deadline, the deadline ended the caller's wait for room (the
-    /// pool's `max_wait` wait and the permits' wait both end at the earlier
-    /// of `max_wait` and the deadline, and say only "no room"): that is the
-    /// caller's timeout, not the dependency's refusal. Its breaker permit is
-    /// then let go unrecorded (in HALF_OPEN, dropped, so that its probe slot
-    /// goes back).
-    pub(super) fn unlaunched(self, refused: impl Into<Unlaunched>) -> Unlaunched {
-        let mut unlaunched = refused.into();
+    /// An admitted attempt whose launch failed: `refused` by the pool or
+    /// the caller-thread permits. What it took goes back unrecorded (a
+    /// hedge's is forgotten, rate permit included: it never was), a stuck
+    /// pool opens the breaker, and the failure is counted once: as the
+    /// caller's timeout when a blocking attempt is refused room at or past
+    /// its deadline (the pool's `max_wait` wait and the permits' wait both
+    /// end at the earlier of `max_wait` and the deadline, and say only "no
+    /// room"; its breaker permit is then let go unrecorded, or in HALF_OPEN
+    /// dropped, so that its probe slot goes back), else as the dependency's
+    /// refusal.
+    pub(super) fn not_launched(self, inner: &Inner, refused: impl Into<Unlaunched>) -> Refusal {
+        let Unlaunched(rejection, stuck) = refused.into();
+        let Attempt { permit, limit, place, form, rate, called, deadline, .. } = self;
+        drop((limit, place));
         let now = Instant::now();
-        let waiting = matches!(unlaunched.rejection, Rejection::QueueFull | Rejection::DeadlineUnmeetable);
-        if waiting && now >= self.deadline.at {
-            unlaunched.timed_out = Some(now.saturating_duration_since(self.called));
-            if let Some(permit) = self.permit
-                && permit.state() == crate::breaker::State::Closed
-            {
-                permit.forget();
-            }
-        }
-        unlaunched
-    }
-
-    /// A hedge's attempt that was admitted but could not start after all:
-    /// it never was (see [`Form::Hedge`]).
-    pub(super) fn forget(self) {
-        if let Some(permit) = self.permit {
+        let waiting = matches!(rejection, Rejection::QueueFull | Rejection::DeadlineUnmeetable);
+        let timed_out = form == Form::Blocking && waiting && now >= deadline.at;
+        let closed = |p: &OwnedPermit| p.state() == crate::breaker::State::Closed;
+        let forget = form == Form::Hedge || (timed_out && permit.as_ref().is_some_and(closed));
+        // Let go of (unrecorded, or forgotten) before the stuck rule acts.
+        if let Some(permit) = permit.filter(|_| forget) {
             permit.forget();
+        }
+        if form == Form::Hedge && rate {
+            inner.rate.give_back();
+        }
+        if stuck {
+            inner.stuck();
+        }
+        match timed_out {
+            true => inner.time_out(now.saturating_duration_since(called)),
+            false => inner.refuse(form, rejection, None),
         }
     }
 

@@ -103,11 +103,9 @@ impl Dependency {
         let deadline = Deadline::new(now, inner.live.timeout(), caller);
         let ask = Ask { now, deadline, number: 1, priority, form: Form::Detached };
         let mut attempt = inner.admit(ask).map_err(|refused| refused.rejection)?;
-        let launching = attempt.launching();
         // Admission has refused a detached call in caller-thread mode.
         let Some(pool) = inner.exec.pool() else {
-            drop(attempt);
-            return Err(inner.not_launched(launching, Rejection::QueueFull.into()).rejection);
+            return Err(attempt.not_launched(inner, Rejection::QueueFull).rejection);
         };
         let job = attempt.carry(job);
         let in_flight = SharedAttempt::new(attempt);
@@ -155,11 +153,14 @@ impl Dependency {
                 Ok(())
             }
             Err(refused) => {
-                // The refusal is the answer: the attempt is taken back (it
-                // drops unsettled), so the pending answer dropped with the
-                // job finds nothing to answer.
-                drop(in_flight.take());
-                Err(inner.not_launched(launching, refused.into()).rejection)
+                // The refusal is the answer: the attempt is taken back
+                // first, so the pending answer dropped with the job finds
+                // nothing to answer.
+                let refusal = match in_flight.take() {
+                    Some(attempt) => attempt.not_launched(inner, refused),
+                    None => inner.refuse(Form::Detached, refused.rejection(), None),
+                };
+                Err(refusal.rejection)
             }
         }
     }

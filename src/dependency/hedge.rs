@@ -159,11 +159,9 @@ where
         let (deadline, priority) = (self.deadline, self.priority);
         let number = self.first + index as u32;
         let mut attempt = inner.admit(Ask { now, deadline, number, priority, form })?;
-        let launching = attempt.launching();
         // Admission refuses what is not for a pool in caller-thread mode.
         let Some(pool) = inner.exec.pool() else {
-            drop(attempt);
-            return Err(inner.not_launched(launching, Rejection::QueueFull.into()));
+            return Err(attempt.not_launched(inner, Rejection::QueueFull));
         };
         let job = Arc::clone(&self.job);
         let job = attempt.carry(move |ctx: &CallContext| job(ctx));
@@ -178,18 +176,10 @@ where
             _ => how.stall(inner.stuck_threshold()),
         };
         pool.submit(how, work).map(|ticket| Leg { ticket, attempt: in_flight.clone() }).map_err(|refused| {
-            let attempt = in_flight.take();
-            let unlaunched = match attempt {
-                Some(attempt) if form == Form::Hedge => {
-                    attempt.forget();
-                    refused.into()
-                }
-                // The first leg waits for room as any call: its deadline
-                // ending that wait is its timeout.
-                Some(attempt) => attempt.unlaunched(refused),
-                None => refused.into(),
-            };
-            inner.not_launched(launching, unlaunched)
+            match in_flight.take() {
+                Some(attempt) => attempt.not_launched(inner, refused),
+                None => inner.refuse(form, refused.rejection(), None),
+            }
         })
     }
 
