@@ -340,7 +340,9 @@ where
         }
         false
     }
+}
 
+impl<T, E, F, C> Race<T, E, F, C> {
     /// Gives up every leg still held: at the deadline (a timeout for each
     /// leg still queued or running), or once another leg won (or the caller
     /// left). At the deadline, an acceptable answer that came in meanwhile is
@@ -380,13 +382,7 @@ impl<T, E, F, C> Drop for Race<T, E, F, C> {
     /// gives up its legs as a caller who left: a queued one is withdrawn
     /// unrecorded, a running one is settled by its worker when it returns.
     fn drop(&mut self) {
-        for Leg { ticket, attempt } in self.legs.iter_mut().filter_map(Option::take) {
-            match ticket.leave() {
-                Left::Answered(answer) => drop_quietly(answer),
-                Left::Running => {}
-                Left::NeverRan => drop(attempt.take()),
-            }
-        }
+        let _ = self.give_up(false);
     }
 }
 
