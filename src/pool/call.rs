@@ -193,17 +193,13 @@ where
         // Never start what nobody can use: a passed deadline or a caller that
         // has gone.
         let began = Instant::now();
-        if began >= self.ctx.deadline() {
+        let late = began >= self.ctx.deadline();
+        if late || !self.slot.start() {
             stats.workers.expired.fetch_add(1, Relaxed);
             idle_again();
-            self.slot.expire();
-            let job = self.job.lock().take();
-            drop_quietly(job);
-            return None;
-        }
-        if !self.slot.start() {
-            stats.workers.expired.fetch_add(1, Relaxed);
-            idle_again();
+            if late {
+                self.slot.expire();
+            }
             let job = self.job.lock().take();
             drop_quietly(job);
             return None;
