@@ -78,8 +78,9 @@ impl Breaker {
 
     /// Opens the breaker now if it is CLOSED or HALF_OPEN, whatever its
     /// window or round holds, and says which state it left (`None`: neither,
-    /// nothing done): the stuck rule (the README's Semantics, *A hang is
-    /// caught within one timeout*). From HALF_OPEN it counts as one more
+    /// nothing done): the stuck rule, a pool whose every worker has been
+    /// inside one call for too long opens its breaker, so that a hang is
+    /// caught within one timeout. From HALF_OPEN it counts as one more
     /// opening, as a failed round does. The transition carries no rates.
     pub(crate) fn open_when_stuck(&self) -> Option<State> {
         let inner = &*self.inner;

@@ -97,8 +97,8 @@ impl DependencyBuilder {
     }
 
     /// How long a call may wait for room in a full pool, or in caller-thread
-    /// mode for a permit (see [`PoolBuilder::max_wait`]; the README's
-    /// Semantics, *A deadline is a timeout*). At most one minute and at most
+    /// mode for a permit (see [`PoolBuilder::max_wait`]); a wait the
+    /// deadline ends is a timeout. At most one minute and at most
     /// the timeout. Defaults to zero: refused `QueueFull` at once.
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.config.max_wait = wait;
@@ -163,23 +163,22 @@ impl DependencyBuilder {
     }
 
     /// An adaptive limit on the calls admitted at once, between the config's
-    /// `min_limit` and the worker count; see [`Limiter`] and the README's
-    /// Semantics, *A provider in brownout*. Defaults to none: a fixed pool.
+    /// `min_limit` and the worker count; see [`Limiter`]. Defaults to none:
+    /// a fixed pool.
     pub fn adaptive_limit(mut self, limit: AdaptiveLimit) -> Self {
         self.config.adaptive_limit = Some(limit);
         self
     }
 
     /// A rate limit on the calls made, waited for on the caller's thread
-    /// before the breaker (see [`RateLimit`] and the README's Semantics, *A
-    /// rate limit*). Detached calls never wait for a permit. Defaults to none.
+    /// before the breaker (see [`RateLimit`]). Detached calls never wait for
+    /// a permit. Defaults to none.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.config.rate_limit = Some(limit);
         self
     }
 
-    /// Client-side adaptive throttling; see [`Throttler`] and the README's
-    /// Semantics, *Adaptive throttling*. Defaults to none.
+    /// Client-side adaptive throttling; see [`Throttler`]. Defaults to none.
     pub fn throttle(mut self, throttle: Throttle) -> Self {
         self.config.throttle = Some(throttle);
         self
@@ -203,8 +202,8 @@ impl DependencyBuilder {
     }
 
     /// Places of the pool (workers and queue) kept for calls of
-    /// [`Priority::Critical`](crate::dependency::Priority) (the README's
-    /// Semantics, *Priorities*). It applies to every call of a pool-mode
+    /// [`Priority::Critical`](crate::dependency::Priority). It applies to
+    /// every call of a pool-mode
     /// dependency, each hedge taking a place too. Defaults to 0: nothing
     /// reserved (a sheddable call still never queues).
     pub fn reserved_for_critical(mut self, places: usize) -> Self {
@@ -213,8 +212,7 @@ impl DependencyBuilder {
     }
 
     /// Puts `policy` in shadow: it decides and records, and refuses nothing
-    /// (see [`shadow`](crate::shadow) and the README's Semantics, *Shadow
-    /// mode*). Call once per policy; a policy not configured has nothing to
+    /// (see [`shadow`](crate::shadow)). Call once per policy; a policy not configured has nothing to
     /// shadow. ([`Policy::Reserve`](crate::shadow::Policy::Reserve) belongs
     /// to the request pool.) Defaults to none: every policy enforces.
     pub fn shadow(mut self, policy: crate::shadow::Policy) -> Self {

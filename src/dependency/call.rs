@@ -89,8 +89,7 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
     /// [`timeout`](crate::DependencyBuilder::timeout). A deadline the queue
     /// cannot meet is refused
     /// [`DeadlineUnmeetable`](Rejection::DeadlineUnmeetable); a wait it ends
-    /// is an [`Error::Timeout`] (the README's Semantics, *A deadline is a
-    /// timeout* and *A hang is caught within one timeout*).
+    /// is an [`Error::Timeout`].
     ///
     /// Defaults to none.
     pub fn deadline(mut self, deadline: Instant) -> Self {
@@ -108,7 +107,7 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
     }
 
     /// How much this call matters when the pool is under pressure
-    /// ([`Priority`]; the README's Semantics, *Priorities*). Applies to every
+    /// ([`Priority`]). Applies to every
     /// call of a pool-mode dependency.
     ///
     /// Defaults to [`Priority::Normal`].
@@ -145,8 +144,8 @@ impl<'a, C, R> CallBuilder<'a, C, R> {
 }
 
 impl<'a, C> CallBuilder<'a, C, Once> {
-    /// Retries with the dependency's [`Retry`](crate::retry::Retry) (the
-    /// README's Semantics, *Retry, outside the breaker*). The job is shared
+    /// Retries with the dependency's [`Retry`](crate::retry::Retry), outside
+    /// the breaker: each attempt is admitted on its own. The job is shared
     /// by every attempt, so it must be `Fn` ([`CallContext::attempt`] tells
     /// them apart).
     ///
@@ -170,8 +169,9 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         self.into_mode()
     }
 
-    /// Hedges with the dependency's [`Hedge`](super::Hedge) policy (the
-    /// README's Semantics, *Hedging*). A hedge also needs the deadline to
+    /// Hedges with the dependency's [`Hedge`](super::Hedge) policy. A hedge
+    /// starts only on a free worker, with the breaker CLOSED and the retry
+    /// budget allowing it; it also needs the deadline to
     /// leave it the provider's normal latency. The job is shared by every
     /// attempt, so it must be `Fn`, and the classifier runs on the workers.
     ///

@@ -30,8 +30,7 @@ impl Dependency {
     /// at `warn`; use [`with`](Self::with)`().`[`spawn_with`](super::CallBuilder::spawn_with) to handle the answer
     /// instead.
     ///
-    /// Admitted or refused here and now, never holding the caller (the
-    /// README's Semantics, *Fire-and-forget*):
+    /// Admitted or refused here and now, never holding the caller:
     ///
     /// - `Err(rejection)` at once, counted like a blocking call's rejection
     ///   and the call's only answer. A detached call never waits for room,

@@ -9,8 +9,7 @@ use crate::time::MAX_TIMEOUT;
 
 /// When a hedged call starts another attempt, and how many it may start.
 ///
-/// When a hedge starts: the README's Semantics, *Hedging*. The delay is
-/// fixed ([`after`](Self::after)) or a recent call-time quantile
+/// The delay is fixed ([`after`](Self::after)) or a recent call-time quantile
 /// ([`at_quantile`](Self::at_quantile)); [`validate`](Self::validate) names
 /// the field it refuses (`hedge.delay`, `hedge.quantile`, ...). In a file (feature
 /// `serde`): `hedge = { delay = "20ms" }` or

@@ -137,9 +137,10 @@ impl PoolBuilder {
     /// zero: refused at once with `QueueFull`. At most one minute.
     ///
     /// A short wait lets a healthy burst through a small pool instead of
-    /// turning it away. Admission is by time, not by a count of waiters: the
-    /// README's Semantics, *Waiting for room, by time* and *Nobody waits in a
-    /// line that does not move*; size it as its Sizing says. Before the pool
+    /// turning it away. Admission is by time, not by a count of waiters: a
+    /// caller joins only if the wait it can expect (the calls ahead of it at
+    /// the pool's mean run time) fits within `max_wait` and its deadline, and
+    /// leaves a line that stops moving. Before the pool
     /// has timed any call, `max_wait` alone bounds the wait, and no line is
     /// judged stuck. A line that has stood longer than `max_wait` is joined
     /// only for room within one round.
