@@ -17,8 +17,6 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::call::drop_quietly;
-
 /// A registered hook: fired at most once, and never once disarmed. Shared by
 /// the call's context, which disarms it as soon as the job returns, and the
 /// watch, which holds it weakly and fires it when due. `fire` runs the hook
@@ -41,7 +39,8 @@ impl Hook {
     /// The job has returned: the hook never runs.
     pub(super) fn disarm(&self) {
         let f = self.0.lock().take();
-        drop_quietly(f);
+        // Its captures' `Drop` is user code: a panic there must not take the worker down.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
     }
 }
 
