@@ -46,20 +46,15 @@ pub(crate) enum Answer<T, E> {
 pub struct SubmitError<F> {
     rejection: Rejection,
     job: F,
-    /// Refused for lack of room while every worker was stuck in its job.
+    /// Refused for lack of room while every worker had been inside its
+    /// current job for longer than the threshold the submission gave: the
+    /// provider is stuck, and room was not coming.
     pub(crate) stalled: bool,
 }
 
 impl<F> SubmitError<F> {
     pub(crate) fn new(rejection: Rejection, job: F) -> Self {
         SubmitError { rejection, job, stalled: false }
-    }
-
-    /// `true` when the job was refused for lack of room while every worker
-    /// had been inside its current job for longer than the stall threshold
-    /// the submission gave: the provider is stuck, and room was not coming.
-    pub(crate) fn stalled(&self) -> bool {
-        self.stalled
     }
 
     /// Why the job was not accepted: [`Rejection::QueueFull`],

@@ -434,14 +434,6 @@ mod tests {
     }
 
     #[test]
-    fn attempt_reaches_the_job() {
-        let pool = Pool::builder("att").workers(1).queue(1).build().unwrap();
-        let how = Submit::within(Duration::from_secs(5)).attempt(3);
-        let t = pool.submit(how, |ctx| Ok::<_, ()>(ctx.attempt())).unwrap();
-        assert_eq!(t.wait().unwrap(), 3);
-    }
-
-    #[test]
     fn expired_deadline_is_refused_at_once() {
         let pool = Pool::builder("past").workers(1).build().unwrap();
         let err = pool.submit(Submit::by(Instant::now()), |_| Ok::<(), ()>(())).unwrap_err();
