@@ -377,10 +377,7 @@ impl Exec {
     }
 
     pub(crate) fn mode(&self) -> Mode {
-        match self {
-            Exec::Pool(_) => Mode::Pool,
-            Exec::Caller(_) => Mode::CallerThread,
-        }
+        if self.pool().is_some() { Mode::Pool } else { Mode::CallerThread }
     }
 
     /// Workers, or the permits of caller-thread mode.
@@ -392,10 +389,7 @@ impl Exec {
     }
 
     pub(crate) fn queue_capacity(&self) -> usize {
-        match self {
-            Exec::Pool(pool) => pool.queue_capacity(),
-            Exec::Caller(_) => 0,
-        }
+        self.pool().map_or(0, Pool::queue_capacity)
     }
 
     pub(crate) fn max_wait(&self) -> Duration {
