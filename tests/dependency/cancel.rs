@@ -97,3 +97,31 @@ fn io_timeout_is_never_zero_and_an_error_once_late() {
     assert!(early >= Duration::from_millis(1) && early <= Duration::from_millis(50), "{early:?}");
     assert_eq!(late.unwrap_err().kind(), io::ErrorKind::TimedOut);
 }
+
+/// A hedge that wins leaves its losing attempt cancelled: the loser's hook
+/// fires as soon as the call has its answer, long before the deadline.
+#[test]
+fn a_losing_hedge_blocked_in_a_read_is_cancelled_when_another_wins() {
+    let addr = silent_server();
+    let dep = Dependency::builder("cancel-hedge")
+        .workers(2)
+        .timeout(Duration::from_secs(5))
+        .retry(watertight::retry::Retry::builder().budget(100.0, 1000).build().unwrap())
+        .hedge(watertight::dependency::Hedge::after(Duration::from_millis(20)))
+        .build()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let answered = Instant::now();
+    let answer = dep.with().hedge().call(move |ctx: &CallContext| match ctx.attempt() {
+        1 => {
+            let read = blocked_read(addr)(ctx);
+            let _ = tx.send(Instant::now());
+            read
+        }
+        n => Ok(n as usize),
+    });
+    assert_eq!(answer.unwrap(), 2);
+    let loser_returned = rx.recv_timeout(Duration::from_secs(4)).expect("the losing attempt was cancelled");
+    let after = loser_returned.saturating_duration_since(answered);
+    assert!(after < Duration::from_secs(1), "the loser returned {after:?} after the call began");
+}
