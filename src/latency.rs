@@ -2,7 +2,7 @@
 //! run times. The pool keeps one over every job (what a new call would wait
 //! behind the queued work, for deadline-aware admission and
 //! `Pool::estimated_wait`); a dependency keeps one over its successes (the
-//! provider's normal latency: the hang and stall thresholds of
+//! provider's normal latency: the hang and stuck thresholds of
 //! `dependency/config.rs`, and the least time a hedge must have left).
 //!
 //! It is the retransmission-timeout estimator of RFC 6298: a smoothed mean

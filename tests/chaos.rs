@@ -337,7 +337,7 @@ fn twenty_thousand_calls_through_chaos_keep_every_invariant() {
     });
     let snap = dep.snapshot();
     let (c, pool) = (snap.calls, snap.pool);
-    let named = procfs::threads_named("watertight-chaos");
+    let named = procfs::threads_named("wt-chaos");
 
     let answered: usize = all.finals.values().sum();
     let seen = |f: Final| all.finals.get(&f).copied().unwrap_or(0) as u64;

@@ -5,7 +5,7 @@
 //! itself if the test fails), so no thread outlives its test. Nothing sleeps to
 //! let threads start: a `Barrier` proves the workers are inside their jobs.
 //! Pools whose threads are counted have two-letter names, so that
-//! `watertight-<name>-<i>` fits the 15 bytes Linux keeps of a thread's name.
+//! `wt-<name>-<i>` fits the 15 bytes Linux keeps of a thread's name.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -276,15 +276,40 @@ fn a_panic_keeps_every_worker_and_the_next_call_succeeds() {
     let name =
         pool.call_timeout(Duration::from_secs(10), |_| Res::Ok(thread::current().name().map(String::from)));
     let name = name.unwrap().unwrap();
-    assert!(name.starts_with("watertight-pn-"), "{name}");
+    assert!(name.starts_with("wt-pn-"), "{name}");
     let s = pool.stats();
     assert_eq!((s.workers, s.panicked, s.completed), (2, 2, 3), "{s:?}");
-    if let Some(n) = threads_named("watertight-pn-") {
+    if let Some(n) = threads_named("wt-pn-") {
         assert_eq!(n, 2, "live worker threads after panics");
     }
     assert!(pool.shutdown(Duration::from_secs(10)));
-    assert!(threads_gone("watertight-pn-"));
+    assert!(threads_gone("wt-pn-"));
     assert_identity(&pool.stats());
+}
+
+/// Linux keeps 15 bytes of a thread's name: a long pool name is cut so that
+/// the name still shows and the worker's index is kept whole.
+#[test]
+fn worker_names_fit_fifteen_bytes_and_keep_the_index() {
+    let pool = Pool::builder("postgres-primary").workers(11).queue(0).build().unwrap();
+    let barrier = Arc::new(Barrier::new(12));
+    let tickets: Vec<_> = (0..11)
+        .map(|_| {
+            let barrier = Arc::clone(&barrier);
+            pool.submit_timeout(Duration::from_secs(10), move |_| {
+                barrier.wait();
+                Res::Ok(thread::current().name().map(String::from).unwrap_or_default())
+            })
+            .unwrap()
+        })
+        .collect();
+    barrier.wait();
+    let mut names: Vec<String> = tickets.into_iter().map(|t| t.wait().unwrap()).collect();
+    names.sort();
+    assert!(names.iter().all(|n| n.len() <= 15 && n.starts_with("wt-postgres-")), "{names:?}");
+    assert!(names.contains(&"wt-postgres-p-0".to_owned()), "{names:?}");
+    assert!(names.contains(&"wt-postgres-10".to_owned()), "{names:?}");
+    assert!(pool.shutdown(Duration::from_secs(10)));
 }
 
 #[test]
@@ -322,7 +347,7 @@ fn shutdown_answers_every_queued_caller_and_joins_every_worker() {
     let pool = Pool::builder("s1").workers(2).queue(64).build().unwrap();
     let mut gate = Gate::new();
     let hung = hang_all_workers(&pool, &gate);
-    assert_eq!(threads_named("watertight-s1-").unwrap_or(2), 2);
+    assert_eq!(threads_named("wt-s1-").unwrap_or(2), 2);
 
     // 64 callers, each on its own thread, each waiting on a queued job.
     let (submitted_tx, submitted) = crossbeam_channel::bounded(64);
@@ -367,7 +392,7 @@ fn shutdown_answers_every_queued_caller_and_joins_every_worker() {
     let s = pool.stats();
     assert_eq!((s.workers, s.completed, s.expired, s.submitted), (0, 2, 64, 66), "{s:?}");
     assert_identity(&s);
-    assert!(threads_gone("watertight-s1-"), "worker threads still listed");
+    assert!(threads_gone("wt-s1-"), "worker threads still listed");
 }
 
 #[test]
@@ -398,7 +423,7 @@ fn shutdown_lets_queued_work_finish_within_grace() {
     }
     let s = pool.stats();
     assert_eq!((s.completed, s.expired, s.workers), (66, 0, 0), "{s:?}");
-    assert!(threads_gone("watertight-s2-"));
+    assert!(threads_gone("wt-s2-"));
 }
 
 #[test]
@@ -417,7 +442,7 @@ fn dropping_the_last_handle_shuts_down() {
     for t in hung {
         assert!(t.wait().is_ok());
     }
-    assert!(threads_gone("watertight-d1-"));
+    assert!(threads_gone("wt-d1-"));
 }
 
 #[test]
@@ -671,7 +696,7 @@ fn concurrent_callers_each_get_exactly_one_outcome() {
 mod procfs;
 
 /// Polls (bounded, 10 s) until both the kernel and the pool count `want`
-/// worker threads named `watertight-<name>-`; returns what each says last.
+/// worker threads named `wt-<name>-`; returns what each says last.
 fn settle_threads(pool: &Pool, prefix: &str, want: usize) -> (usize, usize) {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
@@ -700,14 +725,14 @@ fn resize_validates_like_the_builder_and_reports_the_live_settings() {
     assert!(pool.deadline_aware_admission());
     pool.set_deadline_aware_admission(false);
     assert!(!pool.deadline_aware_admission());
-    assert_eq!(settle_threads(&pool, "watertight-rv-", 3), (3, 3));
+    assert_eq!(settle_threads(&pool, "wt-rv-", 3), (3, 3));
     assert_eq!(pool.call_timeout(Duration::from_secs(10), |_| Res::Ok(1)).unwrap(), 1);
 
     assert!(pool.shutdown(Duration::from_secs(10)));
     let err = pool.resize(4, 2, Duration::ZERO).unwrap_err();
     assert_eq!(err.field(), "workers");
     assert!(err.to_string().contains("shut down"), "{err}");
-    assert!(threads_gone("watertight-rv-"));
+    assert!(threads_gone("wt-rv-"));
 }
 
 #[test]
@@ -726,7 +751,7 @@ fn a_smaller_queue_keeps_every_queued_call_and_busy_workers_finish_first() {
     let refused = pool.submit_timeout(Duration::from_secs(60), |_| Res::Ok(99)).unwrap_err();
     assert_eq!(refused.rejection(), Rejection::QueueFull);
     // Nobody is cut short: the three busy workers are still there.
-    assert_eq!(procfs::threads_named("watertight-rq-"), 3);
+    assert_eq!(procfs::threads_named("wt-rq-"), 3);
 
     gate.open();
     for t in hung {
@@ -735,12 +760,12 @@ fn a_smaller_queue_keeps_every_queued_call_and_busy_workers_finish_first() {
     for (i, t) in queued.into_iter().enumerate() {
         assert_eq!(t.wait().unwrap(), i as u32, "queued call {i}");
     }
-    assert_eq!(settle_threads(&pool, "watertight-rq-", 1), (1, 1));
+    assert_eq!(settle_threads(&pool, "wt-rq-", 1), (1, 1));
     assert!(pool.shutdown(Duration::from_secs(10)));
     let s = pool.stats();
     assert_eq!((s.completed, s.expired, s.rejected, s.workers), (11, 0, 1, 0), "{s:?}");
     assert_identity(&s);
-    assert!(threads_gone("watertight-rq-"));
+    assert!(threads_gone("wt-rq-"));
 }
 
 /// 2,000 calls from 16 callers while the workers go 10 -> 2 -> 10 and the
@@ -755,7 +780,7 @@ fn resize_while_calls_run_answers_every_call_once() {
     let _serial = timing_sensitive();
     let max_wait = Duration::from_millis(50);
     let pool = Pool::builder("rz").workers(10).queue(8).max_wait(max_wait).build().unwrap();
-    assert_eq!(settle_threads(&pool, "watertight-rz-", 10), (10, 10));
+    assert_eq!(settle_threads(&pool, "wt-rz-", 10), (10, 10));
 
     let ran: Arc<Vec<AtomicUsize>> = Arc::new((0..CALLS).map(|_| AtomicUsize::new(0)).collect());
     let answered = Arc::new(AtomicUsize::new(0));
@@ -829,14 +854,14 @@ fn resize_while_calls_run_answers_every_call_once() {
     };
     wait_for(500);
     pool.resize(2, 0, max_wait).unwrap();
-    let shrunk = settle_threads(&pool, "watertight-rz-", 2);
+    let shrunk = settle_threads(&pool, "wt-rz-", 2);
     let in_flight_after_shrink = CALLS - answered.load(Ordering::Relaxed);
     wait_for(1_100);
     pool.resize(10, 8, max_wait).unwrap();
-    let grown = settle_threads(&pool, "watertight-rz-", 10);
+    let grown = settle_threads(&pool, "wt-rz-", 10);
     let in_flight_after_grow = CALLS - answered.load(Ordering::Relaxed);
     let mut names = procfs::thread_names();
-    names.retain(|n| n.starts_with("watertight-rz-"));
+    names.retain(|n| n.starts_with("wt-rz-"));
 
     let mut seen = [0usize; 3];
     let mut latest = Duration::ZERO;
@@ -856,7 +881,7 @@ fn resize_while_calls_run_answers_every_call_once() {
     assert_eq!(grown, (10, 10), "threads (os, pool) after 2 -> 10");
     assert!(in_flight_after_grow > 0, "the grow settled only after the last call");
     names.sort();
-    let mut want: Vec<_> = (0..10).map(|i| format!("watertight-rz-{i}")).collect();
+    let mut want: Vec<_> = (0..10).map(|i| format!("wt-rz-{i}")).collect();
     want.sort();
     assert_eq!(names, want, "regrown workers reuse the free indexes");
     assert_eq!(seen.iter().sum::<usize>(), CALLS, "a call without exactly one answer");
@@ -865,7 +890,7 @@ fn resize_while_calls_run_answers_every_call_once() {
     assert_eq!(twice, 0, "jobs ran more than once");
 
     assert!(pool.shutdown(Duration::from_secs(10)), "shutdown after resizes joins every thread");
-    assert!(threads_gone("watertight-rz-"));
+    assert!(threads_gone("wt-rz-"));
     let s = pool.stats();
     let ran_total: usize = ran.iter().map(|r| r.load(Ordering::Relaxed)).sum();
     assert_eq!(s.completed as usize, ran_total, "{s:?}");

@@ -174,7 +174,7 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
     // After: every caller joined and every provider handler gone, the workers stay.
     let want = threads_before + WORKERS;
     let threads_after = procfs::settle(Duration::from_secs(5), want, procfs::threads);
-    let named = procfs::threads_named("watertight-soak");
+    let named = procfs::threads_named("wt-soak");
     let rss_after = procfs::rss();
     let rss_peak = procfs::status_bytes("VmHWM");
     let mut quarters = quarters.lock().unwrap().clone();
@@ -191,7 +191,7 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
          pool: {stats:?}\n  \
          provider: hits {} clients_gone {} in_flight {}\n  \
          threads: before {threads_before}, with pool {threads_with_pool}, after {threads_after} \
-         (want {want}); named watertight-soak: {named}\n  \
+         (want {want}); named wt-soak: {named}\n  \
          rss: before {}, after {} (growth {}), peak {}; after n calls: {}",
         PROVIDER_DELAY.as_millis(),
         all.kinds,
@@ -246,5 +246,5 @@ fn ten_thousand_calls_to_a_hung_provider_leave_nothing_behind() {
     drop(dep);
     let threads_final = procfs::settle(Duration::from_secs(5), threads_before, procfs::threads);
     assert_eq!(threads_final, threads_before, "shutdown leaves no thread behind\n{figures}");
-    assert_eq!(procfs::threads_named("watertight-soak"), 0);
+    assert_eq!(procfs::threads_named("wt-soak"), 0);
 }

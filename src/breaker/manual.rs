@@ -1,5 +1,5 @@
 //! Moves by hand: [`Breaker::transition_to`] and [`Breaker::reset`], for an
-//! operator, and the stall rule's `open_on_stall`, for the dependency.
+//! operator, and the stuck rule's `open_when_stuck`, for the dependency.
 
 use super::machine::View;
 use super::{Breaker, State};
@@ -78,10 +78,10 @@ impl Breaker {
 
     /// Opens the breaker now if it is CLOSED or HALF_OPEN, whatever its
     /// window or round holds, and says which state it left (`None`: neither,
-    /// nothing done): the [stall rule](crate::dependency#a-hang-is-caught-within-one-timeout).
+    /// nothing done): the [stuck rule](crate::dependency#a-hang-is-caught-within-one-timeout).
     /// From HALF_OPEN it counts as one more
     /// opening, as a failed round does. The transition carries no rates.
-    pub(crate) fn open_on_stall(&self) -> Option<State> {
+    pub(crate) fn open_when_stuck(&self) -> Option<State> {
         let inner = &*self.inner;
         let mut now = inner.lazy_now(None);
         let mut core = inner.core.lock();
@@ -157,17 +157,17 @@ mod tests {
     }
 
     #[test]
-    fn a_stalled_pool_opens_a_closed_breaker_whatever_its_window_holds() {
+    fn a_stuck_pool_opens_a_closed_breaker_whatever_its_window_holds() {
         let config = BreakerConfig::count_based(20).minimum_calls(10).open_for(Duration::from_secs(15));
         let (b, clock) = breaker(config);
         for _ in 0..20 {
             b.try_acquire().unwrap().record(Verdict::Success, Duration::from_millis(1));
         }
-        // A permit taken before the stall reports late: lifetime totals only.
+        // A permit taken before the pool was stuck reports late: lifetime totals only.
         let late = b.try_acquire().unwrap();
-        assert_eq!(b.open_on_stall(), Some(State::Closed));
+        assert_eq!(b.open_when_stuck(), Some(State::Closed));
         assert_eq!(b.state(), State::Open);
-        assert_eq!(b.open_on_stall(), None, "an OPEN breaker stays as it is");
+        assert_eq!(b.open_when_stuck(), None, "an OPEN breaker stays as it is");
         late.record(Verdict::Failure, Duration::from_secs(3));
         assert_eq!(b.state(), State::Open);
         assert!(b.try_acquire().is_err());
@@ -177,13 +177,13 @@ mod tests {
         // Never out of the operator's states.
         for forced in [State::ForcedOpen, State::Disabled, State::MetricsOnly] {
             b.transition_to(forced);
-            assert_eq!(b.open_on_stall(), None);
+            assert_eq!(b.open_when_stuck(), None);
             assert_eq!(b.state(), forced);
         }
     }
 
     #[test]
-    fn a_stalled_pool_sends_a_half_open_breaker_back_to_open() {
+    fn a_stuck_pool_sends_a_half_open_breaker_back_to_open() {
         let config = BreakerConfig::count_based(4)
             .minimum_calls(2)
             .half_open_calls(2)
@@ -198,7 +198,7 @@ mod tests {
         let probe = b.try_acquire().unwrap();
         assert_eq!(probe.state(), State::HalfOpen);
         drop(probe);
-        assert_eq!(b.open_on_stall(), Some(State::HalfOpen));
+        assert_eq!(b.open_when_stuck(), Some(State::HalfOpen));
         assert_eq!(b.state(), State::Open);
         assert!(b.try_acquire().is_err(), "a fresh open period");
         let announced = seen.lock().unwrap().clone();

@@ -13,7 +13,7 @@
 //! rate. OPEN rejects with [`NotPermitted`](crate::Rejection::NotPermitted) for
 //! `open_for` (growing with [`OpenBackoff`] if set); the next call moves it to
 //! HALF_OPEN, which admits `half_open_calls` probes and decides when all have
-//! reported. It also opens when its workers stall ([the stall
+//! reported. It also opens when its workers are stuck ([the stuck
 //! rule](crate::dependency#a-hang-is-caught-within-one-timeout)). Defaults are
 //! Resilience4j's; transitions are logged at `info` and sent to listeners.
 //!

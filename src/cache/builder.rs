@@ -5,7 +5,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::store::{self, Counters};
+use super::store::{self, CacheCounters};
 use super::{Cache, Inner, Ttl};
 use crate::clock::Clock;
 use crate::error::ConfigError;
@@ -125,7 +125,7 @@ impl<K, V> CacheBuilder<K, V> {
         if self.refresh_after == Some(Duration::ZERO) {
             return Err(ConfigError::new("refresh_after", "> 0", "0ns"));
         }
-        let counters = Counters::default();
+        let counters = CacheCounters::default();
         let map = store::map(self.capacity);
         Ok(Cache {
             inner: Arc::new(Inner {

@@ -40,37 +40,23 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::classify::Verdict;
+use crate::dependency::Judged;
 use crate::error::Error;
 
-/// The answer of a shared call, and what the cache makes of it.
-pub(super) type Judged<V, E> = (Result<V, Error<E>>, Judgement);
-
-/// What a shared call's answer is to the cache: the call's outcome, judged
-/// by the call's classifier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Judgement {
-    /// A good answer (an `Ok` judged a success): kept for its TTL.
-    Good,
-    /// A failure (judged so, or a timeout, a refusal or a panic): never
-    /// kept; answered with the last good value where that is allowed.
-    Failed,
-    /// Neither (an error the classifier ignores, a 403 or a 404; an `Ok` it
-    /// does not call a success): never kept, and returned as it came.
-    AsItCame,
+/// Whether the cache keeps a shared call's answer for its TTL: an `Ok` the
+/// call's settlement judged a success.
+pub(super) fn is_good<V, E>((answer, verdict): &Judged<V, E>) -> bool {
+    answer.is_ok() && matches!(verdict, Some(Verdict::Success) | None)
 }
 
-impl Judgement {
-    /// Judges `answer`, given the verdict the call's classifier gave it
-    /// (`None` when it judged nothing: the call timed out, panicked or was
-    /// refused, and the answer is an error of ours).
-    pub(super) fn of<V, E>(answer: &Result<V, Error<E>>, verdict: Option<Verdict>) -> Judgement {
-        match (answer, verdict) {
-            (Ok(_), Some(Verdict::Success) | None) => Judgement::Good,
-            (_, Some(Verdict::Failure)) => Judgement::Failed,
-            (Ok(_), Some(Verdict::Ignore)) | (Err(Error::Failed(_)), Some(_)) => Judgement::AsItCame,
-            (Err(_), _) => Judgement::Failed,
-        }
-    }
+/// Whether the cache answers a shared call's answer with the last good value
+/// where that is allowed: one judged a failure, or an error of ours (a
+/// timeout, a refusal, a panic). Neither good nor failed (an error the
+/// classifier ignores, a 403 or a 404; an `Ok` it does not call a success),
+/// an answer is never kept, and returned as it came.
+pub(super) fn is_failure<V, E>((answer, verdict): &Judged<V, E>) -> bool {
+    *verdict == Some(Verdict::Failure)
+        || matches!(answer, Err(e) if verdict.is_none() || !matches!(e, Error::Failed(_)))
 }
 
 /// The answer of one shared call, once it has come.

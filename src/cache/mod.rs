@@ -107,14 +107,12 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
 pub use self::builder::CacheBuilder;
-use self::flight::{Flight, Flights, Judged, Judgement, Landing};
-use self::store::{Counters, Entry, Map};
+use self::flight::{Flight, Flights, Landing, is_failure, is_good};
+use self::store::{CacheCounters, Entry, Map};
 use crate::classify::{ByError, Classifier, Classify};
 use crate::clock::Clock;
-use crate::dependency::Dependency;
+use crate::dependency::{Dependency, Judged};
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
 use crate::room::{Room, Seat};
@@ -212,7 +210,7 @@ struct Inner<K, V> {
     seats: Room,
     /// `None`: the system clock (a direct `Instant::now`).
     clock: Option<Arc<dyn Clock>>,
-    counters: Counters,
+    counters: CacheCounters,
     flights: Arc<Flights<K>>,
 }
 
@@ -318,8 +316,8 @@ where
         let max_wait = dep.pool().map_or(Duration::ZERO, crate::pool::Pool::max_wait);
         let Some(seat) = inner.seats.acquire(deadline.min(crate::time::deadline_after(began, max_wait)))
         else {
-            Counters::bump(&inner.counters.misses);
-            Counters::bump(&inner.counters.refused);
+            CacheCounters::bump(&inner.counters.misses);
+            CacheCounters::bump(&inner.counters.refused);
             return Started::Done(inner.stale(key).ok_or(Error::from(Rejection::QueueFull)));
         };
         let (flight, landing) = {
@@ -332,7 +330,7 @@ where
             }
             match table.get(key).cloned().map(|f| f.downcast::<Flight<V, E>>()) {
                 Some(Ok(flight)) => {
-                    Counters::bump(&inner.counters.coalesced);
+                    CacheCounters::bump(&inner.counters.coalesced);
                     (flight, None)
                 }
                 // A flight of the key with another error type stays where
@@ -344,7 +342,7 @@ where
                 }
             }
         };
-        Counters::bump(&inner.counters.misses);
+        CacheCounters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
             // Detached once in (so a caller who gives up does not cancel it
             // for the others), under the dependency's own timeout; a full
@@ -354,7 +352,7 @@ where
             if let Err(rejection) = self.launch(dep, landing, Some(deadline), classify, job) {
                 // The landing went with the refused call: the flight is out
                 // of the table already; answer those who joined it.
-                flight.answer((Err(Error::from(rejection)), Judgement::Failed));
+                flight.answer((Err(Error::from(rejection)), None));
             }
         }
         Started::Flying { flight, began, seat }
@@ -386,7 +384,7 @@ where
     /// Submits the shared call of `landing`'s flight, detached, waiting for
     /// room until `room_until` (`None`: not at all). `classify` judges its
     /// outcome on the worker, for the breaker and for the cache alike: the
-    /// verdict it gives is noted, and the landing reads it.
+    /// landing reads the verdict the settlement recorded.
     fn launch<C, E, F>(
         &self,
         dep: &Dependency,
@@ -400,26 +398,9 @@ where
         E: Clone + Send + 'static,
         F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
     {
-        // Written by the classifier, then read by the callback, both on the
-        // worker that ran the call, in that order (the outcome is recorded
-        // before the answer is handed on).
-        let verdict = Arc::new(Mutex::new(None));
-        let noted = Arc::clone(&verdict);
-        let judge = move |outcome: &Result<V, E>| {
-            let said = classify.verdict(outcome);
-            *noted.lock() = Some(said);
-            said
-        };
         let cache = Arc::clone(&self.inner);
-        let on_done = move |answer: Result<V, Error<E>>| {
-            let judgement = Judgement::of(&answer, verdict.lock().take());
-            cache.land(landing, (answer, judgement));
-        };
-        let call = dep.with().classify(judge);
-        match room_until {
-            Some(until) => call.spawn_with_room(until, on_done, job),
-            None => call.spawn_with(on_done, job),
-        }
+        let on_done = move |judged: Judged<V, E>| cache.land(landing, judged);
+        dep.with().classify(classify).spawn_judged(room_until, on_done, job)
     }
 
     /// Starts a refresh of `key` ahead of its expiry, unless a call of the
@@ -447,11 +428,11 @@ where
             self.board(&mut table, key, true)
         };
         match self.launch(dep, landing, None, classify, job) {
-            Ok(()) => Counters::bump(&inner.counters.refreshes),
+            Ok(()) => CacheCounters::bump(&inner.counters.refreshes),
             // No room now: the current value stays until its TTL, and the
             // next hit past the age tries again. A miss that joined the
             // flight meanwhile (the value expired since) has its answer.
-            Err(rejection) => flight.answer((Err(Error::from(rejection)), Judgement::Failed)),
+            Err(rejection) => flight.answer((Err(Error::from(rejection)), None)),
         }
     }
 
@@ -515,7 +496,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         if !entry.is_fresh(now) {
             return None;
         }
-        Counters::bump(&self.counters.hits);
+        CacheCounters::bump(&self.counters.hits);
         let due = entry.is_due(now);
         Some((entry.value, due))
     }
@@ -532,16 +513,14 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let fresh = |answer: Result<V, Error<E>>| answer.map(|value| Cached { value, stale: None });
         match judged {
-            Some((Ok(value), Judgement::Good | Judgement::AsItCame)) => Ok(Cached { value, stale: None }),
-            // Judged a failure by the classifier (an `Ok(500)`, say): the
+            // A failure (an `Ok(500)` the classifier calls one, say): the
             // last good value where allowed, else the answer as it came.
-            Some((answer, Judgement::Failed)) => {
-                self.stale(key).map_or_else(|| answer.map(|value| Cached { value, stale: None }), Ok)
-            }
-            // Ignored (a 403, a 404): the provider has answered; never
-            // replaced by an old value.
-            Some((Err(err), _)) => Err(err),
+            Some(judged) if is_failure(&judged) => self.stale(key).map_or_else(|| fresh(judged.0), Ok),
+            // Good, or ignored (a 403, a 404): the provider has answered;
+            // never replaced by an old value.
+            Some((answer, _)) => fresh(answer),
             None => self.stale(key).ok_or(Error::Timeout { waited: began.elapsed() }),
         }
     }
@@ -556,7 +535,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         let max_stale = self.stale_for?;
         let entry = self.map.peek(key)?;
         let age = entry.stale_age(self.now(), max_stale)?;
-        Counters::bump(&self.counters.stale);
+        CacheCounters::bump(&self.counters.stale);
         Some(Cached { value: entry.value, stale: Some(age) })
     }
 
@@ -569,8 +548,8 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
     {
         // The entry is made before the table's lock is taken: the TTL is the
         // user's code.
-        let entry = match (&answer.0, answer.1) {
-            (Ok(value), Judgement::Good) => {
+        let entry = match &answer.0 {
+            Ok(value) if is_good(&answer) => {
                 let ttl = (self.ttl)(value);
                 (!ttl.is_zero()).then(|| Entry::new(value.clone(), self.now(), ttl, self.refresh_after))
             }

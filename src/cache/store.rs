@@ -56,7 +56,7 @@ impl<V> Entry<V> {
 /// The counters of one cache: relaxed atomics, each monotonic, read one by
 /// one into a [`CacheSnapshot`](super::CacheSnapshot).
 #[derive(Default)]
-pub(super) struct Counters {
+pub(super) struct CacheCounters {
     pub(super) hits: AtomicU64,
     pub(super) misses: AtomicU64,
     pub(super) stale: AtomicU64,
@@ -66,7 +66,7 @@ pub(super) struct Counters {
     pub(super) evictions: AtomicU64,
 }
 
-impl Counters {
+impl CacheCounters {
     #[inline]
     pub(super) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);

@@ -77,7 +77,7 @@ use crate::registry::{Registry, RequestThreads};
 pub struct Config {
     /// The server the dependencies are called from.
     pub server: ServerConfigFile,
-    /// Every dependency, by name (its threads are `watertight-<name>-<i>`).
+    /// Every dependency, by name (its threads are `wt-<name>-<i>`).
     pub dependencies: BTreeMap<String, DependencyConfig>,
 }
 

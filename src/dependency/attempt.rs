@@ -9,9 +9,9 @@
 //!   rate limit, the breaker, the adaptive limit, the priority place. It
 //!   returns the admitted [`Attempt`], which its driver launches (submits to
 //!   the pool, or runs on the caller's thread); a launch that fails goes to
-//!   [`Inner::not_launched`]. An attempt that no thread waits on where it
+//!   [`Attempt::not_launched`]. An attempt that no thread waits on where it
 //!   was launched (a hedge's leg, a detached call) travels as an
-//!   [`InFlight`], which its job and its launcher share. A refusal at any step is counted, logged (in
+//!   [`SharedAttempt`], which its job and its launcher share. A refusal at any step is counted, logged (in
 //!   aggregate, `quiet_log.rs`) and announced there, once; what the attempt
 //!   had taken is given back by the [`Attempt`]'s `Drop`. A policy in shadow
 //!   (`shadow.rs`) refuses nothing: its refusal goes through
@@ -19,7 +19,7 @@
 //!   attempt on, unseen by that policy. A wait (for a rate permit, for room,
 //!   for a caller-thread permit) that the attempt's deadline ends is no
 //!   refusal: it is the caller's timeout, counted `timed_out` and recorded
-//!   by no breaker ([`Attempt::unlaunched`]).
+//!   by no breaker ([`Attempt::not_launched`]).
 //! - **Settlement**, exactly once: classification under `catch_unwind`, the
 //!   late-answer rule (an answer after the deadline is a timeout), the
 //!   job's own timeout at the deadline (the same event as the caller's), the
@@ -113,27 +113,20 @@ impl Refusal {
     }
 }
 
-/// Why a launch failed: the pool refused the job, or the caller-thread
-/// permits did, or the deadline ended the wait for either
-/// ([`Attempt::unlaunched`]).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Unlaunched {
-    rejection: Rejection,
-    /// Refused for lack of room while every worker was stuck in its job.
-    stalled: bool,
-    /// The deadline ended the wait for room, after this long.
-    timed_out: Option<Duration>,
-}
+/// Why a launch failed ([`Attempt::not_launched`]): the pool refused the
+/// job, or the caller-thread permits did, and whether it was refused for
+/// lack of room while every worker was stuck in its job.
+pub(super) struct Unlaunched(Rejection, bool);
 
 impl<F> From<SubmitError<F>> for Unlaunched {
     fn from(refused: SubmitError<F>) -> Self {
-        Unlaunched { rejection: refused.rejection(), stalled: refused.stalled(), timed_out: None }
+        Unlaunched(refused.rejection(), refused.stalled)
     }
 }
 
 impl From<Rejection> for Unlaunched {
     fn from(rejection: Rejection) -> Self {
-        Unlaunched { rejection, stalled: false, timed_out: None }
+        Unlaunched(rejection, false)
     }
 }
 
@@ -157,14 +150,8 @@ pub(super) struct Attempt {
     /// The policies that would have refused it and, in shadow, let it
     /// through: none of them records it.
     shadowed: Shadow,
-    launching: Launching,
-}
-
-/// What a failed launch needs to know of its attempt
-/// ([`Inner::not_launched`]): its form, and whether it took a rate permit.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Launching {
     form: Form,
+    /// Whether it took a rate permit (a hedge that cannot start gives it back).
     rate: bool,
 }
 
@@ -177,11 +164,11 @@ pub(super) struct Launching {
 /// settled exactly once. Dropped by both still inside, it never ran (an
 /// [`Attempt`] dropped unsettled).
 #[derive(Clone)]
-pub(super) struct InFlight(Arc<Mutex<Option<Attempt>>>);
+pub(super) struct SharedAttempt(Arc<Mutex<Option<Attempt>>>);
 
-impl InFlight {
+impl SharedAttempt {
     pub(super) fn new(attempt: Attempt) -> Self {
-        InFlight(Arc::new(Mutex::new(Some(attempt))))
+        SharedAttempt(Arc::new(Mutex::new(Some(attempt))))
     }
 
     /// The attempt, to settle, unless the other side has taken it.
@@ -189,6 +176,10 @@ impl InFlight {
         self.0.lock().take()
     }
 }
+
+/// What a settlement answers: the caller's answer, and the verdict recorded
+/// (`None`: nothing was; the job never ran, or its leg was settled already).
+pub(crate) type Judged<T, E> = (Result<T, Error<E>>, Option<Verdict>);
 
 /// How an attempt ended.
 pub(super) enum End<T, E> {
@@ -228,7 +219,7 @@ const AT_DEADLINE: Duration = Duration::from_millis(2);
 impl Inner {
     /// The one admission (see the module docs): the admitted attempt, which
     /// the caller then launches (submits its job to the pool, or runs it
-    /// here) and settles, or hands to [`not_launched`](Self::not_launched)
+    /// here) and settles, or hands to [`Attempt::not_launched`]
     /// if the launch fails.
     pub(super) fn admit(&self, ask: Ask) -> Result<Attempt, Refusal> {
         let hedge = ask.form == Form::Hedge;
@@ -352,8 +343,6 @@ impl Inner {
             }
             None => None,
         };
-        #[cfg(test)]
-        super::tests::tally(&self.name, super::tests::ADMITTED);
         Ok(Attempt {
             permit,
             limit,
@@ -363,25 +352,9 @@ impl Inner {
             start,
             number: ask.number,
             shadowed,
-            launching: Launching { form: ask.form, rate },
+            form: ask.form,
+            rate,
         })
-    }
-
-    /// An admitted attempt whose launch failed (`launching`, read from it
-    /// before it was launched): a stall opens the breaker, a hedge's rate
-    /// permit goes back, and the failure is the caller's timeout or the
-    /// dependency's refusal, counted once.
-    pub(super) fn not_launched(&self, launching: Launching, unlaunched: Unlaunched) -> Refusal {
-        if unlaunched.stalled {
-            self.stalled();
-        }
-        if launching.form == Form::Hedge && launching.rate {
-            self.rate.give_back();
-        }
-        match unlaunched.timed_out {
-            Some(waited) => self.time_out(waited),
-            None => self.refuse(launching.form, unlaunched.rejection, None),
-        }
     }
 
     /// A blocking attempt whose deadline ended its wait (for a rate permit,
@@ -389,23 +362,22 @@ impl Inner {
     /// announced as a timeout, and recorded by nobody: the provider was
     /// never asked, and the dependency did not refuse.
     fn time_out(&self, waited: Duration) -> Refusal {
-        #[cfg(test)]
-        super::tests::tally(&self.name, super::tests::REFUSED);
         self.counters.outcome(Outcome::TimedOut);
         self.announce_timeout(waited);
         Refusal { rejection: Rejection::DeadlineUnmeetable, retry_after: None, timed_out: Some(waited) }
     }
 
     /// A call found no room while every worker was stuck in its call. Neither
-    /// the breaker nor the limit learns anything from a refusal, but a stall
+    /// the breaker nor the limit learns anything from a refusal, but a stuck pool
     /// says the provider hangs: a CLOSED breaker opens, and a HALF_OPEN one
     /// (a probe that found no room) goes back to OPEN, for a round of probes
     /// that cannot start would never end. When at least half of the workers
-    /// are stuck in calls their callers gave up on, the job is not ending at
-    /// its deadline: that is warned of once per episode (`Pool::abandoned_alarm`).
-    fn stalled(&self) {
-        let over = self.stall_threshold();
-        match self.breaker.open_on_stall() {
+    /// are still inside calls well past their deadline (a grace for a job's
+    /// own timeout firing a moment late), the job is not ending at its
+    /// deadline: that is warned of once per episode (`Pool::abandoned_alarm`).
+    fn stuck(&self) {
+        let over = self.stuck_threshold();
+        match self.breaker.open_when_stuck() {
             Some(crate::breaker::State::HalfOpen) => log::warn!(
                 "dependency {}: a probe found no room, every worker inside one call for over {over:?}; \
                  breaker back to open",
@@ -417,10 +389,10 @@ impl Inner {
             ),
             None => {}
         }
-        if let Some((abandoned, workers)) = self.exec.pool().and_then(crate::pool::Pool::abandoned_alarm) {
+        if let Some((abandoned, workers)) = self.exec.pool().and_then(|p| p.abandoned_alarm(Instant::now())) {
             log::warn!(
                 "dependency {}: {abandoned} of {workers} workers are abandoned: stuck for over {over:?} in \
-                 calls whose callers gave up; the job does not end at its deadline (hand \
+                 calls past their deadline; the job does not end at its deadline (hand \
                  `ctx.remaining()` to its I/O, as `with_deadline` does for ureq)",
                 self.name
             );
@@ -462,9 +434,7 @@ impl Inner {
     }
 
     /// Counts, logs and announces a refusal, unless it is a hedge's.
-    fn refuse(&self, form: Form, rejection: Rejection, retry_after: Option<Duration>) -> Refusal {
-        #[cfg(test)]
-        super::tests::tally(&self.name, super::tests::REFUSED);
+    pub(super) fn refuse(&self, form: Form, rejection: Rejection, retry_after: Option<Duration>) -> Refusal {
         if form != Form::Hedge {
             self.counters.outcome(rejection.outcome());
             self.log.refused(&self.name, rejection);
@@ -488,8 +458,8 @@ impl Inner {
     }
 
     /// See `config.rs`.
-    pub(super) fn stall_threshold(&self) -> Duration {
-        super::config::stall_threshold(
+    pub(super) fn stuck_threshold(&self) -> Duration {
+        super::config::stuck_threshold(
             self.normal.normal(),
             self.live.slow_call_duration(),
             self.live.timeout(),
@@ -524,11 +494,6 @@ impl Inner {
 }
 
 impl Attempt {
-    /// What [`Inner::not_launched`] needs, should the launch fail.
-    pub(super) fn launching(&self) -> Launching {
-        self.launching
-    }
-
     /// Moves the attempt's priority place into `job`, so that the place is
     /// given back once the job returns (on its worker, the caller gone or
     /// not) or is dropped unrun.
@@ -543,34 +508,38 @@ impl Attempt {
         }
     }
 
-    /// A blocking attempt that could not be launched: `refused` by the pool
-    /// or the caller-thread permits. When the refusal comes at or past the
-    /// attempt's deadline, the deadline ended the caller's wait for room (the
-    /// pool's `max_wait` wait and the permits' wait both end at the earlier
-    /// of `max_wait` and the deadline, and say only "no room"): that is the
-    /// caller's timeout, not the dependency's refusal. Its breaker permit is
-    /// then let go unrecorded (in HALF_OPEN, dropped, so that its probe slot
-    /// goes back).
-    pub(super) fn unlaunched(self, refused: impl Into<Unlaunched>) -> Unlaunched {
-        let mut unlaunched = refused.into();
+    /// An admitted attempt whose launch failed: `refused` by the pool or
+    /// the caller-thread permits. What it took goes back unrecorded (a
+    /// hedge's is forgotten, rate permit included: it never was), a stuck
+    /// pool opens the breaker, and the failure is counted once: as the
+    /// caller's timeout when a blocking attempt is refused room at or past
+    /// its deadline (the pool's `max_wait` wait and the permits' wait both
+    /// end at the earlier of `max_wait` and the deadline, and say only "no
+    /// room"; its breaker permit is then let go unrecorded, or in HALF_OPEN
+    /// dropped, so that its probe slot goes back), else as the dependency's
+    /// refusal.
+    pub(super) fn not_launched(self, inner: &Inner, refused: impl Into<Unlaunched>) -> Refusal {
+        let Unlaunched(rejection, stuck) = refused.into();
+        let Attempt { permit, limit, place, form, rate, called, deadline, .. } = self;
+        drop((limit, place));
         let now = Instant::now();
-        let waiting = matches!(unlaunched.rejection, Rejection::QueueFull | Rejection::DeadlineUnmeetable);
-        if waiting && now >= self.deadline.at {
-            unlaunched.timed_out = Some(now.saturating_duration_since(self.called));
-            if let Some(permit) = self.permit
-                && permit.state() == crate::breaker::State::Closed
-            {
-                permit.forget();
-            }
-        }
-        unlaunched
-    }
-
-    /// A hedge's attempt that was admitted but could not start after all:
-    /// it never was (see [`Form::Hedge`]).
-    pub(super) fn forget(self) {
-        if let Some(permit) = self.permit {
+        let waiting = matches!(rejection, Rejection::QueueFull | Rejection::DeadlineUnmeetable);
+        let timed_out = form == Form::Blocking && waiting && now >= deadline.at;
+        let closed = |p: &OwnedPermit| p.state() == crate::breaker::State::Closed;
+        let forget = form == Form::Hedge || (timed_out && permit.as_ref().is_some_and(closed));
+        // Let go of (unrecorded, or forgotten) before the stuck rule acts.
+        if let Some(permit) = permit.filter(|_| forget) {
             permit.forget();
+        }
+        if form == Form::Hedge && rate {
+            inner.rate.give_back();
+        }
+        if stuck {
+            inner.stuck();
+        }
+        match timed_out {
+            true => inner.time_out(now.saturating_duration_since(called)),
+            false => inner.refuse(form, rejection, None),
         }
     }
 
@@ -587,7 +556,7 @@ impl Attempt {
         began: Option<Instant>,
         ended: Instant,
         classify: &C,
-    ) -> (Result<T, Error<E>>, Option<Verdict>)
+    ) -> Judged<T, E>
     where
         C: Fn(&Result<T, E>) -> Verdict + ?Sized,
     {
@@ -657,10 +626,6 @@ impl Attempt {
         if outcome == Outcome::TimedOut {
             inner.announce_timeout(waited);
         }
-        // Tallied once everything above is recorded, so that a test reading
-        // the counts after the tally sees them.
-        #[cfg(test)]
-        super::tests::tally(&inner.name, super::tests::SETTLED);
         (result, Some(verdict))
     }
 }

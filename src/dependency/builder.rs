@@ -62,7 +62,7 @@ impl DependencyBuilder {
         }
     }
 
-    /// Worker threads, named `watertight-<name>-<i>` (see
+    /// Worker threads, named `wt-<name>-<i>` (see
     /// [`PoolBuilder::workers`]); 1 to 4096. Defaults to 10.
     pub fn workers(mut self, n: usize) -> Self {
         self.config.workers = n;
@@ -327,6 +327,7 @@ impl DependencyBuilder {
                 occupancy: Arc::default(),
                 ring,
                 log: Default::default(),
+                detached_failures: Default::default(),
                 shadow_counts: Default::default(),
             }),
         })

@@ -16,10 +16,11 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::fanout::Fanned;
-use super::{Dependency, FanLeg, FanOut, Priority};
+use super::{Dependency, FanLeg, FanOut, Judged, Priority};
 use crate::classify::{ByError, Classifier};
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
@@ -246,12 +247,14 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         E: fmt::Display + Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     {
-        let name = self.dependency.name().to_owned();
+        let (dependency, name) =
+            (Arc::downgrade(&self.dependency.inner), Arc::clone(&self.dependency.inner.name));
         self.spawn_with(
-            move |answer: Result<T, Error<E>>| {
-                if let Err(err) = answer {
-                    log::warn!("dependency {name}: detached call failed: {err}");
-                }
+            move |answer: Result<T, Error<E>>| match (answer, dependency.upgrade()) {
+                (Err(err), Some(inner)) => inner.detached_failed(&err),
+                // The dependency has gone (shut down, its last handle dropped).
+                (Err(err), None) => log::warn!("dependency {name}: detached call failed: {err}"),
+                (Ok(_), _) => {}
             },
             job,
         )
@@ -296,17 +299,19 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
         D: FnOnce(Result<T, Error<E>>) + Send + 'static,
     {
+        let on_done = move |(answer, _): Judged<T, E>| on_done(answer);
         self.dependency.detach(self.deadline, None, self.priority, self.classify, on_done, job)
     }
 
-    /// [`spawn_with`](Self::spawn_with), but a full pool is waited for, as a
-    /// blocking call waits (within `max_wait`), until `room_until` at the
-    /// latest; once in, the call is detached. For a caller that hands the
-    /// call on to others (the cache's shared call).
+    /// [`spawn_with`](Self::spawn_with), but `on_done` also has the verdict
+    /// the settlement recorded, and a full pool is waited for, as a blocking
+    /// call waits (within `max_wait`), until `room_until` at the latest
+    /// (`None`: not at all); once in, the call is detached. For a caller
+    /// that hands the call on to others (the cache's shared call).
     #[cfg(feature = "cache")]
-    pub(crate) fn spawn_with_room<T, E, F, D>(
+    pub(crate) fn spawn_judged<T, E, F, D>(
         self,
-        room_until: Instant,
+        room_until: Option<Instant>,
         on_done: D,
         job: F,
     ) -> Result<(), Rejection>
@@ -315,9 +320,9 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         T: Send + 'static,
         E: Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        D: FnOnce(Result<T, Error<E>>) + Send + 'static,
+        D: FnOnce(Judged<T, E>) + Send + 'static,
     {
-        self.dependency.detach(self.deadline, Some(room_until), self.priority, self.classify, on_done, job)
+        self.dependency.detach(self.deadline, room_until, self.priority, self.classify, on_done, job)
     }
 }
 

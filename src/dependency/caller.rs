@@ -95,7 +95,7 @@ impl CallerThread {
         }
         let ctx = CallContext::new(Owner::Caller(Arc::clone(&self.name)), deadline, attempt);
         // The permit is released by its guard when this returns, a panic included.
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&ctx)));
+        let ran = ctx.run(job);
         Ok((ran, began, Instant::now()))
     }
 

@@ -155,20 +155,25 @@ impl CallCounts {
 
     /// The count of one outcome.
     pub fn get(&self, outcome: Outcome) -> u64 {
+        *{ *self }.field(outcome)
+    }
+
+    /// The field that counts `outcome`.
+    fn field(&mut self, outcome: Outcome) -> &mut u64 {
         match outcome {
-            Outcome::Successful => self.successful,
-            Outcome::Failed => self.failed,
-            Outcome::Ignored => self.ignored,
-            Outcome::TimedOut => self.timed_out,
-            Outcome::Panicked => self.panicked,
-            Outcome::NotPermitted => self.not_permitted,
-            Outcome::QueueFull => self.queue_full,
-            Outcome::DeadlineUnmeetable => self.deadline_unmeetable,
-            Outcome::ShuttingDown => self.shutting_down,
-            Outcome::LimitExceeded => self.limit_exceeded,
-            Outcome::RateLimited => self.rate_limited,
-            Outcome::Shed => self.shed,
-            Outcome::Throttled => self.throttled,
+            Outcome::Successful => &mut self.successful,
+            Outcome::Failed => &mut self.failed,
+            Outcome::Ignored => &mut self.ignored,
+            Outcome::TimedOut => &mut self.timed_out,
+            Outcome::Panicked => &mut self.panicked,
+            Outcome::NotPermitted => &mut self.not_permitted,
+            Outcome::QueueFull => &mut self.queue_full,
+            Outcome::DeadlineUnmeetable => &mut self.deadline_unmeetable,
+            Outcome::ShuttingDown => &mut self.shutting_down,
+            Outcome::LimitExceeded => &mut self.limit_exceeded,
+            Outcome::RateLimited => &mut self.rate_limited,
+            Outcome::Shed => &mut self.shed,
+            Outcome::Throttled => &mut self.throttled,
         }
     }
 
@@ -177,26 +182,18 @@ impl CallCounts {
     /// down, which the dependency's monotonic counters never do).
     pub fn since(&self, earlier: &CallCounts) -> CallCounts {
         let d = |now: u64, then: u64| now.saturating_sub(then);
-        CallCounts {
-            successful: d(self.successful, earlier.successful),
-            failed: d(self.failed, earlier.failed),
-            ignored: d(self.ignored, earlier.ignored),
-            timed_out: d(self.timed_out, earlier.timed_out),
-            panicked: d(self.panicked, earlier.panicked),
-            not_permitted: d(self.not_permitted, earlier.not_permitted),
-            queue_full: d(self.queue_full, earlier.queue_full),
-            deadline_unmeetable: d(self.deadline_unmeetable, earlier.deadline_unmeetable),
-            shutting_down: d(self.shutting_down, earlier.shutting_down),
-            limit_exceeded: d(self.limit_exceeded, earlier.limit_exceeded),
-            rate_limited: d(self.rate_limited, earlier.rate_limited),
-            shed: d(self.shed, earlier.shed),
-            throttled: d(self.throttled, earlier.throttled),
+        let mut since = CallCounts {
             slow: d(self.slow, earlier.slow),
             retried: d(self.retried, earlier.retried),
             hedged: d(self.hedged, earlier.hedged),
             hedges_won: d(self.hedges_won, earlier.hedges_won),
             expired: d(self.expired, earlier.expired),
+            ..CallCounts::default()
+        };
+        for o in Outcome::ALL {
+            *since.field(o) = d(self.get(o), earlier.get(o));
         }
+        since
     }
 
     /// Every outcome with its count, in [`Outcome::ALL`]'s order: the `kind`
@@ -226,23 +223,11 @@ impl Counters {
         self.outcomes[Self::index(o)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `o`'s place in [`Outcome::ALL`], which lists the outcomes in the
+    /// order they are declared.
     #[inline]
     fn index(o: Outcome) -> usize {
-        match o {
-            Outcome::Successful => 0,
-            Outcome::Failed => 1,
-            Outcome::Ignored => 2,
-            Outcome::TimedOut => 3,
-            Outcome::Panicked => 4,
-            Outcome::NotPermitted => 5,
-            Outcome::QueueFull => 6,
-            Outcome::DeadlineUnmeetable => 7,
-            Outcome::ShuttingDown => 8,
-            Outcome::LimitExceeded => 9,
-            Outcome::RateLimited => 10,
-            Outcome::Shed => 11,
-            Outcome::Throttled => 12,
-        }
+        o as usize
     }
 
     pub(crate) fn slow(&self) {
@@ -271,27 +256,19 @@ impl Counters {
     }
 
     pub(crate) fn load(&self, expired: u64) -> CallCounts {
-        let o = |k: Outcome| self.outcomes[Self::index(k)].load(Ordering::Relaxed);
-        CallCounts {
-            successful: o(Outcome::Successful),
-            failed: o(Outcome::Failed),
-            ignored: o(Outcome::Ignored),
-            timed_out: o(Outcome::TimedOut),
-            panicked: o(Outcome::Panicked),
-            not_permitted: o(Outcome::NotPermitted),
-            queue_full: o(Outcome::QueueFull),
-            deadline_unmeetable: o(Outcome::DeadlineUnmeetable),
-            shutting_down: o(Outcome::ShuttingDown),
-            limit_exceeded: o(Outcome::LimitExceeded),
-            rate_limited: o(Outcome::RateLimited),
-            shed: o(Outcome::Shed),
-            throttled: o(Outcome::Throttled),
-            slow: self.slow.load(Ordering::Relaxed),
-            retried: self.retried.load(Ordering::Relaxed),
-            hedged: self.hedged.load(Ordering::Relaxed),
-            hedges_won: self.hedges_won.load(Ordering::Relaxed),
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let mut counts = CallCounts {
+            slow: load(&self.slow),
+            retried: load(&self.retried),
+            hedged: load(&self.hedged),
+            hedges_won: load(&self.hedges_won),
             expired,
+            ..CallCounts::default()
+        };
+        for o in Outcome::ALL {
+            *counts.field(o) = load(&self.outcomes[Self::index(o)]);
         }
+        counts
     }
 }
 

@@ -8,7 +8,7 @@
 //! A job the pool drops unrun (its deadline passed in the queue, or shutdown
 //! discarded it) is settled by the `Drop` of its [`Pending`] answer, on the
 //! thread that dropped it; a job the pool refuses is answered by the
-//! refusal, its attempt taken back ([`InFlight`]). So every admitted call is
+//! refusal, its attempt taken back ([`SharedAttempt`]). So every admitted call is
 //! answered and counted once, whichever way it ends.
 
 use std::fmt;
@@ -17,11 +17,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use super::attempt::{Ask, Deadline, End, Form, InFlight};
-use super::{Dependency, Inner, Priority};
+use super::attempt::{Ask, Deadline, End, Form, SharedAttempt};
+use super::{Dependency, Inner, Judged, Priority};
 use crate::classify::Classifier;
 use crate::classify::Classify;
-use crate::error::{Error, Rejection, panic_message};
+use crate::error::{Rejection, panic_message};
 use crate::pool::{CallContext, Submit};
 
 impl Dependency {
@@ -95,24 +95,28 @@ impl Dependency {
         E: Send + 'static,
         C: Classifier<T, E> + Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-        D: FnOnce(Result<T, Error<E>>) + Send + 'static,
+        D: FnOnce(Judged<T, E>) + Send + 'static,
     {
         let inner = &*self.inner;
         let now = Instant::now();
         let deadline = Deadline::new(now, inner.live.timeout(), caller);
         let ask = Ask { now, deadline, number: 1, priority, form: Form::Detached };
         let mut attempt = inner.admit(ask).map_err(|refused| refused.rejection)?;
-        let launching = attempt.launching();
         // Admission has refused a detached call in caller-thread mode.
         let Some(pool) = inner.exec.pool() else {
-            drop(attempt);
-            return Err(inner.not_launched(launching, Rejection::QueueFull.into()).rejection);
+            return Err(attempt.not_launched(inner, Rejection::QueueFull).rejection);
         };
         let job = attempt.carry(job);
-        let in_flight = InFlight::new(attempt);
+        let in_flight = SharedAttempt::new(attempt);
         let dependency = Arc::downgrade(&self.inner);
-        let answer =
-            Answer { dependency, attempt: in_flight.clone(), deadline, classify, on_done, _job: PhantomData };
+        let answer = Delivery {
+            dependency,
+            attempt: in_flight.clone(),
+            deadline,
+            classify,
+            on_done,
+            _job: PhantomData,
+        };
         let pending = Pending { answer: Some(answer) };
         let parent_span = crate::trace::capture();
         let task = move |ctx: &CallContext| -> Result<(), ()> {
@@ -136,8 +140,8 @@ impl Dependency {
         };
         // Admitted or refused at once, unless the caller may wait for
         // room; a refusal while every worker is stuck opens the breaker
-        // (the stall rule), as for any call.
-        let how = Submit::by(deadline.at).stall(inner.stall_threshold());
+        // (the stuck rule), as for any call.
+        let how = Submit::by(deadline.at).stall(inner.stuck_threshold());
         let how = match room_until {
             Some(at) => how.room_until(at),
             None => how.no_wait(),
@@ -148,24 +152,27 @@ impl Dependency {
                 Ok(())
             }
             Err(refused) => {
-                // The refusal is the answer: the attempt is taken back (it
-                // drops unsettled), so the pending answer dropped with the
-                // job finds nothing to answer.
-                drop(in_flight.take());
-                Err(inner.not_launched(launching, refused.into()).rejection)
+                // The refusal is the answer: the attempt is taken back
+                // first, so the pending answer dropped with the job finds
+                // nothing to answer.
+                let refusal = match in_flight.take() {
+                    Some(attempt) => attempt.not_launched(inner, refused),
+                    None => inner.refuse(Form::Detached, refused.rejection(), None),
+                };
+                Err(refusal.rejection)
             }
         }
     }
 }
 
 /// Everything needed to answer one admitted detached call.
-struct Answer<T, E, C, D> {
+struct Delivery<T, E, C, D> {
     /// Weak, so that queued detached calls do not keep the dependency (and its
     /// pool) alive: dropping its last handle still shuts it down, and the
     /// calls still queued are answered `ShuttingDown`.
     dependency: Weak<Inner>,
     /// Taken back by the spawner if the pool refuses the job.
-    attempt: InFlight,
+    attempt: SharedAttempt,
     deadline: Deadline,
     /// Judges the outcome, on the worker.
     classify: C,
@@ -179,15 +186,15 @@ struct Answer<T, E, C, D> {
 struct Pending<T, E, C, D>
 where
     C: Classifier<T, E>,
-    D: FnOnce(Result<T, Error<E>>),
+    D: FnOnce(Judged<T, E>),
 {
-    answer: Option<Answer<T, E, C, D>>,
+    answer: Option<Delivery<T, E, C, D>>,
 }
 
 impl<T, E, C, D> Drop for Pending<T, E, C, D>
 where
     C: Classifier<T, E>,
-    D: FnOnce(Result<T, Error<E>>),
+    D: FnOnce(Judged<T, E>),
 {
     fn drop(&mut self) {
         if let Some(answer) = self.answer.take() {
@@ -200,23 +207,23 @@ where
     }
 }
 
-impl<T, E, C, D> Answer<T, E, C, D>
+impl<T, E, C, D> Delivery<T, E, C, D>
 where
     C: Classifier<T, E>,
-    D: FnOnce(Result<T, Error<E>>),
+    D: FnOnce(Judged<T, E>),
 {
     /// Settles the attempt, then hands its answer to `on_done`; nothing if
     /// the spawner took the attempt back (it answered the refusal).
     fn finish(self, end: End<T, E>, began: Option<Instant>, ended: Instant) {
-        let Answer { dependency, attempt, classify, on_done, .. } = self;
+        let Delivery { dependency, attempt, classify, on_done, .. } = self;
         let Some(attempt) = attempt.take() else { return };
         let inner = dependency.upgrade();
         let judge = |r: &Result<T, E>| classify.verdict(r);
-        let (answer, _) = attempt.settle(inner.as_deref(), end, began, ended, &judge);
+        let judged = attempt.settle(inner.as_deref(), end, began, ended, &judge);
         let name = inner.as_ref().map(|i| Arc::clone(&i.name));
         // The last handle may be this one: let it go before user code runs.
         drop(inner);
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || on_done(answer))) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(move || on_done(judged))) {
             log::warn!(
                 "dependency {}: the callback of a detached call panicked: {}",
                 name.as_deref().unwrap_or("?"),

@@ -79,12 +79,12 @@ pub struct FanOut {
 struct Fan {
     deadline: Instant,
     /// Every leg started and not dropped, in order; the handles own them.
-    legs: RefCell<Vec<Weak<RefCell<dyn Drive>>>>,
+    legs: RefCell<Vec<Weak<RefCell<dyn FanDrive>>>>,
 }
 
 /// One leg, as the fan-out drives it. Crate-wide, so that a leg of another
 /// kind (a cache lookup: `Cache::fan`) can join a fan-out.
-pub(crate) trait Drive {
+pub(crate) trait FanDrive {
     /// Takes in an answer that has come, starts what is due; never waits.
     fn drive(&mut self);
     /// Whether the leg has its answer.
@@ -97,7 +97,7 @@ pub(crate) trait Drive {
 }
 
 /// One leg, as its handle reads it.
-pub(crate) trait Answer<T, E>: Drive {
+pub(crate) trait FanAnswer<T, E>: FanDrive {
     /// The answer, once; `None` before it, or after it was taken.
     fn take(&mut self) -> Option<Result<T, Error<E>>>;
 }
@@ -107,7 +107,7 @@ pub(crate) trait Answer<T, E>: Drive {
 #[must_use = "dropping a FanLeg gives its call up: a queued attempt is withdrawn, a running one abandoned"]
 pub struct FanLeg<T, E> {
     fan: Rc<Fan>,
-    leg: Rc<RefCell<dyn Answer<T, E>>>,
+    leg: Rc<RefCell<dyn FanAnswer<T, E>>>,
 }
 
 /// How a leg makes its attempts.
@@ -152,9 +152,9 @@ impl FanOut {
 
     /// Makes `leg` a leg of this fan-out: driven with the others, answered by
     /// the handle returned. A leg has its answer by the fan-out's deadline.
-    pub(crate) fn join<T, E>(&self, leg: impl Answer<T, E> + 'static) -> FanLeg<T, E> {
+    pub(crate) fn join<T, E>(&self, leg: impl FanAnswer<T, E> + 'static) -> FanLeg<T, E> {
         let leg = Rc::new(RefCell::new(leg));
-        let weak: Weak<RefCell<dyn Drive>> = Rc::downgrade(&leg) as Weak<RefCell<dyn Drive>>;
+        let weak: Weak<RefCell<dyn FanDrive>> = Rc::downgrade(&leg) as Weak<RefCell<dyn FanDrive>>;
         self.fan.legs.borrow_mut().push(weak);
         FanLeg { fan: Rc::clone(&self.fan), leg }
     }
@@ -177,7 +177,7 @@ impl fmt::Debug for FanOut {
 
 impl Fan {
     /// The legs not dropped; forgets the dropped ones.
-    fn live(&self) -> Vec<Rc<RefCell<dyn Drive>>> {
+    fn live(&self) -> Vec<Rc<RefCell<dyn FanDrive>>> {
         let mut legs = self.legs.borrow_mut();
         legs.retain(|leg| leg.strong_count() > 0);
         legs.iter().filter_map(Weak::upgrade).collect()
@@ -351,7 +351,7 @@ where
     }
 }
 
-impl<T, E, F, C> Drive for Driven<T, E, F, C>
+impl<T, E, F, C> FanDrive for Driven<T, E, F, C>
 where
     T: Send + 'static,
     E: Send + 'static,
@@ -401,7 +401,7 @@ where
     }
 }
 
-impl<T, E, F, C> Answer<T, E> for Driven<T, E, F, C>
+impl<T, E, F, C> FanAnswer<T, E> for Driven<T, E, F, C>
 where
     T: Send + 'static,
     E: Send + 'static,

@@ -8,7 +8,7 @@
 //! # Who records what
 //!
 //! Every attempt of a hedged call (a *leg*) is an attempt of its own, in
-//! flight ([`InFlight`]) until it is settled, exactly once, by whichever
+//! flight ([`SharedAttempt`]) until it is settled, exactly once, by whichever
 //! comes first:
 //!
 //! - the worker, when the job returns: it judges the outcome with the
@@ -39,23 +39,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::attempt::{Ask, Deadline, End, Form, InFlight, Refusal, drop_quietly};
+use super::attempt::{Ask, Deadline, End, Form, Judged, Refusal, SharedAttempt, drop_quietly};
 use super::{Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
 use crate::error::{Error, Rejection, panic_message};
 use crate::pool::{Answer, CallContext, Left, Submit, Ticket};
 
-/// What a leg answers: the settled outcome and the verdict recorded (`None`:
-/// the caller had settled it already, as a timeout).
-pub(super) type Judged<T, E> = (Result<T, Error<E>>, Option<Verdict>);
-
 /// No winner yet.
 const NONE: usize = usize::MAX;
 
 struct Leg<T, E> {
     ticket: Ticket<Judged<T, E>, Infallible>,
-    attempt: InFlight,
+    attempt: SharedAttempt,
 }
 
 /// One call's legs, under one deadline: the first attempt and the hedges
@@ -163,15 +159,13 @@ where
         let (deadline, priority) = (self.deadline, self.priority);
         let number = self.first + index as u32;
         let mut attempt = inner.admit(Ask { now, deadline, number, priority, form })?;
-        let launching = attempt.launching();
         // Admission refuses what is not for a pool in caller-thread mode.
         let Some(pool) = inner.exec.pool() else {
-            drop(attempt);
-            return Err(inner.not_launched(launching, Rejection::QueueFull.into()));
+            return Err(attempt.not_launched(inner, Rejection::QueueFull));
         };
         let job = Arc::clone(&self.job);
         let job = attempt.carry(move |ctx: &CallContext| job(ctx));
-        let in_flight = InFlight::new(attempt);
+        let in_flight = SharedAttempt::new(attempt);
         let dependency = Arc::downgrade(&self.dependency.inner);
         let race = (Arc::clone(&self.winner), index);
         let work = leg(dependency, (job, Arc::clone(&self.classify)), in_flight.clone(), race);
@@ -179,21 +173,13 @@ where
         // A hedge never queues; a first attempt may, as any call.
         let how = match form {
             Form::Hedge => how.idle_only(),
-            _ => how.stall(inner.stall_threshold()),
+            _ => how.stall(inner.stuck_threshold()),
         };
         pool.submit(how, work).map(|ticket| Leg { ticket, attempt: in_flight.clone() }).map_err(|refused| {
-            let attempt = in_flight.take();
-            let unlaunched = match attempt {
-                Some(attempt) if form == Form::Hedge => {
-                    attempt.forget();
-                    refused.into()
-                }
-                // The first leg waits for room as any call: its deadline
-                // ending that wait is its timeout.
-                Some(attempt) => attempt.unlaunched(refused),
-                None => refused.into(),
-            };
-            inner.not_launched(launching, unlaunched)
+            match in_flight.take() {
+                Some(attempt) => attempt.not_launched(inner, refused),
+                None => inner.refuse(form, refused.rejection(), None),
+            }
         })
     }
 
@@ -354,7 +340,9 @@ where
         }
         false
     }
+}
 
+impl<T, E, F, C> Race<T, E, F, C> {
     /// Gives up every leg still held: at the deadline (a timeout for each
     /// leg still queued or running), or once another leg won (or the caller
     /// left). At the deadline, an acceptable answer that came in meanwhile is
@@ -394,13 +382,7 @@ impl<T, E, F, C> Drop for Race<T, E, F, C> {
     /// gives up its legs as a caller who left: a queued one is withdrawn
     /// unrecorded, a running one is settled by its worker when it returns.
     fn drop(&mut self) {
-        for Leg { ticket, attempt } in self.legs.iter_mut().filter_map(Option::take) {
-            match ticket.leave() {
-                Left::Answered(answer) => drop_quietly(answer),
-                Left::Running => {}
-                Left::NeverRan => drop(attempt.take()),
-            }
-        }
+        let _ = self.give_up(false);
     }
 }
 
@@ -429,7 +411,7 @@ fn answer_of<T, E>(inner: &Inner, leg: Leg<T, E>) -> Option<Judged<T, E>> {
 /// Settles a leg on the caller's side, unless its worker already has.
 fn settle_leg<T, E>(
     inner: &Inner,
-    attempt: &InFlight,
+    attempt: &SharedAttempt,
     end: End<T, E>,
     began: Option<Instant>,
 ) -> Judged<T, E> {
@@ -451,7 +433,7 @@ fn acceptable<T, E>(result: &Result<T, Error<E>>, verdict: Option<Verdict>) -> b
 fn leg<T, E, F, C>(
     dependency: Weak<Inner>,
     (job, classify): (F, Arc<C>),
-    attempt: InFlight,
+    attempt: SharedAttempt,
     (race, index): (Arc<AtomicUsize>, usize),
 ) -> impl FnOnce(&CallContext) -> Result<Judged<T, E>, Infallible> + Send + 'static
 where

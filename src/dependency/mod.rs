@@ -19,10 +19,10 @@
 //!   deadline is a failure once a worker had run it longer than the provider's
 //!   normal latency (`srtt + 4 x rttvar` of recent runs, RFC 6298, within
 //!   50 ms and `slow_call_duration`); a shorter one is ignored.
-//! - *The stall rule*: when a call finds no room, or a waiter gives up, and
+//! - *The stuck rule*: when a call finds no room, or a waiter gives up, and
 //!   every worker has been inside its call for a quarter of the timeout (or
 //!   twice the normal latency), the breaker opens at once, whatever its window
-//!   holds. A stalled pool with half its workers abandoned is logged at `warn`.
+//!   holds. A stuck pool with half its workers abandoned is logged at `warn`.
 //! - *Nobody waits in a line that does not move*: when every worker has been
 //!   inside its call for three normal latencies (at least 20 ms), none
 //!   finished, callers are refused `QueueFull` and waiters leave.
@@ -117,27 +117,26 @@ mod once;
 mod priority;
 mod quiet_log;
 mod retrying;
-#[cfg(test)]
-mod tests;
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+pub(crate) use self::attempt::Judged;
 pub use self::builder::DependencyBuilder;
 pub use self::call::{CallBuilder, Hedging, Once, Retrying};
 use self::caller::CallerThread;
 pub use self::caller::Mode;
 use self::config::Live;
-pub(crate) use self::config::stall_threshold;
+pub(crate) use self::config::stuck_threshold;
 pub use self::config::{CallShape, DependencyConfig};
 pub(crate) use self::counts::Counters;
 pub use self::counts::{CallCounts, DependencyLatency, DependencySnapshot, Percentiles};
 pub use self::events::Event;
 pub use self::events::{RecordedEvent, RecordedKind};
 #[cfg(feature = "cache")]
-pub(crate) use self::fanout::{Answer as FanAnswer, Drive as FanDrive};
+pub(crate) use self::fanout::{FanAnswer, FanDrive};
 pub use self::fanout::{FanLeg, FanOut};
 pub use self::hedge_policy::Hedge;
 use crate::breaker::Breaker;
@@ -203,7 +202,7 @@ struct Inner {
     /// Attempts that reached the pool, as their callers saw them.
     call_time: LatencyHistogram,
     /// The provider's normal latency: its successes' run times, for the
-    /// hang and stall thresholds and the time a hedge must have left.
+    /// hang and stuck thresholds and the time a hedge must have left.
     normal: crate::latency::Latency,
     /// Calls admitted by priority and not done (`priority.rs`).
     occupancy: Arc<self::priority::Occupancy>,
@@ -211,11 +210,25 @@ struct Inner {
     ring: Arc<self::events::EventRing>,
     /// Refusals and timeouts, logged in aggregate (`quiet_log.rs`).
     log: quiet_log::QuietLog,
+    /// Failed detached calls with no callback, logged at `warn` in aggregate.
+    detached_failures: crate::quiet::Quiet<1>,
     /// What the policies in shadow would have refused.
     shadow_counts: crate::shadow::ShadowCounters,
 }
 
 impl Inner {
+    /// Logs a failed detached call (one without a callback) at `warn`, in
+    /// aggregate as refusals are: the first at once, then at most a line a
+    /// second with the last error and the count.
+    fn detached_failed(&self, err: &dyn std::fmt::Display) {
+        self.detached_failures.log(
+            module_path!(),
+            log::Level::Warn,
+            0,
+            format_args!("dependency {}: detached call failed: {err}", self.name),
+        );
+    }
+
     /// The injected clock's time. `real_now` is a real instant the caller has
     /// just read: with the system clock (`clock` is `None`) it *is* the time,
     /// which saves the hot path a second clock read.
@@ -407,10 +420,7 @@ impl Exec {
     }
 
     pub(crate) fn mode(&self) -> Mode {
-        match self {
-            Exec::Pool(_) => Mode::Pool,
-            Exec::Caller(_) => Mode::CallerThread,
-        }
+        if self.pool().is_some() { Mode::Pool } else { Mode::CallerThread }
     }
 
     /// Workers, or the permits of caller-thread mode.
@@ -422,10 +432,7 @@ impl Exec {
     }
 
     pub(crate) fn queue_capacity(&self) -> usize {
-        match self {
-            Exec::Pool(pool) => pool.queue_capacity(),
-            Exec::Caller(_) => 0,
-        }
+        self.pool().map_or(0, Pool::queue_capacity)
     }
 
     pub(crate) fn max_wait(&self) -> Duration {

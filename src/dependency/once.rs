@@ -56,7 +56,6 @@ impl Dependency {
             Ok(attempt) => attempt,
             Err(refused) => return (Err(refused.into_error()), None),
         };
-        let launching = attempt.launching();
         let (end, began, ended) = match &inner.exec {
             Exec::Pool(pool) => {
                 let job = attempt.carry(traced);
@@ -65,16 +64,13 @@ impl Dependency {
                 // timeout, say) is refused at submission as unmeetable,
                 // not queued to time out and be retried.
                 let how =
-                    Submit::by(attempt.deadline.at).attempt(attempt.number).stall(inner.stall_threshold());
+                    Submit::by(attempt.deadline.at).attempt(attempt.number).stall(inner.stuck_threshold());
                 match pool.submit(how, job) {
                     Ok(ticket) => {
                         let (answer, began) = ticket.wait_timed();
                         (End::from(answer), began, Instant::now())
                     }
-                    Err(refused) => {
-                        let refused = inner.not_launched(launching, attempt.unlaunched(refused));
-                        return (Err(refused.into_error()), None);
-                    }
+                    Err(refused) => return (Err(attempt.not_launched(inner, refused).into_error()), None),
                 }
             }
             Exec::Caller(caller) => {
@@ -83,10 +79,7 @@ impl Dependency {
                     Ok((Err(payload), began, ended)) => {
                         (End::Panicked(panic_message(payload.as_ref())), Some(began), ended)
                     }
-                    Err(refused) => {
-                        let refused = inner.not_launched(launching, attempt.unlaunched(refused));
-                        return (Err(refused.into_error()), None);
-                    }
+                    Err(refused) => return (Err(attempt.not_launched(inner, refused).into_error()), None),
                 }
             }
         };

@@ -10,12 +10,14 @@
 //! same allocation.
 
 use std::fmt;
+use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::AcqRel, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::Shared;
+use super::cancel::{Hook, fire_at};
 use super::slot::Slot;
 use super::stats::{Ran, RunningMark};
 use crate::error::{Error, Rejection, panic_message};
@@ -44,20 +46,15 @@ pub(crate) enum Answer<T, E> {
 pub struct SubmitError<F> {
     rejection: Rejection,
     job: F,
-    /// Refused for lack of room while every worker was stuck in its job.
+    /// Refused for lack of room while every worker had been inside its
+    /// current job for longer than the threshold the submission gave: the
+    /// provider is stuck, and room was not coming.
     pub(crate) stalled: bool,
 }
 
 impl<F> SubmitError<F> {
     pub(crate) fn new(rejection: Rejection, job: F) -> Self {
         SubmitError { rejection, job, stalled: false }
-    }
-
-    /// `true` when the job was refused for lack of room while every worker
-    /// had been inside its current job for longer than the stall threshold
-    /// the submission gave: the provider is stuck, and room was not coming.
-    pub(crate) fn stalled(&self) -> bool {
-        self.stalled
     }
 
     /// Why the job was not accepted: [`Rejection::QueueFull`],
@@ -191,17 +188,13 @@ where
         // Never start what nobody can use: a passed deadline or a caller that
         // has gone.
         let began = Instant::now();
-        if began >= self.ctx.deadline() {
+        let late = began >= self.ctx.deadline();
+        if late || !self.slot.start() {
             stats.workers.expired.fetch_add(1, Relaxed);
             idle_again();
-            self.slot.expire();
-            let job = self.job.lock().take();
-            drop_quietly(job);
-            return None;
-        }
-        if !self.slot.start() {
-            stats.workers.expired.fetch_add(1, Relaxed);
-            idle_again();
+            if late {
+                self.slot.expire();
+            }
             let job = self.job.lock().take();
             drop_quietly(job);
             return None;
@@ -218,8 +211,8 @@ where
             saturating_nanos(began.saturating_duration_since(self.submitted)).saturating_add(1),
             Relaxed,
         );
-        running.set(began);
-        let ran = catch_unwind(AssertUnwindSafe(|| job(&self.ctx)));
+        running.set(began, self.ctx.deadline());
+        let ran = self.ctx.run(job);
         running.clear();
         let ended = Instant::now();
         let reply = match ran {
@@ -346,14 +339,26 @@ pub(super) fn drop_quietly<V>(value: V) {
 pub struct CallContext {
     deadline: Instant,
     attempt: u32,
-    /// Set (after the slot has moved to `ABANDONED`) when the caller gives up
-    /// while the job runs. Advisory, so `Relaxed`: it publishes nothing else.
-    cancelled: AtomicBool,
+    /// [`CANCELLED`]: set (after the slot has moved to `ABANDONED`) when the
+    /// caller gives up while the job runs. [`DETACHED`]: nobody will wait
+    /// for the answer. [`HOOKED`]: set once a cancel hook is in `hook`. Each
+    /// side sets its bit with one read-modify-write and so sees the other's
+    /// if it came first: whichever comes second schedules the hook on the
+    /// watch (`cancel.rs`), so it is never missed.
+    flags: AtomicU8,
+    /// The cancel hook, once the job registers one ([`on_cancel`](Self::on_cancel)):
+    /// empty, and never locked, for a job that does not.
+    hook: parking_lot::Mutex<Option<Arc<Hook>>>,
     /// Whose call it is: a pool's (which also gives the call its counters,
     /// at no extra reference count per call), or a caller-thread
     /// dependency's, which has only a name.
     owner: Owner,
 }
+
+/// [`CallContext`]'s flags.
+const CANCELLED: u8 = 1;
+const HOOKED: u8 = 2;
+const DETACHED: u8 = 4;
 
 /// The owner of a [`CallContext`].
 pub(crate) enum Owner {
@@ -365,7 +370,20 @@ impl CallContext {
     /// The context of one attempt: on a pool's worker, or on the caller's own
     /// thread (a dependency in caller-thread mode, which no caller can abandon).
     pub(crate) fn new(owner: Owner, deadline: Instant, attempt: u32) -> CallContext {
-        CallContext { deadline, attempt, cancelled: AtomicBool::new(false), owner }
+        CallContext { deadline, attempt, flags: AtomicU8::new(0), hook: parking_lot::Mutex::new(None), owner }
+    }
+
+    /// Runs the job on this context, catching its panic; once it has
+    /// returned, its cancel hook (if any) is disarmed. The one place a job is
+    /// run, on a worker or on its caller's thread.
+    pub(crate) fn run<R>(&self, job: impl FnOnce(&CallContext) -> R) -> std::thread::Result<R> {
+        let ran = catch_unwind(AssertUnwindSafe(|| job(self)));
+        if self.flags.load(Relaxed) & HOOKED != 0
+            && let Some(hook) = self.hook.lock().take()
+        {
+            hook.disarm();
+        }
+        ran
     }
 
     /// The pool of a call submitted to one (`None` on a caller's thread).
@@ -388,11 +406,61 @@ impl CallContext {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
+    /// [`remaining`](Self::remaining) as an I/O timeout for a client that is
+    /// not ureq: never zero (at least 1 ms, as `set_read_timeout` refuses
+    /// zero), or `TimedOut` once the deadline has passed.
+    ///
+    /// ```no_run
+    /// # fn job(ctx: &watertight::CallContext, stream: &std::net::TcpStream) -> std::io::Result<()> {
+    /// stream.set_read_timeout(Some(ctx.io_timeout()?))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn io_timeout(&self) -> io::Result<Duration> {
+        match self.remaining() {
+            Duration::ZERO => Err(io::Error::new(io::ErrorKind::TimedOut, "the call's deadline has passed")),
+            left => Ok(left.max(Duration::from_millis(1))),
+        }
+    }
+
     /// `true` once the caller has stopped waiting (it timed out or dropped
     /// its [`Ticket`](super::Ticket)). The answer will be dropped; a job may
     /// stop early.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Relaxed)
+        self.flags.load(Relaxed) & CANCELLED != 0
+    }
+
+    /// Registers `f` to cancel the job from outside while it is blocked in
+    /// one system call: a `TcpStream::shutdown` on a `try_clone` of its
+    /// socket, a PostgreSQL `CancelToken::cancel_query`. `f` runs once, on
+    /// the crate's cancel thread (never on a worker), when the call's
+    /// deadline passes or its caller leaves (timed out, dropped its ticket,
+    /// or another hedge won) while the job is still running; never once the
+    /// job has returned (a hook running as it returns is waited for). For a
+    /// detached call ([`Dependency::spawn`](crate::Dependency::spawn)) it is
+    /// the deadline. Keep `f` short: hooks run one after the other. A second
+    /// call replaces the first hook; a job that registers none pays nothing.
+    ///
+    /// ```no_run
+    /// # fn job(ctx: &watertight::CallContext, stream: std::net::TcpStream) -> std::io::Result<()> {
+    /// let clone = stream.try_clone()?;
+    /// ctx.on_cancel(move || {
+    ///     let _ = clone.shutdown(std::net::Shutdown::Both);
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub fn on_cancel(&self, f: impl FnOnce() + Send + 'static) {
+        let hook = Hook::new(f);
+        if let Some(old) = self.hook.lock().replace(Arc::clone(&hook)) {
+            old.disarm();
+        }
+        let flags = self.flags.fetch_or(HOOKED, AcqRel);
+        if flags & CANCELLED != 0 {
+            fire_at(Instant::now(), &hook);
+        } else if flags & DETACHED != 0 || self.pool().is_none() {
+            // Nobody waits whose leaving would fire it: a detached call, or
+            // a job on its caller's own thread. The deadline does.
+            fire_at(self.deadline, &hook);
+        }
     }
 
     /// Which attempt this is, starting at 1. Plain pool calls are always
@@ -409,9 +477,24 @@ impl CallContext {
         }
     }
 
-    /// Tells a running job that its caller has gone.
+    /// Tells a running job that its caller has gone, and fires its cancel
+    /// hook now if it has registered one.
     pub(super) fn cancel(&self) {
-        self.cancelled.store(true, Relaxed);
+        self.mark(CANCELLED, Instant::now());
+    }
+
+    /// Nobody will wait for the call: its cancel hook, if it has registered
+    /// one, fires at the deadline.
+    pub(super) fn detach(&self) {
+        self.mark(DETACHED, self.deadline);
+    }
+
+    fn mark(&self, flag: u8, fire: Instant) {
+        if self.flags.fetch_or(flag, AcqRel) & HOOKED != 0
+            && let Some(hook) = self.hook.lock().clone()
+        {
+            fire_at(fire, &hook);
+        }
     }
 }
 

@@ -111,6 +111,7 @@
 
 mod builder;
 mod call;
+mod cancel;
 mod stats;
 mod submit;
 mod ticket;
@@ -155,7 +156,7 @@ pub use crate::room::{NoSeat, Room, RoomCounts, Seat};
 
 use crate::histogram::LatencyHistogram;
 
-/// A bulkhead: `workers` threads named `watertight-<name>-<i>` behind a
+/// A bulkhead: `workers` threads named `wt-<name>-<i>` behind a
 /// bounded queue of `queue` jobs; both can be changed while it runs
 /// ([`resize`](Pool::resize)).
 ///
@@ -256,7 +257,8 @@ pub(super) struct WorkerThread {
 
 impl Pool {
     /// A builder for a pool called `name` (its threads are
-    /// `watertight-<name>-<i>`; on Linux the kernel shows the first 15 bytes).
+    /// `wt-<name>-<i>`, the name cut so that the whole fits the 15 bytes
+    /// Linux keeps, index included).
     pub fn builder(name: impl Into<String>) -> PoolBuilder {
         PoolBuilder::new(name.into())
     }
@@ -323,21 +325,24 @@ impl Pool {
         self.inner.shared.service.mean()
     }
 
-    /// Whether a worker is idle right now (it may not be a moment later).
+    /// Whether a worker is free right now, idle or starting (it may not be
+    /// a moment later).
     pub(crate) fn has_idle_worker(&self) -> bool {
-        self.inner.shared.queue.has_idle()
+        self.inner.shared.queue.has_idle(&self.inner.shared.stats.workers.busy)
     }
 
-    /// The abandoned jobs and the live workers, once per episode of
-    /// abandoned work: when at least half of the workers run calls whose
-    /// callers have gone, and no warning has been given since the count
-    /// last fell below that mark (`stats.rs`, `many_abandoned`).
-    pub(crate) fn abandoned_alarm(&self) -> Option<(usize, usize)> {
+    /// The workers running a job past its deadline (by more than
+    /// [`OVERRUN_GRACE`](self::stats::OVERRUN_GRACE)) and the live workers,
+    /// once per episode of abandoned work: when at least half of the workers
+    /// are so, and no warning has been given since the count of abandoned
+    /// calls last fell below that mark (`stats.rs`, `many_abandoned`).
+    pub(crate) fn abandoned_alarm(&self, now: Instant) -> Option<(usize, usize)> {
         let s = &self.inner.shared.stats;
-        let (abandoned, live) = (s.callers.abandoned.load(Relaxed), s.workers.live.load(Relaxed));
+        let overdue = self.inner.shared.running.overdue(now);
+        let live = s.workers.live.load(Relaxed);
         let first =
-            self::stats::many_abandoned(abandoned, live) && !s.callers.abandoned_warned.swap(true, Relaxed);
-        first.then_some((abandoned, live))
+            self::stats::many_abandoned(overdue, live) && !s.callers.abandoned_warned.swap(true, Relaxed);
+        first.then_some((overdue, live))
     }
 
     /// A snapshot of the pool's gauges and counters; takes no lock.
@@ -524,14 +529,6 @@ mod tests {
         assert_eq!(PoolStats::default().submitted, 0);
         assert_eq!(std::mem::align_of::<CallerCounters>(), 128);
         assert_eq!(std::mem::size_of::<PoolCounters>(), 256);
-    }
-
-    #[test]
-    fn attempt_reaches_the_job() {
-        let pool = Pool::builder("att").workers(1).queue(1).build().unwrap();
-        let how = Submit::within(Duration::from_secs(5)).attempt(3);
-        let t = pool.submit(how, |ctx| Ok::<_, ()>(ctx.attempt())).unwrap();
-        assert_eq!(t.wait().unwrap(), 3);
     }
 
     #[test]

@@ -234,18 +234,26 @@ impl<J> Queue<J> {
         }
     }
 
-    /// Whether a worker waits in the idle stack right now.
-    pub fn has_idle(&self) -> bool {
-        !self.state.lock().idle.is_empty()
+    /// Whether a worker is free right now: idle in the stack, or returning
+    /// (starting, or back from a call) with no queued job waiting for it.
+    pub fn has_idle(&self, busy: &AtomicUsize) -> bool {
+        let st = self.state.lock();
+        !st.idle.is_empty() || st.returning(busy.load(Ordering::Relaxed)) > st.jobs.len()
     }
 
-    /// Hands `job` to an idle worker, and only to one: a hedge, which must
-    /// never wait in the queue. Refused (`Full`) when no worker is idle in
-    /// the stack right now, even if one is about to come back.
+    /// Hands `job` to a free worker, and only to one: a hedge, which must
+    /// never wait behind other work. Queued for a returning worker (starting,
+    /// or back from a call) that no queued job is waiting for, as `offer`
+    /// does, else handed to an idle one; refused (`Full`) when neither is.
     pub fn push_to_idle(&self, job: J, busy: &AtomicUsize) -> Result<Accepted, (Refused, J)> {
         let mut st = self.state.lock();
         if !st.open {
             return Err((Refused::Closed, job));
+        }
+        if st.returning(busy.load(Ordering::Relaxed)) > st.jobs.len() {
+            st.jobs.push_back(job);
+            self.len.store(st.jobs.len(), Ordering::Relaxed);
+            return Ok(Accepted::Queued);
         }
         let Some(worker) = st.idle.pop() else {
             return Err((Refused::Full, job));

@@ -78,6 +78,19 @@ impl Pool {
     }
 }
 
+/// A worker's thread name, `wt-<name>-<index>`, within the 15 bytes Linux
+/// keeps (what `top` and `ps` show): the name is cut (at a character
+/// boundary, and without a dangling separator) so that the index always shows.
+pub(super) fn thread_name(name: &str, index: usize) -> String {
+    let suffix = format!("-{index}");
+    let mut end = 15usize.saturating_sub(3 + suffix.len()).min(name.len());
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = if end < name.len() { name[..end].trim_end_matches(['-', '_', '.']) } else { name };
+    format!("wt-{cut}{suffix}")
+}
+
 impl Control {
     /// Joins the workers that have exited since the last look (retired ones),
     /// freeing their indexes.
@@ -91,7 +104,7 @@ impl Control {
     /// counted it (as starting); the caller tells the queue if this fails.
     pub(super) fn spawn(&mut self, shared: &Arc<Shared>) -> io::Result<()> {
         let index = self.threads.iter().position(|w| w.join.is_none()).unwrap_or(self.threads.len());
-        let mut builder = thread::Builder::new().name(format!("watertight-{}-{}", shared.name, index));
+        let mut builder = thread::Builder::new().name(thread_name(&shared.name, index));
         if let Some(s) = self.stack_size {
             builder = builder.stack_size(s);
         }

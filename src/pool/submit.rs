@@ -236,7 +236,7 @@ impl InLine<'_> {
     /// `None` if no call has finished for [`room::stuck_after`] its normal
     /// latency while every worker is busy; else when that could first be so. Before
     /// the pool has timed a call there is no normal latency to judge by:
-    /// `max_wait` alone bounds the wait (and a dependency's stall threshold
+    /// `max_wait` alone bounds the wait (and a dependency's stuck threshold
     /// the breaker).
     fn next_check(&self, now: Instant) -> Option<Instant> {
         let Some(normal) = self.shared.service.normal() else { return Some(self.until) };

@@ -83,7 +83,9 @@ impl<T, E> Ticket<T, E> {
     /// with the call, and nobody can withdraw it. For a job that answers
     /// for itself (a detached call).
     pub(crate) fn detach(mut self) {
-        self.call = None;
+        if let Some(call) = self.call.take() {
+            call.ctx().detach();
+        }
     }
 
     /// Whether the answer is in (or the job expired): [`wait`](Self::wait)

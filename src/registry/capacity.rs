@@ -348,20 +348,20 @@ impl CapacityReport {
             let places = workers.saturating_add(queue);
             if e.failures_to_open as usize > places {
                 // Before the provider has answered: its normal latency is unknown.
-                let stuck = crate::dependency::stall_threshold(None, e.timeout, e.timeout);
+                let stuck = crate::dependency::stuck_threshold(None, e.timeout, e.timeout);
                 let quarter = timeout / 4;
                 let why = if stuck > quarter {
                     let floor = stuck / 2; // the least hang threshold, doubled
                     format!(
-                        "the stall threshold's floor, twice the least hang threshold of {floor:?}, above a \
+                        "the stuck threshold's floor, twice the least hang threshold of {floor:?}, above a \
                          quarter of the timeout {timeout:?} ({quarter:?})"
                     )
                 } else {
-                    format!("the stall threshold: a quarter of the timeout {timeout:?}")
+                    format!("the stuck threshold: a quarter of the timeout {timeout:?}")
                 };
                 out.push(format!(
                     "dependency `{name}`: its breaker opens by its rates only after {} failures, more than the \
-                     {places} calls it can hold (workers {workers} + queue {queue}): a hang is cut by the stall \
+                     {places} calls it can hold (workers {workers} + queue {queue}): a hang is cut by the stuck \
                      rule instead, which opens it once every worker has been inside one call for {stuck:?} \
                      ({why}; once the provider has answered, twice its normal latency if that is longer)",
                     e.failures_to_open

@@ -263,7 +263,7 @@ fn a_finding_states_the_numbers_it_used() {
     assert!(fast.contains("(25ms)"), "{fast}");
     // A quarter of 1 s is over the floor: the quarter is the threshold.
     let slow = about("`slow`: its breaker");
-    assert!(slow.contains("for 250ms (the stall threshold: a quarter of the timeout 1s;"), "{slow}");
+    assert!(slow.contains("for 250ms (the stuck threshold: a quarter of the timeout 1s;"), "{slow}");
     assert!(!slow.contains("floor"), "{slow}");
     // The waiters, and everything together, of the 8 threads left after a reserve of 2.
     let of = "of the 8 request threads left after a reserve of 2 (of 10)";

@@ -43,7 +43,7 @@ use serde_json::Value;
 
 /// Checkout clients of the steady load: fraud's hold in the embedded config (6
 /// workers and a queue of 2), so that when fraud hangs every worker is stuck at
-/// once and its breaker opens within a second (the stall rule), long before the
+/// once and its breaker opens within a second (the stuck rule), long before the
 /// page is opened.
 const CHECKOUT_CLIENTS: usize = 8;
 /// Each checkout client sends one checkout this often (when answered in time).

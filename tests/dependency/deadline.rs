@@ -88,7 +88,7 @@ fn a_callers_deadline_that_ends_its_wait_for_room_is_its_timeout() {
         .workers(2)
         .queue(1)
         .max_wait(Duration::from_millis(200))
-        // A long timeout: the stall rule (a quarter of it) stays out of the way.
+        // A long timeout: the stuck rule (a quarter of it) stays out of the way.
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();

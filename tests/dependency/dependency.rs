@@ -76,7 +76,7 @@ fn ok_runs_on_a_named_worker_and_counts() {
     let dep = Dependency::builder("fraud").workers(2).build().unwrap();
     let name = dep.call(|_| Ok::<_, String>(thread::current().name().map(str::to_owned))).unwrap();
     let name = name.expect("workers are named");
-    assert!(name.starts_with("watertight-fraud-"), "{name}");
+    assert!(name.starts_with("wt-fraud-"), "{name}");
     let snap = dep.snapshot();
     assert_eq!(snap.calls.successful, 1);
     assert_eq!(snap.calls.total(), 1);

@@ -401,3 +401,20 @@ fn without_a_callback_a_failure_is_logged_at_warn() {
     let ours = log.lock().unwrap().iter().filter(|w| w.contains("notify-log")).count();
     assert_eq!(ours, 1, "{:?}", log.lock().unwrap());
 }
+
+/// Failed detached calls come by the dozen in an incident: logged in
+/// aggregate, as refusals are, not a line each.
+#[test]
+fn many_failed_detached_calls_are_one_warning_line() {
+    let log = warnings();
+    let dep = Dependency::builder("notify-many").workers(2).queue(64).build().unwrap();
+    for _ in 0..40 {
+        dep.spawn(|_: &CallContext| Err::<(), _>(std::io::Error::other("mailer down"))).unwrap();
+    }
+    assert!(wait_until(SETTLE, || dep.snapshot().calls.failed == 40));
+    let ours: Vec<_> = log.lock().unwrap().iter().filter(|w| w.contains("notify-many")).cloned().collect();
+    // The first at once; the rest within the same second are counted for the next line.
+    assert!(!ours.is_empty() && ours.len() < 5, "{ours:?}");
+    assert!(ours[0].starts_with("dependency notify-many: detached call failed: "), "{ours:?}");
+    assert!(ours[0].ends_with("mailer down"), "{ours:?}");
+}

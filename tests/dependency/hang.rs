@@ -350,7 +350,7 @@ fn a_retry_never_sleeps_into_the_breaker_its_own_attempt_opened() {
 }
 
 /// `check_capacity` says when a breaker opens by its rates only after more
-/// failures than the pool holds (a hang is then cut by the stall rule), and
+/// failures than the pool holds (a hang is then cut by the stuck rule), and
 /// counts the waiters.
 #[test]
 fn capacity_warns_that_the_stall_rule_cuts_a_hang_the_rates_cannot_and_of_waiters() {
@@ -382,10 +382,10 @@ fn capacity_warns_that_the_stall_rule_cuts_a_hang_the_rates_cannot_and_of_waiter
     assert_eq!((account.hold, account.waiters, account.failures_to_open), (5, 5, 4));
     let warnings = report.warnings();
     // What will happen, not what will not: the rates need more failures than the pool holds, so
-    // the stall rule cuts a hang.
+    // the stuck rule cuts a hang.
     let fraud_warning = "`fraud`: its breaker opens by its rates only after 10 failures, more than the 8 calls \
-                         it can hold (workers 6 + queue 2): a hang is cut by the stall rule instead, which opens \
-                         it once every worker has been inside one call for 250ms (the stall threshold: a quarter of the \
+                         it can hold (workers 6 + queue 2): a hang is cut by the stuck rule instead, which opens \
+                         it once every worker has been inside one call for 250ms (the stuck threshold: a quarter of the \
                          timeout 1s; once the provider has answered, twice its normal latency if that is longer)";
     assert!(warnings.iter().any(|w| w.contains(fraud_warning)), "{warnings:?}");
     assert!(!warnings.iter().any(|w| w.contains("cannot open")), "{warnings:?}");

@@ -352,3 +352,24 @@ fn a_zero_delay_starts_every_attempt_at_once_into_idle_workers_only() {
     let snap = dep.snapshot();
     assert_eq!((snap.calls.hedged, snap.pool.queued), (1, 0), "{snap:?}");
 }
+
+/// With no delay, every attempt asked for starts at once while a worker is
+/// free for it, on a dependency just built (its workers still starting) as
+/// on a warm one: each attempt waits for all four to have started.
+#[test]
+fn zero_delay_hedges_start_every_attempt_on_a_fresh_dependency() {
+    for round in 0..20 {
+        let dep = hedging("hedge-zero", 4, Hedge::after(Duration::ZERO).max_hedges(3)).build().unwrap();
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::clone(&started);
+        let answer = dep.with().deadline(Instant::now() + Duration::from_secs(2)).hedge().call(
+            move |_: &CallContext| {
+                seen.fetch_add(1, Ordering::SeqCst);
+                let all = wait_until(Duration::from_secs(2), || seen.load(Ordering::SeqCst) == 4);
+                Ok::<_, std::io::Error>(all)
+            },
+        );
+        assert!(answer.unwrap(), "round {round}: {} of 4 attempts started", started.load(Ordering::SeqCst));
+        assert_eq!(dep.snapshot().calls.hedged, 3, "round {round}");
+    }
+}

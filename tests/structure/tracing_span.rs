@@ -142,7 +142,7 @@ fn the_job_span_is_a_child_of_the_callers_span_across_the_hop() {
     let (request, job) = (&request[0], &jobs[0]);
 
     assert_eq!(job.parent, Some(request.id), "the job's parent is the caller's span: {job:?}");
-    assert!(job_thread.starts_with("watertight-tr"), "ran on a worker, not the caller: {job_thread}");
+    assert!(job_thread.starts_with("wt-tr"), "ran on a worker, not the caller: {job_thread}");
     assert_ne!(job_thread, caller_thread);
     assert_eq!(job.entered_on, vec![job_thread.clone()], "entered on the worker only: {job:?}");
     assert_eq!(job.fields.get("dependency").map(String::as_str), Some("traced"));
