@@ -77,7 +77,7 @@ where
     {
         let deadline = fan.deadline();
         let lookup = match self.start(dep, key, deadline, classify, job) {
-            Started::Done(answer) => Lookup::Done(answer),
+            Started::Done(answer) => Lookup::Done(Some(answer)),
             Started::Flying { flight, began, seat } => Lookup::Flying {
                 cache: Arc::clone(&self.inner),
                 key: key.to_owned(),
@@ -102,8 +102,8 @@ enum Lookup<K, V, E> {
         /// Held until the answer, as a blocking lookup holds it.
         _seat: Seat,
     },
-    Done(Result<Cached<V>, Error<E>>),
-    Taken,
+    /// The answer, until the handle takes it.
+    Done(Option<Result<Cached<V>, Error<E>>>),
 }
 
 impl<K: Hash + Eq, V: Clone, E: Clone> FanDrive for Lookup<K, V, E> {
@@ -111,7 +111,7 @@ impl<K: Hash + Eq, V: Clone, E: Clone> FanDrive for Lookup<K, V, E> {
         if let Lookup::Flying { cache, key, deadline, flight, began, .. } = self {
             let judged = flight.peek();
             if judged.is_some() || Instant::now() >= *deadline {
-                *self = Lookup::Done(cache.answer(key, judged, *began));
+                *self = Lookup::Done(Some(cache.answer(key, judged, *began)));
             }
         }
     }
@@ -137,12 +137,9 @@ impl<K: Hash + Eq, V: Clone, E: Clone> FanDrive for Lookup<K, V, E> {
 
 impl<K: Hash + Eq, V: Clone, E: Clone> FanAnswer<Cached<V>, E> for Lookup<K, V, E> {
     fn take(&mut self) -> Option<Result<Cached<V>, Error<E>>> {
-        match std::mem::replace(self, Lookup::Taken) {
-            Lookup::Done(answer) => Some(answer),
-            other => {
-                *self = other;
-                None
-            }
+        match self {
+            Lookup::Done(answer) => answer.take(),
+            Lookup::Flying { .. } => None,
         }
     }
 }

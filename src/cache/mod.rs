@@ -337,8 +337,8 @@ where
                 // it is: this caller makes a call of its own, untabled (its
                 // answer is not kept: it is not the key's flight).
                 found => {
-                    let (flight, landing) = self.board(&mut table, key, found.is_none());
-                    (flight, Some(landing))
+                    let landing = self.board(&mut table, key, found.is_none());
+                    (Arc::clone(&landing.flight), Some(landing))
                 }
             }
         };
@@ -349,11 +349,7 @@ where
             // pool is waited for as a blocking call waits, within this
             // caller's deadline. (A worker landing an answer is busy until it
             // returns: the pool's wait for room covers that moment too.)
-            if let Err(rejection) = self.launch(dep, landing, Some(deadline), classify, job) {
-                // The landing went with the refused call: the flight is out
-                // of the table already; answer those who joined it.
-                flight.answer((Err(Error::from(rejection)), None));
-            }
+            self.launch(dep, landing, Some(deadline), classify, job);
         }
         Started::Flying { flight, began, seat }
     }
@@ -365,7 +361,7 @@ where
         table: &mut HashMap<K, Arc<dyn Any + Send + Sync>>,
         key: &Q,
         tabled: bool,
-    ) -> (Arc<Flight<V, E>>, Landing<K, V, E>)
+    ) -> Landing<K, V, E>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -376,15 +372,15 @@ where
         if tabled {
             table.insert(key.to_owned(), Arc::clone(&erased));
         }
-        let flights = Arc::clone(&self.inner.flights);
-        let landing = Landing { key: key.to_owned(), flight: Arc::clone(&flight), erased, flights };
-        (flight, landing)
+        Landing { key: key.to_owned(), flight, erased, flights: Arc::clone(&self.inner.flights) }
     }
 
     /// Submits the shared call of `landing`'s flight, detached, waiting for
     /// room until `room_until` (`None`: not at all). `classify` judges its
     /// outcome on the worker, for the breaker and for the cache alike: the
-    /// landing reads the verdict the settlement recorded.
+    /// landing reads the verdict the settlement recorded. A refused call
+    /// answers those who joined the flight (the landing went with it: the
+    /// flight is out of the table already). Whether it was submitted.
     fn launch<C, E, F>(
         &self,
         dep: &Dependency,
@@ -392,15 +388,19 @@ where
         room_until: Option<Instant>,
         classify: C,
         job: F,
-    ) -> Result<(), Rejection>
+    ) -> bool
     where
         C: Classifier<V, E> + Send + 'static,
         E: Clone + Send + 'static,
         F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
     {
-        let cache = Arc::clone(&self.inner);
+        let (cache, flight) = (Arc::clone(&self.inner), Arc::clone(&landing.flight));
         let on_done = move |judged: Judged<V, E>| cache.land(landing, judged);
-        dep.with().classify(classify).spawn_judged(room_until, on_done, job)
+        let refused = dep.with().classify(classify).spawn_judged(room_until, on_done, job).err();
+        if let Some(rejection) = refused {
+            flight.answer((Err(Error::from(rejection)), None));
+        }
+        refused.is_none()
     }
 
     /// Starts a refresh of `key` ahead of its expiry, unless a call of the
@@ -415,7 +415,7 @@ where
         F: FnOnce(&CallContext) -> Result<V, E> + Send + 'static,
     {
         let inner = &*self.inner;
-        let (flight, landing) = {
+        let landing = {
             let mut table = inner.flights.lock();
             // Under the table's lock, where a landing puts its answer in the
             // map before it leaves the table: a refresh (or a miss's call)
@@ -427,12 +427,11 @@ where
             }
             self.board(&mut table, key, true)
         };
-        match self.launch(dep, landing, None, classify, job) {
-            Ok(()) => CacheCounters::bump(&inner.counters.refreshes),
-            // No room now: the current value stays until its TTL, and the
-            // next hit past the age tries again. A miss that joined the
-            // flight meanwhile (the value expired since) has its answer.
-            Err(rejection) => flight.answer((Err(Error::from(rejection)), None)),
+        // No room now: the current value stays until its TTL, and the next
+        // hit past the age tries again. A miss that joined the flight
+        // meanwhile (the value expired since) has its answer.
+        if self.launch(dep, landing, None, classify, job) {
+            CacheCounters::bump(&inner.counters.refreshes);
         }
     }
 

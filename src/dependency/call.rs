@@ -210,8 +210,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         E: Send + 'static,
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     {
-        let classify = self.classify;
-        self.dependency.once(self.deadline, self.priority, &|r: &Result<T, E>| classify.verdict(r), job)
+        self.dependency.once(self.deadline, self.priority, &|r: &Result<T, E>| self.classify.verdict(r), job)
     }
 
     /// Starts `job` as a leg of `fan` ([`FanOut`]): admitted and submitted

@@ -235,8 +235,8 @@ enum Stage<T, E, F, C> {
     Racing(Race<T, E, F, C>),
     /// Between two attempts of a retried leg: the next at this instant.
     Pausing(Instant),
-    Done(Result<T, Error<E>>),
-    Taken,
+    /// The answer, until the handle takes it.
+    Done(Option<Result<T, Error<E>>>),
 }
 
 /// One leg: its dependency and options, its job, and where it stands.
@@ -277,7 +277,7 @@ impl Dependency {
             job: Arc::new(job),
             classify: Arc::new(classify),
             retried: None,
-            stage: Stage::Taken,
+            stage: Stage::Done(None),
         };
         if inner.exec.pool().is_none() {
             // Caller-thread mode runs every call where its caller stands: here, now.
@@ -287,7 +287,7 @@ impl Dependency {
                 Fanned::Retry => self.retrying(Some(deadline), priority, &judge, move |ctx| job(ctx)),
                 _ => self.once(Some(deadline), priority, &judge, move |ctx| job(ctx)),
             };
-            driven.stage = Stage::Done(answer);
+            driven.stage = Stage::Done(Some(answer));
         } else {
             let now = match how {
                 Fanned::Retry => {
@@ -336,15 +336,15 @@ where
     /// the leg's answer, or a retry after a pause.
     fn attempted(&mut self, answer: Result<T, Error<E>>, verdict: Option<crate::classify::Verdict>) {
         self.stage = match &mut self.retried {
-            None => Stage::Done(answer),
+            None => Stage::Done(Some(answer)),
             // A timeout at the deadline whose attempt its worker recorded a
             // moment before (no verdict here) was made, not refused: it is
             // the leg's answer, and its retry keeps the budget's token.
             Some(_) if verdict.is_none() && matches!(answer, Err(Error::Timeout { .. })) => {
-                Stage::Done(answer)
+                Stage::Done(Some(answer))
             }
             Some(retried) => match self.dependency.with_retrier(|r| r.after(retried, answer, verdict)) {
-                Next::Done(answer) => Stage::Done(answer),
+                Next::Done(answer) => Stage::Done(Some(answer)),
                 Next::RetryAt(at) => Stage::Pausing(at),
             },
         };
@@ -373,23 +373,23 @@ where
                     let Some(retried) = self.retried.as_mut() else { return };
                     match self.dependency.with_retrier(|r| r.resume(retried, now)) {
                         Ok(()) => self.launch(now),
-                        Err(answer) => self.stage = Stage::Done(answer),
+                        Err(answer) => self.stage = Stage::Done(Some(answer)),
                     }
                 }
-                Stage::Done(_) | Stage::Taken => return,
+                Stage::Done(_) => return,
             }
         }
     }
 
     fn is_done(&self) -> bool {
-        matches!(self.stage, Stage::Done(_) | Stage::Taken)
+        matches!(self.stage, Stage::Done(_))
     }
 
     fn due(&self) -> Option<Instant> {
         match &self.stage {
             Stage::Racing(race) => Some(race.until()),
             Stage::Pausing(at) => Some(*at),
-            Stage::Done(_) | Stage::Taken => None,
+            Stage::Done(_) => None,
         }
     }
 
@@ -409,12 +409,9 @@ where
     C: Classifier<T, E> + Send + Sync + 'static,
 {
     fn take(&mut self) -> Option<Result<T, Error<E>>> {
-        match std::mem::replace(&mut self.stage, Stage::Taken) {
-            Stage::Done(answer) => Some(answer),
-            other => {
-                self.stage = other;
-                None
-            }
+        match &mut self.stage {
+            Stage::Done(answer) => answer.take(),
+            _ => None,
         }
     }
 }

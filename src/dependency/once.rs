@@ -24,18 +24,18 @@ impl Dependency {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
         C: Fn(&Result<T, E>) -> Verdict,
     {
-        let now = Instant::now();
-        let deadline = Deadline::new(now, self.inner.live.timeout(), caller);
-        self.attempt(Ask { now, deadline, number: 1, priority, form: Form::Blocking }, classify, job).0
+        self.attempt((Instant::now(), caller, 1), priority, classify, job).0
     }
 
-    /// One blocking attempt: admitted, run on a worker (the caller waits
+    /// One blocking attempt, attempt `number` made at `now`, under the
+    /// earlier of the dependency's timeout and `caller`: admitted, run on a worker (the caller waits
     /// until the deadline) or on this very thread (caller-thread mode), and
     /// settled. Returns the answer and the verdict recorded on the breaker
     /// (`None` when the attempt was refused and nothing was recorded).
     pub(super) fn attempt<T, E, F, C>(
         &self,
-        ask: Ask,
+        (now, caller, number): (Instant, Option<Instant>, u32),
+        priority: Priority,
         classify: &C,
         job: F,
     ) -> (Result<T, Error<E>>, Option<Verdict>)
@@ -52,7 +52,8 @@ impl Dependency {
             let _span = crate::trace::enter(parent_span, ctx);
             job(ctx)
         };
-        let mut attempt = match inner.admit(ask) {
+        let deadline = Deadline::new(now, inner.live.timeout(), caller);
+        let mut attempt = match inner.admit(Ask { now, deadline, number, priority, form: Form::Blocking }) {
             Ok(attempt) => attempt,
             Err(refused) => return (Err(refused.into_error()), None),
         };

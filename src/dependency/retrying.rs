@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::attempt::{Ask, Deadline, Form};
 use super::{Dependency, Priority};
 use crate::classify::Verdict;
 use crate::error::Error;
@@ -26,14 +25,11 @@ impl Dependency {
         F: Fn(&CallContext) -> Result<T, E> + Send + Sync + 'static,
         C: Fn(&Result<T, E>) -> Verdict,
     {
-        let inner = &*self.inner;
         let job = Arc::new(job);
         self.with_retrier(|retrier| {
             retrier.run(caller, |now, end, number| {
                 let job = Arc::clone(&job);
-                let deadline = Deadline::new(now, inner.live.timeout(), end);
-                let ask = Ask { now, deadline, number, priority, form: Form::Blocking };
-                self.attempt(ask, classify, move |ctx| job(ctx))
+                self.attempt((now, end, number), priority, classify, move |ctx| job(ctx))
             })
         })
     }
