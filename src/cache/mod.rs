@@ -112,7 +112,7 @@ use self::flight::{Flight, Flights, Landing, is_failure, is_good};
 use self::store::{CacheCounters, Entry, Map};
 use crate::classify::{ByError, Classifier, Classify};
 use crate::clock::Clock;
-use crate::dependency::{Dependency, Judged};
+use crate::dependency::{Counters, Dependency, Judged};
 use crate::error::{Error, Rejection};
 use crate::pool::CallContext;
 use crate::room::{Room, Seat};
@@ -316,8 +316,8 @@ where
         let max_wait = dep.pool().map_or(Duration::ZERO, crate::pool::Pool::max_wait);
         let Some(seat) = inner.seats.acquire(deadline.min(crate::time::deadline_after(began, max_wait)))
         else {
-            CacheCounters::bump(&inner.counters.misses);
-            CacheCounters::bump(&inner.counters.refused);
+            Counters::bump(&inner.counters.misses);
+            Counters::bump(&inner.counters.refused);
             return Started::Done(inner.stale(key).ok_or(Error::from(Rejection::QueueFull)));
         };
         let (flight, landing) = {
@@ -330,7 +330,7 @@ where
             }
             match table.get(key).cloned().map(|f| f.downcast::<Flight<V, E>>()) {
                 Some(Ok(flight)) => {
-                    CacheCounters::bump(&inner.counters.coalesced);
+                    Counters::bump(&inner.counters.coalesced);
                     (flight, None)
                 }
                 // A flight of the key with another error type stays where
@@ -342,7 +342,7 @@ where
                 }
             }
         };
-        CacheCounters::bump(&inner.counters.misses);
+        Counters::bump(&inner.counters.misses);
         if let Some(landing) = landing {
             // Detached once in (so a caller who gives up does not cancel it
             // for the others), under the dependency's own timeout; a full
@@ -431,7 +431,7 @@ where
         // hit past the age tries again. A miss that joined the flight
         // meanwhile (the value expired since) has its answer.
         if self.launch(dep, landing, None, classify, job) {
-            CacheCounters::bump(&inner.counters.refreshes);
+            Counters::bump(&inner.counters.refreshes);
         }
     }
 
@@ -477,11 +477,6 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         }
     }
 
-    /// How many callers wait on shared calls now (seats held).
-    fn waiting(&self) -> usize {
-        self.seats.in_use()
-    }
-
     /// `key`'s value if it is fresh, and whether it is due for a refresh;
     /// counts the hit.
     #[inline]
@@ -495,7 +490,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         if !entry.is_fresh(now) {
             return None;
         }
-        CacheCounters::bump(&self.counters.hits);
+        Counters::bump(&self.counters.hits);
         let due = entry.is_due(now);
         Some((entry.value, due))
     }
@@ -534,7 +529,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
         let max_stale = self.stale_for?;
         let entry = self.map.peek(key)?;
         let age = entry.stale_age(self.now(), max_stale)?;
-        CacheCounters::bump(&self.counters.stale);
+        Counters::bump(&self.counters.stale);
         Some(Cached { value: entry.value, stale: Some(age) })
     }
 
@@ -576,7 +571,7 @@ impl<K: Hash + Eq, V: Clone> Inner<K, V> {
             entries: self.map.len(),
             capacity: self.capacity,
             in_flight: self.flights.lock().len(),
-            waiting: self.waiting(),
+            waiting: self.seats.in_use(),
         }
     }
 }

@@ -66,13 +66,6 @@ pub(super) struct CacheCounters {
     pub(super) evictions: AtomicU64,
 }
 
-impl CacheCounters {
-    #[inline]
-    pub(super) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// The `quick_cache` lifecycle that collects what an insert pushes out, so
 /// that [`keep`] can count evictions. `quick_cache` reports a value replaced
 /// for its own key through the same hook as an entry pushed out for room:

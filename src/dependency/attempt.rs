@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::priority::Place;
-use super::{Event, Inner};
+use super::{Counters, Event, Inner};
 use crate::breaker::OwnedPermit;
 use crate::classify::Verdict;
 use crate::error::{Error, Outcome, Rejection, panic_message};
@@ -612,7 +612,7 @@ impl Attempt {
             inner.throttle.record_at(inner.clock_now(ended), accepted);
         }
         if verdict != Verdict::Ignore && inner.live.is_slow(elapsed) {
-            inner.counters.slow();
+            Counters::bump(&inner.counters.slow);
         }
         if let Some(permit) = permit {
             permit.record(verdict, elapsed);

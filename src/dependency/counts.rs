@@ -209,41 +209,26 @@ impl CallCounts {
 pub(crate) struct Counters {
     /// Indexed by the outcome's position in [`Outcome::ALL`].
     outcomes: [AtomicU64; 13],
-    slow: AtomicU64,
-    retried: AtomicU64,
-    hedged: AtomicU64,
-    hedges_won: AtomicU64,
+    pub(super) slow: AtomicU64,
+    pub(super) retried: AtomicU64,
+    pub(super) hedged: AtomicU64,
+    pub(super) hedges_won: AtomicU64,
     /// Worker time of hedged attempts still running when another won, in ns.
     hedge_lost_ns: AtomicU64,
 }
 
 impl Counters {
+    /// Counts one `o`, at its place in [`Outcome::ALL`] (the order the
+    /// outcomes are declared in).
     #[inline]
     pub(crate) fn outcome(&self, o: Outcome) {
-        self.outcomes[Self::index(o)].fetch_add(1, Ordering::Relaxed);
+        Self::bump(&self.outcomes[o as usize]);
     }
 
-    /// `o`'s place in [`Outcome::ALL`], which lists the outcomes in the
-    /// order they are declared.
+    /// Counts one on `n`: the crate's counters are relaxed, monotonic atomics.
     #[inline]
-    fn index(o: Outcome) -> usize {
-        o as usize
-    }
-
-    pub(crate) fn slow(&self) {
-        self.slow.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn retried(&self) {
-        self.retried.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn hedged(&self) {
-        self.hedged.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn hedge_won(&self) {
-        self.hedges_won.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn bump(n: &AtomicU64) {
+        n.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn hedge_lost(&self, run: Duration) {
@@ -266,7 +251,7 @@ impl Counters {
             ..CallCounts::default()
         };
         for o in Outcome::ALL {
-            *counts.field(o) = load(&self.outcomes[Self::index(o)]);
+            *counts.field(o) = load(&self.outcomes[o as usize]);
         }
         counts
     }
@@ -279,7 +264,7 @@ mod tests {
     #[test]
     fn each_outcome_lands_in_its_own_field() {
         for (i, o) in Outcome::ALL.into_iter().enumerate() {
-            assert_eq!(Counters::index(o), i, "{o} sits at its place in Outcome::ALL");
+            assert_eq!(o as usize, i, "{o} sits at its place in Outcome::ALL");
             let c = Counters::default();
             c.outcome(o);
             let counts = c.load(0);

@@ -40,7 +40,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::attempt::{Ask, Deadline, End, Form, Judged, Refusal, SharedAttempt, drop_quietly};
-use super::{Dependency, Hedge, Inner, Priority};
+use super::{Counters, Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
 use crate::error::{Error, Rejection, panic_message};
@@ -239,7 +239,7 @@ where
                     Some((result, verdict)) if acceptable(&result, verdict) => {
                         self.winner.store(index, Ordering::Release);
                         if index > 0 {
-                            inner.counters.hedge_won();
+                            Counters::bump(&inner.counters.hedges_won);
                         }
                         let _ = self.give_up(false);
                         return Some((result, verdict));
@@ -331,7 +331,7 @@ where
         {
             match self.launch(self.legs.len(), now, Form::Hedge) {
                 Ok(leg) => {
-                    inner.counters.hedged();
+                    Counters::bump(&inner.counters.hedged);
                     self.legs.push(Some(leg));
                     return true;
                 }

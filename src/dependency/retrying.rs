@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Dependency, Priority};
+use super::{Counters, Dependency, Priority};
 use crate::classify::Verdict;
 use crate::error::Error;
 use crate::pool::CallContext;
@@ -49,7 +49,7 @@ impl Dependency {
             name: &inner.name,
             clock: &clock,
             may_admit: &may_admit,
-            retried: &|| inner.counters.retried(),
+            retried: &|| Counters::bump(&inner.counters.retried),
         };
         f(&retrier)
     }
