@@ -237,13 +237,12 @@ impl Inner {
         // Every refusal below goes through `refused_by`: enforced, the
         // attempt is refused; in shadow, it is recorded and goes on, and the
         // policy that let it through records nothing of it (`shadowed`).
-        let shadow = self.live.shadow.get();
-        let mut shadowed = Shadow::none();
+        // The policies in shadow, and those that have let this one through.
+        let mut shadows = (self.live.shadow.get(), Shadow::none());
         // The adaptive throttler, before anything is taken: a call it refuses
         // was never a request to the provider (`limit/throttle.rs`).
         if self.throttle.is_on() && self.throttle.refuses_at(self.clock_now(ask.now), ask.priority) {
-            self.refused_by(Policy::Throttle, shadow, ask.form, Rejection::Throttled, None)?;
-            shadowed = shadowed.with(Policy::Throttle);
+            self.refused_by(Policy::Throttle, &mut shadows, ask.form, Rejection::Throttled, None)?;
         }
         // The rate limit, before the breaker: a caller waiting for its permit
         // holds no probe slot. Only a blocking call waits, and only within its
@@ -254,7 +253,7 @@ impl Inner {
         if self.live.rate_on() {
             let within = if ask.form == Form::Blocking { at - now } else { Duration::ZERO };
             match self.rate.reserve(within) {
-                Ok(wait) if wait.is_zero() || shadow.contains(Policy::RateLimit) => rate = true,
+                Ok(wait) if wait.is_zero() || shadows.0.contains(Policy::RateLimit) => rate = true,
                 Ok(wait) => {
                     rate = true;
                     std::thread::sleep(wait);
@@ -267,23 +266,21 @@ impl Inner {
                     }
                 }
                 Err(retry_after) => {
-                    let retry_after = Some(retry_after);
                     self.refused_by(
                         Policy::RateLimit,
-                        shadow,
+                        &mut shadows,
                         ask.form,
                         Rejection::RateLimited,
-                        retry_after,
+                        Some(retry_after),
                     )?;
-                    shadowed = shadowed.with(Policy::RateLimit);
                 }
             }
         }
         // From here on, a hedge refused never was: its rate permit goes back,
         // its breaker permit is forgotten (not even recorded as ignored).
-        let undo = |permit: Option<OwnedPermit>| {
+        let undo = |permit: &mut Option<OwnedPermit>| {
             if hedge {
-                if let Some(permit) = permit {
+                if let Some(permit) = permit.take() {
                     permit.forget();
                 }
                 if rate {
@@ -292,30 +289,26 @@ impl Inner {
             }
         };
         let start = self.clock_now(now);
-        let permit = match hedge {
+        let mut permit = match hedge {
             true => self.breaker.try_acquire_owned_if_closed(),
             false => self.breaker.try_acquire_owned().ok(),
         };
         if permit.is_none() {
-            if let Err(refusal) =
-                self.refused_by(Policy::Breaker, shadow, ask.form, Rejection::NotPermitted, None)
-            {
-                undo(None);
-                return Err(refusal);
-            }
-            shadowed = shadowed.with(Policy::Breaker);
+            self.refused_by(Policy::Breaker, &mut shadows, ask.form, Rejection::NotPermitted, None)
+                .inspect_err(|_| undo(&mut None))?;
         }
         // Over the adaptive limit: the permit drops as ignored (a half-open
         // probe slot goes back): the provider was never asked.
         let limit = match self.live.limit_on().then(|| self.limiter.try_acquire(start)) {
             Some(None) => {
-                let shadows =
-                    self.refused_by(Policy::AdaptiveLimit, shadow, ask.form, Rejection::LimitExceeded, None);
-                if let Err(refusal) = shadows {
-                    undo(permit);
-                    return Err(refusal);
-                }
-                shadowed = shadowed.with(Policy::AdaptiveLimit);
+                self.refused_by(
+                    Policy::AdaptiveLimit,
+                    &mut shadows,
+                    ask.form,
+                    Rejection::LimitExceeded,
+                    None,
+                )
+                .inspect_err(|_| undo(&mut permit))?;
                 None
             }
             Some(granted) => granted,
@@ -331,13 +324,8 @@ impl Inner {
                     self.live.reserved(),
                 );
                 if place.is_none() {
-                    if let Err(refusal) =
-                        self.refused_by(Policy::Priority, shadow, ask.form, Rejection::Shed, None)
-                    {
-                        undo(permit);
-                        return Err(refusal);
-                    }
-                    shadowed = shadowed.with(Policy::Priority);
+                    self.refused_by(Policy::Priority, &mut shadows, ask.form, Rejection::Shed, None)
+                        .inspect_err(|_| undo(&mut permit))?;
                 }
                 place
             }
@@ -351,7 +339,7 @@ impl Inner {
             called: now,
             start,
             number: ask.number,
-            shadowed,
+            shadowed: shadows.1,
             form: ask.form,
             rate,
         })
@@ -403,12 +391,13 @@ impl Inner {
     /// this attempt with `rejection`. Enforced, the attempt is refused
     /// ([`refuse`](Self::refuse)). In `shadow`, the refusal it would have
     /// been is counted, logged at `debug` in aggregate, traced and announced (a hedge's,
-    /// like its refusal, is not), and the attempt goes on.
+    /// like its refusal, is not), and the attempt goes on, `policy` added to
+    /// the attempt's `shadowed`.
     #[inline]
     fn refused_by(
         &self,
         policy: Policy,
-        shadow: Shadow,
+        (shadow, shadowed): &mut (Shadow, Shadow),
         form: Form,
         rejection: Rejection,
         retry_after: Option<Duration>,
@@ -419,6 +408,7 @@ impl Inner {
         if form != Form::Hedge {
             self.shadow_refused(policy, rejection);
         }
+        *shadowed = shadowed.with(policy);
         Ok(())
     }
 
