@@ -27,7 +27,7 @@
 //!   the limit and the announcement. An attempt dropped unsettled never ran:
 //!   its permits drop unrecorded (as ignored).
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -647,6 +647,30 @@ where
             drop_quietly(result);
             let msg = format!("the classifier panicked: {}", panic_message(payload.as_ref()));
             (Err(Error::Panicked(msg)), Verdict::Failure, Outcome::Panicked)
+        }
+    }
+}
+
+/// The job of an attempt settled on its worker (a detached call, a hedged
+/// call's leg): runs `job` in the caller's span, then hands how it ended,
+/// when it began and when it ended to `settle`; a panic goes on unwinding
+/// after `settle` (the pool catches it again and answers `Panicked`).
+pub(super) fn settled_on_worker<T, E, R>(
+    job: impl FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
+    settle: impl FnOnce(End<T, E>, Instant, Instant) -> R + Send + 'static,
+) -> impl FnOnce(&CallContext) -> R + Send + 'static {
+    let parent_span = crate::trace::capture();
+    move |ctx: &CallContext| {
+        let _span = crate::trace::enter(parent_span, ctx);
+        let began = Instant::now();
+        let ran = catch_unwind(AssertUnwindSafe(|| job(ctx)));
+        let ended = Instant::now();
+        match ran {
+            Ok(result) => settle(End::Returned(result), began, ended),
+            Err(payload) => {
+                drop(settle(End::Panicked(panic_message(payload.as_ref())), began, ended));
+                resume_unwind(payload)
+            }
         }
     }
 }

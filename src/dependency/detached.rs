@@ -13,11 +13,11 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use super::attempt::{Ask, Deadline, End, Form, SharedAttempt};
+use super::attempt::{Ask, Deadline, End, Form, SharedAttempt, settled_on_worker};
 use super::{Dependency, Inner, Judged, Priority};
 use crate::classify::Classifier;
 use crate::classify::Classify;
@@ -118,26 +118,12 @@ impl Dependency {
             _job: PhantomData,
         };
         let pending = Pending { answer: Some(answer) };
-        let parent_span = crate::trace::capture();
-        let task = move |ctx: &CallContext| -> Result<(), ()> {
-            let mut pending = pending;
-            let _span = crate::trace::enter(parent_span, ctx);
-            let began = Instant::now();
-            let ran = catch_unwind(AssertUnwindSafe(|| job(ctx)));
-            let ended = Instant::now();
-            let Some(answer) = pending.answer.take() else { return Ok(()) };
-            match ran {
-                Ok(result) => {
-                    answer.finish(End::Returned(result), Some(began), ended);
-                    Ok(())
-                }
-                Err(payload) => {
-                    answer.finish(End::Panicked(panic_message(payload.as_ref())), Some(began), ended);
-                    // Caught again by the pool, which counts it among its own panics.
-                    resume_unwind(payload)
-                }
+        let task = settled_on_worker(job, move |end, began, ended| -> Result<(), ()> {
+            if let Some(answer) = { pending }.answer.take() {
+                answer.finish(end, Some(began), ended);
             }
-        };
+            Ok(())
+        });
         // Admitted or refused at once, unless the caller may wait for
         // room; a refusal while every worker is stuck opens the breaker
         // (the stuck rule), as for any call.

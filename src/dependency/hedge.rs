@@ -34,16 +34,17 @@
 //! whose caller has left is still settled once, by its worker.
 
 use std::convert::Infallible;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::attempt::{Ask, Deadline, End, Form, Judged, Refusal, SharedAttempt, drop_quietly};
+use super::attempt::{
+    Ask, Deadline, End, Form, Judged, Refusal, SharedAttempt, drop_quietly, settled_on_worker,
+};
 use super::{Counters, Dependency, Hedge, Inner, Priority};
 use crate::classify::Classifier;
 use crate::classify::Verdict;
-use crate::error::{Error, Rejection, panic_message};
+use crate::error::{Error, Rejection};
 use crate::pool::{Answer, CallContext, Left, Submit, Ticket};
 
 /// No winner yet.
@@ -442,40 +443,26 @@ where
     F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
     C: Classifier<T, E> + Send + Sync + 'static,
 {
-    let parent_span = crate::trace::capture();
-    move |ctx: &CallContext| {
-        let _span = crate::trace::enter(parent_span, ctx);
-        let began = Instant::now();
-        let ran = catch_unwind(AssertUnwindSafe(|| job(ctx)));
-        let ended = Instant::now();
+    settled_on_worker(job, move |end: End<T, E>, began, ended| {
         let inner = dependency.upgrade();
-        let attempt = attempt.take();
+        let panicked = matches!(end, End::Panicked(_));
         let judge = |r: &Result<T, E>| classify.verdict(r);
-        let judged = match (ran, attempt) {
-            (Ok(result), Some(attempt)) => {
-                attempt.settle(inner.as_deref(), End::Returned(result), Some(began), ended, &judge)
-            }
-            (Err(payload), attempt) => {
-                if let Some(attempt) = attempt {
-                    let end = End::Panicked(panic_message(payload.as_ref()));
-                    let _ = attempt.settle(inner.as_deref(), end, Some(began), ended, &judge);
-                }
-                // Caught again by the pool, which answers the caller `Panicked`.
-                resume_unwind(payload)
-            }
+        let judged = match attempt.take() {
+            Some(attempt) => attempt.settle(inner.as_deref(), end, Some(began), ended, &judge),
             // The caller settled it as a timeout, and has gone.
-            (Ok(result), None) => {
-                drop_quietly(result);
+            None => {
+                drop_quietly(end);
                 (Err(Error::Timeout { waited: ended.saturating_duration_since(began) }), None)
             }
         };
         let winner = race.load(Ordering::Acquire);
         if let Some(inner) = &inner
+            && !panicked
             && winner != NONE
             && winner != index
         {
             inner.counters.hedge_lost(ended.saturating_duration_since(began));
         }
         Ok(judged)
-    }
+    })
 }
