@@ -289,21 +289,14 @@ impl Dependency {
             };
             driven.stage = Stage::Done(Some(answer));
         } else {
+            driven.hedge = inner.live.hedge().filter(|_| how == Fanned::Hedge);
             let now = match how {
                 Fanned::Retry => {
                     let (now, retried) = self.with_retrier(|r| r.begin(Some(deadline)));
                     driven.retried = Some(retried);
                     now
                 }
-                Fanned::Hedge => {
-                    let now = Instant::now();
-                    driven.hedge = inner.live.hedge();
-                    if driven.hedge.is_some() {
-                        inner.budget.deposit(inner.clock_now(now));
-                    }
-                    now
-                }
-                Fanned::Once => Instant::now(),
+                _ => Instant::now(),
             };
             driven.launch(now);
         }

@@ -102,7 +102,6 @@ impl Dependency {
             return self.once(caller, priority, &|r: &Result<T, E>| classify.verdict(r), job);
         };
         let called = Instant::now();
-        inner.budget.deposit(inner.clock_now(called));
         let how = (Some(policy), priority, 1);
         let mut race = Race::start(self, how, called, caller, Arc::new(job), Arc::new(classify))
             .map_err(Refusal::into_error)?;
@@ -125,7 +124,9 @@ where
 {
     /// Admits and submits the first leg (`how`: the hedge policy, the
     /// priority, the first leg's number), under the earlier of the
-    /// dependency's timeout from `called` and `caller`. Pool mode only.
+    /// dependency's timeout from `called` and `caller`; a hedged call puts
+    /// its deposit in the retry budget, which its hedges draw on. Pool mode
+    /// only.
     pub(super) fn start(
         dependency: &Dependency,
         (policy, priority, first): (Option<Hedge>, Priority, u32),
@@ -134,7 +135,11 @@ where
         job: Arc<F>,
         classify: Arc<C>,
     ) -> Result<Self, Refusal> {
-        let deadline = Deadline::new(called, dependency.inner.live.timeout(), caller);
+        let inner = &*dependency.inner;
+        if policy.is_some() {
+            inner.budget.deposit(inner.clock_now(called));
+        }
+        let deadline = Deadline::new(called, inner.live.timeout(), caller);
         let mut race = Race {
             dependency: dependency.clone(),
             hedge_at: policy.and_then(|p| called.checked_add(p.earliest())),
