@@ -64,16 +64,14 @@ impl DependencyBuilder {
 
     /// Worker threads, named `wt-<name>-<i>` (see
     /// [`PoolBuilder::workers`]); 1 to 4096. Defaults to 10.
-    pub fn workers(mut self, n: usize) -> Self {
-        self.config.workers = n;
-        self
+    pub fn workers(self, n: usize) -> Self {
+        self.with_config(|c| c.workers = n)
     }
 
     /// Jobs that may wait for a worker (see [`PoolBuilder::queue`]; 0: direct
     /// hand-off). At most 2^20. Defaults to 0.
-    pub fn queue(mut self, capacity: usize) -> Self {
-        self.config.queue = capacity;
-        self
+    pub fn queue(self, capacity: usize) -> Self {
+        self.with_config(|c| c.queue = capacity)
     }
 
     /// The stack size of each worker thread, in bytes (see
@@ -91,18 +89,16 @@ impl DependencyBuilder {
 
     /// Whether to refuse at once a call whose estimated queue wait exceeds its
     /// deadline (see [`PoolBuilder::deadline_aware_admission`]). Defaults to `true`.
-    pub fn deadline_aware_admission(mut self, enabled: bool) -> Self {
-        self.config.deadline_aware_admission = enabled;
-        self
+    pub fn deadline_aware_admission(self, enabled: bool) -> Self {
+        self.with_config(|c| c.deadline_aware_admission = enabled)
     }
 
     /// How long a call may wait for room in a full pool, or in caller-thread
     /// mode for a permit (see [`PoolBuilder::max_wait`] and
     /// [waiting by time](crate::pool#waiting-for-room-by-time)). At most one minute and at most
     /// the timeout. Defaults to zero: refused `QueueFull` at once.
-    pub fn max_wait(mut self, wait: Duration) -> Self {
-        self.config.max_wait = wait;
-        self
+    pub fn max_wait(self, wait: Duration) -> Self {
+        self.with_config(|c| c.max_wait = wait)
     }
 
     /// The pool's settings, all at once, replacing those set so far (its
@@ -122,29 +118,31 @@ impl DependencyBuilder {
         self
     }
 
+    fn with_config(mut self, set: impl FnOnce(&mut DependencyConfig)) -> Self {
+        set(&mut self.config);
+        self
+    }
+
     /// How long a caller waits for one attempt, from the call, queue wait
     /// included; the job sees what is left in
     /// [`CallContext::remaining`](crate::CallContext::remaining), and a
     /// caller's [`deadline`](crate::CallBuilder::deadline) can only shorten
     /// it. Greater than zero and at most one day. Defaults to 1 s.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.config.timeout = timeout;
-        self
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.with_config(|c| c.timeout = timeout)
     }
 
     /// The circuit breaker's configuration. A service making tens of calls a
     /// second wants a smaller window than the default. Defaults to
     /// [`BreakerConfig::default`].
-    pub fn breaker(mut self, config: BreakerConfig) -> Self {
-        self.config.breaker = config;
-        self
+    pub fn breaker(self, config: BreakerConfig) -> Self {
+        self.with_config(|c| c.breaker = config)
     }
 
     /// How [`CallBuilder::retry`](crate::CallBuilder::retry) retries; plain
     /// [`call`](Dependency::call) never retries. Defaults to [`Retry::new`].
-    pub fn retry(mut self, retry: Retry) -> Self {
-        self.config.retry = retry;
-        self
+    pub fn retry(self, retry: Retry) -> Self {
+        self.with_config(|c| c.retry = retry)
     }
 
     /// The clock of the breaker (open periods, time windows, slow calls) and
@@ -165,24 +163,21 @@ impl DependencyBuilder {
     /// An adaptive limit on the calls admitted at once, between the config's
     /// `min_limit` and the worker count; see [`Limiter`] and
     /// [brownout](crate::limit#a-provider-in-brownout). Defaults to none: a fixed pool.
-    pub fn adaptive_limit(mut self, limit: AdaptiveLimit) -> Self {
-        self.config.adaptive_limit = Some(limit);
-        self
+    pub fn adaptive_limit(self, limit: AdaptiveLimit) -> Self {
+        self.with_config(|c| c.adaptive_limit = Some(limit))
     }
 
     /// A rate limit on the calls made, waited for on the caller's thread
     /// before the breaker (see [`RateLimit`] and
     /// [`limit`](crate::limit#a-provider-in-brownout)). Detached calls never wait for a permit. Defaults to none.
-    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
-        self.config.rate_limit = Some(limit);
-        self
+    pub fn rate_limit(self, limit: RateLimit) -> Self {
+        self.with_config(|c| c.rate_limit = Some(limit))
     }
 
     /// Client-side adaptive throttling; see [`Throttler`] and
     /// [`limit`](crate::limit#adaptive-throttling). Defaults to none.
-    pub fn throttle(mut self, throttle: Throttle) -> Self {
-        self.config.throttle = Some(throttle);
-        self
+    pub fn throttle(self, throttle: Throttle) -> Self {
+        self.with_config(|c| c.throttle = Some(throttle))
     }
 
     /// The seed of the throttler's draws: the same calls with the same
@@ -197,9 +192,8 @@ impl DependencyBuilder {
     /// [`with().hedge()`](crate::CallBuilder::hedge); its settings' limits are
     /// in [`Hedge`](crate::dependency::Hedge)'s setters. Defaults to none: a
     /// hedged call makes one attempt.
-    pub fn hedge(mut self, hedge: crate::dependency::Hedge) -> Self {
-        self.config.hedge = Some(hedge);
-        self
+    pub fn hedge(self, hedge: crate::dependency::Hedge) -> Self {
+        self.with_config(|c| c.hedge = Some(hedge))
     }
 
     /// Places of the pool (workers and queue) kept for calls of
@@ -207,34 +201,30 @@ impl DependencyBuilder {
     /// ([priorities](crate::dependency#fan-out-hedging-priorities)). It applies to every call of a pool-mode
     /// dependency, each hedge taking a place too. Defaults to 0: nothing
     /// reserved (a sheddable call still never queues).
-    pub fn reserved_for_critical(mut self, places: usize) -> Self {
-        self.config.reserved_for_critical = places;
-        self
+    pub fn reserved_for_critical(self, places: usize) -> Self {
+        self.with_config(|c| c.reserved_for_critical = places)
     }
 
     /// Puts `policy` in shadow: it decides and records, and refuses nothing
     /// (see [`shadow`](crate::shadow)). Call once per policy; a policy not configured has nothing to
     /// shadow. ([`Policy::Reserve`](crate::shadow::Policy::Reserve) belongs
     /// to the request pool.) Defaults to none: every policy enforces.
-    pub fn shadow(mut self, policy: crate::shadow::Policy) -> Self {
-        self.config.shadow = self.config.shadow.with(policy);
-        self
+    pub fn shadow(self, policy: crate::shadow::Policy) -> Self {
+        self.with_config(|c| c.shadow = c.shadow.with(policy))
     }
 
     /// How callers call it, declared for the capacity rule; see
     /// [`CallShape`]. Detached is refused in caller-thread mode, which has no
     /// detached calls. Defaults to [`CallShape::Blocking`].
-    pub fn calls(mut self, shape: CallShape) -> Self {
-        self.config.calls = shape;
-        self
+    pub fn calls(self, shape: CallShape) -> Self {
+        self.with_config(|c| c.calls = shape)
     }
 
     /// Where calls run: on a worker pool, or on the caller's own thread; see
     /// [`Mode`] for what differs and when to pick which. Fixed once built.
     /// Defaults to [`Mode::Pool`].
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.config.mode = mode;
-        self
+    pub fn mode(self, mode: Mode) -> Self {
+        self.with_config(|c| c.mode = mode)
     }
 
     /// Adds a listener for the dependency's [`Event`]s. May be called more
