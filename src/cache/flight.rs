@@ -133,19 +133,6 @@ impl<V: Clone, E: Clone> Flight<V, E> {
 /// one out, never across a call or a wait.
 pub(super) type Flights<K> = Mutex<std::collections::HashMap<K, Arc<dyn std::any::Any + Send + Sync>>>;
 
-/// Takes the flight of `key` out of `flights` if it is still `flight` (a
-/// newer flight of the key is left alone).
-pub(super) fn take_off<K: Hash + Eq>(
-    flights: &Flights<K>,
-    key: &K,
-    flight: &Arc<dyn std::any::Any + Send + Sync>,
-) {
-    let mut table = flights.lock();
-    if table.get(key).is_some_and(|f| Arc::ptr_eq(f, flight)) {
-        table.remove(key);
-    }
-}
-
 /// The obligation to land one flight: moved into the shared call's callback,
 /// which lands the answer there, and whose `Drop` takes the flight out of the
 /// table however the call ends, so that a key is never left waiting on a
@@ -159,29 +146,33 @@ pub(super) struct Landing<K: Hash + Eq, V, E> {
 }
 
 impl<K: Hash + Eq, V, E> Landing<K, V, E> {
-    /// Under the table's lock, if the flight is still the key's: `keep` (put
-    /// a good answer in the cache), and the flight out of the table (step 1);
-    /// then the answer to its waiters (step 2).
+    /// `keep` (put a good answer in the cache), then the flight out of the
+    /// table (step 1); then the answer to its waiters (step 2).
     pub(super) fn land(self, answer: Judged<V, E>, keep: impl FnOnce(&K))
     where
         V: Clone,
         E: Clone,
     {
-        {
-            let mut table = self.flights.lock();
-            if table.get(&self.key).is_some_and(|f| Arc::ptr_eq(f, &self.erased)) {
-                keep(&self.key);
-                table.remove(&self.key);
-            }
-        }
+        self.take_off(keep);
         self.flight.answer(answer);
         // `Drop` looks once more and finds the flight gone (or a newer one of
         // the key, which it leaves).
+    }
+
+    /// Under the table's lock, if the flight is still the key's (a newer
+    /// flight of the key is left alone): `keep`, and the flight out of the
+    /// table.
+    fn take_off(&self, keep: impl FnOnce(&K)) {
+        let mut table = self.flights.lock();
+        if table.get(&self.key).is_some_and(|f| Arc::ptr_eq(f, &self.erased)) {
+            keep(&self.key);
+            table.remove(&self.key);
+        }
     }
 }
 
 impl<K: Hash + Eq, V, E> Drop for Landing<K, V, E> {
     fn drop(&mut self) {
-        take_off(&self.flights, &self.key, &self.erased);
+        self.take_off(|_| {});
     }
 }
