@@ -298,8 +298,7 @@ impl<'a, C> CallBuilder<'a, C, Once> {
         F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
         D: FnOnce(Result<T, Error<E>>) + Send + 'static,
     {
-        let on_done = move |(answer, _): Judged<T, E>| on_done(answer);
-        self.dependency.detach(self.deadline, None, self.priority, self.classify, on_done, job)
+        self.spawn_judged(None, move |(answer, _): Judged<T, E>| on_done(answer), job)
     }
 
     /// [`spawn_with`](Self::spawn_with), but `on_done` also has the verdict
@@ -307,7 +306,6 @@ impl<'a, C> CallBuilder<'a, C, Once> {
     /// call waits (within `max_wait`), until `room_until` at the latest
     /// (`None`: not at all); once in, the call is detached. For a caller
     /// that hands the call on to others (the cache's shared call).
-    #[cfg(feature = "cache")]
     pub(crate) fn spawn_judged<T, E, F, D>(
         self,
         room_until: Option<Instant>,
