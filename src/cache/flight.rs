@@ -98,8 +98,7 @@ impl<V: Clone, E: Clone> Flight<V, E> {
     }
 
     /// Asks for `thread` to be unparked when the answer comes; `false` when
-    /// it has come already (look again rather than park). Under the slot's
-    /// lock, so an answer between a look and the park is never missed.
+    /// it has come already (look again rather than park).
     pub(super) fn register(&self, thread: &Thread) -> bool {
         let mut slot = self.slot.lock();
         if slot.answer.is_some() {

@@ -39,10 +39,8 @@ where
     /// A lookup of `key` as a leg of `fan` ([`FanOut`]), started now and
     /// answered by [`FanLeg::wait`] as
     /// [`get_or_call_with`](Self::get_or_call_with) answers, under the
-    /// fan-out's deadline: a hit's leg has its answer at once (and starts a
-    /// refresh when due); a miss's is taken in by the fan-out's thread.
-    /// Starting it may wait for a seat ([`max_waiting`](super::CacheBuilder::max_waiting))
-    /// or for room in the pool, as a lookup does.
+    /// fan-out's deadline. Starting it may wait for a seat or for room in
+    /// the pool, as a lookup does.
     ///
     /// ```
     /// use std::sync::Arc;

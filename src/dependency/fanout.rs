@@ -82,8 +82,7 @@ struct Fan {
     legs: RefCell<Vec<Weak<RefCell<dyn FanDrive>>>>,
 }
 
-/// One leg, as the fan-out drives it. Crate-wide, so that a leg of another
-/// kind (a cache lookup: `Cache::fan`) can join a fan-out.
+/// One leg, as the fan-out drives it; a cache lookup (`Cache::fan`) is one too.
 pub(crate) trait FanDrive {
     /// Takes in an answer that has come, starts what is due; never waits.
     fn drive(&mut self);

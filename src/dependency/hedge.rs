@@ -81,8 +81,7 @@ pub(super) struct Race<T, E, F, C> {
 }
 
 impl Dependency {
-    /// A hedged call (see the module docs). Without a hedge policy it is
-    /// one attempt, as [`once`](Self::once).
+    /// A hedged call (see the module docs).
     pub(super) fn hedged<T, E, F, C>(
         &self,
         caller: Option<Instant>,
@@ -200,9 +199,7 @@ where
     }
 
     /// Asks for `thread` to be unparked when a leg settles; `false` when one
-    /// already has (poll again rather than park). `register` looks once more
-    /// under each slot's lock, so a settle between a poll and the park is
-    /// never missed.
+    /// already has (poll again rather than park).
     pub(super) fn register(&self, thread: &crate::sync::Thread) -> bool {
         let mut live = self.legs.iter().flatten();
         live.all(|leg| !leg.ticket.is_settled() && leg.ticket.register(thread.clone()))
