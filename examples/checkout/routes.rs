@@ -42,7 +42,6 @@ use crate::dashboard::{self, StateClock};
 use crate::live::{LiveConfig, LiveError};
 use crate::stream::{self, Streams};
 use watertight::server::RequestContext;
-use watertight::shadow::Policy;
 use watertight::testing::{FakeProvider, Fault};
 use watertight::{DependencyConfig, Registry};
 
@@ -333,7 +332,6 @@ impl App {
                     "shadow_refused": s
                         .shadow_refused
                         .iter()
-                        .filter(|(p, _)| *p != Policy::Reserve)
                         .map(|(p, n)| (p.as_str().to_owned(), json!(n)))
                         .collect::<serde_json::Map<String, Value>>(),
                     "pool": {

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use super::call::{Call, CallContext, QueuedJob, SubmitError};
-use super::queue::{Ahead, Line, Refused};
+use super::queue::{Ahead, Refused, Rule};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
@@ -33,26 +33,27 @@ pub struct Submit {
     /// The submitter's own reading of the clock, when it has just read it.
     now: Option<Instant>,
     attempt: u32,
-    wait: bool,
-    idle_only: bool,
+    wait: Wait,
     stall: Option<Duration>,
-    /// The latest a wait for room may last, when earlier than the deadline.
-    room_until: Option<Instant>,
+}
+
+/// Whether and how long a submission waits for room: the one choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// As long as the pool's `max_wait` and the deadline allow, and until
+    /// `until` when it is earlier.
+    ForRoom { until: Option<Instant> },
+    /// Never: a full pool refuses at once.
+    Never,
+    /// Only to a worker idle right now: never queued, never waiting.
+    IdleOnly,
 }
 
 impl Submit {
     /// A job to answer by `deadline`. It may wait for room as long as the
     /// pool's [`max_wait`](super::PoolBuilder::max_wait) and the deadline allow.
     pub fn by(deadline: Instant) -> Submit {
-        Submit {
-            deadline,
-            now: None,
-            attempt: 1,
-            wait: true,
-            idle_only: false,
-            stall: None,
-            room_until: None,
-        }
+        Submit { deadline, now: None, attempt: 1, wait: Wait::ForRoom { until: None }, stall: None }
     }
 
     /// A job to answer within `timeout` from now.
@@ -71,7 +72,7 @@ impl Submit {
     /// Never waits for room, whatever the pool's `max_wait`: a full pool
     /// refuses the job at once.
     pub fn no_wait(mut self) -> Submit {
-        self.wait = false;
+        self.wait = Wait::Never;
         self
     }
 
@@ -80,8 +81,7 @@ impl Submit {
     /// could use). Deadline-aware admission does not apply (there is no
     /// queue wait); a deadline already past is still refused.
     pub fn idle_only(mut self) -> Submit {
-        self.idle_only = true;
-        self.wait = false;
+        self.wait = Wait::IdleOnly;
         self
     }
 
@@ -98,7 +98,7 @@ impl Submit {
     /// the deadline (a caller who hands the call on once it is in, and
     /// has a deadline of its own for getting it in).
     pub(crate) fn room_until(mut self, at: Instant) -> Submit {
-        self.room_until = Some(at);
+        self.wait = Wait::ForRoom { until: Some(at) };
         self
     }
 }
@@ -125,9 +125,9 @@ impl Pool {
         let now = how.now.unwrap_or_else(Instant::now);
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        let unmeetable = match how.idle_only {
-            true => how.deadline <= now,
-            false => self.cannot_meet(now, how.deadline),
+        let unmeetable = match how.wait {
+            Wait::IdleOnly => how.deadline <= now,
+            _ => self.cannot_meet(now, how.deadline),
         };
         if unmeetable {
             stats.callers.rejected.fetch_add(1, Relaxed);
@@ -139,24 +139,25 @@ impl Pool {
         let queue = &h.shared.queue;
         let busy = &stats.workers.busy;
         let mut stalled = false;
-        let pushed = match how.idle_only {
-            true => queue.push_to_idle(queued, busy),
-            false => match queue.push(queued, busy) {
+        let pushed = match how.wait {
+            Wait::IdleOnly => queue.push_to_idle(queued, busy),
+            wait => match queue.push(queued, busy) {
                 // No room: wait for some, unless every worker is stuck.
                 Err((Refused::Full, queued)) => {
                     stalled = self.is_stalled(now, how.stall);
                     let max_wait = Duration::from_nanos(h.max_wait_ns.load(Relaxed));
-                    if !how.wait || max_wait.is_zero() || stalled {
-                        Err((Refused::Full, queued))
-                    } else {
-                        let until = how.deadline.min(deadline_after(now, max_wait));
-                        let until = how.room_until.map_or(until, |at| until.min(at));
-                        let line = InLine { shared: &h.shared, deadline: how.deadline, until, max_wait };
-                        let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
-                        if matches!(waited, Err((Refused::Full, _))) {
-                            stalled = self.is_stalled(Instant::now(), how.stall);
+                    match wait {
+                        Wait::ForRoom { until: room_until } if !max_wait.is_zero() && !stalled => {
+                            let until = how.deadline.min(deadline_after(now, max_wait));
+                            let until = room_until.map_or(until, |at| until.min(at));
+                            let line = ByTime { shared: &h.shared, deadline: how.deadline, until, max_wait };
+                            let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
+                            if matches!(waited, Err((Refused::Full, _))) {
+                                stalled = self.is_stalled(Instant::now(), how.stall);
+                            }
+                            waited
                         }
-                        waited
+                        _ => Err((Refused::Full, queued)),
                     }
                 }
                 pushed => pushed,
@@ -223,16 +224,17 @@ impl Pool {
     }
 }
 
-/// A caller waiting for room: admitted by the wait it can expect, kept only
-/// while the line moves (see [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)).
-struct InLine<'a> {
+/// The pool's rule for a caller waiting for room: admitted by the wait it
+/// can expect, kept only while the line moves (see
+/// [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)).
+struct ByTime<'a> {
     shared: &'a Shared,
     deadline: Instant,
     until: Instant,
     max_wait: Duration,
 }
 
-impl InLine<'_> {
+impl ByTime<'_> {
     /// `None` if no call has finished for [`room::stuck_after`] its normal
     /// latency while every worker is busy; else when that could first be so. Before
     /// the pool has timed a call there is no normal latency to judge by:
@@ -249,7 +251,7 @@ impl InLine<'_> {
     }
 }
 
-impl Line for InLine<'_> {
+impl Rule for ByTime<'_> {
     fn until(&self) -> Instant {
         self.until
     }

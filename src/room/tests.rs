@@ -280,31 +280,31 @@ fn a_break_shorter_than_one_round_does_not_end_a_standing_line() {
     let t0 = Instant::now();
     let ms = Duration::from_millis;
     let round = ms(30);
-    let mut line = Waiters::default();
-    assert_eq!(line.line().standing.stood(t0, round), Duration::ZERO, "nobody has waited");
+    let mut line: Waiters = Waiters::default();
+    assert_eq!(line.stood(t0, round), Duration::ZERO, "nobody has waited");
     line.join(0, t0, round);
-    assert_eq!(line.line().standing.stood(t0 + ms(150), round), ms(150));
+    assert_eq!(line.stood(t0 + ms(150), round), ms(150));
     // A round of holds ends together: every waiter is granted at once, and
     // is through at 150 ms.
     assert_eq!(line.grant(|_| true).0.len(), 1);
     line.through(t0 + ms(150));
     // Its callers come back 5 ms later: the line still stands, from t0.
-    assert_eq!(line.line().standing.stood(t0 + ms(155), round), ms(155), "an empty instant is no break");
+    assert_eq!(line.stood(t0 + ms(155), round), ms(155), "an empty instant is no break");
     line.join(0, t0 + ms(155), round);
-    assert_eq!(line.line().standing.stood(t0 + ms(160), round), ms(160));
+    assert_eq!(line.stood(t0 + ms(160), round), ms(160));
     // A waiter woken to find its place taken goes back to the front: no break.
     let woken = line.grant(|_| true);
     line.rejoin(&woken.0[0]);
-    assert_eq!(line.line().standing.stood(t0 + ms(170), round), ms(170));
+    assert_eq!(line.stood(t0 + ms(170), round), ms(170));
     // A break of one round or more ends it: the next caller starts a new line.
     let _ = line.grant(|_| true);
     line.through(t0 + ms(200));
-    assert_eq!(line.line().standing.stood(t0 + ms(230), round), Duration::ZERO);
+    assert_eq!(line.stood(t0 + ms(230), round), Duration::ZERO);
     line.join(0, t0 + ms(240), round);
-    assert_eq!(line.line().standing.stood(t0 + ms(250), round), ms(10));
+    assert_eq!(line.stood(t0 + ms(250), round), ms(10));
     // Before any hold is timed (a round of zero), every break ends the line.
     let _ = line.grant(|_| true);
     line.through(t0 + ms(300));
     line.join(0, t0 + ms(300), Duration::ZERO);
-    assert_eq!(line.line().standing.stood(t0 + ms(300), Duration::ZERO), Duration::ZERO);
+    assert_eq!(line.stood(t0 + ms(300), Duration::ZERO), Duration::ZERO);
 }

@@ -167,8 +167,6 @@ mod reserve;
 
 // The crate's own server on tiny_http.
 #[cfg(feature = "tiny_http")]
-mod admission;
-#[cfg(feature = "tiny_http")]
 mod answer;
 #[cfg(feature = "tiny_http")]
 mod client;
