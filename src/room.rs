@@ -402,15 +402,15 @@ pub(crate) fn wait<G, R>(
 /// the room's lock (so read there, they are exact), read without it as
 /// relaxed gauges (a request pool's `busy`, `reserved_busy` and `waiting`).
 /// The room's one count of each.
-pub(crate) struct Occupancy {
+pub(crate) struct Seats {
     in_use: Gauge,
     held: Box<[Gauge]>,
     waiting: Gauge,
 }
 
-impl Occupancy {
-    fn new(classes: usize) -> Occupancy {
-        Occupancy {
+impl Seats {
+    fn new(classes: usize) -> Seats {
+        Seats {
             in_use: Gauge::new(0),
             held: (0..classes).map(|_| Gauge::new(0)).collect(),
             waiting: Gauge::new(0),
@@ -447,7 +447,7 @@ impl Occupancy {
 struct State<R> {
     limit: usize,
     /// Shared with a request pool's gauges; written only here, under the lock.
-    seats: std::sync::Arc<Occupancy>,
+    seats: std::sync::Arc<Seats>,
     waiters: Waiters<R>,
     /// Per class, when a seat last came back or the class last filled: what
     /// the stuck rule measures from. Per class, since a class that keeps
@@ -555,7 +555,7 @@ pub struct Seat<R = Infallible> {
 }
 
 /// What [`Room::enter`] made of a request.
-pub(crate) enum Entry<R> {
+pub(crate) enum Admission<R> {
     /// Handle it now, on the calling thread, in this seat.
     Run(R, Seat<R>),
     /// It waits in line, holding no thread.
@@ -566,7 +566,7 @@ pub(crate) enum Entry<R> {
 
 /// What a thread does after [`Room::pass`] or [`Room::sweep`]: the request to
 /// handle next, with its seat, and the waiting requests whose wait ended.
-pub(crate) struct Next<R> {
+pub(crate) struct Handoff<R> {
     pub(crate) run: Option<(R, Seat<R>)>,
     pub(crate) expired: Vec<(R, NoSeat)>,
 }
@@ -617,7 +617,7 @@ impl<R> Room<R> {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     limit,
-                    seats: std::sync::Arc::new(Occupancy::new(kept.len())),
+                    seats: std::sync::Arc::new(Seats::new(kept.len())),
                     waiters: Waiters::default(),
                     moved: vec![Instant::now(); kept.len()],
                     quiet_takes: 0,
@@ -702,34 +702,34 @@ impl<R> Room<R> {
         deadline: Instant,
         patient: bool,
         or_class: Option<usize>,
-    ) -> Entry<R> {
+    ) -> Admission<R> {
         let class = self.class(class);
         let mut st = self.inner.state.lock();
         let now = Instant::now();
         if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
-            return Entry::Run(value, seat);
+            return Admission::Run(value, seat);
         }
         if let Some(seat) = or_class.and_then(|c| self.take_seat(&mut st, self.class(c), Some(now))) {
-            return Entry::Run(value, seat);
+            return Admission::Run(value, seat);
         }
         let (until, why) = match self.may_wait(&st, class, now, deadline) {
             Ok(until) if until >= deadline => (Some(until), NoSeat::Deadline),
             Ok(until) => (Some(until), NoSeat::Waited),
             Err(why) if !patient => {
                 st.waiters.counts.refused += 1;
-                return Entry::Refused(value, why);
+                return Admission::Refused(value, why);
             }
             Err(why) => (None, why),
         };
         let until = until.filter(|_| !patient);
         st.waiters.push(Waiter::Request(Queued { value, class, until, why }), now, self.line_round());
         st.counted();
-        Entry::Waits
+        Admission::Waits
     }
 
     /// Gives `seat` back and, under the same lock, says what the thread that
     /// held it does next (see [`sweep`](Self::sweep)).
-    pub(crate) fn pass(&self, mut seat: Seat<R>, or_class: Option<usize>) -> Next<R> {
+    pub(crate) fn pass(&self, mut seat: Seat<R>, or_class: Option<usize>) -> Handoff<R> {
         let now = seat.timed();
         let mut st = self.inner.state.lock();
         let woken = self.inner.release(&mut st, seat.class(), now);
@@ -743,13 +743,13 @@ impl<R> Room<R> {
     /// For a thread that is free: the waiting requests whose wait ended (or
     /// all but the patient, when their line is stuck), and the oldest other
     /// one with a seat for it (of its class, else of `or_class`), if one is free.
-    pub(crate) fn sweep(&self, or_class: Option<usize>) -> Next<R> {
+    pub(crate) fn sweep(&self, or_class: Option<usize>) -> Handoff<R> {
         let mut st = self.inner.state.lock();
         self.next(&mut st, or_class)
     }
 
-    fn next(&self, st: &mut State<R>, or_class: Option<usize>) -> Next<R> {
-        let mut next = Next { run: None, expired: Vec::new() };
+    fn next(&self, st: &mut State<R>, or_class: Option<usize>) -> Handoff<R> {
+        let mut next = Handoff { run: None, expired: Vec::new() };
         if st.waiters.len() == 0 {
             return next;
         }
@@ -905,7 +905,7 @@ impl<R> Room<R> {
     }
 
     /// The seats held and the line's length, as gauges readable without the lock.
-    pub(crate) fn occupancy(&self) -> std::sync::Arc<Occupancy> {
+    pub(crate) fn occupancy(&self) -> std::sync::Arc<Seats> {
         std::sync::Arc::clone(&self.inner.state.lock().seats)
     }
 

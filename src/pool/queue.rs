@@ -2,7 +2,7 @@
 //! workers, and the hand-off between them, all under one lock.
 //!
 //! Generic over the job type and free of estimates (a submission waiting
-//! for room asks its [`Rule`] whether to join and whether to stay, and reads
+//! for room asks its [`WaitRule`] whether to join and whether to stay, and reads
 //! the clock only to time its wait), so that `tests/loom_pool.rs` can model
 //! check it with plain values. Every shared primitive comes from [`crate::sync`].
 //!
@@ -64,7 +64,7 @@ pub enum Refused {
 /// What a submission waiting for room asks of its pool: whether it may
 /// join the line, and whether the line still moves. The queue holds no
 /// clock and no estimate; the pool answers these (`submit.rs`).
-pub trait Rule {
+pub trait WaitRule {
     /// The latest moment to wait until.
     fn until(&self) -> Instant;
     /// Under the queue lock, once: whether a caller may wait, with `ahead`
@@ -90,7 +90,7 @@ pub struct Ahead {
     /// The workers.
     pub workers: usize,
     /// How long callers have waited for room without a break of at least
-    /// one [round](Rule::round) (zero when nobody has, or after such a
+    /// one [round](WaitRule::round) (zero when nobody has, or after such a
     /// break).
     pub standing: Duration,
 }
@@ -263,7 +263,7 @@ impl<J> Queue<J> {
     pub fn push_until(
         &self,
         job: J,
-        line: &dyn Rule,
+        line: &dyn WaitRule,
         busy: &AtomicUsize,
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {

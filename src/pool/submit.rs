@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use super::call::{Call, CallContext, QueuedJob, SubmitError};
-use super::queue::{Ahead, Refused, Rule};
+use super::queue::{Ahead, Refused, WaitRule};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
@@ -251,7 +251,7 @@ impl ByTime<'_> {
     }
 }
 
-impl Rule for ByTime<'_> {
+impl WaitRule for ByTime<'_> {
     fn until(&self) -> Instant {
         self.until
     }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::room::{NoSeat, Occupancy};
+use crate::room::{NoSeat, Seats};
 
 /// The gauges of a shared request pool, as a [`Registry`](super::Registry)
 /// carries them for an exporter (from
@@ -17,7 +17,7 @@ pub struct RequestPoolGauges {
     threads: usize,
     /// The pool's threads as its room counts them: busy (seats held),
     /// reserved busy (seats of the reserved class), waiting (the line).
-    seats: Arc<Occupancy>,
+    seats: Arc<Seats>,
     /// The reserved share's threads, if the pool has one.
     reserved: Option<usize>,
     pub(crate) counts: Arc<PoolCounts>,
@@ -55,7 +55,7 @@ pub const REFUSAL_REASONS: [&str; 4] =
 impl RequestPoolGauges {
     /// The gauges of a pool of `threads` whose room counts `seats`, with
     /// `reserved` threads kept for the reserve, if any.
-    pub(crate) fn new(threads: usize, seats: Arc<Occupancy>, reserved: Option<usize>) -> Self {
+    pub(crate) fn new(threads: usize, seats: Arc<Seats>, reserved: Option<usize>) -> Self {
         RequestPoolGauges { threads, seats, reserved, counts: Arc::default() }
     }
 

@@ -11,7 +11,7 @@
 //! and its budget, when the wait it can expect fits (the room's admission by
 //! time); a reserved one is never refused. A reserve in shadow
 //! ([`Reserve::shadow`](super::Reserve::shadow)) lets such a request take a
-//! free reserved thread instead, counted ([`Counts::shadowed`]).
+//! free reserved thread instead, counted ([`Tally::shadowed`]).
 
 use std::fmt;
 use std::io;
@@ -28,10 +28,10 @@ use crate::quiet::Quiet;
 use crate::registry::{Registry, RequestPoolGauges};
 use crate::room::{NoSeat, Room, Seat};
 
-/// A request pool's counts, shared with its gauges in a registry, and the
+/// A request pool's tally: its counts, shared with its gauges in a registry, and the
 /// logs of its refusals.
 #[derive(Clone)]
-pub(super) struct Counts {
+pub(super) struct Tally {
     pub(super) gauges: RequestPoolGauges,
     /// The refusals' log, one kind per reason.
     quiet: Arc<Quiet<{ NoSeat::ALL.len() }>>,
@@ -39,7 +39,7 @@ pub(super) struct Counts {
     shadow_quiet: Arc<Quiet<1>>,
 }
 
-impl Counts {
+impl Tally {
     /// The class an ordinary request may take a free seat of when its own
     /// has none: the reserved one, while the reserve is in shadow.
     pub(super) fn or_class(&self, reserved: bool) -> Option<usize> {
@@ -102,14 +102,14 @@ pub(super) fn open<R>(
     config: &ServerConfig,
     threads: usize,
     max_wait: Duration,
-) -> io::Result<(Room<R>, Counts, Option<AttachedGauges>)> {
+) -> io::Result<(Room<R>, Tally, Option<AttachedGauges>)> {
     check_reserve_of(config, threads)?;
     let reserved = config.reserve().map(|r| r.threads);
     let room = Room::with_line(threads, max_wait, &[reserved.unwrap_or(0), 0])
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let gauges = RequestPoolGauges::new(threads, room.occupancy(), reserved);
     gauges.set_reserve_shadow(config.reserve().is_some_and(|r| r.shadow));
-    let counts = Counts { gauges: gauges.clone(), quiet: Arc::default(), shadow_quiet: Arc::default() };
+    let counts = Tally { gauges: gauges.clone(), quiet: Arc::default(), shadow_quiet: Arc::default() };
     let Some(registry) = config.registry() else { return Ok((room, counts, None)) };
     match registry.attach_request_pool(gauges.clone()) {
         Ok(()) => Ok((room, counts, Some(AttachedGauges { registry: registry.clone(), gauges }))),
@@ -182,7 +182,7 @@ pub struct RequestPool {
 struct Inner {
     /// The request threads as seats (see [`open`]).
     room: Room,
-    counts: Counts,
+    counts: Tally,
     routes: Vec<Route>,
     budget: Duration,
     proxies: TrustedProxies,

@@ -167,8 +167,6 @@ mod reserve;
 
 // The crate's own server on tiny_http.
 #[cfg(feature = "tiny_http")]
-mod answer;
-#[cfg(feature = "tiny_http")]
 mod client;
 #[cfg(feature = "tiny_http")]
 mod conn;
@@ -178,6 +176,8 @@ mod guard;
 mod hop;
 #[cfg(feature = "tiny_http")]
 mod pool;
+#[cfg(feature = "tiny_http")]
+mod reply;
 #[cfg(feature = "tiny_http")]
 mod serve;
 

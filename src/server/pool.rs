@@ -20,7 +20,7 @@
 //!
 //! A reserve in shadow (`Reserve::shadow`) decides the same, and where it
 //! would keep an ordinary request waiting (or refuse it) while a reserved
-//! thread is free, the request takes that thread, counted (`Counts::shadowed`):
+//! thread is free, the request takes that thread, counted (`Tally::shadowed`):
 //! with its line empty, as with no reserve.
 
 use std::io;
@@ -33,13 +33,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use tiny_http::{Request, ResponseBox, Server};
 
-use super::answer::{Reply, internal_error, json_error};
 use super::config::{CompiledReserve, ServerConfig};
-use super::gate::Counts;
+use super::gate::Tally;
 use super::proxy::TrustedProxies;
+use super::reply::{Reply, internal_error, json_error};
 use super::request::{self, Arrival, RequestContext};
 use crate::error::panic_message;
-use crate::room::{Entry, Next, NoSeat, Room, Seat};
+use crate::room::{Admission, Handoff, NoSeat, Room, Seat};
 
 pub(super) type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
 
@@ -83,7 +83,7 @@ pub(super) struct Shared {
     /// request holds a seat from when a thread takes it to its answer sent.
     pub(super) room: Room<Taken>,
     /// Every other count, for the gauges.
-    pub(super) counts: Counts,
+    pub(super) counts: Tally,
     /// Set before the stop wakes the threads. A thread that sees tiny_http's
     /// `recv` fail checks it: set means exit, clear means an accept error.
     stopping: AtomicBool,
@@ -131,7 +131,7 @@ pub(super) fn max_wait(config: &ServerConfig) -> Duration {
 pub(super) fn start(
     source: Source,
     room: Room<Taken>,
-    counts: Counts,
+    counts: Tally,
     config: &ServerConfig,
     handler: Handler,
     spawn: Spawn,
@@ -212,7 +212,7 @@ impl Shared {
 
     /// Answers `503` to the waiting requests whose wait ended; the request
     /// to handle next, if any.
-    fn refuse_expired(&self, next: Next<Taken>) -> Option<(Taken, Seat<Taken>)> {
+    fn refuse_expired(&self, next: Handoff<Taken>) -> Option<(Taken, Seat<Taken>)> {
         for (taken, why) in next.expired {
             self.refuse(taken, why);
         }
@@ -281,12 +281,12 @@ impl Shared {
             let taken = Taken { request, arrival, reply, reserved };
             let or_class = self.counts.or_class(reserved);
             match self.room.enter(usize::from(reserved), taken, deadline, patient, or_class) {
-                Entry::Run(taken, seat) => {
+                Admission::Run(taken, seat) => {
                     self.counts.shadowed(reserved, &seat);
                     return Some((taken, seat));
                 }
-                Entry::Waits => {}
-                Entry::Refused(taken, why) => self.refuse(taken, why),
+                Admission::Waits => {}
+                Admission::Refused(taken, why) => self.refuse(taken, why),
             }
         }
     }
