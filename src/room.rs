@@ -219,6 +219,7 @@ pub(crate) struct Parked {
 
 /// A request waiting in a room's line, holding no thread: the end of its
 /// wait (`None`: a patient one, never refused) and why it would end there.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
 struct Queued<R> {
     value: R,
     class: usize,
@@ -227,11 +228,13 @@ struct Queued<R> {
 }
 
 /// One waiter of a line: a parked thread, or a request a thread hands on.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
 enum Waiter<R> {
     Thread(Arc<Parked>),
     Request(Queued<R>),
 }
 
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
 impl<R> Waiter<R> {
     fn class(&self) -> usize {
         match self {
@@ -555,6 +558,7 @@ pub struct Seat<R = Infallible> {
 }
 
 /// What [`Room::enter`] made of a request.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
 pub(crate) enum Admission<R> {
     /// Handle it now, on the calling thread, in this seat.
     Run(R, Seat<R>),
@@ -566,6 +570,7 @@ pub(crate) enum Admission<R> {
 
 /// What a thread does after [`Room::pass`] or [`Room::sweep`]: the request to
 /// handle next, with its seat, and the waiting requests whose wait ended.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
 pub(crate) struct Handoff<R> {
     pub(crate) run: Option<(R, Seat<R>)>,
     pub(crate) expired: Vec<(R, NoSeat)>,
@@ -688,119 +693,6 @@ impl<R> Room<R> {
         let now = (self.inner.max_wait_ns.load(Relaxed) != 0).then(now);
         let mut st = self.inner.state.lock();
         self.take_seat(&mut st, class, now)
-    }
-
-    /// A request `value` of `class`, due by `deadline`, on a free thread: a
-    /// seat for it now (of `class`, else of `or_class` if given), else a
-    /// place in line by the rule of admission by time, holding no thread;
-    /// else refused. A `patient` request is never refused: it waits however
-    /// long, and no end of its wait or stuck line takes it out.
-    pub(crate) fn enter(
-        &self,
-        class: usize,
-        value: R,
-        deadline: Instant,
-        patient: bool,
-        or_class: Option<usize>,
-    ) -> Admission<R> {
-        let class = self.class(class);
-        let mut st = self.inner.state.lock();
-        let now = Instant::now();
-        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
-            return Admission::Run(value, seat);
-        }
-        if let Some(seat) = or_class.and_then(|c| self.take_seat(&mut st, self.class(c), Some(now))) {
-            return Admission::Run(value, seat);
-        }
-        let (until, why) = match self.may_wait(&st, class, now, deadline) {
-            Ok(until) if until >= deadline => (Some(until), NoSeat::Deadline),
-            Ok(until) => (Some(until), NoSeat::Waited),
-            Err(why) if !patient => {
-                st.waiters.counts.refused += 1;
-                return Admission::Refused(value, why);
-            }
-            Err(why) => (None, why),
-        };
-        let until = until.filter(|_| !patient);
-        st.waiters.push(Waiter::Request(Queued { value, class, until, why }), now, self.line_round());
-        st.counted();
-        Admission::Waits
-    }
-
-    /// Gives `seat` back and, under the same lock, says what the thread that
-    /// held it does next (see [`sweep`](Self::sweep)).
-    pub(crate) fn pass(&self, mut seat: Seat<R>, or_class: Option<usize>) -> Handoff<R> {
-        let now = seat.timed();
-        let mut st = self.inner.state.lock();
-        let woken = self.inner.release(&mut st, seat.class(), now);
-        seat.class = GIVEN_BACK;
-        let next = self.next(&mut st, or_class);
-        drop(st);
-        woken.unpark();
-        next
-    }
-
-    /// For a thread that is free: the waiting requests whose wait ended (or
-    /// all but the patient, when their line is stuck), and the oldest other
-    /// one with a seat for it (of its class, else of `or_class`), if one is free.
-    pub(crate) fn sweep(&self, or_class: Option<usize>) -> Handoff<R> {
-        let mut st = self.inner.state.lock();
-        self.next(&mut st, or_class)
-    }
-
-    fn next(&self, st: &mut State<R>, or_class: Option<usize>) -> Handoff<R> {
-        let mut next = Handoff { run: None, expired: Vec::new() };
-        if st.waiters.len() == 0 {
-            return next;
-        }
-        let now = Instant::now();
-        let stuck: Vec<bool> = (0..self.inner.kept.len()).map(|c| self.stuck(st, c, now)).collect();
-        let ends = |q: &Queued<R>| match q.until {
-            Some(u) if u <= now => Some(q.why),
-            Some(_) if stuck[q.class] => Some(NoSeat::Stuck),
-            _ => None,
-        };
-        let line = &mut st.waiters.line;
-        if line.iter().any(|w| matches!(w, Waiter::Request(q) if ends(q).is_some())) {
-            for w in std::mem::take(line) {
-                match w {
-                    Waiter::Request(q) if ends(&q).is_some() => {
-                        let why = ends(&q).expect("ended");
-                        next.expired.push((q.value, why));
-                    }
-                    w => line.push_back(w),
-                }
-            }
-        }
-        if let Some(i) = line.iter().position(|w| matches!(w, Waiter::Request(_))) {
-            let class = line[i].class();
-            let seat = self
-                .take_seat(st, class, Some(now))
-                .or_else(|| or_class.and_then(|c| self.take_seat(st, self.class(c), Some(now))));
-            if let Some(seat) = seat
-                && let Some(Waiter::Request(q)) = st.waiters.line.remove(i)
-            {
-                next.run = Some((q.value, seat));
-            }
-        }
-        st.waiters.through(now);
-        st.counted();
-        next
-    }
-
-    /// Every waiting request, oldest first, for a pool that stops.
-    pub(crate) fn drain(&self) -> Vec<R> {
-        let mut st = self.inner.state.lock();
-        let mut drained = Vec::new();
-        for w in std::mem::take(&mut st.waiters.line) {
-            match w {
-                Waiter::Request(q) => drained.push(q.value),
-                w => st.waiters.line.push_back(w),
-            }
-        }
-        st.waiters.standing = Standing::default();
-        st.counted();
-        drained
     }
 
     fn class(&self, class: usize) -> usize {
@@ -957,6 +849,122 @@ impl<R> Room<R> {
         };
         granted.unpark();
         Ok(())
+    }
+}
+
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+impl<R> Room<R> {
+    /// A request `value` of `class`, due by `deadline`, on a free thread: a
+    /// seat for it now (of `class`, else of `or_class` if given), else a
+    /// place in line by the rule of admission by time, holding no thread;
+    /// else refused. A `patient` request is never refused: it waits however
+    /// long, and no end of its wait or stuck line takes it out.
+    pub(crate) fn enter(
+        &self,
+        class: usize,
+        value: R,
+        deadline: Instant,
+        patient: bool,
+        or_class: Option<usize>,
+    ) -> Admission<R> {
+        let class = self.class(class);
+        let mut st = self.inner.state.lock();
+        let now = Instant::now();
+        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
+            return Admission::Run(value, seat);
+        }
+        if let Some(seat) = or_class.and_then(|c| self.take_seat(&mut st, self.class(c), Some(now))) {
+            return Admission::Run(value, seat);
+        }
+        let (until, why) = match self.may_wait(&st, class, now, deadline) {
+            Ok(until) if until >= deadline => (Some(until), NoSeat::Deadline),
+            Ok(until) => (Some(until), NoSeat::Waited),
+            Err(why) if !patient => {
+                st.waiters.counts.refused += 1;
+                return Admission::Refused(value, why);
+            }
+            Err(why) => (None, why),
+        };
+        let until = until.filter(|_| !patient);
+        st.waiters.push(Waiter::Request(Queued { value, class, until, why }), now, self.line_round());
+        st.counted();
+        Admission::Waits
+    }
+
+    /// Gives `seat` back and, under the same lock, says what the thread that
+    /// held it does next (see [`sweep`](Self::sweep)).
+    pub(crate) fn pass(&self, mut seat: Seat<R>, or_class: Option<usize>) -> Handoff<R> {
+        let now = seat.timed();
+        let mut st = self.inner.state.lock();
+        let woken = self.inner.release(&mut st, seat.class(), now);
+        seat.class = GIVEN_BACK;
+        let next = self.next(&mut st, or_class);
+        drop(st);
+        woken.unpark();
+        next
+    }
+
+    /// For a thread that is free: the waiting requests whose wait ended (or
+    /// all but the patient, when their line is stuck), and the oldest other
+    /// one with a seat for it (of its class, else of `or_class`), if one is free.
+    pub(crate) fn sweep(&self, or_class: Option<usize>) -> Handoff<R> {
+        let mut st = self.inner.state.lock();
+        self.next(&mut st, or_class)
+    }
+
+    fn next(&self, st: &mut State<R>, or_class: Option<usize>) -> Handoff<R> {
+        let mut next = Handoff { run: None, expired: Vec::new() };
+        if st.waiters.len() == 0 {
+            return next;
+        }
+        let now = Instant::now();
+        let stuck: Vec<bool> = (0..self.inner.kept.len()).map(|c| self.stuck(st, c, now)).collect();
+        let ends = |q: &Queued<R>| match q.until {
+            Some(u) if u <= now => Some(q.why),
+            Some(_) if stuck[q.class] => Some(NoSeat::Stuck),
+            _ => None,
+        };
+        let line = &mut st.waiters.line;
+        if line.iter().any(|w| matches!(w, Waiter::Request(q) if ends(q).is_some())) {
+            for w in std::mem::take(line) {
+                match w {
+                    Waiter::Request(q) if ends(&q).is_some() => {
+                        let why = ends(&q).expect("ended");
+                        next.expired.push((q.value, why));
+                    }
+                    w => line.push_back(w),
+                }
+            }
+        }
+        if let Some(i) = line.iter().position(|w| matches!(w, Waiter::Request(_))) {
+            let class = line[i].class();
+            let seat = self
+                .take_seat(st, class, Some(now))
+                .or_else(|| or_class.and_then(|c| self.take_seat(st, self.class(c), Some(now))));
+            if let Some(seat) = seat
+                && let Some(Waiter::Request(q)) = st.waiters.line.remove(i)
+            {
+                next.run = Some((q.value, seat));
+            }
+        }
+        st.waiters.through(now);
+        st.counted();
+        next
+    }
+
+    /// Every waiting request, oldest first, for a pool that stops.
+    pub(crate) fn drain(&self) -> Vec<R> {
+        let mut st = self.inner.state.lock();
+        let mut drained = Vec::new();
+        for w in std::mem::take(&mut st.waiters.line) {
+            match w {
+                Waiter::Request(q) => drained.push(q.value),
+                w => st.waiters.line.push_back(w),
+            }
+        }
+        st.waiters.standing = Standing::default();
+        st.counted();
+        drained
     }
 }
 
