@@ -496,7 +496,7 @@ impl<R> State<R> {
 
 /// Seats, shares kept per class, and a FIFO wait admitted by time (see the
 /// module docs). Cheap to clone: clones share the seats. `R` is what a
-/// request waiting without a thread is ([`Room::enter`]); a room whose
+/// request waiting without a thread is (`Room::enter`, the crate's own server); a room whose
 /// waiters are threads has none.
 ///
 /// ```

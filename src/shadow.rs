@@ -1,4 +1,18 @@
-//! Shadow mode: what it promises is the README's Semantics, *Shadow mode*.
+//! Shadow mode: a dependency's policy tried on live traffic before it bites.
+//!
+//! A policy in shadow decides every call as it would, and keeps its state as
+//! it would: a call it would have refused goes through, unseen by it (no
+//! breaker permit, no limit permit, no place, no throttler request), so its
+//! next decisions are the ones it would make enforced. The breaker still
+//! opens, half-opens and closes on the calls it permits; in shadow the rate
+//! limit takes its permit but makes nobody wait. Each refusal it would have
+//! made is counted (`DependencySnapshot::shadow_refused`,
+//! `watertight_shadow_refusals_total{dependency,policy,reason}`), announced
+//! as `Event::ShadowRefused` and logged at `debug` in aggregate; the call's
+//! own outcome is counted as it comes. Shadow is not off: the kill switch (no
+//! limit, a disabled breaker) still turns a policy off entirely. (The request
+//! pool's reserve has a switch of its own, `server::Reserve::shadow`.)
+//!
 //!
 //! One mechanism for every policy: a [`Shadow`] set says which [`Policy`]s
 //! of a dependency are in shadow, and the one admission

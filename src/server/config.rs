@@ -304,7 +304,7 @@ impl ServerConfigBuilder {
 
     /// The longest an ordinary request waits for an ordinary request thread
     /// in [`RequestPool::enter`](super::RequestPool::enter), never past its
-    /// budget (the rule: the README's *Serving requests* and *Sizing*). Zero
+    /// budget (the rule: the [module docs](super)). Zero
     /// refuses at once while the ordinary share is full. Default 100 ms; at
     /// most one minute.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {

@@ -8,7 +8,20 @@
 //! (`watertight-http-<i>`), held until the handler returns: the resource a
 //! hung provider exhausts, so the pool is fixed and its occupancy is
 //! [`ServerHandle::busy`]. A [`Reserve`] keeps a few threads for the routes
-//! you name. Admission and the reserve: the README's *Serving requests*.
+//! you name, which other requests can never take.
+//!
+//! An ordinary request that finds the ordinary share full may wait for a
+//! thread, by the pool's room (the crate's one primitive for room): only when
+//! the wait it can expect fits `max_wait` and never past its budget, and not
+//! in a line that stopped moving (every ordinary thread held for three normal
+//! latencies, none back); else it is refused `503 SERVER_BUSY`, counted in
+//! `watertight_request_pool_refused_total{reason}` (`full`, `max_wait`,
+//! `budget`, `stuck`) and logged at most once a second per reason. Through
+//! [`RequestPool::enter`] it waits on the server's own thread; in the crate's
+//! own server it holds no thread (its thread takes the next request), so its
+//! budget bounds the wait rather than `max_wait` (0 still refuses at once),
+//! and the next thread free answers it. When the server stops, every request
+//! still waiting is answered `503 SERVER_STOPPING`.
 //!
 //! ```no_run
 //! let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
