@@ -53,7 +53,7 @@
 //! The room learns how long a seat is held (the smoothed mean of the
 //! holds, [`Latency`]: every hold of a seat taken while the room is more
 //! than half full, one in [`SAMPLE_QUIET`] while it is quieter). A caller
-//! that finds no seat is admitted to the line by [`admits`]: `mean x rounds`,
+//! that finds no seat is admitted to the line by [`ByTime`]: `mean x rounds`,
 //! `rounds` being the calls ahead of it (the waiters, and itself) shared
 //! among its class's seats, fits its wait, and a standing line
 //! ([`Standing`]) is joined only for room within one mean hold. Before the
@@ -100,21 +100,53 @@ pub(crate) fn stuck_after(normal: Duration) -> Duration {
     normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR)
 }
 
-/// Whether a caller may join a line (see "Admission by time"): room expected
-/// within `for_room`, no later than `max_wait` (within one `mean` hold once
-/// the line has `stood` longer than `max_wait`), and served, `for_served`
-/// from `now`, before its `deadline`.
-pub(crate) fn admits(
-    for_room: Duration,
-    for_served: Duration,
-    mean: Duration,
-    stood: Duration,
-    max_wait: Duration,
-    now: Instant,
-    deadline: Instant,
-) -> bool {
-    let allowed = if stood > max_wait { max_wait.min(mean) } else { max_wait };
-    for_room <= allowed && deadline_after(now, for_served) < deadline
+/// Admission by time: the rule the room, and the pool for its queue, judge
+/// a line by (see "Admission by time"), from what each measures of its own
+/// holds: the recent `mean` (none timed yet: no wait expected) and the
+/// `normal` one (none yet: never stuck).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ByTime {
+    pub(crate) mean: Option<Duration>,
+    pub(crate) normal: Option<Duration>,
+    pub(crate) max_wait: Duration,
+    pub(crate) deadline: Instant,
+}
+
+impl ByTime {
+    /// Whether a caller may join a line with `calls` ahead of it, of which
+    /// `capacity` hold places that are not yet room (a queue's), served
+    /// `seats` at a time, that has stood `stood`: room expected no later
+    /// than `max_wait` (within one mean hold once the line has stood longer
+    /// than `max_wait`), and served before the deadline.
+    pub(crate) fn admits(
+        &self,
+        calls: usize,
+        capacity: usize,
+        seats: usize,
+        stood: Duration,
+        now: Instant,
+    ) -> bool {
+        let mean = self.mean.unwrap_or(Duration::ZERO);
+        let rounds = |c: usize| u32::try_from(c.div_ceil(seats.max(1))).unwrap_or(u32::MAX);
+        let for_room = mean.saturating_mul(rounds((calls + 1).saturating_sub(capacity).max(1)));
+        let for_served = mean.saturating_mul(rounds(calls + 1));
+        let allowed = if stood > self.max_wait { self.max_wait.min(mean) } else { self.max_wait };
+        for_room <= allowed && deadline_after(now, for_served) < self.deadline
+    }
+
+    /// `None` when the line is stuck: its room has been full for `full_for`
+    /// with nothing back, at least [`stuck_after`] the normal hold; else when
+    /// that could first be so.
+    pub(crate) fn recheck(&self, full_for: Option<Duration>, now: Instant) -> Option<Instant> {
+        let Some(after) = self.normal.map(stuck_after) else {
+            return Some(deadline_after(now, Duration::from_secs(3600)));
+        };
+        match full_for {
+            Some(full) if full >= after => None,
+            Some(full) => Some(deadline_after(now, after - full)),
+            None => Some(deadline_after(now, after)),
+        }
+    }
 }
 
 /// Why a [`Room`] gave no seat: the one vocabulary of refusals for room, whose
@@ -666,7 +698,7 @@ impl<R> Room<R> {
         drop(st);
         let recheck = |now| {
             let st = inner.state.lock();
-            (!self.stuck(&st, class, now)).then(|| self.next_check(&st, class, now))
+            self.recheck(&st, class, now)
         };
         let (mut st, waited) = wait(|| inner.state.lock(), |st| &mut st.waiters, &me, until, recheck);
         st.counted();
@@ -726,15 +758,19 @@ impl<R> Room<R> {
         if self.stuck(st, class, now) {
             return Err(NoSeat::Stuck);
         }
-        let mean = self.inner.hold[class].mean().unwrap_or(Duration::ZERO);
-        let seats = st.limit.saturating_sub(self.inner.kept[class]).max(1);
-        let rounds = u32::try_from((st.waiters.len() + 1).div_ceil(seats)).unwrap_or(u32::MAX);
-        let expected = mean.saturating_mul(rounds);
+        let seats = st.limit.saturating_sub(self.inner.kept[class]);
         let stood = st.waiters.stood(now, self.line_round());
-        match admits(expected, expected, mean, stood, max_wait, now, deadline) {
+        match self.rule(class, deadline).admits(st.waiters.len(), 0, seats, stood, now) {
             true => Ok(until),
             false => Err(NoSeat::Full),
         }
+    }
+
+    /// The room's rule for a caller of `class` due by `deadline`, from the
+    /// holds of its class.
+    fn rule(&self, class: usize, deadline: Instant) -> ByTime {
+        let hold = &self.inner.hold[class];
+        ByTime { mean: hold.mean(), normal: hold.normal(), max_wait: self.max_wait(), deadline }
     }
 
     /// One round of the line: the longest of the classes' mean holds (zero
@@ -775,25 +811,17 @@ impl<R> Room<R> {
         Some(self.seat(class, timed))
     }
 
-    /// The time after which a class with no free seat, none of whose seats
-    /// has come back, is stuck; `None` before its first hold is timed.
-    fn stuck_after(&self, class: usize) -> Option<Duration> {
-        self.inner.hold[class].normal().map(stuck_after)
+    /// When to look again whether the line of `class` is stuck, `None` once
+    /// it is: the class has no free seat and none has come back for several
+    /// normal holds.
+    fn recheck(&self, st: &State<R>, class: usize, now: Instant) -> Option<Instant> {
+        let full_for =
+            (!st.free_for(class, &self.inner.kept)).then(|| now.saturating_duration_since(st.moved[class]));
+        self.rule(class, now).recheck(full_for, now)
     }
 
     fn stuck(&self, st: &State<R>, class: usize, now: Instant) -> bool {
-        !st.free_for(class, &self.inner.kept)
-            && self
-                .stuck_after(class)
-                .is_some_and(|after| now.saturating_duration_since(st.moved[class]) >= after)
-    }
-
-    /// When the stuck rule could first hold, for a waiter's park.
-    fn next_check(&self, st: &State<R>, class: usize, now: Instant) -> Instant {
-        match self.stuck_after(class) {
-            Some(after) => deadline_after(st.moved[class], after).max(now),
-            None => deadline_after(now, Duration::from_secs(3600)),
-        }
+        self.recheck(st, class, now).is_none()
     }
 
     /// The seats held and the line's length, as gauges readable without the lock.

@@ -150,7 +150,10 @@ impl Pool {
                         Wait::ForRoom { until: room_until } if !max_wait.is_zero() && !stalled => {
                             let until = how.deadline.min(deadline_after(now, max_wait));
                             let until = room_until.map_or(until, |at| until.min(at));
-                            let line = ByTime { shared: &h.shared, deadline: how.deadline, until, max_wait };
+                            let service = &h.shared.service;
+                            let (mean, normal) = (service.mean(), service.normal());
+                            let rule = room::ByTime { mean, normal, max_wait, deadline: how.deadline };
+                            let line = InQueue { shared: &h.shared, rule, until };
                             let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
                             if matches!(waited, Err((Refused::Full, _))) {
                                 stalled = self.is_stalled(Instant::now(), how.stall);
@@ -224,34 +227,20 @@ impl Pool {
     }
 }
 
-/// The pool's rule for a caller waiting for room: admitted by the wait it
-/// can expect, kept only while the line moves (see
-/// [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)).
-struct ByTime<'a> {
+/// A caller waiting for room in the queue, judged by the room's rule
+/// ([`room::ByTime`]) on the pool's own timings: admitted by the wait it can
+/// expect, kept only while the line moves (see
+/// [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)). Before the pool
+/// has timed a call there is no normal latency to judge a stuck line by:
+/// `max_wait` alone bounds the wait (and a dependency's stall threshold the
+/// breaker).
+struct InQueue<'a> {
     shared: &'a Shared,
-    deadline: Instant,
+    rule: room::ByTime,
     until: Instant,
-    max_wait: Duration,
 }
 
-impl ByTime<'_> {
-    /// `None` if no call has finished for [`room::stuck_after`] its normal
-    /// latency while every worker is busy; else when that could first be so. Before
-    /// the pool has timed a call there is no normal latency to judge by:
-    /// `max_wait` alone bounds the wait (and a dependency's stall threshold
-    /// the breaker).
-    fn next_check(&self, now: Instant) -> Option<Instant> {
-        let Some(normal) = self.shared.service.normal() else { return Some(self.until) };
-        let stuck_after = room::stuck_after(normal);
-        match self.shared.running.all_busy_for(now) {
-            Some(busy) if busy >= stuck_after => None,
-            Some(busy) => Some(deadline_after(now, stuck_after - busy)),
-            None => Some(deadline_after(now, stuck_after)),
-        }
-    }
-}
-
-impl WaitRule for ByTime<'_> {
+impl WaitRule for InQueue<'_> {
     fn until(&self) -> Instant {
         self.until
     }
@@ -260,20 +249,17 @@ impl WaitRule for ByTime<'_> {
         // Each call that finishes lets the first queued job go to a worker:
         // room comes for this caller once `calls + 1 - capacity` calls have
         // finished, and it reaches a worker once `calls + 1` have, `workers`
-        // at a time, each taking the recent mean (none known yet: no wait
-        // expected; `max_wait` and the deadline bound it).
-        let mean = self.shared.service.mean().unwrap_or(Duration::ZERO);
-        let rounds = |calls: usize| u32::try_from(calls.div_ceil(ahead.workers.max(1))).unwrap_or(u32::MAX);
-        let for_room = mean.saturating_mul(rounds((ahead.calls + 1).saturating_sub(ahead.capacity).max(1)));
-        let for_worker = mean.saturating_mul(rounds(ahead.calls + 1));
-        room::admits(for_room, for_worker, mean, ahead.standing, self.max_wait, now, self.deadline)
+        // at a time, each taking the recent mean.
+        self.rule.admits(ahead.calls, ahead.capacity, ahead.workers, ahead.standing, now)
     }
 
     fn round(&self) -> Duration {
-        self.shared.service.mean().unwrap_or(Duration::ZERO)
+        self.rule.mean.unwrap_or(Duration::ZERO)
     }
 
     fn recheck(&self, now: Instant) -> Option<Instant> {
-        self.next_check(now)
+        // The normal latency as it is now: a call may be timed while this one waits.
+        let rule = room::ByTime { normal: self.shared.service.normal(), ..self.rule };
+        rule.recheck(self.shared.running.all_busy_for(now), now)
     }
 }
