@@ -112,20 +112,26 @@ pub(crate) struct ByTime {
     pub(crate) deadline: Instant,
 }
 
+/// A line as a caller about to join it finds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ahead {
+    /// Callers ahead of it: in line (and, in a queue, queued).
+    pub calls: usize,
+    /// Of those, how many hold places that are not yet room (a queue's capacity).
+    pub capacity: usize,
+    /// How many are served at a time (a pool's workers, a class's seats).
+    pub seats: usize,
+    /// How long callers have waited without a break of at least one round
+    /// (zero when nobody has, or after such a break).
+    pub standing: Duration,
+}
+
 impl ByTime {
-    /// Whether a caller may join a line with `calls` ahead of it, of which
-    /// `capacity` hold places that are not yet room (a queue's), served
-    /// `seats` at a time, that has stood `stood`: room expected no later
-    /// than `max_wait` (within one mean hold once the line has stood longer
-    /// than `max_wait`), and served before the deadline.
-    pub(crate) fn admits(
-        &self,
-        calls: usize,
-        capacity: usize,
-        seats: usize,
-        stood: Duration,
-        now: Instant,
-    ) -> bool {
+    /// Whether a caller may join a line as it finds it: room expected no
+    /// later than `max_wait` (within one mean hold once the line has stood
+    /// longer than `max_wait`), and served before the deadline.
+    pub(crate) fn admits(&self, ahead: Ahead, now: Instant) -> bool {
+        let Ahead { calls, capacity, seats, standing: stood } = ahead;
         let mean = self.mean.unwrap_or(Duration::ZERO);
         let rounds = |c: usize| u32::try_from(c.div_ceil(seats.max(1))).unwrap_or(u32::MAX);
         let for_room = mean.saturating_mul(rounds((calls + 1).saturating_sub(capacity).max(1)));
@@ -760,7 +766,8 @@ impl<R> Room<R> {
         }
         let seats = st.limit.saturating_sub(self.inner.kept[class]);
         let stood = st.waiters.stood(now, self.line_round());
-        match self.rule(class, deadline).admits(st.waiters.len(), 0, seats, stood, now) {
+        let ahead = Ahead { calls: st.waiters.len(), capacity: 0, seats, standing: stood };
+        match self.rule(class, deadline).admits(ahead, now) {
             true => Ok(until),
             false => Err(NoSeat::Full),
         }

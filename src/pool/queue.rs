@@ -72,7 +72,7 @@ pub trait WaitRule {
     /// the caller read before: no other lock.
     fn admit(&self, ahead: Ahead, now: Instant) -> bool;
     /// One round of the workers (their mean run): a break in the line
-    /// shorter than this does not end it (see [`Ahead::standing`]).
+    /// shorter than this does not end it (see `Ahead::standing`).
     fn round(&self) -> Duration;
     /// Outside the lock, right after admission and then when the moment it
     /// named comes: `None` to give up (the line has stopped moving), else
@@ -80,20 +80,7 @@ pub trait WaitRule {
     fn recheck(&self, now: Instant) -> Option<Instant>;
 }
 
-/// The line as a caller about to join it finds it.
-#[derive(Debug, Clone, Copy)]
-pub struct Ahead {
-    /// Calls ahead of it: queued, or waiting for room.
-    pub calls: usize,
-    /// The queue's capacity.
-    pub capacity: usize,
-    /// The workers.
-    pub workers: usize,
-    /// How long callers have waited for room without a break of at least
-    /// one [round](WaitRule::round) (zero when nobody has, or after such a
-    /// break).
-    pub standing: Duration,
-}
+pub use crate::room::Ahead;
 
 /// How an accepted job went in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,7 +269,7 @@ impl<J> Queue<J> {
         let round = line.round();
         let standing = st.waiters.stood(now, round);
         if now >= line.until()
-            || !line.admit(Ahead { calls: ahead, capacity: st.capacity, workers: st.workers, standing }, now)
+            || !line.admit(Ahead { calls: ahead, capacity: st.capacity, seats: st.workers, standing }, now)
         {
             return Err((Refused::Full, job));
         }

@@ -250,7 +250,7 @@ impl WaitRule for InQueue<'_> {
         // room comes for this caller once `calls + 1 - capacity` calls have
         // finished, and it reaches a worker once `calls + 1` have, `workers`
         // at a time, each taking the recent mean.
-        self.rule.admits(ahead.calls, ahead.capacity, ahead.workers, ahead.standing, now)
+        self.rule.admits(ahead, now)
     }
 
     fn round(&self) -> Duration {
