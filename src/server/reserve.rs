@@ -2,8 +2,8 @@
 //! route patterns that name them. The file config (`[server.reserve]`)
 //! names it too.
 //!
-//! The admission that keeps the share is in `admission.rs` for the crate's
-//! own server, and in `gate.rs` for a foreign one.
+//! The share is kept by the pool's room (`crate::room`): ordinary requests
+//! are a class that leaves the reserve's seats to reserved ones.
 
 use std::fmt;
 #[cfg(feature = "tiny_http")]
