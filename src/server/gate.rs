@@ -54,7 +54,8 @@ impl Tally {
             return;
         }
         self.gauges.counts.shadowed.fetch_add(1, Ordering::Relaxed);
-        let line = "request pool: the reserve in shadow would have kept an ordinary request off a free thread";
+        let line =
+            "request pool: the reserve in shadow would have kept an ordinary request off a free thread";
         self.shadow_quiet.log(module_path!(), log::Level::Debug, 0, format_args!("{line}"));
     }
 

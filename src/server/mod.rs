@@ -40,9 +40,9 @@
 //!   stands or stops moving, answered `503 SERVER_BUSY`; on shutdown every
 //!   waiting request is answered `503 SERVER_STOPPING`.
 //! - **Refusals** are counted in
-//!   `watertight_request_pool_refused_total{reason}`, the reason one of
-//!   [`NoSeat`]'s labels (`full`, `max_wait`, `budget`, `stuck`), and logged
-//!   at most once a second per reason.
+//!   `watertight_request_pool_refused_total{reason}` (`full`, `max_wait`,
+//!   `budget`, `stuck`: the room's one vocabulary of refusals), and logged at
+//!   most once a second per reason.
 //! - **Behind a proxy.** Only a [trusted proxy](TrustedProxies) has its
 //!   `X-Forwarded-For` believed ([`RequestContext::client_ip`]); behind one
 //!   every peer is loopback, so admin routes need a token
