@@ -402,6 +402,16 @@ impl ConfigError {
         ConfigError { field, path: field.to_owned(), rule: Cow::Borrowed(rule), value }
     }
 
+    /// `Ok` when `ok`, else [`new`](Self::new)'s error.
+    pub(crate) fn check(
+        ok: bool,
+        field: &'static str,
+        rule: &'static str,
+        value: impl fmt::Display,
+    ) -> Result<(), Self> {
+        if ok { Ok(()) } else { Err(Self::new(field, rule, value)) }
+    }
+
     /// An error at `path` (dot-separated; empty when the error is about no
     /// one field) saying `message`: what a file's format could not read.
     pub fn at(path: impl Into<String>, message: impl Into<String>) -> Self {

@@ -97,17 +97,14 @@ impl Limiter {
 
     fn check(config: &AdaptiveLimit, max: usize) -> Result<(), ConfigError> {
         config.validate()?;
-        if !(1..=MAX_LIMIT).contains(&max) {
-            return Err(ConfigError::new("max_limit", "in [1, 4096]", max));
-        }
-        if config.min_limit > max {
-            return Err(ConfigError::new(
-                "min_limit",
-                "at most the maximum (the worker count)",
-                format_args!("{} > {max}", config.min_limit),
-            ));
-        }
-        Ok(())
+        ConfigError::check((1..=MAX_LIMIT).contains(&max), "max_limit", "in [1, 4096]", max)?;
+        let value = format_args!("{} > {max}", config.min_limit);
+        ConfigError::check(
+            config.min_limit <= max,
+            "min_limit",
+            "at most the maximum (the worker count)",
+            value,
+        )
     }
 
     /// Replaces the configuration and the maximum while calls run, checked
