@@ -85,14 +85,14 @@ const BOUND_NS: [u64; BOUNDS] = {
 
 /// Bucket counts and their sum; `BOUNDS + 1` buckets, the last being `+Inf`.
 #[derive(Debug)]
-struct Counts {
+struct Tally {
     buckets: [AtomicU64; BOUNDS + 1],
     sum_ns: AtomicU64,
 }
 
-impl Counts {
-    fn new() -> Counts {
-        Counts { buckets: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
+impl Tally {
+    fn new() -> Tally {
+        Tally { buckets: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
     }
 
     /// Adds one sample; any number of threads at once.
@@ -139,7 +139,7 @@ struct Rare {
 #[derive(Debug)]
 pub struct LatencyHistogram {
     /// The counts [`record`](Self::record) adds to; never cleared.
-    shared: Counts,
+    shared: Tally,
     /// The boundary of the next epoch, in nanoseconds since `origin`, or
     /// `u64::MAX` during a rotation (see the module docs' table).
     next_epoch_ns: AtomicU64,
@@ -160,7 +160,7 @@ impl LatencyHistogram {
     pub fn starting_at(window: Duration, origin: Instant) -> LatencyHistogram {
         let window_ns = saturating_nanos(window).max(1_000_000);
         LatencyHistogram {
-            shared: Counts::new(),
+            shared: Tally::new(),
             next_epoch_ns: AtomicU64::new(window_ns),
             rare: Mutex::new(Rare { epoch: 0, marks: std::array::from_fn(|_| HistogramSnapshot::empty()) }),
             origin,
