@@ -64,16 +64,9 @@ impl Rejection {
 
     /// The outcome a call rejected this way is counted under.
     pub fn outcome(&self) -> Outcome {
-        match self {
-            Rejection::NotPermitted => Outcome::NotPermitted,
-            Rejection::QueueFull => Outcome::QueueFull,
-            Rejection::DeadlineUnmeetable => Outcome::DeadlineUnmeetable,
-            Rejection::ShuttingDown => Outcome::ShuttingDown,
-            Rejection::LimitExceeded => Outcome::LimitExceeded,
-            Rejection::RateLimited => Outcome::RateLimited,
-            Rejection::Shed => Outcome::Shed,
-            Rejection::Throttled => Outcome::Throttled,
-        }
+        // `Outcome::ALL` lists the five outcomes of a job that ran, then one
+        // per rejection in declaration order.
+        Outcome::ALL[5 + *self as usize]
     }
 }
 
@@ -236,10 +229,7 @@ impl<E> Error<E> {
 
     /// The rejection, if the call was rejected.
     pub fn rejection(&self) -> Option<Rejection> {
-        match self {
-            Error::Rejected { reason, .. } => Some(*reason),
-            _ => None,
-        }
+        if let Error::Rejected { reason, .. } = self { Some(*reason) } else { None }
     }
 
     /// `true` when trying again may succeed because the provider itself
@@ -320,10 +310,7 @@ impl<E> Error<E> {
 
     /// The job's own error, if the job ran and failed.
     pub fn into_failed(self) -> Option<E> {
-        match self {
-            Error::Failed(e) => Some(e),
-            _ => None,
-        }
+        if let Error::Failed(e) = self { Some(e) } else { None }
     }
 }
 
@@ -356,10 +343,7 @@ impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
     /// chain that printed `e` too would say it twice. Every other variant is
     /// shown in full by `Display` and has no further cause.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Failed(e) => e.source(),
-            _ => None,
-        }
+        if let Error::Failed(e) = self { e.source() } else { None }
     }
 }
 
@@ -542,6 +526,7 @@ mod tests {
         for r in Rejection::ALL {
             assert_eq!(r.outcome().rejection(), Some(r));
             assert_eq!(r.as_str(), r.outcome().as_str());
+            assert_eq!(format!("{r:?}"), format!("{:?}", r.outcome()), "the outcome of the same name");
         }
         let rejections = Outcome::ALL.iter().filter(|o| o.rejection().is_some()).count();
         assert_eq!(rejections, Rejection::ALL.len());

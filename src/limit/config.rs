@@ -147,12 +147,8 @@ impl AdaptiveLimit {
     /// the error. The minimum is checked against the maximum by
     /// [`Limiter::new`](crate::limit::Limiter::new), which knows the maximum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        ConfigError::check(
-            (1..=MAX_LIMIT).contains(&self.min_limit),
-            "min_limit",
-            "in [1, 4096]",
-            self.min_limit,
-        )?;
+        let min = self.min_limit;
+        ConfigError::check((1..=MAX_LIMIT).contains(&min), "min_limit", "in [1, 4096]", min)?;
         // Range checks and `x > 0.0` are false for NaN, so NaN is refused as well.
         let ok = (0.0..=MAX_TOLERANCE).contains(&self.tolerance);
         ConfigError::check(ok, "tolerance", "in [0, 1000] percent", self.tolerance)?;
@@ -163,19 +159,10 @@ impl AdaptiveLimit {
         let ok = (1..=MAX_WINDOW).contains(&self.short_window);
         ConfigError::check(ok, "short_window", "in [1, 1000000] samples", self.short_window)?;
         let ok = (self.short_window..=MAX_WINDOW).contains(&self.long_window);
-        ConfigError::check(
-            ok,
-            "long_window",
-            "at least short_window and at most 1000000 samples",
-            self.long_window,
-        )?;
-        let relearn = format_args!("{:?}", self.relearn_after);
-        ConfigError::check(
-            self.relearn_after <= MAX_RELEARN,
-            "relearn_after",
-            "at most one day (zero: never)",
-            relearn,
-        )
+        let rule = "at least short_window and at most 1000000 samples";
+        ConfigError::check(ok, "long_window", rule, self.long_window)?;
+        let (ok, relearn) = (self.relearn_after <= MAX_RELEARN, format_args!("{:?}", self.relearn_after));
+        ConfigError::check(ok, "relearn_after", "at most one day (zero: never)", relearn)
     }
 }
 

@@ -165,22 +165,14 @@ impl Retry {
     pub fn validate(&self) -> Result<(), ConfigError> {
         ConfigError::check(self.max_attempts > 0, "retry.max_attempts", "at least 1", self.max_attempts)?;
         let backoff = format_args!("initial {:?} > max {:?}", self.initial_backoff, self.max_backoff);
-        ConfigError::check(
-            self.initial_backoff <= self.max_backoff,
-            "retry.backoff",
-            "initial <= max",
-            backoff,
-        )?;
+        let ok = self.initial_backoff <= self.max_backoff;
+        ConfigError::check(ok, "retry.backoff", "initial <= max", backoff)?;
         let m = self.backoff_multiplier;
         ConfigError::check(m.is_finite() && m >= 1.0, "retry.backoff_multiplier", "finite and >= 1", m)?;
         let b = self.budget_percent;
         ConfigError::check((0.0..=100.0).contains(&b), "retry.budget", "a percentage in [0, 100]", b)?;
-        ConfigError::check(
-            self.overall_timeout != Some(Duration::ZERO),
-            "retry.overall_timeout",
-            "greater than zero",
-            "0ns",
-        )
+        let ok = self.overall_timeout != Some(Duration::ZERO);
+        ConfigError::check(ok, "retry.overall_timeout", "greater than zero", "0ns")
     }
 
     /// The cap on the backoff before retry number `retry` (1 for the first
