@@ -251,11 +251,7 @@ impl Throttler {
         Self::build(config, clock, JitterSource::with_seed(seed))
     }
 
-    fn build(
-        config: Throttle,
-        clock: Arc<dyn Clock>,
-        random: JitterSource,
-    ) -> Result<Throttler, ConfigError> {
+    fn build(config: Throttle, clock: Arc<dyn Clock>, random: JitterSource) -> Result<Self, ConfigError> {
         config.validate()?;
         let ledger = Mutex::new(Ledger::new(config, clock.now()));
         Ok(Throttler { inner: Arc::new(Inner { clock, random, on: AtomicBool::new(true), ledger }) })
