@@ -292,10 +292,7 @@ impl<E> Error<E> {
     where
         E: crate::Classify,
     {
-        match self {
-            Error::Failed(e) => Outcome::of_verdict(e.classify()),
-            other => other.outcome(),
-        }
+        if let Error::Failed(e) = self { Outcome::of_verdict(e.classify()) } else { self.outcome() }
     }
 
     /// Maps the job's error, keeping every other variant.
