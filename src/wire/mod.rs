@@ -65,16 +65,14 @@ const READ_CHUNK: usize = 16 * 1024;
 /// read: `Ok(0)` is the end of the stream.
 pub(crate) fn read_some(mut src: impl Read, buf: &mut Vec<u8>) -> io::Result<usize> {
     let mut chunk = [0u8; READ_CHUNK];
-    loop {
+    let n = loop {
         match src.read(&mut chunk) {
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                return Ok(n);
-            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            read => break read?,
         }
-    }
+    };
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
 }
 
 /// The interim answer to `Expect: 100-continue`.
