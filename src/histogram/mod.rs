@@ -85,14 +85,14 @@ const BOUND_NS: [u64; BOUNDS] = {
 
 /// Bucket counts and their sum; `BOUNDS + 1` buckets, the last being `+Inf`.
 #[derive(Debug)]
-struct Tally {
+struct BucketCounts {
     buckets: [AtomicU64; BOUNDS + 1],
     sum_ns: AtomicU64,
 }
 
-impl Tally {
-    fn new() -> Tally {
-        Tally { buckets: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
+impl BucketCounts {
+    fn new() -> BucketCounts {
+        BucketCounts { buckets: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
     }
 
     /// Adds one sample; any number of threads at once.
@@ -139,7 +139,7 @@ struct Rare {
 #[derive(Debug)]
 pub struct LatencyHistogram {
     /// The counts [`record`](Self::record) adds to; never cleared.
-    shared: Tally,
+    shared: BucketCounts,
     /// The boundary of the next epoch, in nanoseconds since `origin`, or
     /// `u64::MAX` during a rotation (see the module docs' table).
     next_epoch_ns: AtomicU64,
@@ -160,7 +160,7 @@ impl LatencyHistogram {
     pub fn starting_at(window: Duration, origin: Instant) -> LatencyHistogram {
         let window_ns = saturating_nanos(window).max(1_000_000);
         LatencyHistogram {
-            shared: Tally::new(),
+            shared: BucketCounts::new(),
             next_epoch_ns: AtomicU64::new(window_ns),
             rare: Mutex::new(Rare { epoch: 0, marks: std::array::from_fn(|_| HistogramSnapshot::empty()) }),
             origin,
