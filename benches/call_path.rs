@@ -8,6 +8,8 @@
 //!   calls as a request thread would; only the calls are timed.
 //! - `dependency/hedged`: `with().hedge().call` of the same job, with a hedge
 //!   policy whose delay never comes (the hedged path's own cost).
+//! - `dependency/throttled`: back to back through a dependency with the
+//!   adaptive throttler on (every call accepted, so it never refuses).
 //! - `breaker/closed`: `try_acquire` and `record` on a CLOSED breaker.
 //! - `breaker/open`: `try_acquire` refused by an OPEN breaker.
 //! - `request_pool/enter`: `RequestPool::enter` of an ordinary request and
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use watertight::breaker::{Breaker, BreakerConfig, State};
 use watertight::dependency::Hedge;
+use watertight::limit::Throttle;
 use watertight::server::{RequestPool, Reserve, ServerConfig};
 use watertight::{CallContext, Dependency, Verdict};
 
@@ -49,9 +52,11 @@ fn dependency(c: &mut Criterion) {
     let dep = Dependency::builder("path").workers(2).build().unwrap();
     let hedged =
         Dependency::builder("hedged").workers(2).hedge(Hedge::after(Duration::from_secs(5))).build().unwrap();
+    let throttled = Dependency::builder("throttled").workers(2).throttle(Throttle::new()).build().unwrap();
     let mut group = c.benchmark_group("dependency");
     group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     group.bench_function("back_to_back", |b| b.iter(|| dep.call(job).unwrap()));
+    group.bench_function("throttled", |b| b.iter(|| throttled.call(job).unwrap()));
     group.bench_function("hedged", |b| b.iter(|| hedged.with().hedge().call(job).unwrap()));
     for (label, pace) in [
         ("paced_20us", Duration::from_micros(20)),

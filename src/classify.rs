@@ -38,30 +38,21 @@ impl Classify for std::io::Error {
     /// An `InvalidInput` error was built by the caller and says nothing about
     /// the provider: ignored. Every other I/O error is a failure.
     fn classify(&self) -> Verdict {
-        match self.kind() {
-            std::io::ErrorKind::InvalidInput => Verdict::Ignore,
-            _ => Verdict::Failure,
+        if self.kind() == std::io::ErrorKind::InvalidInput { Verdict::Ignore } else { Verdict::Failure }
+    }
+}
+
+/// Errors that say only that the call failed.
+macro_rules! always_a_failure {
+    ($($error:ty),*) => {$(
+        impl Classify for $error {
+            fn classify(&self) -> Verdict {
+                Verdict::Failure
+            }
         }
-    }
+    )*};
 }
-
-impl Classify for String {
-    fn classify(&self) -> Verdict {
-        Verdict::Failure
-    }
-}
-
-impl Classify for &'static str {
-    fn classify(&self) -> Verdict {
-        Verdict::Failure
-    }
-}
-
-impl Classify for Box<dyn std::error::Error + Send + Sync> {
-    fn classify(&self) -> Verdict {
-        Verdict::Failure
-    }
-}
+always_a_failure!(String, &'static str, Box<dyn std::error::Error + Send + Sync>);
 
 /// A shared error is judged as the error itself: wrap a job's error that is
 /// not `Clone` (`ureq::Error`, `std::io::Error`) in an `Arc` to share one
@@ -112,10 +103,7 @@ pub struct ByError;
 
 impl<T, E: Classify> Classifier<T, E> for ByError {
     fn verdict(&self, outcome: &Result<T, E>) -> Verdict {
-        match outcome {
-            Ok(_) => Verdict::Success,
-            Err(e) => e.classify(),
-        }
+        outcome.as_ref().err().map_or(Verdict::Success, |e| e.classify())
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// A source of monotonic time.
@@ -66,15 +66,12 @@ impl ManualClock {
     /// Moves time forward by `d`, for every clone.
     pub fn advance(&self, d: Duration) {
         let ns = crate::time::saturating_nanos(d);
-        let _ = self
-            .inner
-            .offset_ns
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| Some(cur.saturating_add(ns)));
+        let _ = self.inner.offset_ns.fetch_update(Relaxed, Relaxed, |cur| Some(cur.saturating_add(ns)));
     }
 
     /// How far this clock has been advanced since it was made.
     pub fn elapsed(&self) -> Duration {
-        Duration::from_nanos(self.inner.offset_ns.load(Ordering::Relaxed))
+        Duration::from_nanos(self.inner.offset_ns.load(Relaxed))
     }
 }
 

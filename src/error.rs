@@ -64,16 +64,9 @@ impl Rejection {
 
     /// The outcome a call rejected this way is counted under.
     pub fn outcome(&self) -> Outcome {
-        match self {
-            Rejection::NotPermitted => Outcome::NotPermitted,
-            Rejection::QueueFull => Outcome::QueueFull,
-            Rejection::DeadlineUnmeetable => Outcome::DeadlineUnmeetable,
-            Rejection::ShuttingDown => Outcome::ShuttingDown,
-            Rejection::LimitExceeded => Outcome::LimitExceeded,
-            Rejection::RateLimited => Outcome::RateLimited,
-            Rejection::Shed => Outcome::Shed,
-            Rejection::Throttled => Outcome::Throttled,
-        }
+        // `Outcome::ALL` lists the five outcomes of a job that ran, then one
+        // per rejection in declaration order.
+        Outcome::ALL[5 + *self as usize]
     }
 }
 
@@ -236,10 +229,7 @@ impl<E> Error<E> {
 
     /// The rejection, if the call was rejected.
     pub fn rejection(&self) -> Option<Rejection> {
-        match self {
-            Error::Rejected { reason, .. } => Some(*reason),
-            _ => None,
-        }
+        if let Error::Rejected { reason, .. } = self { Some(*reason) } else { None }
     }
 
     /// `true` when trying again may succeed because the provider itself
@@ -302,10 +292,7 @@ impl<E> Error<E> {
     where
         E: crate::Classify,
     {
-        match self {
-            Error::Failed(e) => Outcome::of_verdict(e.classify()),
-            other => other.outcome(),
-        }
+        if let Error::Failed(e) = self { Outcome::of_verdict(e.classify()) } else { self.outcome() }
     }
 
     /// Maps the job's error, keeping every other variant.
@@ -320,10 +307,7 @@ impl<E> Error<E> {
 
     /// The job's own error, if the job ran and failed.
     pub fn into_failed(self) -> Option<E> {
-        match self {
-            Error::Failed(e) => Some(e),
-            _ => None,
-        }
+        if let Error::Failed(e) = self { Some(e) } else { None }
     }
 }
 
@@ -356,10 +340,7 @@ impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
     /// chain that printed `e` too would say it twice. Every other variant is
     /// shown in full by `Display` and has no further cause.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Failed(e) => e.source(),
-            _ => None,
-        }
+        if let Error::Failed(e) = self { e.source() } else { None }
     }
 }
 
@@ -400,6 +381,16 @@ impl ConfigError {
     pub fn new(field: &'static str, rule: &'static str, value: impl fmt::Display) -> Self {
         let value = Some(value.to_string());
         ConfigError { field, path: field.to_owned(), rule: Cow::Borrowed(rule), value }
+    }
+
+    /// `Ok` when `ok`, else [`new`](Self::new)'s error.
+    pub(crate) fn check(
+        ok: bool,
+        field: &'static str,
+        rule: &'static str,
+        value: impl fmt::Display,
+    ) -> Result<(), Self> {
+        if ok { Ok(()) } else { Err(Self::new(field, rule, value)) }
     }
 
     /// An error at `path` (dot-separated; empty when the error is about no
@@ -532,6 +523,7 @@ mod tests {
         for r in Rejection::ALL {
             assert_eq!(r.outcome().rejection(), Some(r));
             assert_eq!(r.as_str(), r.outcome().as_str());
+            assert_eq!(format!("{r:?}"), format!("{:?}", r.outcome()), "the outcome of the same name");
         }
         let rejections = Outcome::ALL.iter().filter(|o| o.rejection().is_some()).count();
         assert_eq!(rejections, Rejection::ALL.len());

@@ -43,10 +43,7 @@ impl Latency {
 
     /// The smoothed mean, `None` before the first sample.
     pub(crate) fn mean(&self) -> Option<Duration> {
-        match self.srtt.load(Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns)),
-        }
+        Some(self.srtt.load(Relaxed)).filter(|&ns| ns != 0).map(Duration::from_nanos)
     }
 
     /// `srtt + 4 * rttvar`: the time within which nearly every run ends.

@@ -51,8 +51,14 @@
 //!   (`ureq`). Spans across the hop: feature `tracing`.
 #![cfg_attr(feature = "serde", doc = "- Configuration files: [`config`] (feature `serde`).")]
 #![cfg_attr(not(feature = "serde"), doc = "- Configuration files: `config` (feature `serde`).")]
-#![cfg_attr(feature = "testing", doc = "- Fake providers for incident tests: [`testing`] (feature `testing`).")]
-#![cfg_attr(not(feature = "testing"), doc = "- Fake providers for incident tests: `testing` (feature `testing`).")]
+#![cfg_attr(
+    feature = "testing",
+    doc = "- Fake providers for incident tests: [`testing`] (feature `testing`)."
+)]
+#![cfg_attr(
+    not(feature = "testing"),
+    doc = "- Fake providers for incident tests: `testing` (feature `testing`)."
+)]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]

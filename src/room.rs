@@ -1,9 +1,9 @@
-//! [`Room`]: a count of seats with shares kept per class, and a FIFO wait
-//! for a seat until a deadline, admitted only when the wait it can expect
-//! fits. One primitive for every "wait for room": caller-thread mode's
-//! permits (a semaphore bulkhead), the request pools, and, through
-//! [`Waiters`] and [`wait`], the pool's queue (whose room is its idle
-//! workers and queue places, counted under its own lock).
+//! [`Room`]: a count of seats with shares kept per class, and one FIFO line
+//! of waiters for a seat until a deadline, admitted only when the wait it can
+//! expect fits. One primitive for every "wait for room": caller-thread mode's
+//! permits (a semaphore bulkhead), the request pools, the cache's waiting
+//! callers, and, through [`Waiters`] and [`wait`], the pool's queue (whose
+//! room is its idle workers and queue places, counted under its own lock).
 //!
 //! # Seats and classes
 //!
@@ -14,38 +14,46 @@
 //! ordinary requests are a class that keeps the reserve's seats; reserved
 //! requests are a class that keeps none.
 //!
-//! # The protocol
+//! # The line
 //!
-//! One lock guards the counts, the limit and the FIFO of waiters. Each
-//! waiter is an `Arc<Waiter>` holding its thread, its class and a `granted`
-//! flag, written only under the lock.
+//! One lock guards the counts, the limit and the line. A waiter in line is
+//! either a parked thread ([`Room::acquire_as`]: the caller's own thread
+//! waits) or a request value `R` that holds no thread ([`Room::enter`]: the
+//! crate's own server, whose free thread goes back for the next request).
 //!
-//! - **acquire**: a seat is taken at once when the caller's class has one
-//!   free. Invariant (at every unlock): no waiter's class has a free seat;
-//!   every change that frees seats grants waiters first. So a newcomer that
-//!   finds a seat free for its class never passes a waiter of its class (who
-//!   would have had it), and FIFO holds within a class.
+//! - **A seat** is taken at once when the caller's class has one free.
+//!   Invariant (at every unlock): no parked waiter's class has a free seat;
+//!   every change that frees seats grants parked waiters first. So a
+//!   newcomer that finds a seat free for its class never passes a waiter of
+//!   its class (who would have had it), and FIFO holds within a class.
 //! - Otherwise the caller may wait, until its deadline and `max_wait`, when
-//!   the wait it can expect fits (see "Admission by time"). It queues itself
-//!   and parks until granted, until its wait ends, or until the line is
-//!   found stuck. On giving up it takes the lock again: if it was granted in
-//!   the meantime it keeps the seat (the grant and the give-up raced; the
-//!   seat is not lost), else it leaves the queue, so a waiter that gives up
+//!   the wait it can expect fits (see "Admission by time"). A thread queues
+//!   itself and parks until granted, until its wait ends, or until the line
+//!   is found stuck. On giving up it takes the lock again: if it was granted
+//!   in the meantime it keeps the seat (the grant and the give-up raced; the
+//!   seat is not lost), else it leaves the line, so a waiter that gives up
 //!   never holds a place.
-//! - **release** (the [`Seat`]'s drop, on a panic too): a seat above the
+//! - **Release** (the [`Seat`]'s drop, on a panic too): a seat above the
 //!   limit (the room was shrunk) is absorbed; else it passes straight to the
-//!   first waiter whose class may take it (`granted` set, then unparked after
-//!   the lock is released: a wake-up is never lost, since the waiter reads
-//!   `granted` under the lock before parking and after every wake-up).
-//! - **resize**: a larger limit grants waiters at once; a smaller one is
-//!   absorbed as seats come back. Nothing blocks.
+//!   first parked waiter whose class may take it (`granted` set, then
+//!   unparked after the lock is released: a wake-up is never lost, since the
+//!   waiter reads `granted` under the lock before parking and after every
+//!   wake-up).
+//! - **A waiting request** is handed on by a thread, never woken: the thread
+//!   that gives its seat back through [`Room::pass`] (or an idle one, through
+//!   [`Room::sweep`]) takes, under the same lock, the oldest waiting request
+//!   with a seat for it, after taking out the requests whose wait has ended
+//!   (to answer `503`). So a waiting request holds no thread and is answered
+//!   by its deadline, as long as a thread sweeps now and then.
+//! - **resize**: a larger limit grants parked waiters at once; a smaller one
+//!   is absorbed as seats come back. Nothing blocks.
 //!
 //! # Admission by time
 //!
 //! The room learns how long a seat is held (the smoothed mean of the
 //! holds, [`Latency`]: every hold of a seat taken while the room is more
 //! than half full, one in [`SAMPLE_QUIET`] while it is quieter). A caller
-//! that finds no seat is admitted to the line by [`admits`]: `mean x rounds`,
+//! that finds no seat is admitted to the line by [`ByTime`]: `mean x rounds`,
 //! `rounds` being the calls ahead of it (the waiters, and itself) shared
 //! among its class's seats, fits its wait, and a standing line
 //! ([`Standing`]) is joined only for room within one mean hold. Before the
@@ -56,8 +64,9 @@
 //! judges its line by the same two functions.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize as Gauge, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crate::latency::Latency;
@@ -81,6 +90,9 @@ const STUCK_FLOOR: Duration = Duration::from_secs(3600);
 /// a wait are those of a busy room, every one of which is timed.
 const SAMPLE_QUIET: u32 = 16;
 
+/// The class of a seat handed back through [`Room::pass`]: its drop does nothing.
+const GIVEN_BACK: u32 = u32::MAX;
+
 /// How long a line whose holds normally take `normal` may go without one
 /// coming back before it is stuck: [`STUCK_AFTER`] of them, at least
 /// [`STUCK_FLOOR`].
@@ -88,24 +100,64 @@ pub(crate) fn stuck_after(normal: Duration) -> Duration {
     normal.saturating_mul(STUCK_AFTER).max(STUCK_FLOOR)
 }
 
-/// Whether a caller may join a line (see "Admission by time"): room expected
-/// within `for_room`, no later than `max_wait` (within one `mean` hold once
-/// the line has `stood` longer than `max_wait`), and served, `for_served`
-/// from `now`, before its `deadline`.
-pub(crate) fn admits(
-    for_room: Duration,
-    for_served: Duration,
-    mean: Duration,
-    stood: Duration,
-    max_wait: Duration,
-    now: Instant,
-    deadline: Instant,
-) -> bool {
-    let allowed = if stood > max_wait { max_wait.min(mean) } else { max_wait };
-    for_room <= allowed && deadline_after(now, for_served) < deadline
+/// Admission by time: the rule the room, and the pool for its queue, judge
+/// a line by (see "Admission by time"), from what each measures of its own
+/// holds: the recent `mean` (none timed yet: no wait expected) and the
+/// `normal` one (none yet: never stuck).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ByTime {
+    pub(crate) mean: Option<Duration>,
+    pub(crate) normal: Option<Duration>,
+    pub(crate) max_wait: Duration,
+    pub(crate) deadline: Instant,
 }
 
-/// Why a [`Room`] gave no seat.
+/// A line as a caller about to join it finds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ahead {
+    /// Callers ahead of it: in line (and, in a queue, queued).
+    pub calls: usize,
+    /// Of those, how many hold places that are not yet room (a queue's capacity).
+    pub capacity: usize,
+    /// How many are served at a time (a pool's workers, a class's seats).
+    pub seats: usize,
+    /// How long callers have waited without a break of at least one round
+    /// (zero when nobody has, or after such a break).
+    pub standing: Duration,
+}
+
+impl ByTime {
+    /// Whether a caller may join a line as it finds it: room expected no
+    /// later than `max_wait` (within one mean hold once the line has stood
+    /// longer than `max_wait`), and served before the deadline.
+    pub(crate) fn admits(&self, ahead: Ahead, now: Instant) -> bool {
+        let Ahead { calls, capacity, seats, standing: stood } = ahead;
+        let mean = self.mean.unwrap_or(Duration::ZERO);
+        let rounds = |c: usize| u32::try_from(c.div_ceil(seats.max(1))).unwrap_or(u32::MAX);
+        let for_room = mean.saturating_mul(rounds((calls + 1).saturating_sub(capacity).max(1)));
+        let for_served = mean.saturating_mul(rounds(calls + 1));
+        let allowed = if stood > self.max_wait { self.max_wait.min(mean) } else { self.max_wait };
+        for_room <= allowed && deadline_after(now, for_served) < self.deadline
+    }
+
+    /// `None` when the line is stuck: its room has been full for `full_for`
+    /// with nothing back, at least [`stuck_after`] the normal hold; else when
+    /// that could first be so.
+    pub(crate) fn recheck(&self, full_for: Option<Duration>, now: Instant) -> Option<Instant> {
+        let Some(after) = self.normal.map(stuck_after) else {
+            return Some(deadline_after(now, Duration::from_secs(3600)));
+        };
+        match full_for {
+            Some(full) if full >= after => None,
+            Some(full) => Some(deadline_after(now, after - full)),
+            None => Some(deadline_after(now, after)),
+        }
+    }
+}
+
+/// Why a [`Room`] gave no seat: the one vocabulary of refusals for room, whose
+/// [`as_str`](Self::as_str) is the `reason` label of
+/// `watertight_request_pool_refused_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NoSeat {
@@ -114,30 +166,32 @@ pub enum NoSeat {
     Full,
     /// It waited, and `max_wait` ended the wait.
     Waited,
-    /// The caller's own deadline ended its wait (or had passed on arrival).
+    /// The caller's own deadline (a request's budget) ended its wait, or had
+    /// passed on arrival.
     Deadline,
     /// No seat had come back for several normal holds: the line did not move.
     Stuck,
 }
 
 impl NoSeat {
-    /// A label for logs and metrics: `full`, `waited`, `deadline`, `stuck`.
-    pub fn as_str(self) -> &'static str {
+    /// Every reason, in the order of their labels in `/metrics`.
+    pub const ALL: [NoSeat; 4] = [NoSeat::Full, NoSeat::Waited, NoSeat::Deadline, NoSeat::Stuck];
+
+    /// Its label, for logs and metrics: `full`, `max_wait`, `budget`, `stuck`.
+    pub const fn as_str(self) -> &'static str {
         match self {
             NoSeat::Full => "full",
-            NoSeat::Waited => "waited",
-            NoSeat::Deadline => "deadline",
+            NoSeat::Waited => "max_wait",
+            NoSeat::Deadline => "budget",
             NoSeat::Stuck => "stuck",
         }
     }
 }
 
-/// A line of callers waiting for a seat: how many are ahead of the next
-/// one, and since when it has stood.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Line {
-    pub(crate) ahead: usize,
-    pub(crate) standing: Standing,
+impl fmt::Display for NoSeat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Since when a line has stood. A break shorter than `round` (one mean
@@ -154,20 +208,15 @@ pub(crate) struct Standing {
 
 impl Standing {
     /// The line, empty, has a caller again.
-    pub(crate) fn formed(&mut self, now: Instant, round: Duration) {
+    fn formed(&mut self, now: Instant, round: Duration) {
         if self.stood(now, round).is_zero() {
             self.since = Some(now);
         }
         self.emptied = None;
     }
 
-    /// A waiter went back to the front: the line goes on, unbroken.
-    fn resumed(&mut self) {
-        self.emptied = None;
-    }
-
     /// The line has emptied.
-    pub(crate) fn emptied(&mut self, now: Instant) {
+    fn emptied(&mut self, now: Instant) {
         if self.since.is_some() {
             self.emptied.get_or_insert(now);
         }
@@ -175,7 +224,7 @@ impl Standing {
 
     /// How long the line has stood as of `now` (zero after a break of at
     /// least `round`).
-    pub(crate) fn stood(&self, now: Instant, round: Duration) -> Duration {
+    fn stood(&self, now: Instant, round: Duration) -> Duration {
         match (self.since, self.emptied) {
             (Some(since), None) => now.saturating_duration_since(since),
             (Some(since), Some(at)) if now.saturating_duration_since(at) < round => {
@@ -198,28 +247,60 @@ pub struct RoomCounts {
     pub refused: u64,
 }
 
-/// One caller in a line of [`Waiters`].
-pub(crate) struct Waiter {
+/// A thread parked in a line of [`Waiters`].
+pub(crate) struct Parked {
     thread: Thread,
     class: usize,
     /// Set under the owner's lock when room is handed to this waiter.
     granted: AtomicBool,
 }
 
-/// A FIFO of callers waiting for room, kept under its owner's lock (the
-/// room's, or the pool queue's): the one line of the crate. What "room" is
-/// stays with the owner, which grants it with [`grant`](Self::grant) and
-/// wakes the granted with [`Woken::unpark`] after unlocking.
-#[derive(Default)]
-pub(crate) struct Waiters {
-    line: VecDeque<Arc<Waiter>>,
+/// A request waiting in a room's line, holding no thread: the end of its
+/// wait (`None`: a patient one, never refused) and why it would end there.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+struct Queued<R> {
+    value: R,
+    class: usize,
+    until: Option<Instant>,
+    why: NoSeat,
+}
+
+/// One waiter of a line: a parked thread, or a request a thread hands on.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+enum Waiter<R> {
+    Thread(Arc<Parked>),
+    Request(Queued<R>),
+}
+
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+impl<R> Waiter<R> {
+    fn class(&self) -> usize {
+        match self {
+            Waiter::Thread(p) => p.class,
+            Waiter::Request(q) => q.class,
+        }
+    }
+}
+
+/// A FIFO of waiters for room, kept under its owner's lock (the room's, or
+/// the pool queue's): the one line of the crate. What "room" is stays with
+/// the owner, which grants it to parked threads with [`grant`](Self::grant)
+/// and wakes them with [`Woken::unpark`] after unlocking.
+pub(crate) struct Waiters<R = Infallible> {
+    line: VecDeque<Waiter<R>>,
     standing: Standing,
     pub(crate) counts: RoomCounts,
 }
 
+impl<R> Default for Waiters<R> {
+    fn default() -> Self {
+        Waiters { line: VecDeque::new(), standing: Standing::default(), counts: RoomCounts::default() }
+    }
+}
+
 /// Waiters granted room under a lock, to unpark once it is released.
 #[must_use = "granted waiters must be unparked"]
-pub(crate) struct Woken(Vec<Arc<Waiter>>);
+pub(crate) struct Woken(Vec<Arc<Parked>>);
 
 impl Woken {
     #[inline]
@@ -230,34 +311,39 @@ impl Woken {
     }
 }
 
-impl Waiters {
+impl<R> Waiters<R> {
     pub(crate) fn len(&self) -> usize {
         self.line.len()
     }
 
-    /// The line as a newcomer finds it.
-    pub(crate) fn line(&self) -> Line {
-        Line { ahead: self.line.len(), standing: self.standing }
+    /// How long the line has stood as of `now`, a break shorter than
+    /// `round` not ending it (see [`Standing`]).
+    pub(crate) fn stood(&self, now: Instant, round: Duration) -> Duration {
+        self.standing.stood(now, round)
     }
 
-    /// Queues the calling thread, of `class`, at the back. `round` is one
-    /// mean hold of the line: a break shorter than it does not end it.
-    pub(crate) fn join(&mut self, class: usize, now: Instant, round: Duration) -> Arc<Waiter> {
-        let me = Arc::new(Waiter { thread: current(), class, granted: AtomicBool::new(false) });
+    fn push(&mut self, waiter: Waiter<R>, now: Instant, round: Duration) {
         if self.line.is_empty() {
             self.standing.formed(now, round);
         }
         self.counts.waited += 1;
-        self.line.push_back(Arc::clone(&me));
+        self.line.push_back(waiter);
+    }
+
+    /// Queues the calling thread, of `class`, at the back. `round` is one
+    /// mean hold of the line: a break shorter than it does not end it.
+    pub(crate) fn join(&mut self, class: usize, now: Instant, round: Duration) -> Arc<Parked> {
+        let me = Arc::new(Parked { thread: current(), class, granted: AtomicBool::new(false) });
+        self.push(Waiter::Thread(Arc::clone(&me)), now, round);
         me
     }
 
     /// Puts a waiter granted room that it could not use back at the front:
     /// it never stopped waiting, so the line goes on without a break.
-    pub(crate) fn rejoin(&mut self, me: &Arc<Waiter>) {
+    pub(crate) fn rejoin(&mut self, me: &Arc<Parked>) {
         me.granted.store(false, Ordering::Relaxed);
-        self.line.push_front(Arc::clone(me));
-        self.standing.resumed();
+        self.line.push_front(Waiter::Thread(Arc::clone(me)));
+        self.standing.emptied = None;
     }
 
     /// A granted waiter is through (it has its room): if nobody is left in
@@ -270,24 +356,26 @@ impl Waiters {
         }
     }
 
-    fn leave(&mut self, me: &Arc<Waiter>, now: Instant) {
-        self.line.retain(|w| !Arc::ptr_eq(w, me));
+    fn leave(&mut self, me: &Arc<Parked>, now: Instant) {
+        self.line.retain(|w| !matches!(w, Waiter::Thread(p) if Arc::ptr_eq(p, me)));
         self.counts.refused += 1;
         self.through(now);
     }
 
-    /// Grants room first come first served to each waiter for whose class
-    /// `take` finds (and takes) some; those it refuses keep their place.
+    /// Grants room first come first served to each parked waiter for whose
+    /// class `take` finds (and takes) some; those it refuses keep their
+    /// place, as do waiting requests (a thread hands them on).
     pub(crate) fn grant(&mut self, mut take: impl FnMut(usize) -> bool) -> Woken {
         let mut woken = Vec::new();
         let mut i = 0;
         while i < self.line.len() {
-            if take(self.line[i].class) {
-                let w = self.line.remove(i).expect("in range");
-                w.granted.store(true, Ordering::Relaxed);
-                woken.push(w);
-            } else {
-                i += 1;
+            match &self.line[i] {
+                Waiter::Thread(w) if take(w.class) => {
+                    w.granted.store(true, Ordering::Relaxed);
+                    woken.push(Arc::clone(w));
+                    self.line.remove(i);
+                }
+                _ => i += 1,
             }
         }
         Woken(woken)
@@ -312,10 +400,10 @@ pub(crate) enum GaveUp {
 /// [`Waiters::through`] once a granted waiter is through. A grant racing a give-up wins:
 /// the room is not lost. No wake-up is lost either: `granted` is read under
 /// the lock before each park, and set under it before the unpark.
-pub(crate) fn wait<G>(
+pub(crate) fn wait<G, R>(
     mut lock: impl FnMut() -> G,
-    line: impl Fn(&mut G) -> &mut Waiters,
-    me: &Arc<Waiter>,
+    line: impl Fn(&mut G) -> &mut Waiters<R>,
+    me: &Arc<Parked>,
     until: Instant,
     mut recheck: impl FnMut(Instant) -> Option<Instant>,
 ) -> (G, Result<(), GaveUp>) {
@@ -351,12 +439,57 @@ pub(crate) fn wait<G>(
     }
 }
 
-struct State {
+/// Seats held, in all and per class, and waiters in line: written only under
+/// the room's lock (so read there, they are exact), read without it as
+/// relaxed gauges (a request pool's `busy`, `reserved_busy` and `waiting`).
+/// The room's one count of each.
+pub(crate) struct Seats {
+    in_use: Gauge,
+    held: Box<[Gauge]>,
+    waiting: Gauge,
+}
+
+impl Seats {
+    fn new(classes: usize) -> Seats {
+        Seats {
+            in_use: Gauge::new(0),
+            held: (0..classes).map(|_| Gauge::new(0)).collect(),
+            waiting: Gauge::new(0),
+        }
+    }
+
+    /// Seats held now.
+    pub(crate) fn in_use(&self) -> usize {
+        self.in_use.load(Relaxed)
+    }
+
+    /// Seats held now by `class`.
+    pub(crate) fn held_by(&self, class: usize) -> usize {
+        self.held.get(class).map_or(0, |h| h.load(Relaxed))
+    }
+
+    /// Waiters in line now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Relaxed)
+    }
+
+    /// Under the lock, the only writer: plain loads and stores.
+    fn add(&self, class: usize, up: bool) {
+        let step = |g: &Gauge| g.store(if up { g.load(Relaxed) + 1 } else { g.load(Relaxed) - 1 }, Relaxed);
+        step(&self.in_use);
+        step(&self.held[class]);
+    }
+
+    fn free_for(&self, limit: usize, class: usize, kept: &[usize]) -> bool {
+        self.in_use() < limit && self.held_by(class) < limit.saturating_sub(kept[class])
+    }
+}
+
+struct State<R> {
     limit: usize,
-    in_use: usize,
-    /// Seats held per class.
-    held: Vec<usize>,
-    waiters: Waiters,
+    /// Shared with a request pool's gauges; written only here, under the lock.
+    seats: std::sync::Arc<Seats>,
+    waiters: Waiters<R>,
     /// Per class, when a seat last came back or the class last filled: what
     /// the stuck rule measures from. Per class, since a class that keeps
     /// seats for another fills before the room does.
@@ -366,49 +499,43 @@ struct State {
     quiet_takes: u32,
 }
 
-fn free_for(limit: usize, in_use: usize, held: &[usize], class: usize, kept: &[usize]) -> bool {
-    in_use < limit && held[class] < limit.saturating_sub(kept[class])
-}
-
-impl State {
+impl<R> State<R> {
     fn free_for(&self, class: usize, kept: &[usize]) -> bool {
-        free_for(self.limit, self.in_use, &self.held, class, kept)
+        self.seats.free_for(self.limit, class, kept)
     }
 
-    fn take(&mut self, class: usize) {
-        self.in_use += 1;
-        self.held[class] += 1;
+    /// The line's length into its gauge, after a change.
+    fn counted(&mut self) {
+        self.seats.waiting.store(self.waiters.len(), Relaxed);
     }
 
-    /// Grants waiters, first come first served among those whose class has
-    /// a free seat, until none has: the invariant of the module docs.
+    /// Grants parked waiters, first come first served among those whose
+    /// class has a free seat, until none has: the invariant of the module docs.
     #[inline]
     fn grant(&mut self, kept: &[usize]) -> Woken {
         if self.waiters.len() == 0 {
             return Woken(Vec::new());
         }
-        self.grant_waiting(kept)
-    }
-
-    fn grant_waiting(&mut self, kept: &[usize]) -> Woken {
-        let State { limit, in_use, held, waiters, .. } = self;
+        let State { limit, seats, waiters, .. } = self;
         let mut seated = 0;
         let woken = waiters.grant(|class| {
-            let free = free_for(*limit, *in_use, held, class, kept);
+            let free = seats.free_for(*limit, class, kept);
             if free {
-                *in_use += 1;
-                held[class] += 1;
+                seats.add(class, true);
                 seated += 1;
             }
             free
         });
         waiters.counts.seated += seated;
+        self.counted();
         woken
     }
 }
 
 /// Seats, shares kept per class, and a FIFO wait admitted by time (see the
-/// module docs). Cheap to clone: clones share the seats.
+/// module docs). Cheap to clone: clones share the seats. `R` is what a
+/// request waiting without a thread is (`Room::enter`, the crate's own server); a room whose
+/// waiters are threads has none.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -431,13 +558,18 @@ impl State {
 /// # drop(first);
 /// # Ok::<(), watertight::ConfigError>(())
 /// ```
-#[derive(Clone)]
-pub struct Room {
-    inner: Arc<Inner>,
+pub struct Room<R = Infallible> {
+    inner: Arc<Inner<R>>,
 }
 
-struct Inner {
-    state: Mutex<State>,
+impl<R> Clone for Room<R> {
+    fn clone(&self) -> Self {
+        Room { inner: Arc::clone(&self.inner) }
+    }
+}
+
+struct Inner<R> {
+    state: Mutex<State<R>>,
     /// Seats each class leaves to the others (see the module docs).
     kept: Vec<usize>,
     max_wait_ns: AtomicU64,
@@ -450,8 +582,8 @@ struct Inner {
 
 /// A seat of a [`Room`]; dropping it gives the seat back.
 #[must_use = "dropping a Seat gives it back at once"]
-pub struct Seat {
-    inner: Arc<Inner>,
+pub struct Seat<R = Infallible> {
+    inner: Arc<Inner<R>>,
     /// When it was taken, in nanoseconds after the room's `epoch` (at least
     /// 1), for a seat whose hold is timed; 0 in a room that never waits (it
     /// has no use for the time a seat is held), and for the untimed seats of
@@ -459,7 +591,27 @@ pub struct Seat {
     /// of 24 bytes keeps a request pool's `Entered` small enough to move
     /// without a `memcpy`.
     since: u64,
+    /// [`GIVEN_BACK`] once handed back through [`Room::pass`].
     class: u32,
+}
+
+/// What [`Room::enter`] made of a request.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+pub(crate) enum Admission<R> {
+    /// Handle it now, on the calling thread, in this seat.
+    Run(R, Seat<R>),
+    /// It waits in line, holding no thread.
+    Waits,
+    /// Refused (answer it `503`).
+    Refused(R, NoSeat),
+}
+
+/// What a thread does after [`Room::pass`] or [`Room::sweep`]: the request to
+/// handle next, with its seat, and the waiting requests whose wait ended.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+pub(crate) struct Handoff<R> {
+    pub(crate) run: Option<(R, Seat<R>)>,
+    pub(crate) expired: Vec<(R, NoSeat)>,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -489,6 +641,18 @@ impl Room {
     /// `limit` seats for `kept.len()` classes (at least one), of which class
     /// `c` may hold at most `limit - kept[c]`.
     pub fn with_shares(limit: usize, max_wait: Duration, kept: &[usize]) -> Result<Room, crate::ConfigError> {
+        Room::with_line(limit, max_wait, kept)
+    }
+}
+
+impl<R> Room<R> {
+    /// [`with_shares`](Room::with_shares), for a room whose line may hold
+    /// requests `R` ([`enter`](Self::enter)).
+    pub(crate) fn with_line(
+        limit: usize,
+        max_wait: Duration,
+        kept: &[usize],
+    ) -> Result<Room<R>, crate::ConfigError> {
         check(limit, max_wait)?;
         let kept = if kept.is_empty() { vec![0] } else { kept.to_vec() };
         let hold = kept.iter().map(|_| Latency::default()).collect();
@@ -496,8 +660,7 @@ impl Room {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     limit,
-                    in_use: 0,
-                    held: vec![0; kept.len()],
+                    seats: std::sync::Arc::new(Seats::new(kept.len())),
                     waiters: Waiters::default(),
                     moved: vec![Instant::now(); kept.len()],
                     quiet_takes: 0,
@@ -512,36 +675,39 @@ impl Room {
 
     /// A seat of the first class, at once or after a wait that ends by
     /// `deadline` and lasts at most `max_wait`; `None` when none came.
-    pub fn acquire(&self, deadline: Instant) -> Option<Seat> {
+    pub fn acquire(&self, deadline: Instant) -> Option<Seat<R>> {
         self.acquire_as(0, deadline).ok()
     }
 
     /// A seat for `class` (out of range reads as the last class), at once
     /// or after a wait admitted by time (see the module docs) that ends by
     /// `deadline` and lasts at most `max_wait`; else why not.
-    pub fn acquire_as(&self, class: usize, deadline: Instant) -> Result<Seat, NoSeat> {
+    pub fn acquire_as(&self, class: usize, deadline: Instant) -> Result<Seat<R>, NoSeat> {
         self.acquire_timed(class, deadline).map(|(seat, _)| seat)
     }
 
-    /// [`acquire_as`](Self::acquire_as), and whether the caller waited.
-    pub(crate) fn acquire_timed(&self, class: usize, deadline: Instant) -> Result<(Seat, bool), NoSeat> {
+    /// [`acquire_as`](Self::acquire_as), and whether the caller waited: the
+    /// one wait of a thread for a seat.
+    pub(crate) fn acquire_timed(&self, class: usize, deadline: Instant) -> Result<(Seat<R>, bool), NoSeat> {
         let inner = &self.inner;
-        let class = class.min(inner.kept.len() - 1);
+        let class = self.class(class);
         let mut st = inner.state.lock();
         let now = Instant::now();
         if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
             return Ok((seat, false));
         }
-        let until = self.may_wait(&st, class, now, deadline, st.waiters.line()).inspect_err(|_| {
+        let until = self.may_wait(&st, class, now, deadline).inspect_err(|_| {
             st.waiters.counts.refused += 1;
         })?;
         let me = st.waiters.join(class, now, self.line_round());
+        st.counted();
         drop(st);
         let recheck = |now| {
             let st = inner.state.lock();
-            (!self.stuck(&st, class, now)).then(|| self.next_check(&st, class, now))
+            self.recheck(&st, class, now)
         };
         let (mut st, waited) = wait(|| inner.state.lock(), |st| &mut st.waiters, &me, until, recheck);
+        st.counted();
         // A waiter that gave up has left the line, and `leave` saw to the break.
         if let Err(gave_up) = waited {
             drop(st);
@@ -557,22 +723,35 @@ impl Room {
         Ok((self.seat(class, Some(now)), true))
     }
 
-    fn seat(&self, class: usize, since: Option<Instant>) -> Seat {
+    /// A seat for `class` if one is free now, never a wait. Its hold is
+    /// timed from what `now` gives (asked only in a room that may make a
+    /// caller wait, see [`Seat`]).
+    pub(crate) fn try_seat(&self, class: usize, now: impl FnOnce() -> Instant) -> Option<Seat<R>> {
+        let class = self.class(class);
+        let now = (self.inner.max_wait_ns.load(Relaxed) != 0).then(now);
+        let mut st = self.inner.state.lock();
+        self.take_seat(&mut st, class, now)
+    }
+
+    fn class(&self, class: usize) -> usize {
+        class.min(self.inner.kept.len() - 1)
+    }
+
+    fn seat(&self, class: usize, since: Option<Instant>) -> Seat<R> {
         let since = since.map_or(0, |at| ns(at.saturating_duration_since(self.inner.epoch)).max(1));
         // `class` is below `kept.len()`, which a room's few classes keep far below u32::MAX.
         Seat { inner: Arc::clone(&self.inner), since, class: class as u32 }
     }
 
     /// Under the lock, for a caller of `class` that found no seat: until
-    /// when it may wait in `line`, or why it may not (see "Admission by time"
-    /// in the module docs).
+    /// when it may wait behind the line, or why it may not (see "Admission
+    /// by time" in the module docs).
     fn may_wait(
         &self,
-        st: &State,
+        st: &State<R>,
         class: usize,
         now: Instant,
         deadline: Instant,
-        line: Line,
     ) -> Result<Instant, NoSeat> {
         if deadline <= now {
             return Err(NoSeat::Deadline);
@@ -585,82 +764,38 @@ impl Room {
         if self.stuck(st, class, now) {
             return Err(NoSeat::Stuck);
         }
-        let mean = self.inner.hold[class].mean().unwrap_or(Duration::ZERO);
-        let seats = st.limit.saturating_sub(self.inner.kept[class]).max(1);
-        let rounds = u32::try_from((line.ahead + 1).div_ceil(seats)).unwrap_or(u32::MAX);
-        let expected = mean.saturating_mul(rounds);
-        let stood = line.standing.stood(now, self.line_round());
-        match admits(expected, expected, mean, stood, max_wait, now, deadline) {
+        let seats = st.limit.saturating_sub(self.inner.kept[class]);
+        let stood = st.waiters.stood(now, self.line_round());
+        let ahead = Ahead { calls: st.waiters.len(), capacity: 0, seats, standing: stood };
+        match self.rule(class, deadline).admits(ahead, now) {
             true => Ok(until),
             false => Err(NoSeat::Full),
         }
     }
 
-    /// For a line kept outside the room (the crate's own server keeps its
-    /// waiting requests, not its threads, in line): a seat for `class` if one
-    /// is free now, else until when a caller with `deadline` may wait behind
-    /// `line`, or why it may not. The caller keeps the line and asks
-    /// [`try_seat`](Self::try_seat) again as seats come back.
-    #[cfg(feature = "tiny_http")]
-    pub(crate) fn seat_or_wait(
-        &self,
-        class: usize,
-        deadline: Instant,
-        line: Line,
-    ) -> Result<Seat, Result<Instant, NoSeat>> {
-        let class = class.min(self.inner.kept.len() - 1);
-        let mut st = self.inner.state.lock();
-        let now = Instant::now();
-        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
-            return Ok(seat);
-        }
-        let may = self.may_wait(&st, class, now, deadline, line);
-        match may {
-            Ok(_) => st.waiters.counts.waited += 1,
-            Err(_) => st.waiters.counts.refused += 1,
-        }
-        Err(may)
-    }
-
-    /// A seat for `class` if one is free now.
-    pub(crate) fn try_seat(&self, class: usize) -> Option<Seat> {
-        self.try_seat_at(class, Instant::now)
-    }
-
-    /// [`try_seat`](Self::try_seat) for a caller that has read the clock
-    /// already: its hold is timed from what `now` gives (asked only in a
-    /// room that may make a caller wait, see [`Seat`]).
-    pub(crate) fn try_seat_at(&self, class: usize, now: impl FnOnce() -> Instant) -> Option<Seat> {
-        let class = class.min(self.inner.kept.len() - 1);
-        let now = (self.inner.max_wait_ns.load(Relaxed) != 0).then(now);
-        let mut st = self.inner.state.lock();
-        self.take_seat(&mut st, class, now)
+    /// The room's rule for a caller of `class` due by `deadline`, from the
+    /// holds of its class.
+    fn rule(&self, class: usize, deadline: Instant) -> ByTime {
+        let hold = &self.inner.hold[class];
+        ByTime { mean: hold.mean(), normal: hold.normal(), max_wait: self.max_wait(), deadline }
     }
 
     /// One round of the line: the longest of the classes' mean holds (zero
     /// before one is timed). A break shorter than this does not end the
     /// line, whichever classes wait in it.
-    pub(crate) fn line_round(&self) -> Duration {
+    fn line_round(&self) -> Duration {
         self.inner.hold.iter().filter_map(Latency::mean).max().unwrap_or(Duration::ZERO)
     }
 
-    /// Whether `class` has no free seat and none of its seats has come back
-    /// for several normal holds: a line behind it would not move.
-    #[cfg(feature = "tiny_http")]
-    pub(crate) fn is_stuck(&self, class: usize) -> bool {
-        let class = class.min(self.inner.kept.len() - 1);
-        let st = self.inner.state.lock();
-        self.stuck(&st, class, Instant::now())
-    }
-
     /// Under the lock: a seat for `class` if it has one free.
-    fn take_seat(&self, st: &mut State, class: usize, now: Option<Instant>) -> Option<Seat> {
+    fn take_seat(&self, st: &mut State<R>, class: usize, now: Option<Instant>) -> Option<Seat<R>> {
         if !st.free_for(class, &self.inner.kept) {
             return None;
         }
-        st.take(class);
+        st.seats.add(class, true);
         st.waiters.counts.seated += 1;
-        let busy = st.in_use * 2 > st.limit;
+        let (limit, in_use) = (st.limit, st.seats.in_use());
+        let busy = in_use * 2 > limit;
         if !busy {
             st.quiet_takes = st.quiet_takes.wrapping_add(1);
         }
@@ -669,11 +804,11 @@ impl Room {
             // The stuck clock of each class this seat filled starts now: its
             // own, if it took its last seat; another's, if it took the room's
             // last seat while that class was below its share.
-            let (limit, kept) = (st.limit, &self.inner.kept);
+            let kept = &self.inner.kept;
             for c in 0..kept.len() {
                 let filled = match c == class {
                     true => !st.free_for(c, kept),
-                    false => st.in_use == limit && st.held[c] < limit.saturating_sub(kept[c]),
+                    false => in_use == limit && st.seats.held_by(c) < limit.saturating_sub(kept[c]),
                 };
                 if filled {
                     st.moved[c] = now;
@@ -683,35 +818,32 @@ impl Room {
         Some(self.seat(class, timed))
     }
 
-    /// The time after which a class with no free seat, none of whose seats
-    /// has come back, is stuck; `None` before its first hold is timed.
-    fn stuck_after(&self, class: usize) -> Option<Duration> {
-        self.inner.hold[class].normal().map(stuck_after)
+    /// When to look again whether the line of `class` is stuck, `None` once
+    /// it is: the class has no free seat and none has come back for several
+    /// normal holds.
+    fn recheck(&self, st: &State<R>, class: usize, now: Instant) -> Option<Instant> {
+        let full_for =
+            (!st.free_for(class, &self.inner.kept)).then(|| now.saturating_duration_since(st.moved[class]));
+        self.rule(class, now).recheck(full_for, now)
     }
 
-    fn stuck(&self, st: &State, class: usize, now: Instant) -> bool {
-        !st.free_for(class, &self.inner.kept)
-            && self
-                .stuck_after(class)
-                .is_some_and(|after| now.saturating_duration_since(st.moved[class]) >= after)
+    fn stuck(&self, st: &State<R>, class: usize, now: Instant) -> bool {
+        self.recheck(st, class, now).is_none()
     }
 
-    /// When the stuck rule could first hold, for a waiter's park.
-    fn next_check(&self, st: &State, class: usize, now: Instant) -> Instant {
-        match self.stuck_after(class) {
-            Some(after) => deadline_after(st.moved[class], after).max(now),
-            None => deadline_after(now, Duration::from_secs(3600)),
-        }
+    /// The seats held and the line's length, as gauges readable without the lock.
+    pub(crate) fn occupancy(&self) -> std::sync::Arc<Seats> {
+        std::sync::Arc::clone(&self.inner.state.lock().seats)
     }
 
     /// Seats held now.
     pub fn in_use(&self) -> usize {
-        self.inner.state.lock().in_use
+        self.inner.state.lock().seats.in_use()
     }
 
     /// Seats held now by `class`.
     pub fn held_by(&self, class: usize) -> usize {
-        self.inner.state.lock().held.get(class).copied().unwrap_or(0)
+        self.inner.state.lock().seats.held_by(class)
     }
 
     /// Callers waiting for a seat now.
@@ -755,54 +887,179 @@ impl Room {
     }
 }
 
-impl Seat {
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+impl<R> Room<R> {
+    /// A request `value` of `class`, due by `deadline`, on a free thread: a
+    /// seat for it now (of `class`, else of `or_class` if given), else a
+    /// place in line by the rule of admission by time, holding no thread;
+    /// else refused. A `patient` request is never refused: it waits however
+    /// long, and no end of its wait or stuck line takes it out.
+    pub(crate) fn enter(
+        &self,
+        class: usize,
+        value: R,
+        deadline: Instant,
+        patient: bool,
+        or_class: Option<usize>,
+    ) -> Admission<R> {
+        let class = self.class(class);
+        let mut st = self.inner.state.lock();
+        let now = Instant::now();
+        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
+            return Admission::Run(value, seat);
+        }
+        if let Some(seat) = or_class.and_then(|c| self.take_seat(&mut st, self.class(c), Some(now))) {
+            return Admission::Run(value, seat);
+        }
+        let (until, why) = match self.may_wait(&st, class, now, deadline) {
+            Ok(until) if until >= deadline => (Some(until), NoSeat::Deadline),
+            Ok(until) => (Some(until), NoSeat::Waited),
+            Err(why) if !patient => {
+                st.waiters.counts.refused += 1;
+                return Admission::Refused(value, why);
+            }
+            Err(why) => (None, why),
+        };
+        let until = until.filter(|_| !patient);
+        st.waiters.push(Waiter::Request(Queued { value, class, until, why }), now, self.line_round());
+        st.counted();
+        Admission::Waits
+    }
+
+    /// Gives `seat` back and, under the same lock, says what the thread that
+    /// held it does next (see [`sweep`](Self::sweep)).
+    pub(crate) fn pass(&self, mut seat: Seat<R>, or_class: Option<usize>) -> Handoff<R> {
+        let now = seat.timed();
+        let mut st = self.inner.state.lock();
+        let woken = self.inner.release(&mut st, seat.class(), now);
+        seat.class = GIVEN_BACK;
+        let next = self.next(&mut st, or_class);
+        drop(st);
+        woken.unpark();
+        next
+    }
+
+    /// For a thread that is free: the waiting requests whose wait ended (or
+    /// all but the patient, when their line is stuck), and the oldest other
+    /// one with a seat for it (of its class, else of `or_class`), if one is free.
+    pub(crate) fn sweep(&self, or_class: Option<usize>) -> Handoff<R> {
+        let mut st = self.inner.state.lock();
+        self.next(&mut st, or_class)
+    }
+
+    fn next(&self, st: &mut State<R>, or_class: Option<usize>) -> Handoff<R> {
+        let mut next = Handoff { run: None, expired: Vec::new() };
+        if st.waiters.len() == 0 {
+            return next;
+        }
+        let now = Instant::now();
+        let stuck: Vec<bool> = (0..self.inner.kept.len()).map(|c| self.stuck(st, c, now)).collect();
+        let ends = |q: &Queued<R>| match q.until {
+            Some(u) if u <= now => Some(q.why),
+            Some(_) if stuck[q.class] => Some(NoSeat::Stuck),
+            _ => None,
+        };
+        let line = &mut st.waiters.line;
+        if line.iter().any(|w| matches!(w, Waiter::Request(q) if ends(q).is_some())) {
+            for w in std::mem::take(line) {
+                match w {
+                    Waiter::Request(q) if ends(&q).is_some() => {
+                        let why = ends(&q).expect("ended");
+                        next.expired.push((q.value, why));
+                    }
+                    w => line.push_back(w),
+                }
+            }
+        }
+        if let Some(i) = line.iter().position(|w| matches!(w, Waiter::Request(_))) {
+            let class = line[i].class();
+            let seat = self
+                .take_seat(st, class, Some(now))
+                .or_else(|| or_class.and_then(|c| self.take_seat(st, self.class(c), Some(now))));
+            if let Some(seat) = seat
+                && let Some(Waiter::Request(q)) = st.waiters.line.remove(i)
+            {
+                next.run = Some((q.value, seat));
+            }
+        }
+        st.waiters.through(now);
+        st.counted();
+        next
+    }
+
+    /// Every waiting request, oldest first, for a pool that stops.
+    pub(crate) fn drain(&self) -> Vec<R> {
+        let mut st = self.inner.state.lock();
+        let mut drained = Vec::new();
+        for w in std::mem::take(&mut st.waiters.line) {
+            match w {
+                Waiter::Request(q) => drained.push(q.value),
+                w => st.waiters.line.push_back(w),
+            }
+        }
+        st.waiters.standing = Standing::default();
+        st.counted();
+        drained
+    }
+}
+
+impl<R> Inner<R> {
+    /// Under the lock: a seat of `class` comes back (at `now`, if its hold
+    /// was timed), and goes to the parked waiters it frees.
+    fn release(&self, st: &mut State<R>, class: usize, mut now: Option<Instant>) -> Woken {
+        // An untimed seat coming back to a full class still moves its
+        // line: the stuck rule needs the time.
+        let kept = &self.kept;
+        if now.is_none()
+            && self.max_wait_ns.load(Relaxed) != 0
+            && (0..kept.len()).any(|c| !st.free_for(c, kept))
+        {
+            now = Some(Instant::now());
+        }
+        st.seats.add(class, false);
+        if let Some(now) = now {
+            st.moved.fill(now);
+        }
+        st.grant(kept)
+    }
+}
+
+impl<R> Seat<R> {
     /// The class the seat was taken for.
     pub fn class(&self) -> usize {
         self.class as usize
     }
+
+    /// The end of a timed hold: records it, and returns when it ended.
+    fn timed(&self) -> Option<Instant> {
+        (self.since != 0).then(|| {
+            let now = Instant::now();
+            let since = self.inner.epoch + Duration::from_nanos(self.since);
+            self.inner.hold[self.class()].record(now.saturating_duration_since(since));
+            now
+        })
+    }
 }
 
-impl Drop for Seat {
+impl<R> Drop for Seat<R> {
     fn drop(&mut self) {
-        let inner = &self.inner;
-        let class = self.class();
-        let mut now = (self.since != 0).then(|| {
-            let now = Instant::now();
-            let since = inner.epoch + Duration::from_nanos(self.since);
-            inner.hold[class].record(now.saturating_duration_since(since));
-            now
-        });
-        let granted = {
-            let mut st = inner.state.lock();
-            // An untimed seat coming back to a full class still moves its
-            // line: the stuck rule needs the time.
-            let kept = &inner.kept;
-            if now.is_none()
-                && inner.max_wait_ns.load(Relaxed) != 0
-                && (0..kept.len()).any(|c| !st.free_for(c, kept))
-            {
-                now = Some(Instant::now());
-            }
-            st.in_use -= 1;
-            st.held[class] -= 1;
-            if let Some(now) = now {
-                st.moved.fill(now);
-            }
-            st.grant(kept)
-        };
+        if self.class == GIVEN_BACK {
+            return;
+        }
+        let now = self.timed();
+        let granted = self.inner.release(&mut self.inner.state.lock(), self.class(), now);
         granted.unpark();
     }
 }
 
-impl fmt::Debug for Room {
+impl<R> fmt::Debug for Room<R> {
     /// Never blocks: prints `<locked>` while the state is locked.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.inner.state.try_lock() {
             Some(st) => f
                 .debug_struct("Room")
-                .field("in_use", &st.in_use)
+                .field("in_use", &st.seats.in_use())
                 .field("limit", &st.limit)
-                .field("held", &st.held)
                 .field("waiting", &st.waiters.len())
                 .finish(),
             None => f.write_str("Room(<locked>)"),
@@ -810,7 +1067,7 @@ impl fmt::Debug for Room {
     }
 }
 
-impl fmt::Debug for Seat {
+impl<R> fmt::Debug for Seat<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Seat").field("class", &self.class).finish()
     }

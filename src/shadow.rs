@@ -10,19 +10,23 @@
 //! ([`DependencySnapshot::shadow_refused`](crate::DependencySnapshot::shadow_refused),
 //! `watertight_shadow_refusals_total{dependency,policy,reason}`), announced as
 //! [`Event::ShadowRefused`](crate::dependency::Event::ShadowRefused) and logged
-//! at `debug` in aggregate. Shadow is not off: a policy's kill switch (no
-//! limit, a disabled breaker) still turns it off entirely.
+//! at `debug` in aggregate; in shadow the rate limit takes its permit but
+//! makes nobody wait. Shadow is not off: a policy's kill switch (no limit, a
+//! disabled breaker) still turns it off entirely. The request pool's reserve
+//! has a switch of its own,
+//! [`Reserve::shadow`](crate::server::Reserve::shadow).
 //!
 //! One mechanism for every policy: a [`Shadow`] set says which [`Policy`]s
-//! are in shadow, and the one admission (`dependency/attempt.rs`, and the
-//! request pool's for [`Policy::Reserve`]) turns a shadowed policy's refusal
+//! of a dependency are in shadow, and the one admission
+//! (`dependency/attempt.rs`) turns a shadowed policy's refusal
 //! into "let through, recorded" in one place, counted per policy
 //! ([`ShadowCounts`]) and announced.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-/// A policy that refuses calls, and so can run in shadow.
+/// A dependency's policy that refuses calls, and so can run in shadow. (The
+/// request pool's reserve has a switch of its own: `server::Reserve::shadow`.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -42,25 +46,16 @@ pub enum Policy {
     /// Priority shedding: the places a pool keeps for more urgent calls
     /// ([`DependencyBuilder::reserved_for_critical`](crate::DependencyBuilder::reserved_for_critical)).
     Priority,
-    /// The request pool's reserved share (`server::Reserve`): in shadow an
-    /// ordinary request may take a reserved thread.
-    Reserve,
 }
 
 impl Policy {
     /// Every policy, in the order a call meets them.
-    pub const ALL: [Policy; 6] = [
-        Policy::Throttle,
-        Policy::RateLimit,
-        Policy::Breaker,
-        Policy::AdaptiveLimit,
-        Policy::Priority,
-        Policy::Reserve,
-    ];
+    pub const ALL: [Policy; 5] =
+        [Policy::Throttle, Policy::RateLimit, Policy::Breaker, Policy::AdaptiveLimit, Policy::Priority];
 
     /// Its label, in files, JSON and the `policy` label of
     /// `watertight_shadow_refusals_total`: `throttle`, `rate_limit`,
-    /// `breaker`, `adaptive_limit`, `priority`, `reserve`.
+    /// `breaker`, `adaptive_limit`, `priority`.
     pub fn as_str(self) -> &'static str {
         match self {
             Policy::Throttle => "throttle",
@@ -68,14 +63,12 @@ impl Policy {
             Policy::Breaker => "breaker",
             Policy::AdaptiveLimit => "adaptive_limit",
             Policy::Priority => "priority",
-            Policy::Reserve => "reserve",
         }
     }
 
     /// The reason it refuses with, the `reason` label: the label of the
     /// [`Rejection`](crate::Rejection) it answers when enforced (`throttled`,
-    /// `rate_limited`, `not_permitted`, `limit_exceeded`, `shed`), and
-    /// `server_busy` for the reserve, whose refusal is the request pool's `503`.
+    /// `rate_limited`, `not_permitted`, `limit_exceeded`, `shed`).
     pub fn reason(self) -> &'static str {
         use crate::error::Rejection;
         match self {
@@ -84,7 +77,6 @@ impl Policy {
             Policy::Breaker => Rejection::NotPermitted.as_str(),
             Policy::AdaptiveLimit => Rejection::LimitExceeded.as_str(),
             Policy::Priority => Rejection::Shed.as_str(),
-            Policy::Reserve => "server_busy",
         }
     }
 
@@ -114,7 +106,7 @@ impl fmt::Display for Policy {
 /// let shadow = Shadow::none().with(Policy::Breaker);
 /// assert!(shadow.contains(Policy::Breaker));
 /// assert!(!shadow.contains(Policy::RateLimit));
-/// assert!(Shadow::all().contains(Policy::Reserve));
+/// assert!(Shadow::all().contains(Policy::Priority));
 /// ```
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Shadow(u8);
@@ -256,14 +248,14 @@ mod tests {
 
     #[test]
     fn a_set_holds_what_was_put_in_and_lists_it_in_order() {
-        let set = Shadow::none().with(Policy::Reserve).with(Policy::Breaker);
-        assert_eq!(set.iter().collect::<Vec<_>>(), [Policy::Breaker, Policy::Reserve]);
+        let set = Shadow::none().with(Policy::Priority).with(Policy::Breaker);
+        assert_eq!(set.iter().collect::<Vec<_>>(), [Policy::Breaker, Policy::Priority]);
         assert!(!set.without(Policy::Breaker).contains(Policy::Breaker));
-        assert!(set.without(Policy::Breaker).contains(Policy::Reserve));
+        assert!(set.without(Policy::Breaker).contains(Policy::Priority));
         assert_eq!(Shadow::all().iter().count(), Policy::ALL.len());
         assert!(Shadow::default().is_empty());
-        assert_eq!(format!("{set:?}"), "{Breaker, Reserve}");
-        assert_eq!(Policy::ALL.iter().map(|p| p.bit()).fold(0, |a, b| a | b).count_ones(), 6);
+        assert_eq!(format!("{set:?}"), "{Breaker, Priority}");
+        assert_eq!(Policy::ALL.iter().map(|p| p.bit()).fold(0, |a, b| a | b).count_ones(), 5);
     }
 
     #[test]
@@ -275,7 +267,7 @@ mod tests {
         let counts = counters.load();
         assert_eq!(counts.get(Policy::Breaker), 2);
         assert_eq!(counts.get(Policy::Throttle), 1);
-        assert_eq!(counts.get(Policy::Reserve), 0);
+        assert_eq!(counts.get(Policy::Priority), 0);
         assert_eq!(counts.total(), 3);
         assert_eq!(Policy::Breaker.reason(), "not_permitted");
     }

@@ -44,7 +44,7 @@ mod imp {
     /// The worker's side, held while the job runs. Fields drop in order: the
     /// span is exited (by the dispatcher that made it) before the thread's
     /// default dispatcher is put back.
-    pub(crate) struct Entered {
+    pub(crate) struct InSpan {
         _span: EnteredSpan,
         _dispatch: DefaultGuard,
     }
@@ -62,7 +62,7 @@ mod imp {
     /// On the worker, first thing in the job; the job runs inside the
     /// returned guard.
     #[inline]
-    pub(crate) fn enter(parent: Parent, ctx: &CallContext) -> Option<Entered> {
+    pub(crate) fn enter(parent: Parent, ctx: &CallContext) -> Option<InSpan> {
         let (dispatch, parent) = parent.0?;
         let guard = dispatcher::set_default(&dispatch);
         // `parent: &Span`: a caller with no current span makes the job a root
@@ -75,7 +75,7 @@ mod imp {
             attempt = ctx.attempt(),
             deadline_ms = millis(ctx.remaining()),
         );
-        Some(Entered { _span: span.entered(), _dispatch: guard })
+        Some(InSpan { _span: span.entered(), _dispatch: guard })
     }
 
     /// A call turned away at once.

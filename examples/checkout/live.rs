@@ -12,7 +12,8 @@ use std::path::Path;
 use parking_lot::Mutex;
 use watertight::config::Config;
 use watertight::dependency::CallShape;
-use watertight::server::{RequestPool, Reserve};
+use watertight::registry::RequestPoolGauges;
+use watertight::server::Reserve;
 use watertight::{
     ConfigError, Dependency, DependencyConfig, Registry,
     registry::{CapacityReport, RequestThreads},
@@ -121,7 +122,7 @@ pub struct LiveConfig {
     changing: Mutex<()>,
     /// The running request pool, once the server has started: where the
     /// reserve is put in shadow and back live.
-    running: std::sync::OnceLock<RequestPool>,
+    running: std::sync::OnceLock<RequestPoolGauges>,
 }
 
 impl LiveConfig {
@@ -131,7 +132,7 @@ impl LiveConfig {
     }
 
     /// The running request pool, once the server has started.
-    pub fn attach(&self, pool: RequestPool) {
+    pub fn attach(&self, pool: RequestPoolGauges) {
         let _ = self.running.set(pool);
     }
 
@@ -154,7 +155,7 @@ impl LiveConfig {
 
     /// What the reserve in shadow let onto a reserved thread so far.
     pub fn reserve_shadow_refused(&self) -> u64 {
-        self.running.get().map_or(0, RequestPool::shadow_refused)
+        self.running.get().map_or(0, RequestPoolGauges::shadow_refused)
     }
 
     /// The request pool the capacity rule checks against: its threads less

@@ -41,7 +41,7 @@ use crate::history::History;
 use crate::live::LiveConfig;
 use crate::routes::App;
 use watertight::Registry;
-use watertight::shadow::{Policy, Shadow};
+use watertight::shadow::Shadow;
 use watertight::testing::{Call, FakeProvider, Fault};
 
 /// A checkout server protected by watertight bulkheads, with embedded fake
@@ -288,7 +288,7 @@ pub fn start(args: &Args) -> Result<Running, Box<dyn StdError>> {
     if args.shadow {
         for dep in config.dependencies.values_mut() {
             // Every policy but the request pool's reserve, which is no dependency's.
-            dep.shadow = Shadow::all().without(Policy::Reserve);
+            dep.shadow = Shadow::all();
         }
         if let Some(reserve) = &mut config.server.reserve {
             reserve.shadow = true;

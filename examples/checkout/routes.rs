@@ -43,7 +43,6 @@ use crate::history::History;
 use crate::live::{LiveConfig, LiveError};
 use crate::stream::{self, Streams};
 use watertight::server::RequestContext;
-use watertight::shadow::Policy;
 use watertight::testing::{FakeProvider, Fault};
 use watertight::{DependencyConfig, Registry};
 
@@ -340,7 +339,6 @@ impl App {
                     "shadow_refused": s
                         .shadow_refused
                         .iter()
-                        .filter(|(p, _)| *p != Policy::Reserve)
                         .map(|(p, n)| (p.as_str().to_owned(), json!(n)))
                         .collect::<serde_json::Map<String, Value>>(),
                     "pool": {

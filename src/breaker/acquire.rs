@@ -149,10 +149,7 @@ impl Breaker {
             }
         };
         inner.release(core);
-        match answer {
-            Ok(issued) => Ok(self.permit(issued)),
-            Err(state) => Err(inner.reject(state)),
-        }
+        answer.map(|issued| self.permit(issued)).map_err(|state| inner.reject(state))
     }
 
     /// Whether a call at `at` (on the breaker's clock) could be permitted,

@@ -259,41 +259,29 @@ impl BreakerConfig {
     /// the error.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.window {
-            WindowKind::Count(n) if !(1..=MAX_COUNT_WINDOW).contains(&n) => {
-                return Err(ConfigError::new("count_based", "in [1, 1000000]", n));
+            WindowKind::Count(n) => {
+                ConfigError::check((1..=MAX_COUNT_WINDOW).contains(&n), "count_based", "in [1, 1000000]", n)?
             }
-            WindowKind::Time(n) if !(1..=MAX_TIME_WINDOW_SECS).contains(&n) => {
-                return Err(ConfigError::new("time_based", "in [1, 86400] seconds", n));
+            WindowKind::Time(n) => {
+                let ok = (1..=MAX_TIME_WINDOW_SECS).contains(&n);
+                ConfigError::check(ok, "time_based", "in [1, 86400] seconds", n)?
             }
-            _ => {}
         }
-        if self.minimum_calls < 1 {
-            return Err(ConfigError::new("minimum_calls", "at least 1", self.minimum_calls));
-        }
+        ConfigError::check(self.minimum_calls >= 1, "minimum_calls", "at least 1", self.minimum_calls)?;
         check_rate("failure_rate", self.failure_rate)?;
         check_rate("slow_call_rate", self.slow_call_rate)?;
         check_positive("slow_call_duration", self.slow_call_duration)?;
         check_positive("open_for", self.open_for)?;
         if let Some(b) = self.open_backoff {
-            // `!(x >= 1.0)` so that NaN is refused as well.
-            if !(b.multiplier >= 1.0 && b.multiplier.is_finite()) {
-                return Err(ConfigError::new("open_backoff", "a finite multiplier >= 1", b.multiplier));
-            }
-            if b.max < self.open_for {
-                return Err(ConfigError::new(
-                    "open_backoff",
-                    "a max at least open_for",
-                    format!("{:?}", b.max),
-                ));
-            }
+            // `x >= 1.0` is false for NaN: NaN is refused as well.
+            let ok = b.multiplier >= 1.0 && b.multiplier.is_finite();
+            ConfigError::check(ok, "open_backoff", "a finite multiplier >= 1", b.multiplier)?;
+            let max = format_args!("{:?}", b.max);
+            ConfigError::check(b.max >= self.open_for, "open_backoff", "a max at least open_for", max)?;
         }
-        if self.half_open_calls < 1 {
-            return Err(ConfigError::new("half_open_calls", "at least 1", self.half_open_calls));
-        }
-        if !matches!(self.after_max_wait, State::Open | State::Closed) {
-            return Err(ConfigError::new("after_max_wait", "open or closed", self.after_max_wait.as_str()));
-        }
-        Ok(())
+        ConfigError::check(self.half_open_calls >= 1, "half_open_calls", "at least 1", self.half_open_calls)?;
+        let ok = matches!(self.after_max_wait, State::Open | State::Closed);
+        ConfigError::check(ok, "after_max_wait", "open or closed", self.after_max_wait.as_str())
     }
 
     /// The number of calls the window must hold before its rates count.
@@ -318,16 +306,12 @@ impl BreakerConfig {
 }
 
 fn check_rate(field: &'static str, percent: f64) -> Result<(), ConfigError> {
-    // Written so that NaN fails both comparisons and is refused.
-    if percent > 0.0 && percent <= 100.0 {
-        Ok(())
-    } else {
-        Err(ConfigError::new(field, "in (0, 100]", percent))
-    }
+    // NaN fails both comparisons and is refused.
+    ConfigError::check(percent > 0.0 && percent <= 100.0, field, "in (0, 100]", percent)
 }
 
 fn check_positive(field: &'static str, d: Duration) -> Result<(), ConfigError> {
-    if d.is_zero() { Err(ConfigError::new(field, "greater than zero", format!("{d:?}"))) } else { Ok(()) }
+    ConfigError::check(!d.is_zero(), field, "greater than zero", format_args!("{d:?}"))
 }
 
 /// Parses the value of `WATERTIGHT_BREAKER_ENABLED`: `Some(false)` for

@@ -442,11 +442,8 @@ impl Inner {
         }
         let (fr, sr) = round.totals.rates();
         let cause = View { failure_rate: Some(fr), slow_call_rate: Some(sr), buffered: 0 };
-        let to = if fr >= core.config.failure_rate || sr >= core.config.slow_call_rate {
-            State::Open
-        } else {
-            State::Closed
-        };
+        let open = fr >= core.config.failure_rate || sr >= core.config.slow_call_rate;
+        let to = if open { State::Open } else { State::Closed };
         self.enter(core, to, now, cause);
     }
 }

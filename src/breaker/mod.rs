@@ -148,11 +148,8 @@ impl Breaker {
     ) -> Result<Breaker, ConfigError> {
         config.validate()?;
         let env = std::env::var(config::ENABLED_ENV).ok();
-        let state = if config::starts_enabled(config.enabled, env.as_deref()) {
-            State::Closed
-        } else {
-            State::Disabled
-        };
+        let enabled = config::starts_enabled(config.enabled, env.as_deref());
+        let state = if enabled { State::Closed } else { State::Disabled };
         let inner = Inner::new(name.into(), config, clock, state);
         Ok(Breaker { inner: Arc::new(inner) })
     }

@@ -42,14 +42,8 @@ impl State {
     }
 
     pub(super) const fn bits(self) -> u64 {
-        match self {
-            State::Closed => 0,
-            State::Open => 1,
-            State::HalfOpen => 2,
-            State::Disabled => 3,
-            State::MetricsOnly => 4,
-            State::ForcedOpen => 5,
-        }
+        // The declaration order: 0 for CLOSED to 5 for FORCED_OPEN.
+        self as u64
     }
 
     const fn from_bits(bits: u64) -> State {

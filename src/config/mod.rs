@@ -301,6 +301,4 @@ fn field_path(e: &ConfigError) -> String {
 
 mod section;
 #[cfg(test)]
-mod shape_tests;
-#[cfg(test)]
 mod tests;

@@ -95,7 +95,3 @@ impl<'de> Visitor<'de> for Section<'_> {
         Ok(found)
     }
 }
-
-#[cfg(test)]
-#[path = "section_tests.rs"]
-mod tests;

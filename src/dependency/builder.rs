@@ -206,9 +206,8 @@ impl DependencyBuilder {
     }
 
     /// Puts `policy` in shadow: it decides and records, and refuses nothing
-    /// (see [`shadow`](crate::shadow)). Call once per policy; a policy not configured has nothing to
-    /// shadow. ([`Policy::Reserve`](crate::shadow::Policy::Reserve) belongs
-    /// to the request pool.) Defaults to none: every policy enforces.
+    /// (see [`shadow`](crate::shadow)). Call once per policy; a policy not
+    /// configured has nothing to shadow. Defaults to none: every policy enforces.
     pub fn shadow(self, policy: crate::shadow::Policy) -> Self {
         self.with_config(|c| c.shadow = c.shadow.with(policy))
     }

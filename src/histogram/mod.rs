@@ -85,14 +85,14 @@ const BOUND_NS: [u64; BOUNDS] = {
 
 /// Bucket counts and their sum; `BOUNDS + 1` buckets, the last being `+Inf`.
 #[derive(Debug)]
-struct Counts {
+struct BucketCounts {
     buckets: [AtomicU64; BOUNDS + 1],
     sum_ns: AtomicU64,
 }
 
-impl Counts {
-    fn new() -> Counts {
-        Counts { buckets: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
+impl BucketCounts {
+    fn new() -> BucketCounts {
+        BucketCounts { buckets: std::array::from_fn(|_| AtomicU64::new(0)), sum_ns: AtomicU64::new(0) }
     }
 
     /// Adds one sample; any number of threads at once.
@@ -139,7 +139,7 @@ struct Rare {
 #[derive(Debug)]
 pub struct LatencyHistogram {
     /// The counts [`record`](Self::record) adds to; never cleared.
-    shared: Counts,
+    shared: BucketCounts,
     /// The boundary of the next epoch, in nanoseconds since `origin`, or
     /// `u64::MAX` during a rotation (see the module docs' table).
     next_epoch_ns: AtomicU64,
@@ -160,7 +160,7 @@ impl LatencyHistogram {
     pub fn starting_at(window: Duration, origin: Instant) -> LatencyHistogram {
         let window_ns = saturating_nanos(window).max(1_000_000);
         LatencyHistogram {
-            shared: Counts::new(),
+            shared: BucketCounts::new(),
             next_epoch_ns: AtomicU64::new(window_ns),
             rare: Mutex::new(Rare { epoch: 0, marks: std::array::from_fn(|_| HistogramSnapshot::empty()) }),
             origin,
@@ -195,7 +195,7 @@ impl LatencyHistogram {
     /// Rotates if `now` is past the current epoch.
     #[inline]
     fn turn(&self, now: Instant) {
-        let since = saturating_nanos(now.saturating_duration_since(self.origin));
+        let since = self.ns_at(now);
         if since >= self.next_epoch_ns.load(Ordering::Relaxed) {
             self.rotate(since);
         }
@@ -219,7 +219,7 @@ impl LatencyHistogram {
             return; // another writer is rotating, or has rotated
         }
         let epoch = since / self.window_ns;
-        let counts = self.total();
+        let counts = self.snapshot();
         {
             let mut rare = self.rare.lock();
             // The boundary is the start of the epoch after `rare.epoch`, so `epoch > rare.epoch`.
@@ -233,20 +233,16 @@ impl LatencyHistogram {
         self.next_epoch_ns.store(next, Ordering::Relaxed);
     }
 
-    /// Every count, read with no lock held.
-    fn total(&self) -> HistogramSnapshot {
+    /// Nanoseconds from the origin to `now` (0 before it).
+    fn ns_at(&self, now: Instant) -> u64 {
+        saturating_nanos(now.saturating_duration_since(self.origin))
+    }
+
+    /// Every sample since creation, read with no lock held.
+    pub fn snapshot(&self) -> HistogramSnapshot {
         let mut snap = HistogramSnapshot::empty();
         self.shared.add_into(&mut snap);
         snap
-    }
-
-    fn epoch_at(&self, now: Instant) -> u64 {
-        saturating_nanos(now.saturating_duration_since(self.origin)) / self.window_ns
-    }
-
-    /// Every sample since creation.
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        self.total()
     }
 
     /// The samples of the recent window, now: the last complete epoch and the
@@ -257,7 +253,7 @@ impl LatencyHistogram {
 
     /// [`recent`](Self::recent) at `now`.
     pub fn recent_at(&self, now: Instant) -> HistogramSnapshot {
-        let now_epoch = self.epoch_at(now);
+        let now_epoch = self.ns_at(now) / self.window_ns;
         let mark = {
             let rare = self.rare.lock();
             let marked = rare.epoch;
@@ -270,7 +266,7 @@ impl LatencyHistogram {
             };
             rare.marks[(since_epoch % 2) as usize].clone()
         };
-        self.total().minus(&mark)
+        self.snapshot().minus(&mark)
     }
 }
 

@@ -63,20 +63,14 @@ impl HistogramSnapshot {
     /// quantile that falls in the `+Inf` bucket is reported as 30 s. `None`
     /// when there is no sample, or when `q` is not in `0.0..=1.0` (NaN included).
     pub fn quantile(&self, q: f64) -> Option<Duration> {
-        if !(0.0..=1.0).contains(&q) {
-            return None;
-        }
         let count = self.count();
-        if count == 0 {
+        if !(0.0..=1.0).contains(&q) || count == 0 {
             return None;
         }
         let rank = q * count as f64;
         let mut below = 0u64;
-        for (i, &n) in self.buckets.iter().enumerate() {
+        for (i, &n) in self.buckets[..BOUNDS].iter().enumerate() {
             if n > 0 && (below + n) as f64 >= rank {
-                if i == BOUNDS {
-                    return Some(Duration::from_nanos(BOUND_NS[BOUNDS - 1]));
-                }
                 let lower = if i == 0 { 0 } else { BOUND_NS[i - 1] } as f64;
                 let upper = BOUND_NS[i] as f64;
                 let within = ((rank - below as f64) / n as f64).clamp(0.0, 1.0);
@@ -84,6 +78,7 @@ impl HistogramSnapshot {
             }
             below += n;
         }
+        // In the `+Inf` bucket: 30 s, its lower bound.
         Some(Duration::from_nanos(BOUND_NS[BOUNDS - 1]))
     }
 

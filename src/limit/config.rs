@@ -147,37 +147,22 @@ impl AdaptiveLimit {
     /// the error. The minimum is checked against the maximum by
     /// [`Limiter::new`](crate::limit::Limiter::new), which knows the maximum.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=MAX_LIMIT).contains(&self.min_limit) {
-            return Err(ConfigError::new("min_limit", "in [1, 4096]", self.min_limit));
-        }
-        // Written as `!(range.contains)` so that NaN is refused as well.
-        if !(0.0..=MAX_TOLERANCE).contains(&self.tolerance) {
-            return Err(ConfigError::new("tolerance", "in [0, 1000] percent", self.tolerance));
-        }
-        if !(self.smoothing > 0.0 && self.smoothing <= 100.0) {
-            return Err(ConfigError::new("smoothing", "in (0, 100] percent", self.smoothing));
-        }
-        if !(self.failure_cut > 0.0 && self.failure_cut < 100.0) {
-            return Err(ConfigError::new("failure_cut", "in (0, 100) percent", self.failure_cut));
-        }
-        if !(1..=MAX_WINDOW).contains(&self.short_window) {
-            return Err(ConfigError::new("short_window", "in [1, 1000000] samples", self.short_window));
-        }
-        if !(self.short_window..=MAX_WINDOW).contains(&self.long_window) {
-            return Err(ConfigError::new(
-                "long_window",
-                "at least short_window and at most 1000000 samples",
-                self.long_window,
-            ));
-        }
-        if self.relearn_after > MAX_RELEARN {
-            return Err(ConfigError::new(
-                "relearn_after",
-                "at most one day (zero: never)",
-                format_args!("{:?}", self.relearn_after),
-            ));
-        }
-        Ok(())
+        let min = self.min_limit;
+        ConfigError::check((1..=MAX_LIMIT).contains(&min), "min_limit", "in [1, 4096]", min)?;
+        // Range checks and `x > 0.0` are false for NaN, so NaN is refused as well.
+        let ok = (0.0..=MAX_TOLERANCE).contains(&self.tolerance);
+        ConfigError::check(ok, "tolerance", "in [0, 1000] percent", self.tolerance)?;
+        let ok = self.smoothing > 0.0 && self.smoothing <= 100.0;
+        ConfigError::check(ok, "smoothing", "in (0, 100] percent", self.smoothing)?;
+        let ok = self.failure_cut > 0.0 && self.failure_cut < 100.0;
+        ConfigError::check(ok, "failure_cut", "in (0, 100) percent", self.failure_cut)?;
+        let ok = (1..=MAX_WINDOW).contains(&self.short_window);
+        ConfigError::check(ok, "short_window", "in [1, 1000000] samples", self.short_window)?;
+        let ok = (self.short_window..=MAX_WINDOW).contains(&self.long_window);
+        let rule = "at least short_window and at most 1000000 samples";
+        ConfigError::check(ok, "long_window", rule, self.long_window)?;
+        let (ok, relearn) = (self.relearn_after <= MAX_RELEARN, format_args!("{:?}", self.relearn_after));
+        ConfigError::check(ok, "relearn_after", "at most one day (zero: never)", relearn)
     }
 }
 

@@ -76,8 +76,8 @@ pub(super) struct Inner {
 pub(super) struct State {
     pub(super) in_flight: usize,
     pub(super) rule: Rule,
+    /// Its `min_limit` is the lower bound.
     config: AdaptiveLimit,
-    min: usize,
     max: usize,
 }
 
@@ -91,23 +91,15 @@ impl Limiter {
     pub fn new(config: AdaptiveLimit, max: usize) -> Result<Limiter, ConfigError> {
         Self::check(&config, max)?;
         let rule = Rule::new(&config, max);
-        let state = State { in_flight: 0, rule, min: config.min_limit, max, config };
+        let state = State { in_flight: 0, rule, max, config };
         Ok(Limiter { inner: Arc::new(Inner { state: Mutex::new(state) }) })
     }
 
     fn check(config: &AdaptiveLimit, max: usize) -> Result<(), ConfigError> {
         config.validate()?;
-        if !(1..=MAX_LIMIT).contains(&max) {
-            return Err(ConfigError::new("max_limit", "in [1, 4096]", max));
-        }
-        if config.min_limit > max {
-            return Err(ConfigError::new(
-                "min_limit",
-                "at most the maximum (the worker count)",
-                format_args!("{} > {max}", config.min_limit),
-            ));
-        }
-        Ok(())
+        ConfigError::check((1..=MAX_LIMIT).contains(&max), "max_limit", "in [1, 4096]", max)?;
+        let (min, rule) = (config.min_limit, "at most the maximum (the worker count)");
+        ConfigError::check(min <= max, "min_limit", rule, format_args!("{min} > {max}"))
     }
 
     /// Replaces the configuration and the maximum while calls run, checked
@@ -119,7 +111,6 @@ impl Limiter {
         Self::check(&config, max)?;
         let mut st = self.inner.state.lock();
         st.rule = st.rule.retuned(&config, max);
-        st.min = config.min_limit;
         st.max = max;
         st.config = config;
         Ok(())
@@ -143,7 +134,7 @@ impl Limiter {
         st.in_flight += 1;
         let in_flight = st.in_flight;
         drop(st);
-        Some(LimitPermit::new(Arc::clone(&self.inner), now, in_flight))
+        Some(LimitPermit { inner: Arc::clone(&self.inner), issued: now, in_flight, released: false })
     }
 
     /// How many calls may be in flight at once now.
@@ -159,7 +150,7 @@ impl Limiter {
 
     /// The lowest the limit goes.
     pub fn min_limit(&self) -> usize {
-        self.inner.state.lock().min
+        self.inner.state.lock().config.min_limit
     }
 
     /// The highest the limit goes, where it starts.
@@ -186,7 +177,7 @@ impl fmt::Debug for Limiter {
         let mut d = f.debug_struct("Limiter");
         match self.inner.state.try_lock() {
             Some(st) => d
-                .field("min", &st.min)
+                .field("min", &st.config.min_limit)
                 .field("max", &st.max)
                 .field("limit", &st.rule.limit())
                 .field("in_flight", &st.in_flight),
@@ -212,10 +203,6 @@ pub struct LimitPermit {
 }
 
 impl LimitPermit {
-    fn new(inner: Arc<Inner>, issued: Instant, in_flight: usize) -> Self {
-        LimitPermit { inner, issued, in_flight, released: false }
-    }
-
     /// Reports the call and releases its place. `latency` is the time from
     /// the call (the `now` given to `try_acquire`) to its answer.
     ///

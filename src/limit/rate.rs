@@ -100,25 +100,12 @@ impl RateLimit {
 
     /// Checks every value; the error names the first one that is wrong.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        // `!(x > 0)` refuses NaN too.
-        if !(self.per_second > 0.0 && self.per_second <= 1e9) {
-            return Err(ConfigError::new(
-                "rate_limit.per_second",
-                "in (0, 1e9] permits a second",
-                self.per_second,
-            ));
-        }
-        if self.burst == 0 {
-            return Err(ConfigError::new("rate_limit.burst", "at least 1", self.burst));
-        }
-        if self.max_wait > Duration::from_secs(60) {
-            return Err(ConfigError::new(
-                "rate_limit.max_wait",
-                "at most one minute",
-                format!("{:?}", self.max_wait),
-            ));
-        }
-        Ok(())
+        // `x > 0` is false for NaN: NaN is refused too.
+        let ok = self.per_second > 0.0 && self.per_second <= 1e9;
+        ConfigError::check(ok, "rate_limit.per_second", "in (0, 1e9] permits a second", self.per_second)?;
+        ConfigError::check(self.burst > 0, "rate_limit.burst", "at least 1", self.burst)?;
+        let (ok, wait) = (self.max_wait <= Duration::from_secs(60), format_args!("{:?}", self.max_wait));
+        ConfigError::check(ok, "rate_limit.max_wait", "at most one minute", wait)
     }
 
     fn tolerance_ns(&self, interval_ns: u64) -> u64 {

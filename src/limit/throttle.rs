@@ -111,28 +111,16 @@ impl Throttle {
 
     /// Checks every value against its rule; the first one broken is named.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        // `!(range.contains)` refuses NaN as well.
-        if !(1.0..=MAX_K).contains(&self.k) {
-            return Err(ConfigError::new("throttle.k", "in [1, 100]", self.k));
-        }
-        if !(Duration::from_secs(1)..=MAX_WINDOW).contains(&self.window) {
-            return Err(ConfigError::new(
-                "throttle.window",
-                "at least 1s and at most 1h",
-                format_args!("{:?}", self.window),
-            ));
-        }
-        if !(1..=MAX_BUCKETS).contains(&self.buckets) || self.window / self.buckets < MIN_BUCKET {
-            return Err(ConfigError::new(
-                "throttle.buckets",
-                "in [1, 3600], each bucket (window / buckets) at least 10ms",
-                self.buckets,
-            ));
-        }
-        if self.min_requests > MAX_MIN_REQUESTS {
-            return Err(ConfigError::new("throttle.min_requests", "at most 1000000", self.min_requests));
-        }
-        Ok(())
+        // `range.contains` refuses NaN as well.
+        ConfigError::check((1.0..=MAX_K).contains(&self.k), "throttle.k", "in [1, 100]", self.k)?;
+        let window = format_args!("{:?}", self.window);
+        let ok = (Duration::from_secs(1)..=MAX_WINDOW).contains(&self.window);
+        ConfigError::check(ok, "throttle.window", "at least 1s and at most 1h", window)?;
+        let ok = (1..=MAX_BUCKETS).contains(&self.buckets) && self.window / self.buckets >= MIN_BUCKET;
+        let rule = "in [1, 3600], each bucket (window / buckets) at least 10ms";
+        ConfigError::check(ok, "throttle.buckets", rule, self.buckets)?;
+        let ok = self.min_requests <= MAX_MIN_REQUESTS;
+        ConfigError::check(ok, "throttle.min_requests", "at most 1000000", self.min_requests)
     }
 
     fn bucket_ns(&self) -> u64 {
@@ -263,11 +251,7 @@ impl Throttler {
         Self::build(config, clock, JitterSource::with_seed(seed))
     }
 
-    fn build(
-        config: Throttle,
-        clock: Arc<dyn Clock>,
-        random: JitterSource,
-    ) -> Result<Throttler, ConfigError> {
+    fn build(config: Throttle, clock: Arc<dyn Clock>, random: JitterSource) -> Result<Self, ConfigError> {
         config.validate()?;
         let ledger = Mutex::new(Ledger::new(config, clock.now()));
         Ok(Throttler { inner: Arc::new(Inner { clock, random, on: AtomicBool::new(true), ledger }) })

@@ -64,7 +64,6 @@ use crate::breaker::State;
 use crate::dependency::{Dependency, DependencySnapshot};
 use crate::histogram::HistogramSnapshot;
 use crate::registry::{Registry, RequestPoolGauges};
-use crate::shadow::Policy;
 
 /// A `prometheus-client` collector that reads a [`Registry`] on every
 /// scrape, so dependencies registered later appear without more wiring.
@@ -80,7 +79,7 @@ use crate::shadow::Policy;
 /// |---|---|---|---|
 /// | `watertight_state` | gauge | `state` | 1 for the breaker's state, 0 for the others |
 /// | `watertight_calls_total` | counter | `kind` | attempts by outcome; their sum is every attempt |
-/// | `watertight_shadow_refusals_total` | counter | `policy`, `reason` | calls a policy in shadow would have refused, and let through ([`Policy`]'s labels, the reason its [`Rejection`](crate::Rejection)'s; the request pool's reserve has no `dependency` label) |
+/// | `watertight_shadow_refusals_total` | counter | `policy`, `reason` | calls a policy in shadow would have refused, and let through ([`Policy`](crate::shadow::Policy)'s labels, the reason its [`Rejection`](crate::Rejection)'s; the request pool's reserve has no `dependency` label) |
 /// | `watertight_slow_calls_total` | counter | | attempts slower than `slow_call_duration` |
 /// | `watertight_retries_total` | counter | | attempts that were retries |
 /// | `watertight_expired_total` | counter | | jobs the pool dropped unstarted |
@@ -384,7 +383,7 @@ impl prometheus_client::collector::Collector for Collector {
                 MetricType::Counter,
             )?;
             for snap in &snaps {
-                for (policy, n) in snap.shadow_refused.iter().filter(|(p, _)| *p != Policy::Reserve) {
+                for (policy, n) in snap.shadow_refused.iter() {
                     let labels: &[(&str, &str)] = &[
                         ("dependency", snap.name.as_str()),
                         ("policy", policy.as_str()),
@@ -395,8 +394,7 @@ impl prometheus_client::collector::Collector for Collector {
             }
             // The request pool's reserve, which belongs to no dependency.
             if let Some(pool) = self.registry.request_pool().filter(|p| p.reserve().is_some()) {
-                let policy = Policy::Reserve;
-                let labels: &[(&str, &str)] = &[("policy", policy.as_str()), ("reason", policy.reason())];
+                let labels: &[(&str, &str)] = &[("policy", "reserve"), ("reason", "server_busy")];
                 counter(&mut metric, labels, pool.shadow_refused())?;
             }
         }
@@ -463,9 +461,7 @@ impl prometheus_client::collector::Collector for Collector {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::AtomicUsize;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use super::*;
 
@@ -496,8 +492,10 @@ mod tests {
     fn a_registry_carrying_request_pool_gauges_exports_them() {
         let deps = Registry::new();
         assert!(!encode_text(&deps).contains("watertight_request_pool"), "none before a pool is attached");
-        let busy = Arc::new(AtomicUsize::new(3));
-        let gauges = RequestPoolGauges::new(8, Arc::clone(&busy));
+        let room = crate::room::Room::new(8, Duration::ZERO).unwrap();
+        let far = Instant::now() + Duration::from_secs(60);
+        let _held: Vec<_> = (0..3).map(|_| room.acquire(far).unwrap()).collect();
+        let gauges = RequestPoolGauges::new(8, room.occupancy(), None);
         deps.attach_request_pool(gauges.clone()).unwrap();
         let text = encode_text(&deps);
         assert!(text.contains("# TYPE watertight_request_pool_threads gauge\n"), "{text}");
@@ -506,7 +504,8 @@ mod tests {
         assert!(!text.contains("reserved"), "no reserve, no reserve gauges: {text}");
         // A second pool is refused while the first is attached, and detaching
         // someone else's gauges leaves them.
-        let other = RequestPoolGauges::new(4, Arc::new(AtomicUsize::new(0)));
+        let other =
+            RequestPoolGauges::new(4, crate::room::Room::new(4, Duration::ZERO).unwrap().occupancy(), None);
         assert_eq!(deps.attach_request_pool(other.clone()).unwrap_err().threads(), 8);
         deps.detach_request_pool(&other);
         assert_eq!(deps.request_pool().map(|g| g.busy()), Some(3));
@@ -514,12 +513,13 @@ mod tests {
         assert!(deps.request_pool().is_none());
         assert!(!encode_text(&deps).contains("watertight_request_pool"), "gone once detached");
         // With a reserved share: its three gauges too.
-        let (reserved_busy, waiting) = (Arc::new(AtomicUsize::new(1)), Arc::new(AtomicUsize::new(4)));
-        let reserved = RequestPoolGauges::new(8, busy).with_reserve(2, reserved_busy, waiting);
+        let shared = crate::room::Room::with_shares(8, Duration::ZERO, &[2, 0]).unwrap();
+        let _reserved = shared.acquire_as(1, far).unwrap();
+        let reserved = RequestPoolGauges::new(8, shared.occupancy(), Some(2));
         deps.attach_request_pool(reserved).unwrap();
         let text = encode_text(&deps);
         assert!(text.contains("\nwatertight_request_pool_reserved_threads 2\n"), "{text}");
         assert!(text.contains("\nwatertight_request_pool_reserved_busy 1\n"), "{text}");
-        assert!(text.contains("\nwatertight_request_pool_waiting 4\n"), "{text}");
+        assert!(text.contains("\nwatertight_request_pool_waiting 0\n"), "{text}");
     }
 }

@@ -2,7 +2,7 @@
 //! workers, and the hand-off between them, all under one lock.
 //!
 //! Generic over the job type and free of estimates (a submission waiting
-//! for room asks its `Line` whether to join and whether to stay, and reads
+//! for room asks its [`WaitRule`] whether to join and whether to stay, and reads
 //! the clock only to time its wait), so that `tests/loom_pool.rs` can model
 //! check it with plain values. Every shared primitive comes from [`crate::sync`].
 //!
@@ -64,7 +64,7 @@ pub enum Refused {
 /// What a submission waiting for room asks of its pool: whether it may
 /// join the line, and whether the line still moves. The queue holds no
 /// clock and no estimate; the pool answers these (`submit.rs`).
-pub trait Line {
+pub trait WaitRule {
     /// The latest moment to wait until.
     fn until(&self) -> Instant;
     /// Under the queue lock, once: whether a caller may wait, with `ahead`
@@ -72,7 +72,7 @@ pub trait Line {
     /// the caller read before: no other lock.
     fn admit(&self, ahead: Ahead, now: Instant) -> bool;
     /// One round of the workers (their mean run): a break in the line
-    /// shorter than this does not end it (see [`Ahead::standing`]).
+    /// shorter than this does not end it (see `Ahead::standing`).
     fn round(&self) -> Duration;
     /// Outside the lock, right after admission and then when the moment it
     /// named comes: `None` to give up (the line has stopped moving), else
@@ -80,20 +80,7 @@ pub trait Line {
     fn recheck(&self, now: Instant) -> Option<Instant>;
 }
 
-/// The line as a caller about to join it finds it.
-#[derive(Debug, Clone, Copy)]
-pub struct Ahead {
-    /// Calls ahead of it: queued, or waiting for room.
-    pub calls: usize,
-    /// The queue's capacity.
-    pub capacity: usize,
-    /// The workers.
-    pub workers: usize,
-    /// How long callers have waited for room without a break of at least
-    /// one [round](Line::round) (zero when nobody has, or after such a
-    /// break).
-    pub standing: Duration,
-}
+pub use crate::room::Ahead;
 
 /// How an accepted job went in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,7 +258,7 @@ impl<J> Queue<J> {
     pub fn push_until(
         &self,
         job: J,
-        line: &dyn Line,
+        line: &dyn WaitRule,
         busy: &AtomicUsize,
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {
@@ -288,9 +275,9 @@ impl<J> Queue<J> {
         // already waiting for room.
         let ahead = st.jobs.len() + waiting.load(Ordering::Relaxed);
         let round = line.round();
-        let standing = st.waiters.line().standing.stood(now, round);
+        let standing = st.waiters.stood(now, round);
         if now >= line.until()
-            || !line.admit(Ahead { calls: ahead, capacity: st.capacity, workers: st.workers, standing }, now)
+            || !line.admit(Ahead { calls: ahead, capacity: st.capacity, seats: st.workers, standing }, now)
         {
             return Err((Refused::Full, job));
         }

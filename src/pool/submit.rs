@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use super::call::{Call, CallContext, QueuedJob, SubmitError};
-use super::queue::{Ahead, Line, Refused};
+use super::queue::{Ahead, Refused, WaitRule};
 use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
@@ -33,26 +33,27 @@ pub struct Submit {
     /// The submitter's own reading of the clock, when it has just read it.
     now: Option<Instant>,
     attempt: u32,
-    wait: bool,
-    idle_only: bool,
+    wait: Wait,
     stall: Option<Duration>,
-    /// The latest a wait for room may last, when earlier than the deadline.
-    room_until: Option<Instant>,
+}
+
+/// Whether and how long a submission waits for room: the one choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// As long as the pool's `max_wait` and the deadline allow, and until
+    /// `until` when it is earlier.
+    ForRoom { until: Option<Instant> },
+    /// Never: a full pool refuses at once.
+    Never,
+    /// Only to a worker idle right now: never queued, never waiting.
+    IdleOnly,
 }
 
 impl Submit {
     /// A job to answer by `deadline`. It may wait for room as long as the
     /// pool's [`max_wait`](super::PoolBuilder::max_wait) and the deadline allow.
     pub fn by(deadline: Instant) -> Submit {
-        Submit {
-            deadline,
-            now: None,
-            attempt: 1,
-            wait: true,
-            idle_only: false,
-            stall: None,
-            room_until: None,
-        }
+        Submit { deadline, now: None, attempt: 1, wait: Wait::ForRoom { until: None }, stall: None }
     }
 
     /// A job to answer within `timeout` from now.
@@ -71,7 +72,7 @@ impl Submit {
     /// Never waits for room, whatever the pool's `max_wait`: a full pool
     /// refuses the job at once.
     pub fn no_wait(mut self) -> Submit {
-        self.wait = false;
+        self.wait = Wait::Never;
         self
     }
 
@@ -80,8 +81,7 @@ impl Submit {
     /// could use). Deadline-aware admission does not apply (there is no
     /// queue wait); a deadline already past is still refused.
     pub fn idle_only(mut self) -> Submit {
-        self.idle_only = true;
-        self.wait = false;
+        self.wait = Wait::IdleOnly;
         self
     }
 
@@ -98,7 +98,7 @@ impl Submit {
     /// the deadline (a caller who hands the call on once it is in, and
     /// has a deadline of its own for getting it in).
     pub(crate) fn room_until(mut self, at: Instant) -> Submit {
-        self.room_until = Some(at);
+        self.wait = Wait::ForRoom { until: Some(at) };
         self
     }
 }
@@ -125,9 +125,9 @@ impl Pool {
         let now = how.now.unwrap_or_else(Instant::now);
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        let unmeetable = match how.idle_only {
-            true => how.deadline <= now,
-            false => self.cannot_meet(now, how.deadline),
+        let unmeetable = match how.wait {
+            Wait::IdleOnly => how.deadline <= now,
+            _ => self.cannot_meet(now, how.deadline),
         };
         if unmeetable {
             stats.callers.rejected.fetch_add(1, Relaxed);
@@ -139,24 +139,28 @@ impl Pool {
         let queue = &h.shared.queue;
         let busy = &stats.workers.busy;
         let mut stalled = false;
-        let pushed = match how.idle_only {
-            true => queue.push_to_idle(queued, busy),
-            false => match queue.push(queued, busy) {
+        let pushed = match how.wait {
+            Wait::IdleOnly => queue.push_to_idle(queued, busy),
+            wait => match queue.push(queued, busy) {
                 // No room: wait for some, unless every worker is stuck.
                 Err((Refused::Full, queued)) => {
                     stalled = self.is_stalled(now, how.stall);
                     let max_wait = Duration::from_nanos(h.max_wait_ns.load(Relaxed));
-                    if !how.wait || max_wait.is_zero() || stalled {
-                        Err((Refused::Full, queued))
-                    } else {
-                        let until = how.deadline.min(deadline_after(now, max_wait));
-                        let until = how.room_until.map_or(until, |at| until.min(at));
-                        let line = InLine { shared: &h.shared, deadline: how.deadline, until, max_wait };
-                        let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
-                        if matches!(waited, Err((Refused::Full, _))) {
-                            stalled = self.is_stalled(Instant::now(), how.stall);
+                    match wait {
+                        Wait::ForRoom { until: room_until } if !max_wait.is_zero() && !stalled => {
+                            let until = how.deadline.min(deadline_after(now, max_wait));
+                            let until = room_until.map_or(until, |at| until.min(at));
+                            let service = &h.shared.service;
+                            let (mean, normal) = (service.mean(), service.normal());
+                            let rule = room::ByTime { mean, normal, max_wait, deadline: how.deadline };
+                            let line = InQueue { shared: &h.shared, rule, until };
+                            let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
+                            if matches!(waited, Err((Refused::Full, _))) {
+                                stalled = self.is_stalled(Instant::now(), how.stall);
+                            }
+                            waited
                         }
-                        waited
+                        _ => Err((Refused::Full, queued)),
                     }
                 }
                 pushed => pushed,
@@ -223,33 +227,20 @@ impl Pool {
     }
 }
 
-/// A caller waiting for room: admitted by the wait it can expect, kept only
-/// while the line moves (see [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)).
-struct InLine<'a> {
+/// A caller waiting for room in the queue, judged by the room's rule
+/// ([`room::ByTime`]) on the pool's own timings: admitted by the wait it can
+/// expect, kept only while the line moves (see
+/// [`PoolBuilder::max_wait`](super::PoolBuilder::max_wait)). Before the pool
+/// has timed a call there is no normal latency to judge a stuck line by:
+/// `max_wait` alone bounds the wait (and a dependency's stuck threshold the
+/// breaker).
+struct InQueue<'a> {
     shared: &'a Shared,
-    deadline: Instant,
+    rule: room::ByTime,
     until: Instant,
-    max_wait: Duration,
 }
 
-impl InLine<'_> {
-    /// `None` if no call has finished for [`room::stuck_after`] its normal
-    /// latency while every worker is busy; else when that could first be so. Before
-    /// the pool has timed a call there is no normal latency to judge by:
-    /// `max_wait` alone bounds the wait (and a dependency's stuck threshold
-    /// the breaker).
-    fn next_check(&self, now: Instant) -> Option<Instant> {
-        let Some(normal) = self.shared.service.normal() else { return Some(self.until) };
-        let stuck_after = room::stuck_after(normal);
-        match self.shared.running.all_busy_for(now) {
-            Some(busy) if busy >= stuck_after => None,
-            Some(busy) => Some(deadline_after(now, stuck_after - busy)),
-            None => Some(deadline_after(now, stuck_after)),
-        }
-    }
-}
-
-impl Line for InLine<'_> {
+impl WaitRule for InQueue<'_> {
     fn until(&self) -> Instant {
         self.until
     }
@@ -258,20 +249,17 @@ impl Line for InLine<'_> {
         // Each call that finishes lets the first queued job go to a worker:
         // room comes for this caller once `calls + 1 - capacity` calls have
         // finished, and it reaches a worker once `calls + 1` have, `workers`
-        // at a time, each taking the recent mean (none known yet: no wait
-        // expected; `max_wait` and the deadline bound it).
-        let mean = self.shared.service.mean().unwrap_or(Duration::ZERO);
-        let rounds = |calls: usize| u32::try_from(calls.div_ceil(ahead.workers.max(1))).unwrap_or(u32::MAX);
-        let for_room = mean.saturating_mul(rounds((ahead.calls + 1).saturating_sub(ahead.capacity).max(1)));
-        let for_worker = mean.saturating_mul(rounds(ahead.calls + 1));
-        room::admits(for_room, for_worker, mean, ahead.standing, self.max_wait, now, self.deadline)
+        // at a time, each taking the recent mean.
+        self.rule.admits(ahead, now)
     }
 
     fn round(&self) -> Duration {
-        self.shared.service.mean().unwrap_or(Duration::ZERO)
+        self.rule.mean.unwrap_or(Duration::ZERO)
     }
 
     fn recheck(&self, now: Instant) -> Option<Instant> {
-        self.next_check(now)
+        // The normal latency as it is now: a call may be timed while this one waits.
+        let rule = room::ByTime { normal: self.shared.service.normal(), ..self.rule };
+        rule.recheck(self.shared.running.all_busy_for(now), now)
     }
 }

@@ -455,7 +455,3 @@ pub(super) fn refusal(report: &CapacityReport, dependency: &str) -> ConfigError 
     };
     ConfigError::capacity(dependency, message)
 }
-
-#[cfg(test)]
-#[path = "capacity_tests.rs"]
-mod tests;

@@ -3,108 +3,96 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::room::{NoSeat, Seats};
 
 /// The gauges of a shared request pool, as a [`Registry`](super::Registry)
 /// carries them for an exporter (from
-/// [`Registry::request_pool`](super::Registry::request_pool)): its size and
-/// its busy threads now. Cheap to clone; reads are relaxed loads that never block.
+/// [`Registry::request_pool`](super::Registry::request_pool)): its size, its
+/// busy threads now, its refusals, and its reserve's shadow. Cheap to clone;
+/// reads are relaxed loads that never block.
 #[derive(Clone)]
 pub struct RequestPoolGauges {
     threads: usize,
-    /// The pool's own count of requests taken and not yet answered (the
-    /// server increments and decrements it; this side only reads it).
-    busy: Arc<AtomicUsize>,
-    /// The reserved share, if the pool has one: its threads, the reserved
-    /// requests being handled, and the ordinary requests waiting for an
-    /// ordinary thread (the server's counts, read here).
-    reserve: Option<(usize, Arc<AtomicUsize>, Arc<AtomicUsize>)>,
-    /// Requests refused, by reason (the server counts, this side reads).
-    refused: Arc<Refused>,
-    /// What the reserve in shadow would have refused.
-    shadowed: Arc<crate::shadow::ShadowCounters>,
+    /// The pool's threads as its room counts them: busy (seats held),
+    /// reserved busy (seats of the reserved class), waiting (the line).
+    seats: Arc<Seats>,
+    /// The reserved share's threads, if the pool has one.
+    reserved: Option<usize>,
+    pub(crate) counts: Arc<PoolCounts>,
 }
 
-/// Requests a request pool refused, counted by reason: relaxed counters,
-/// written by the pool, read by the gauges.
+/// A request pool's counts beside its room's: relaxed, written by the pool,
+/// read by the gauges.
 #[derive(Default)]
-pub(crate) struct Refused {
-    counts: [AtomicU64; REFUSAL_REASONS.len()],
+pub(crate) struct PoolCounts {
+    /// Requests refused, by reason ([`NoSeat`] as an index).
+    refused: [AtomicU64; NoSeat::ALL.len()],
+    /// Whether the reserve is in shadow, switched live.
+    pub(crate) shadow: AtomicBool,
+    /// Ordinary requests the reserve in shadow let onto a reserved thread.
+    pub(crate) shadowed: AtomicU64,
+}
+
+impl PoolCounts {
+    /// Counts one refusal for `why`.
+    pub(crate) fn refuse(&self, why: NoSeat) {
+        self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Why a request pool refuses an ordinary request, as `/metrics` labels it
-/// (`watertight_request_pool_refused_total{reason}`):
+/// (`watertight_request_pool_refused_total{reason}`): each [`NoSeat`]'s label.
 /// - `full`: the wait it could expect passed `max_wait` or its budget;
 /// - `max_wait`: it waited `max_wait` and no thread came;
 /// - `budget`: its own budget ran out while it waited;
 /// - `stuck`: no ordinary request had finished for several normal
 ///   latencies while every ordinary thread was busy.
-pub const REFUSAL_REASONS: [&str; 4] = ["full", "max_wait", "budget", "stuck"];
-
-impl Refused {
-    /// Counts one refusal for `reason`, an index into [`REFUSAL_REASONS`].
-    pub(crate) fn count(&self, reason: usize) {
-        self.counts[reason].fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> [(&'static str, u64); REFUSAL_REASONS.len()] {
-        std::array::from_fn(|i| (REFUSAL_REASONS[i], self.counts[i].load(Ordering::Relaxed)))
-    }
-}
+pub const REFUSAL_REASONS: [&str; 4] =
+    [NoSeat::ALL[0].as_str(), NoSeat::ALL[1].as_str(), NoSeat::ALL[2].as_str(), NoSeat::ALL[3].as_str()];
 
 impl RequestPoolGauges {
-    pub(crate) fn new(threads: usize, busy: Arc<AtomicUsize>) -> Self {
-        RequestPoolGauges { threads, busy, reserve: None, refused: Arc::default(), shadowed: Arc::default() }
-    }
-
-    /// The count of what the reserve in shadow would have refused.
-    #[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the server counts them
-    pub(crate) fn with_shadowed(mut self, shadowed: Arc<crate::shadow::ShadowCounters>) -> Self {
-        self.shadowed = shadowed;
-        self
+    /// The gauges of a pool of `threads` whose room counts `seats`, with
+    /// `reserved` threads kept for the reserve, if any.
+    pub(crate) fn new(threads: usize, seats: Arc<Seats>, reserved: Option<usize>) -> Self {
+        RequestPoolGauges { threads, seats, reserved, counts: Arc::default() }
     }
 
     /// Ordinary requests the reserve in shadow let onto a reserved thread
     /// (see `server::Reserve::shadow`): the refusals it would have made.
     pub fn shadow_refused(&self) -> u64 {
-        self.shadowed.load().get(crate::shadow::Policy::Reserve)
+        self.counts.shadowed.load(Ordering::Relaxed)
     }
 
-    /// The counts of refusals the pool writes.
-    pub(crate) fn with_refused(mut self, refused: Arc<Refused>) -> Self {
-        self.refused = refused;
-        self
+    /// Whether the reserve is in shadow (false without a reserve).
+    pub fn reserve_in_shadow(&self) -> bool {
+        self.reserved.is_some() && self.counts.shadow.load(Ordering::Relaxed)
+    }
+
+    /// Puts the reserve in shadow (`true`) or back to enforcing, from the
+    /// next request (see `server::Reserve::shadow`). Without a reserve there
+    /// is nothing to shadow, and nothing changes.
+    pub fn set_reserve_shadow(&self, shadow: bool) {
+        self.counts.shadow.store(shadow, Ordering::Relaxed);
     }
 
     /// Requests refused since the pool started, by reason
     /// ([`REFUSAL_REASONS`]), every reason listed.
     pub fn refused(&self) -> [(&'static str, u64); REFUSAL_REASONS.len()] {
-        self.refused.get()
-    }
-
-    /// The same, for a pool with a reserved share of `threads`.
-    pub(crate) fn with_reserve(
-        mut self,
-        threads: usize,
-        reserved_busy: Arc<AtomicUsize>,
-        waiting: Arc<AtomicUsize>,
-    ) -> Self {
-        self.reserve = Some((threads, reserved_busy, waiting));
-        self
+        NoSeat::ALL.map(|why| (why.as_str(), self.counts.refused[why as usize].load(Ordering::Relaxed)))
     }
 
     /// Whether `self` and `other` are the gauges of the same pool.
     pub(super) fn same_as(&self, other: &RequestPoolGauges) -> bool {
-        Arc::ptr_eq(&self.busy, &other.busy)
+        Arc::ptr_eq(&self.seats, &other.seats)
     }
 
     /// The reserved share: its threads, the reserved requests being handled
     /// now, and the ordinary requests waiting for an ordinary thread; `None`
     /// for a pool without one.
     pub fn reserve(&self) -> Option<(usize, usize, usize)> {
-        self.reserve.as_ref().map(|(threads, busy, waiting)| {
-            (*threads, busy.load(Ordering::Relaxed), waiting.load(Ordering::Relaxed))
-        })
+        self.reserved.map(|threads| (threads, self.reserved_busy(), self.waiting()))
     }
 
     /// The number of request threads.
@@ -114,8 +102,18 @@ impl RequestPoolGauges {
 
     /// Requests being handled right now (at most [`threads`](Self::threads)).
     pub fn busy(&self) -> usize {
-        // Relaxed: a gauge read for display, it orders nothing.
-        self.busy.load(Ordering::Relaxed)
+        self.seats.in_use()
+    }
+
+    /// Reserved requests being handled right now, and ordinary ones the
+    /// reserve in shadow let onto a reserved thread (part of [`busy`](Self::busy)).
+    pub fn reserved_busy(&self) -> usize {
+        self.seats.held_by(1)
+    }
+
+    /// Ordinary requests waiting for an ordinary thread.
+    pub fn waiting(&self) -> usize {
+        self.seats.waiting()
     }
 }
 
@@ -125,5 +123,16 @@ impl fmt::Debug for RequestPoolGauges {
             .field("threads", &self.threads)
             .field("busy", &self.busy())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// One vocabulary: the room's refusal reasons are the metric's labels.
+    #[test]
+    fn the_room_refusals_are_the_request_pool_metric_labels() {
+        let labels: Vec<&str> = crate::room::NoSeat::ALL.iter().map(|why| why.as_str()).collect();
+        assert_eq!(labels, super::REFUSAL_REASONS);
+        assert_eq!(super::REFUSAL_REASONS, ["full", "max_wait", "budget", "stuck"]);
     }
 }

@@ -42,7 +42,6 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 pub use self::capacity::{CapacityEntry, CapacityLevel, CapacityReport, RequestThreads};
-pub(crate) use self::gauges::Refused;
 pub use self::gauges::{REFUSAL_REASONS, RequestPoolGauges};
 use crate::dependency::{Dependency, DependencyConfig, DependencySnapshot};
 use crate::error::ConfigError;

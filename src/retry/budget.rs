@@ -67,16 +67,14 @@ impl RetryBudget {
 
     /// Counts one call (a first attempt).
     pub(crate) fn deposit(&self, now: Instant) {
-        let second = self.second(now);
-        self.balance.lock().window.add(second, CALL);
+        self.balance.lock().window.add(self.second(now), CALL);
     }
 
     /// Gives back a retry taken by [`try_withdraw`](Self::try_withdraw) at
     /// about `now` that was never made: to the newest bucket with a retry in
     /// it, the one the token came from.
     pub(crate) fn refund(&self, now: Instant) {
-        let second = self.second(now);
-        self.balance.lock().window.take_back(second, RETRY);
+        self.balance.lock().window.take_back(self.second(now), RETRY);
     }
 
     /// Takes one retry from the budget if it allows one, and says whether it did.

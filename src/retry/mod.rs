@@ -172,30 +172,16 @@ impl Retry {
     /// [`RetryBuilder::build`] has passed it; one read from a file has not
     /// until `watertight::config::Config` runs it.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_attempts == 0 {
-            return Err(ConfigError::new("retry.max_attempts", "at least 1", self.max_attempts));
-        }
-        if self.initial_backoff > self.max_backoff {
-            return Err(ConfigError::new(
-                "retry.backoff",
-                "initial <= max",
-                format_args!("initial {:?} > max {:?}", self.initial_backoff, self.max_backoff),
-            ));
-        }
-        if !(self.backoff_multiplier.is_finite() && self.backoff_multiplier >= 1.0) {
-            return Err(ConfigError::new(
-                "retry.backoff_multiplier",
-                "finite and >= 1",
-                self.backoff_multiplier,
-            ));
-        }
-        if !(self.budget_percent.is_finite() && (0.0..=100.0).contains(&self.budget_percent)) {
-            return Err(ConfigError::new("retry.budget", "a percentage in [0, 100]", self.budget_percent));
-        }
-        if self.overall_timeout == Some(Duration::ZERO) {
-            return Err(ConfigError::new("retry.overall_timeout", "greater than zero", "0ns"));
-        }
-        Ok(())
+        ConfigError::check(self.max_attempts > 0, "retry.max_attempts", "at least 1", self.max_attempts)?;
+        let backoff = format_args!("initial {:?} > max {:?}", self.initial_backoff, self.max_backoff);
+        let ok = self.initial_backoff <= self.max_backoff;
+        ConfigError::check(ok, "retry.backoff", "initial <= max", backoff)?;
+        let m = self.backoff_multiplier;
+        ConfigError::check(m.is_finite() && m >= 1.0, "retry.backoff_multiplier", "finite and >= 1", m)?;
+        let b = self.budget_percent;
+        ConfigError::check((0.0..=100.0).contains(&b), "retry.budget", "a percentage in [0, 100]", b)?;
+        let ok = self.overall_timeout != Some(Duration::ZERO);
+        ConfigError::check(ok, "retry.overall_timeout", "greater than zero", "0ns")
     }
 
     /// The cap on the backoff before retry number `retry` (1 for the first

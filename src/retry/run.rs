@@ -82,10 +82,7 @@ impl Retrier<'_> {
     pub(crate) fn begin<T, E>(&self, caller: Option<Instant>) -> (Instant, Retried<T, E>) {
         let now = Instant::now();
         let overall = self.retry.overall_timeout().and_then(|t| now.checked_add(t));
-        let end = match (overall, caller) {
-            (Some(o), Some(c)) => Some(o.min(c)),
-            (o, c) => o.or(c),
-        };
+        let end = overall.into_iter().chain(caller).min();
         self.budget.deposit((self.clock)(now));
         (now, Retried { end, number: 1, last: None })
     }
@@ -120,26 +117,22 @@ impl Retrier<'_> {
         let now = Instant::now();
         // The end bounds the sleep *and* leaves the next attempt some time:
         // a backoff that ends at or past it would only buy an attempt with no time at all.
-        let wake = match now.checked_add(pause) {
-            Some(wake) if state.end.is_none_or(|e| wake < e) => wake,
-            _ => {
-                log::debug!("dependency {}: no retry, the call's deadline is near", self.name);
-                return Next::Done(result);
-            }
-        };
+        let wake = now.checked_add(pause).filter(|wake| state.end.is_none_or(|e| *wake < e));
         // Ask before sleeping: a breaker that this very failure opened (or
         // any that stays open past the backoff) would only refuse the
-        // next attempt, after a sleep for nothing.
-        if !(self.may_admit)(now, pause) {
-            log::debug!("dependency {}: no retry, the breaker would refuse it", self.name);
-            return Next::Done(result);
-        }
-        if !budget.try_withdraw(clock(now)) {
-            log::debug!("dependency {}: no retry, the retry budget is spent", self.name);
-            return Next::Done(result);
-        }
-        state.last = Some(result);
-        Next::RetryAt(wake)
+        // next attempt, after a sleep for nothing. The budget is asked last:
+        // asking takes a token.
+        let why = match wake {
+            None => "the call's deadline is near",
+            Some(_) if !(self.may_admit)(now, pause) => "the breaker would refuse it",
+            Some(_) if !budget.try_withdraw(clock(now)) => "the retry budget is spent",
+            Some(wake) => {
+                state.last = Some(result);
+                return Next::RetryAt(wake);
+            }
+        };
+        log::debug!("dependency {}: no retry, {why}", self.name);
+        Next::Done(result)
     }
 
     /// The pause is over (at `now`): `Ok` to make the next attempt, or the

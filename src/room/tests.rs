@@ -280,31 +280,174 @@ fn a_break_shorter_than_one_round_does_not_end_a_standing_line() {
     let t0 = Instant::now();
     let ms = Duration::from_millis;
     let round = ms(30);
-    let mut line = Waiters::default();
-    assert_eq!(line.line().standing.stood(t0, round), Duration::ZERO, "nobody has waited");
+    let mut line: Waiters = Waiters::default();
+    assert_eq!(line.stood(t0, round), Duration::ZERO, "nobody has waited");
     line.join(0, t0, round);
-    assert_eq!(line.line().standing.stood(t0 + ms(150), round), ms(150));
+    assert_eq!(line.stood(t0 + ms(150), round), ms(150));
     // A round of holds ends together: every waiter is granted at once, and
     // is through at 150 ms.
     assert_eq!(line.grant(|_| true).0.len(), 1);
     line.through(t0 + ms(150));
     // Its callers come back 5 ms later: the line still stands, from t0.
-    assert_eq!(line.line().standing.stood(t0 + ms(155), round), ms(155), "an empty instant is no break");
+    assert_eq!(line.stood(t0 + ms(155), round), ms(155), "an empty instant is no break");
     line.join(0, t0 + ms(155), round);
-    assert_eq!(line.line().standing.stood(t0 + ms(160), round), ms(160));
+    assert_eq!(line.stood(t0 + ms(160), round), ms(160));
     // A waiter woken to find its place taken goes back to the front: no break.
     let woken = line.grant(|_| true);
     line.rejoin(&woken.0[0]);
-    assert_eq!(line.line().standing.stood(t0 + ms(170), round), ms(170));
+    assert_eq!(line.stood(t0 + ms(170), round), ms(170));
     // A break of one round or more ends it: the next caller starts a new line.
     let _ = line.grant(|_| true);
     line.through(t0 + ms(200));
-    assert_eq!(line.line().standing.stood(t0 + ms(230), round), Duration::ZERO);
+    assert_eq!(line.stood(t0 + ms(230), round), Duration::ZERO);
     line.join(0, t0 + ms(240), round);
-    assert_eq!(line.line().standing.stood(t0 + ms(250), round), ms(10));
+    assert_eq!(line.stood(t0 + ms(250), round), ms(10));
     // Before any hold is timed (a round of zero), every break ends the line.
     let _ = line.grant(|_| true);
     line.through(t0 + ms(300));
     line.join(0, t0 + ms(300), Duration::ZERO);
-    assert_eq!(line.line().standing.stood(t0 + ms(300), Duration::ZERO), Duration::ZERO);
+    assert_eq!(line.stood(t0 + ms(300), Duration::ZERO), Duration::ZERO);
+}
+
+/// A room whose line holds requests `T` (the crate's own server's), of
+/// `threads` seats, `reserved` of them kept from class 0.
+fn for_requests<T>(threads: usize, reserved: usize, max_wait: Duration) -> Room<T> {
+    Room::with_line(threads, max_wait, &[reserved, 0]).unwrap()
+}
+
+fn run<T>(admission: Admission<T>) -> (T, Seat<T>) {
+    match admission {
+        Admission::Run(value, seat) => (value, seat),
+        _ => panic!("not run"),
+    }
+}
+
+/// A waiting request holds no thread: it waits in the room's line, and the
+/// thread that gives a seat back takes it, oldest first, in its class.
+#[test]
+fn a_waiting_request_is_handed_on_by_the_thread_that_gives_a_seat_back() {
+    let room = for_requests(3, 1, Duration::from_secs(60));
+    let (_, one) = run(room.enter(0, 1, far(), false, None));
+    let (_, two) = run(room.enter(0, 2, far(), false, None));
+    // Full for ordinary requests: they wait; a reserved one runs.
+    assert!(matches!(room.enter(0, 3, far(), false, None), Admission::Waits));
+    assert!(matches!(room.enter(0, 4, far(), false, None), Admission::Waits));
+    let (_, reserved) = run(room.enter(1, 5, far(), false, None));
+    assert_eq!((room.waiting(), room.held_by(1)), (2, 1));
+    // A reserved seat given back frees no ordinary one.
+    let next = room.pass(reserved, None);
+    assert!(next.run.is_none() && next.expired.is_empty());
+    let (three, three_seat) = room.pass(one, None).run.unwrap();
+    let (four, _four_seat) = room.pass(two, None).run.unwrap();
+    assert_eq!((three, four, room.waiting()), (3, 4, 0));
+    assert!(room.pass(three_seat, None).run.is_none());
+    let counts = room.counts();
+    assert_eq!((counts.seated, counts.waited, counts.refused), (5, 2, 0), "{counts:?}");
+}
+
+/// Requests whose wait ended are answered by the next thread free (told
+/// apart: `max_wait`, or their own deadline); with `max_wait` 0 nobody waits
+/// but a patient request, which no end of its wait takes out.
+#[test]
+fn a_request_past_its_wait_is_answered_by_the_next_thread_free_and_a_patient_one_waits() {
+    let room = for_requests(2, 1, Duration::from_millis(20));
+    let (_, held) = run(room.enter(0, 1, far(), false, None));
+    assert!(matches!(room.enter(0, 2, far(), false, None), Admission::Waits));
+    let soon = Instant::now() + Duration::from_millis(5);
+    assert!(matches!(room.enter(0, 3, soon, false, None), Admission::Waits));
+    let mut expired = Vec::new();
+    wait_for(|| {
+        expired.extend(room.sweep(None).expired);
+        expired.len() == 2
+    });
+    expired.sort_by_key(|(i, _)| *i);
+    assert_eq!(expired, [(2, NoSeat::Waited), (3, NoSeat::Deadline)]);
+    drop(held);
+    let none = for_requests(2, 1, Duration::ZERO);
+    let (_, held) = run(none.enter(0, 1, far(), false, None));
+    assert!(matches!(none.enter(0, 2, far(), false, None), Admission::Refused(2, NoSeat::Full)));
+    assert!(matches!(none.enter(0, 3, Instant::now(), true, None), Admission::Waits));
+    assert!(none.sweep(None).expired.is_empty());
+    assert!(matches!(none.enter(0, 4, far(), true, None), Admission::Waits));
+    assert_eq!(none.pass(held, None).run.map(|(i, _)| i), Some(3));
+    assert_eq!(none.drain(), [4], "a stopping pool drains what waits");
+    assert_eq!(none.waiting(), 0);
+}
+
+/// With a second class to fall back on (the reserve in shadow), a request
+/// takes a free seat of it rather than wait; every seat held, it waits.
+#[test]
+fn a_request_may_take_a_free_seat_of_the_class_it_falls_back_on() {
+    let room = for_requests(3, 1, Duration::from_secs(10));
+    let (_, _one) = run(room.enter(0, 1, far(), false, Some(1)));
+    let (_, two) = run(room.enter(0, 2, far(), false, Some(1)));
+    let (_, three) = run(room.enter(0, 3, far(), false, Some(1)));
+    assert_eq!(three.class(), 1);
+    assert!(matches!(room.enter(0, 4, far(), false, Some(1)), Admission::Waits));
+    let (four, seat) = room.pass(three, Some(1)).run.expect("the waiting request runs");
+    assert_eq!((four, seat.class()), (4, 1));
+    // Enforced: an ordinary request waits for an ordinary seat.
+    drop(seat);
+    assert!(matches!(room.enter(0, 5, far(), false, None), Admission::Waits));
+    assert_eq!(room.pass(two, None).run.map(|(i, _)| i), Some(5));
+}
+
+/// 16 threads race over a stream of requests, a third of them reserved, as
+/// the request threads do over tiny_http's: ordinary requests never hold
+/// more than their share, and every request is answered exactly once.
+#[test]
+fn ordinary_requests_never_take_the_reserve_with_16_threads_racing() {
+    const THREADS: usize = 16;
+    const RESERVED: usize = 3;
+    const REQUESTS: usize = 20_000;
+    let room = for_requests::<usize>(THREADS, RESERVED, Duration::from_secs(60));
+    let (tx, rx) = crossbeam_channel::unbounded();
+    (0..REQUESTS).for_each(|i| tx.send(i).unwrap());
+    drop(tx);
+    let ordinary_now = Arc::new(AtomicUsize::new(0));
+    let answered: Arc<Vec<AtomicUsize>> = Arc::new((0..REQUESTS).map(|_| AtomicUsize::new(0)).collect());
+    let start = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (room, rx, start) = (room.clone(), rx.clone(), Arc::clone(&start));
+            let (ordinary_now, answered) = (Arc::clone(&ordinary_now), Arc::clone(&answered));
+            thread::spawn(move || {
+                start.wait();
+                let mut most = 0;
+                let mut next = None;
+                loop {
+                    let (i, seat) = match next.take() {
+                        Some(taken) => taken,
+                        None => match rx.try_recv() {
+                            Ok(i) => match room.enter(usize::from(i % 3 == 0), i, far(), false, None) {
+                                Admission::Run(i, seat) => (i, seat),
+                                Admission::Waits => continue,
+                                Admission::Refused(i, why) => panic!("{i} refused: {why:?}"),
+                            },
+                            Err(_) => break,
+                        },
+                    };
+                    let ordinary = i % 3 != 0;
+                    if ordinary {
+                        most = most.max(ordinary_now.fetch_add(1, Ordering::SeqCst) + 1);
+                    }
+                    if i.is_multiple_of(4) {
+                        thread::yield_now();
+                    }
+                    answered[i].fetch_add(1, Ordering::SeqCst);
+                    if ordinary {
+                        ordinary_now.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    let after = room.pass(seat, None);
+                    assert!(after.expired.is_empty(), "a wait of a minute ended");
+                    next = after.run;
+                }
+                most
+            })
+        })
+        .collect();
+    let most = threads.into_iter().map(|t| t.join().unwrap()).max().unwrap();
+    assert!(most <= THREADS - RESERVED, "{most} ordinary requests at once");
+    assert!(answered.iter().all(|a| a.load(Ordering::SeqCst) == 1), "each request answered once");
+    assert_eq!((room.waiting(), room.in_use()), (0, 0));
 }

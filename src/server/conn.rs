@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use tiny_http::{HTTPVersion, Header, Method, Request, TestRequest};
 
-use super::answer::{self, Piece, Relayed};
 use super::client::Client;
 use super::guard::{Conn, GuardShared};
 use super::hop::PRIVATE_PREFIX;
 use super::hop::{self, Hop, HopStream, Ticket};
 use super::pool::{Handed, Incoming};
+use super::reply::{self, Piece, Relayed};
 use super::request::Arrival;
 use crate::wire::{Refusal, RequestHead};
 
@@ -62,7 +62,7 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
             peer: Some(peer),
             client: cfg.trusted_proxies().resolve(Some(peer), headers),
         };
-        let (reply, rx) = answer::reply(close_after, head.minor, cfg.write_timeout());
+        let (reply, rx) = reply::channel(close_after, head.minor, cfg.write_timeout());
         let relayed = if body.is_empty() {
             let Some(request) = in_process(&head, peer) else {
                 return refuse(&mut client, Refusal::bad("a header tiny_http cannot represent"));
@@ -71,7 +71,7 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
             if shared.to_pool.send(Handed::Request(Box::new(incoming))).is_err() {
                 return refuse(&mut client, Refusal::UPSTREAM);
             }
-            answer::relay(rx, None, stream, cfg.answer_timeout())
+            reply::relay(rx, None, stream, cfg.answer_timeout())
         } else {
             let incoming = Incoming { request: None, arrival, reply };
             through_hop(shared, &head, &body, incoming, rx, stream)
@@ -149,7 +149,7 @@ fn through_hop(
         &written,
         bound,
     ) {
-        Ok(first) => answer::relay(rx, first, client, bound),
+        Ok(first) => reply::relay(rx, first, client, bound),
         Err(()) => none_relayed(),
     };
     let (relayed, sent) = if ticket.bytes.len() <= hop::INLINE_BODY {

@@ -1,19 +1,23 @@
-//! [`RequestPool`]: the request pool's gauges, and the same count, reserve
-//! and budget for a server that is not this crate's own (rouille, or tiny_http
-//! served by hand).
+//! [`RequestPool`]: the count, reserve and budget of the request pool for a
+//! server that is not this crate's own (rouille, or tiny_http served by
+//! hand), and what both request pools share: their room, their counts and
+//! their gauges.
 //!
 //! Such a server's threads are its own, so an ordinary request waits on its
 //! own thread for a seat of the pool's [`Room`] (the crate's one primitive for
 //! waiting for room; the reserve is a share kept from ordinary requests), or
-//! is refused [`EnterError::Busy`]: see [admission](crate::server#admission).
-//! A reserve in shadow ([`Reserve::shadow`](super::Reserve::shadow)) lets such
-//! a request take a free reserved thread instead ([`Counts::shadow_seat`]).
+//! is refused [`EnterError::Busy`]. An ordinary request may wait while every
+//! ordinary thread is busy, within [`max_wait`](super::ServerConfigBuilder::max_wait)
+//! and its budget, when the wait it can expect fits (the room's admission by
+//! time); a reserved one is never refused. A reserve in shadow
+//! ([`Reserve::shadow`](super::Reserve::shadow)) lets such a request take a
+//! free reserved thread instead, counted ([`Tally::shadowed`]); the rule: [admission](crate::server#admission).
 
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::config::ServerConfig;
@@ -21,76 +25,49 @@ use super::proxy::TrustedProxies;
 use super::request::{self, Arrival, RequestContext, TIMEOUT_HEADER};
 use super::reserve::{self, Route};
 use crate::quiet::Quiet;
-use crate::registry::{REFUSAL_REASONS, Refused, Registry, RequestPoolGauges};
+use crate::registry::{Registry, RequestPoolGauges};
 use crate::room::{NoSeat, Room, Seat};
-use crate::shadow::{LiveShadow, Policy, Shadow, ShadowCounters};
 
-/// The request pool's live counts, shared with its gauges in a registry.
-#[derive(Default, Clone)]
-pub(super) struct Counts {
-    pub(super) busy: Arc<AtomicUsize>,
-    pub(super) reserved_busy: Arc<AtomicUsize>,
-    pub(super) waiting: Arc<AtomicUsize>,
-    pub(super) refused: Arc<Refused>,
+/// A request pool's tally: its counts, shared with its gauges in a registry, and the
+/// logs of its refusals.
+#[derive(Clone)]
+pub(super) struct Tally {
+    pub(super) gauges: RequestPoolGauges,
     /// The refusals' log, one kind per reason.
-    quiet: Arc<Quiet<{ REFUSAL_REASONS.len() }>>,
-    /// Whether the reserve is in shadow ([`Policy::Reserve`]), switched live.
-    pub(super) shadow: Arc<LiveShadow>,
-    /// What the reserve in shadow would have refused.
-    pub(super) shadowed: Arc<ShadowCounters>,
-    /// Its log, at `debug` in aggregate (at most a line a second).
+    quiet: Arc<Quiet<{ NoSeat::ALL.len() }>>,
+    /// The reserve in shadow's log, at `debug` in aggregate (at most a line a second).
     shadow_quiet: Arc<Quiet<1>>,
 }
 
-impl Counts {
-    /// The gauges of a pool of `threads` with these counts, and the
-    /// reserve's when it has `reserved` threads.
-    fn gauges(&self, threads: usize, reserved: Option<usize>) -> RequestPoolGauges {
-        let gauges = RequestPoolGauges::new(threads, Arc::clone(&self.busy))
-            .with_refused(Arc::clone(&self.refused))
-            .with_shadowed(Arc::clone(&self.shadowed));
-        match reserved {
-            Some(r) => gauges.with_reserve(r, Arc::clone(&self.reserved_busy), Arc::clone(&self.waiting)),
-            None => gauges,
-        }
+impl Tally {
+    /// The class an ordinary request may take a free seat of when its own
+    /// has none: the reserved one, while the reserve is in shadow.
+    pub(super) fn or_class(&self, reserved: bool) -> Option<usize> {
+        (!reserved && self.gauges.counts.shadow.load(Ordering::Relaxed)).then_some(1)
     }
 
-    /// The reserve in shadow, for an ordinary request that found no
-    /// ordinary seat (and would wait for one, or be refused): a free
-    /// reserved seat, counted as the refusal the reserve would have made.
-    /// `None` when the reserve enforces, or every thread is busy (then the
-    /// request waits or is refused as ever: that is the pool's own bound,
-    /// not the reserve's). The seat is of the reserved class, so the
-    /// `reserved_busy` gauge counts it, as its release uncounts it.
-    pub(super) fn shadow_seat(&self, room: &Room) -> Option<Seat> {
-        if !self.shadow.get().contains(Policy::Reserve) {
-            return None;
+    /// After a request of the `reserved` class or not took `seat`: an
+    /// ordinary request on a reserved seat is one the reserve in shadow let
+    /// through, counted as the refusal the reserve would have made.
+    pub(super) fn shadowed<R>(&self, reserved: bool, seat: &Seat<R>) {
+        if reserved || seat.class() != 1 {
+            return;
         }
-        let seat = room.try_seat(1)?;
-        self.reserved_busy.fetch_add(1, Ordering::Relaxed);
-        self.shadowed.add(Policy::Reserve);
+        self.gauges.counts.shadowed.fetch_add(1, Ordering::Relaxed);
         let line =
             "request pool: the reserve in shadow would have kept an ordinary request off a free thread";
         self.shadow_quiet.log(module_path!(), log::Level::Debug, 0, format_args!("{line}"));
-        Some(seat)
     }
 
     /// Counts a refusal of `why`, and logs the refusals at most once a
     /// second: the first of a second at once, the rest with the next line.
     pub(super) fn refuse(&self, why: NoSeat) {
-        let reason = match why {
-            NoSeat::Full => 0,
-            NoSeat::Waited => 1,
-            NoSeat::Deadline => 2,
-            NoSeat::Stuck => 3,
-        };
-        self.refused.count(reason);
-        let why = REFUSAL_REASONS[reason];
+        self.gauges.counts.refuse(why);
         self.quiet.log(
             module_path!(),
             log::Level::Warn,
-            reason,
-            format_args!("request pool: refused an ordinary request: {why}"),
+            why as usize,
+            format_args!("request pool: refused an ordinary request ({why})"),
         );
     }
 }
@@ -104,21 +81,26 @@ pub(super) fn check_reserve_of(config: &ServerConfig, threads: usize) -> io::Res
     }
 }
 
-/// The counts of a new request pool of `threads`, and, when the config
-/// names a registry, its gauges attached to it (detached when the returned
-/// value is dropped).
-pub(super) fn attach_gauges(
+/// The request threads of a pool of `threads` as the seats of one room
+/// (class 0, ordinary requests, keeps the reserve's; class 1, reserved ones,
+/// keeps none) whose waiters wait at most `max_wait`; its counts; and, when
+/// the config names a registry, its gauges attached to it (detached when the
+/// returned guard is dropped).
+pub(super) fn open<R>(
     config: &ServerConfig,
     threads: usize,
-) -> io::Result<(Counts, Option<AttachedGauges>)> {
-    let counts = Counts::default();
-    if config.reserve().is_some_and(|r| r.shadow) {
-        counts.shadow.set(Shadow::none().with(Policy::Reserve));
-    }
-    let Some(registry) = config.registry() else { return Ok((counts, None)) };
-    let gauges = counts.gauges(threads, config.reserve().map(|r| r.threads));
+    max_wait: Duration,
+) -> io::Result<(Room<R>, Tally, Option<AttachedGauges>)> {
+    check_reserve_of(config, threads)?;
+    let reserved = config.reserve().map(|r| r.threads);
+    let room = Room::with_line(threads, max_wait, &[reserved.unwrap_or(0), 0])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let gauges = RequestPoolGauges::new(threads, room.occupancy(), reserved);
+    gauges.set_reserve_shadow(config.reserve().is_some_and(|r| r.shadow));
+    let counts = Tally { gauges: gauges.clone(), quiet: Arc::default(), shadow_quiet: Arc::default() };
+    let Some(registry) = config.registry() else { return Ok((room, counts, None)) };
     match registry.attach_request_pool(gauges.clone()) {
-        Ok(()) => Ok((counts, Some(AttachedGauges { registry: registry.clone(), gauges }))),
+        Ok(()) => Ok((room, counts, Some(AttachedGauges { registry: registry.clone(), gauges }))),
         Err(running) => Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
@@ -144,14 +126,12 @@ impl Drop for AttachedGauges {
     }
 }
 
-/// A request pool's gauges, and, made by [`RequestPool::new`], the request
-/// pool of any synchronous server: count each request in and out
-/// ([`enter`](Self::enter)), keep the reserved share, carry the request
+/// The request pool of any synchronous server: count each request in and
+/// out ([`enter`](Self::enter)), keep the reserved share, carry the request
 /// budget as a deadline, and feed the gauges into a [`Registry`] and so into
-/// `/metrics`.
-///
-/// From [`ServerHandle::request_pool`](super::ServerHandle::request_pool) it
-/// reads the crate's own server. Cheap to clone; readable from any thread.
+/// `/metrics`. (The crate's own server counts its requests itself; its
+/// gauges are [`ServerHandle::request_pool`](super::ServerHandle::request_pool).)
+/// Cheap to clone; readable from any thread.
 ///
 /// ```
 /// use std::time::Duration;
@@ -188,19 +168,9 @@ pub struct RequestPool {
 }
 
 struct Inner {
-    threads: usize,
-    /// The reserve's threads, `None` without one.
-    reserved: Option<usize>,
-    counts: Counts,
-    /// Only for a pool made by [`RequestPool::new`].
-    gate: Option<Gate>,
-}
-
-/// What [`RequestPool::enter`] needs.
-struct Gate {
-    /// The request threads as seats: class 0, ordinary requests, keeps the
-    /// reserve's; class 1, reserved ones, keeps none.
+    /// The request threads as seats (see [`open`]).
     room: Room,
+    counts: Tally,
     routes: Vec<Route>,
     budget: Duration,
     proxies: TrustedProxies,
@@ -208,12 +178,6 @@ struct Gate {
 }
 
 impl RequestPool {
-    /// The gauges of the crate's own running server.
-    #[cfg(feature = "tiny_http")]
-    pub(super) fn of_server(threads: usize, reserved: Option<usize>, counts: Counts) -> RequestPool {
-        RequestPool { inner: Arc::new(Inner { threads, reserved, counts, gate: None }) }
-    }
-
     /// The request pool of a server of your own with `threads` request
     /// threads (at least one): of `config`, the
     /// [request budget](super::ServerConfigBuilder::request_budget), the
@@ -230,21 +194,10 @@ impl RequestPool {
     /// `reserve.threads`); `AlreadyExists` if the registry already carries
     /// another running request pool's gauges.
     pub fn new(threads: usize, config: &ServerConfig) -> io::Result<RequestPool> {
-        let threads = threads.max(1);
-        check_reserve_of(config, threads)?;
-        let (counts, gauges) = attach_gauges(config, threads)?;
-        let compiled = config.compiled_reserve();
-        let reserved = compiled.map(|r| r.share.threads);
-        let room = Room::with_shares(threads, config.max_wait(), &[reserved.unwrap_or(0), 0])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let gate = Gate {
-            room,
-            routes: compiled.map(|r| r.routes.clone()).unwrap_or_default(),
-            budget: config.request_budget(),
-            proxies: config.trusted_proxies().clone(),
-            _gauges: gauges,
-        };
-        Ok(RequestPool { inner: Arc::new(Inner { threads, reserved, counts, gate: Some(gate) }) })
+        let (room, counts, gauges) = open(config, threads.max(1), config.max_wait())?;
+        let routes = config.compiled_reserve().map(|r| r.routes.clone()).unwrap_or_default();
+        let (budget, proxies) = (config.request_budget(), config.trusted_proxies().clone());
+        Ok(RequestPool { inner: Arc::new(Inner { room, counts, routes, budget, proxies, _gauges: gauges }) })
     }
 
     /// Counts a request in, arrived now for `method` and `url` from the TCP
@@ -261,8 +214,7 @@ impl RequestPool {
     /// (see [`ServerConfigBuilder::max_wait`](super::ServerConfigBuilder::max_wait);
     /// a reserved one is never refused);
     /// [`EnterError::InvalidRequestTimeout`] for a malformed
-    /// `X-Request-Timeout`; [`EnterError::NotAGate`] on the gauges of the
-    /// crate's own server, which counts its requests itself.
+    /// `X-Request-Timeout`.
     pub fn enter(
         &self,
         method: &str,
@@ -270,98 +222,90 @@ impl RequestPool {
         peer: Option<SocketAddr>,
         headers: &[(&str, &str)],
     ) -> Result<Entered, EnterError> {
-        let Some(gate) = &self.inner.gate else { return Err(EnterError::NotAGate) };
+        let inner = &*self.inner;
         let arrival = Arrival {
             received: Instant::now(),
             peer,
-            client: gate.proxies.resolve(peer, headers.iter().copied()),
+            client: inner.proxies.resolve(peer, headers.iter().copied()),
         };
-        let reserved = reserve::routes_take(&gate.routes, method, url);
+        let reserved = reserve::routes_take(&inner.routes, method, url);
         let asked = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(TIMEOUT_HEADER)).map(|h| h.1);
         // The context first: a malformed header is answered without a seat,
         // and the wait for one ends by the request's own deadline.
-        let counts = &self.inner.counts;
         let context =
-            request::context(asked, arrival, gate.budget, self.busy() + 1, self.inner.threads, reserved)
+            request::context(asked, arrival, inner.budget, self.busy() + 1, self.threads(), reserved)
                 .map_err(EnterError::InvalidRequestTimeout)?;
         let class = usize::from(reserved);
-        let seat = match gate.room.try_seat_at(class, || context.received()) {
+        let counts = &inner.counts;
+        let seat = match inner.room.try_seat(class, || context.received()) {
             Some(seat) => seat,
             // A reserve in shadow lets an ordinary request onto a free reserved thread.
-            None => match (!reserved).then(|| counts.shadow_seat(&gate.room)).flatten() {
-                Some(seat) => seat,
-                None => {
-                    counts.waiting.fetch_add(1, Ordering::Relaxed);
-                    let seat = gate.room.acquire_as(class, context.deadline());
-                    counts.waiting.fetch_sub(1, Ordering::Relaxed);
-                    seat.map_err(|why| {
-                        counts.refuse(why);
-                        EnterError::Busy
-                    })?
+            None => match counts.or_class(reserved).and_then(|c| inner.room.try_seat(c, Instant::now)) {
+                Some(seat) => {
+                    counts.shadowed(reserved, &seat);
+                    seat
                 }
+                None => inner.room.acquire_as(class, context.deadline()).map_err(|why| {
+                    counts.refuse(why);
+                    EnterError::Busy
+                })?,
             },
         };
-        counts.busy.fetch_add(1, Ordering::Relaxed);
-        if reserved {
-            counts.reserved_busy.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(Entered { pool: self.clone(), seat: Some(seat), context })
+        Ok(Entered { _seat: seat, context })
     }
 
     /// Requests being handled right now.
     pub fn busy(&self) -> usize {
-        self.inner.counts.busy.load(Ordering::Relaxed)
+        self.inner.counts.gauges.busy()
     }
 
     /// The number of request threads.
     pub fn threads(&self) -> usize {
-        self.inner.threads
+        self.inner.counts.gauges.threads()
     }
 
     /// The request threads ordinary requests can never take (the
     /// [reserve](super::ServerConfig::reserve)'s threads; 0 without one).
     pub fn reserved_threads(&self) -> usize {
-        self.inner.reserved.unwrap_or(0)
+        self.inner.counts.gauges.reserve().map_or(0, |(threads, ..)| threads)
     }
 
     /// Reserved requests being handled right now, on any thread (part of
     /// [`busy`](Self::busy)).
     pub fn reserved_busy(&self) -> usize {
-        self.inner.counts.reserved_busy.load(Ordering::Relaxed)
+        self.inner.counts.gauges.reserved_busy()
     }
 
     /// Ordinary requests waiting for an ordinary thread, because every thread
     /// but the reserved ones is busy with one.
     pub fn waiting(&self) -> usize {
-        self.inner.counts.waiting.load(Ordering::Relaxed)
+        self.inner.counts.gauges.waiting()
     }
 
     /// Puts the reserve in shadow (`true`) or back to enforcing, from the
-    /// next request (see [`Reserve::shadow`](super::Reserve::shadow)); on
-    /// the gauges of the crate's own server too, which share its counts.
+    /// next request (see [`Reserve::shadow`](super::Reserve::shadow)).
     /// Without a reserve there is nothing to shadow, and nothing changes.
     pub fn set_reserve_shadow(&self, shadow: bool) {
-        let set = if shadow { Shadow::none().with(Policy::Reserve) } else { Shadow::none() };
-        self.inner.counts.shadow.set(set);
+        self.inner.counts.gauges.set_reserve_shadow(shadow);
     }
 
     /// Whether the reserve is in shadow.
     pub fn reserve_in_shadow(&self) -> bool {
-        self.inner.reserved.is_some() && self.inner.counts.shadow.get().contains(Policy::Reserve)
+        self.inner.counts.gauges.reserve_in_shadow()
     }
 
     /// Ordinary requests the reserve in shadow let onto a reserved thread:
     /// each one it would have kept waiting for an ordinary thread, or
     /// refused.
     pub fn shadow_refused(&self) -> u64 {
-        self.inner.counts.shadowed.load().get(Policy::Reserve)
+        self.inner.counts.gauges.shadow_refused()
     }
 
     /// Its gauges, as a [`Registry`] carries them: the same counts, for an
     /// exporter (with the `prometheus` feature, a `prometheus-client`
     /// collector of their own).
     pub fn gauges(&self) -> RequestPoolGauges {
-        self.inner.counts.gauges(self.inner.threads, self.inner.reserved)
+        self.inner.counts.gauges.clone()
     }
 }
 
@@ -369,10 +313,8 @@ impl RequestPool {
 /// out, on every path the handler takes (a panic too).
 #[must_use = "the request counts as in flight only while this is kept: hold it until the answer is made"]
 pub struct Entered {
-    pool: RequestPool,
-    /// The request thread's seat, given back after the counts (`None` only
-    /// in `drop`).
-    seat: Option<Seat>,
+    /// The request thread's seat: the count of the request, given back on drop.
+    _seat: Seat,
     context: RequestContext,
 }
 
@@ -383,21 +325,9 @@ impl Entered {
     }
 }
 
-impl Drop for Entered {
-    fn drop(&mut self) {
-        let counts = &self.pool.inner.counts;
-        counts.busy.fetch_sub(1, Ordering::Relaxed);
-        if self.seat.as_ref().is_some_and(|s| s.class() == 1) {
-            counts.reserved_busy.fetch_sub(1, Ordering::Relaxed);
-        }
-        // The seat last: a waiter it goes to finds the counts lowered.
-        drop(self.seat.take());
-    }
-}
-
 impl fmt::Debug for Entered {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Entered").field("seat", &self.seat).field("context", &self.context).finish()
+        f.debug_struct("Entered").field("seat", &self._seat).field("context", &self.context).finish()
     }
 }
 
@@ -412,9 +342,6 @@ pub enum EnterError {
     /// The client's `X-Request-Timeout` is not a duration: answer `400`
     /// (`INVALID_REQUEST_TIMEOUT`) with this message.
     InvalidRequestTimeout(String),
-    /// The pool is the gauges of the crate's own server, which counts its
-    /// requests itself.
-    NotAGate,
 }
 
 impl EnterError {
@@ -423,7 +350,6 @@ impl EnterError {
         match self {
             EnterError::Busy => 503,
             EnterError::InvalidRequestTimeout(_) => 400,
-            EnterError::NotAGate => 500,
         }
     }
 
@@ -432,7 +358,6 @@ impl EnterError {
         match self {
             EnterError::Busy => "SERVER_BUSY",
             EnterError::InvalidRequestTimeout(_) => "INVALID_REQUEST_TIMEOUT",
-            EnterError::NotAGate => "INTERNAL_ERROR",
         }
     }
 }
@@ -442,9 +367,6 @@ impl fmt::Display for EnterError {
         match self {
             EnterError::Busy => f.write_str("every ordinary request thread is busy, try again later"),
             EnterError::InvalidRequestTimeout(message) => f.write_str(message),
-            EnterError::NotAGate => f.write_str(
-                "the gauges of a running server count its requests themselves; use RequestPool::new",
-            ),
         }
     }
 }
@@ -485,7 +407,7 @@ mod tests {
         }
         drop(first);
         assert!(second.join().unwrap(), "seated once the first was done");
-        let counts = pool.inner.gate.as_ref().expect("a gate").room.counts();
+        let counts = pool.inner.room.counts();
         assert_eq!((counts.seated, counts.waited, counts.refused), (2, 1, 0), "{counts:?}");
         assert_eq!(pool.busy(), 0);
     }

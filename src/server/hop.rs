@@ -6,7 +6,7 @@
 //! A request with a body is written again by the guard as HTTP/1.1 framed
 //! by `Content-Length`, with one private header, its ticket (why: the module
 //! docs of `server`, *Hand-off*). The answer never crosses back: the request
-//! thread prints it into the connection's [`Reply`](super::answer::Reply) and
+//! thread prints it into the connection's [`Reply`](super::reply::Reply) and
 //! drops tiny_http's writer unused, so nothing on a hop connection is read by
 //! the guard; a hop connection goes back to the pool only once its request
 //! has been answered (tiny_http reads the next request only then).

@@ -39,6 +39,10 @@
 //!   holds no thread: it is bounded by its budget, and leaves when the line
 //!   stands or stops moving, answered `503 SERVER_BUSY`; on shutdown every
 //!   waiting request is answered `503 SERVER_STOPPING`.
+//! - **Refusals** are counted in
+//!   `watertight_request_pool_refused_total{reason}` (`full`, `max_wait`,
+//!   `budget`, `stuck`: the room's one vocabulary of refusals), and logged at
+//!   most once a second per reason.
 //! - **Behind a proxy.** Only a [trusted proxy](TrustedProxies) has its
 //!   `X-Forwarded-For` believed ([`RequestContext::client_ip`]); behind one
 //!   every peer is loopback, so admin routes need a token
@@ -191,10 +195,6 @@ mod reserve;
 
 // The crate's own server on tiny_http.
 #[cfg(feature = "tiny_http")]
-mod admission;
-#[cfg(feature = "tiny_http")]
-mod answer;
-#[cfg(feature = "tiny_http")]
 mod client;
 #[cfg(feature = "tiny_http")]
 mod conn;
@@ -204,6 +204,8 @@ mod guard;
 mod hop;
 #[cfg(feature = "tiny_http")]
 mod pool;
+#[cfg(feature = "tiny_http")]
+mod reply;
 #[cfg(feature = "tiny_http")]
 mod serve;
 

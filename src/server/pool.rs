@@ -1,26 +1,45 @@
 //! The request threads: each takes the next request (from the guard, in
 //! process, or from tiny_http reading the clients itself), lets it wait for
-//! an ordinary thread or refuses it if it must (`admission.rs`), calls the
-//! handler, and sends its answer.
+//! an ordinary thread or refuses it if it must, calls the handler, and sends
+//! its answer.
+//!
+//! The request threads are the seats of a [`Room`] whose line holds waiting
+//! requests, not threads. A request a thread takes from tiny_http (or the
+//! guard) is classified before its handler runs, and enters the room
+//! ([`Room::enter`]): a reserved request always finds a seat (this thread is
+//! free, so fewer seats than threads are held), an ordinary one while the
+//! ordinary share has one free. An ordinary request that finds none waits in
+//! the room's line by its admission by time, else is refused (`503`); its
+//! thread goes back for the next request (which may be a reserved one), so a
+//! waiting request holds no thread. The thread that finishes a request hands
+//! its seat on ([`Room::pass`]) and takes the oldest waiting request with a
+//! seat for it, answering first the waiting requests whose wait has ended
+//! (`503`). An idle thread does the same ([`Room::sweep`]) each time it has
+//! waited a while for a new request, so a waiting request is answered by its
+//! deadline even while every ordinary thread is held.
+//!
+//! A reserve in shadow (`Reserve::shadow`) decides the same, and where it
+//! would keep an ordinary request waiting (or refuse it) while a reserved
+//! thread is free, the request takes that thread, counted (`Tally::shadowed`):
+//! with its line empty, as with no reserve.
 
 use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use tiny_http::{Request, ResponseBox, Server};
 
-use super::admission::{Admission, Admit, Next};
-use super::answer::{Reply, internal_error, json_error};
 use super::config::{CompiledReserve, ServerConfig};
-use super::gate::Counts;
+use super::gate::Tally;
 use super::proxy::TrustedProxies;
+use super::reply::{Reply, internal_error, json_error};
 use super::request::{self, Arrival, RequestContext};
 use crate::error::panic_message;
-use crate::room::{NoSeat, Room, Seat};
+use crate::room::{Admission, Handoff, NoSeat, Room, Seat};
 
 pub(super) type Handler = Box<dyn Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync>;
 
@@ -59,15 +78,12 @@ impl Source {
 
 pub(super) struct Shared {
     source: Source,
-    /// Requests being handled: incremented when a thread starts on one (right
-    /// after it took it, or, for an ordinary request that waited for an
-    /// ordinary thread, when one takes it), decremented once its answer is
-    /// sent (a [`BusyGuard`] does it, so a panic cannot leak a count).
-    /// Relaxed: it is a gauge read for display and tests, it orders nothing.
-    /// Shared with the gauges a registry carries, if any.
-    pub(super) busy: Arc<AtomicUsize>,
-    /// Every count, for the gauges.
-    pub(super) counts: Counts,
+    /// The request threads as seats (class 0 ordinary, keeping the
+    /// reserve's; class 1 reserved), whose line holds waiting requests: a
+    /// request holds a seat from when a thread takes it to its answer sent.
+    pub(super) room: Room<Taken>,
+    /// Every other count, for the gauges.
+    pub(super) counts: Tally,
     /// Set before the stop wakes the threads. A thread that sees tiny_http's
     /// `recv` fail checks it: set means exit, clear means an accept error.
     stopping: AtomicBool,
@@ -76,9 +92,6 @@ pub(super) struct Shared {
     budget: Duration,
     /// Believed to stand for other clients (read here without the guard).
     proxies: TrustedProxies,
-    pub(super) threads: usize,
-    /// Which request a free thread handles next (see `admission.rs`).
-    pub(super) admission: Admission<Taken>,
     /// How often an idle thread looks for waiting requests whose wait ended.
     sweep_every: Duration,
     /// The reserved share, if any, with its routes parsed.
@@ -103,41 +116,40 @@ pub(super) fn spawn_named(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandl
 
 /// Starts the request threads; if one cannot be started, stops those that
 /// were and returns the error.
+/// How long a waiting request may wait: it holds no thread here, so its
+/// budget bounds its wait when `max_wait` is shorter, and 0 still refuses at
+/// once.
+pub(super) fn max_wait(config: &ServerConfig) -> Duration {
+    match config.max_wait() {
+        Duration::ZERO => Duration::ZERO,
+        wait => wait.max(config.request_budget().min(Duration::from_secs(60))),
+    }
+}
+
+/// Starts a request thread for each seat of `room`; if one cannot be
+/// started, stops those that were and returns the error.
 pub(super) fn start(
     source: Source,
-    threads: usize,
+    room: Room<Taken>,
+    counts: Tally,
     config: &ServerConfig,
-    counts: Counts,
     handler: Handler,
     spawn: Spawn,
 ) -> io::Result<(Arc<Shared>, Vec<JoinHandle<()>>)> {
-    let reserve = config.compiled_reserve().cloned();
-    let reserved = reserve.as_ref().map_or(0, |r| r.share.threads);
-    // A waiting request holds no thread here: its budget bounds its wait when
-    // `max_wait` is shorter, and 0 still refuses at once (the server module's
-    // *Admission*).
-    let max_wait = match config.max_wait() {
-        Duration::ZERO => Duration::ZERO,
-        wait => wait.max(config.request_budget().min(Duration::from_secs(60))),
-    };
-    let room = Room::with_shares(threads.max(1), max_wait, &[reserved, 0])
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let threads = room.limit();
     let shared = Arc::new(Shared {
         source,
-        busy: Arc::clone(&counts.busy),
-        counts: counts.clone(),
+        room,
+        counts,
         stopping: AtomicBool::new(false),
         handler,
         budget: config.request_budget(),
         proxies: config.trusted_proxies().clone(),
-        threads,
-        admission: Admission::new(room, Arc::clone(&counts.reserved_busy), Arc::clone(&counts.waiting))
-            .with_counts(counts),
         sweep_every: match config.max_wait() {
             Duration::ZERO => Duration::from_secs(1),
             wait => wait.max(Duration::from_millis(10)),
         },
-        reserve,
+        reserve: config.compiled_reserve().cloned(),
     });
     let mut joins = Vec::with_capacity(threads);
     for i in 0..threads {
@@ -194,17 +206,19 @@ impl Shared {
                 },
             };
             self.answer(taken);
-            next = self.refuse_expired(self.admission.done(seat));
+            next = self.refuse_expired(self.room.pass(seat, self.counts.or_class(false)));
         }
     }
 
     /// Answers `503` to the waiting requests whose wait ended; the request
     /// to handle next, if any.
-    fn refuse_expired(&self, next: Next<Taken>) -> Option<(Taken, Seat)> {
+    fn refuse_expired(&self, next: Handoff<Taken>) -> Option<(Taken, Seat<Taken>)> {
         for (taken, why) in next.expired {
             self.refuse(taken, why);
         }
-        next.run
+        let (taken, seat) = next.run?;
+        self.counts.shadowed(taken.reserved, &seat);
+        Some((taken, seat))
     }
 
     /// Answers an ordinary request that could not have a thread `503`,
@@ -218,12 +232,12 @@ impl Shared {
     /// The next request that this (free) thread may handle, with its seat;
     /// ordinary requests it may not handle are left waiting for an ordinary
     /// thread, or refused. `None` once the pool is stopping.
-    fn take(&self) -> Option<(Taken, Seat)> {
+    fn take(&self) -> Option<(Taken, Seat<Taken>)> {
         loop {
             let (request, arrival, reply) = match &self.source {
                 Source::Guard { rx, .. } => match rx.recv_timeout(self.sweep_every) {
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                        match self.refuse_expired(self.admission.sweep()) {
+                        match self.refuse_expired(self.room.sweep(self.counts.or_class(false))) {
                             Some(next) => return Some(next),
                             None => continue,
                         }
@@ -240,7 +254,7 @@ impl Shared {
                     // `unblock` wakes `recv_timeout` as a timeout would: one
                     // wake-up per call, consumed by exactly one thread.
                     Ok(None) if self.stopping.load(Ordering::Acquire) => return self.leave(),
-                    Ok(None) => match self.refuse_expired(self.admission.sweep()) {
+                    Ok(None) => match self.refuse_expired(self.room.sweep(self.counts.or_class(false))) {
                         Some(next) => return Some(next),
                         None => continue,
                     },
@@ -265,10 +279,14 @@ impl Shared {
             let patient =
                 matches!(self.source, Source::Clients(_)) && request.body_length().is_some_and(|n| n > 1024);
             let taken = Taken { request, arrival, reply, reserved };
-            match self.admission.admit(taken, reserved, patient, deadline) {
-                Admit::Run(taken, seat) => return Some((taken, seat)),
-                Admit::Waits => {}
-                Admit::Refused(taken, why) => self.refuse(taken, why),
+            let or_class = self.counts.or_class(reserved);
+            match self.room.enter(usize::from(reserved), taken, deadline, patient, or_class) {
+                Admission::Run(taken, seat) => {
+                    self.counts.shadowed(reserved, &seat);
+                    return Some((taken, seat));
+                }
+                Admission::Waits => {}
+                Admission::Refused(taken, why) => self.refuse(taken, why),
             }
         }
     }
@@ -276,8 +294,8 @@ impl Shared {
     /// A thread leaving a stopping pool answers the requests still waiting
     /// for an ordinary thread (`503`, not counted as refused): none is left
     /// without an answer. `None`, for [`take`](Self::take) to return.
-    fn leave(&self) -> Option<(Taken, Seat)> {
-        for taken in self.admission.drain() {
+    fn leave(&self) -> Option<(Taken, Seat<Taken>)> {
+        for taken in self.room.drain() {
             let stopping = json_error(503, "SERVER_STOPPING", "the server is shutting down");
             self.send(taken.request, taken.reply, stopping);
         }
@@ -285,16 +303,16 @@ impl Shared {
     }
 
     /// Calls the handler on `taken` and sends its answer. Never panics: the
-    /// admission's count must see the request finish.
+    /// room must see the request finish.
     fn answer(&self, taken: Taken) {
         let Taken { mut request, arrival, reply, reserved } = taken;
-        let busy = BusyGuard::enter(&self.busy);
         let asked = request
             .headers()
             .iter()
             .find(|h| h.field.equiv(request::TIMEOUT_HEADER))
             .map(|h| h.value.as_str());
-        let context = request::context(asked, arrival, self.budget, busy.count(), self.threads, reserved);
+        let busy = self.counts.gauges.busy();
+        let context = request::context(asked, arrival, self.budget, busy, self.room.limit(), reserved);
         let response = match context {
             Ok(ctx) => match catch_unwind(AssertUnwindSafe(|| (self.handler)(&mut request, &ctx))) {
                 Ok(response) => response,
@@ -331,26 +349,6 @@ impl Shared {
     }
 }
 
-struct BusyGuard<'a>(&'a AtomicUsize);
-
-impl<'a> BusyGuard<'a> {
-    fn enter(busy: &'a AtomicUsize) -> Self {
-        busy.fetch_add(1, Ordering::Relaxed);
-        BusyGuard(busy)
-    }
-
-    /// Busy threads now, this one included.
-    fn count(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for BusyGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// The arrival of a request straight from a client: now, from its TCP peer,
 /// through `proxies`.
 pub(super) fn unguarded_arrival(request: &Request, proxies: &TrustedProxies) -> Arrival {
@@ -363,6 +361,8 @@ pub(super) fn unguarded_arrival(request: &Request, proxies: &TrustedProxies) -> 
 mod tests {
     use super::*;
     use tiny_http::Response;
+
+    use std::sync::atomic::AtomicUsize;
 
     static EXITED: AtomicUsize = AtomicUsize::new(0);
 
@@ -384,9 +384,9 @@ mod tests {
             Box::new(|_req: &mut Request, _: &RequestContext| Response::from_string("x").boxed());
         let config = ServerConfig::default();
         let source = Source::Clients(server);
-        let err = start(source, 4, &config, Counts::default(), handler, two_then_refuse)
-            .err()
-            .expect("the spawn error");
+        let (room, counts, _) = super::super::gate::open(&config, 4, max_wait(&config)).unwrap();
+        let err =
+            start(source, room, counts, &config, handler, two_then_refuse).err().expect("the spawn error");
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
         // Both started threads were joined before the error came back.
         assert_eq!(EXITED.load(Ordering::SeqCst), 2);

@@ -2,8 +2,8 @@
 //! route patterns that name them. The file config (`[server.reserve]`)
 //! names it too.
 //!
-//! The admission that keeps the share is in `admission.rs` for the crate's
-//! own server, and in `gate.rs` for a foreign one.
+//! The share is kept by the pool's room (`crate::room`): ordinary requests
+//! are a class that leaves the reserve's seats to reserved ones.
 
 use std::fmt;
 #[cfg(feature = "tiny_http")]
@@ -87,7 +87,7 @@ impl Reserve {
         Reserve { threads, routes: Vec::new(), shadow: false, classifier: None }
     }
 
-    /// Puts the reserve in shadow ([`Policy::Reserve`](crate::shadow::Policy::Reserve)):
+    /// Puts the reserve in shadow (a switch of its own, not a dependency's [`Policy`](crate::shadow::Policy)):
     /// it decides as it would, and an ordinary request that finds every
     /// ordinary thread busy takes a free reserved thread instead of waiting
     /// for an ordinary one (or being refused), as with no reserve. Each such

@@ -6,14 +6,14 @@ use std::fmt;
 use std::io;
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use tiny_http::{Request, ResponseBox, Server};
 
-use super::gate::{AttachedGauges, attach_gauges, check_reserve_of};
+use super::gate::{self, AttachedGauges};
 use super::pool::{self, Shared, Source};
-use super::{RequestContext, RequestPool, ServerConfig, conn, guard, hop};
+use super::{RequestContext, ServerConfig, conn, guard, hop};
+use crate::registry::RequestPoolGauges;
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
 /// `threads` fixed request threads (at least one, `watertight-http-<i>`),
@@ -55,14 +55,13 @@ where
     H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
-    check_reserve_of(&guard, threads)?;
     // First, as it is the one check that needs nothing started: dropping
     // `gauges` on any error below detaches them again.
-    let (counts, gauges) = attach_gauges(&guard, threads)?;
+    let (room, counts, gauges) = gate::open(&guard, threads, pool::max_wait(&guard))?;
     let (hop, inner, hop_dir) = hop::Hop::bind(guard.max_connections())?;
     let hop = Arc::new(hop);
     let (source, to_pool) = Source::guard();
-    let (shared, joins) = pool::start(source, threads, &guard, counts, Box::new(handler), pool::spawn_named)?;
+    let (shared, joins) = pool::start(source, room, counts, &guard, Box::new(handler), pool::spawn_named)?;
     let mut handle = ServerHandle {
         shared,
         joins,
@@ -106,11 +105,9 @@ where
     H: Fn(&mut Request, &RequestContext) -> ResponseBox + Send + Sync + 'static,
 {
     let threads = threads.max(1);
-    check_reserve_of(&config, threads)?;
-    let (counts, gauges) = attach_gauges(&config, threads)?;
+    let (room, counts, gauges) = gate::open(&config, threads, pool::max_wait(&config))?;
     let source = Source::Clients(server);
-    let (shared, joins) =
-        pool::start(source, threads, &config, counts, Box::new(handler), pool::spawn_named)?;
+    let (shared, joins) = pool::start(source, room, counts, &config, Box::new(handler), pool::spawn_named)?;
     Ok(ServerHandle { shared, joins, threads, guard: None, intake: None, _gauges: gauges, _hop_dir: None })
 }
 
@@ -138,7 +135,7 @@ impl ServerHandle {
     /// answered). At most [`threads`](ServerHandle::threads); at most
     /// `threads - reserved_threads` of them ordinary.
     pub fn busy(&self) -> usize {
-        self.shared.busy.load(Ordering::Relaxed)
+        self.shared.counts.gauges.busy()
     }
 
     /// The number of request threads.
@@ -155,21 +152,21 @@ impl ServerHandle {
     /// Reserved requests being handled right now, on any thread (part of
     /// [`busy`](Self::busy)).
     pub fn reserved_busy(&self) -> usize {
-        self.shared.admission.reserved_busy()
+        self.shared.counts.gauges.reserved_busy()
     }
 
     /// Ordinary requests taken by a free thread that wait for an ordinary
     /// thread, because every thread but the reserved ones is busy with one.
     /// Requests no thread has taken yet are not counted.
     pub fn waiting(&self) -> usize {
-        self.shared.admission.waiting()
+        self.shared.counts.gauges.waiting()
     }
 
-    /// A handle on the request pool's gauges that outlives this borrow (for
-    /// a metrics exporter, say).
-    pub fn request_pool(&self) -> RequestPool {
-        let reserved = self.shared.reserve.as_ref().map(|r| r.share.threads);
-        RequestPool::of_server(self.threads, reserved, self.shared.counts.clone())
+    /// The request pool's gauges, a handle that outlives this borrow (for a
+    /// metrics exporter, say), which also puts the reserve in shadow and
+    /// back ([`RequestPoolGauges::set_reserve_shadow`]).
+    pub fn request_pool(&self) -> RequestPoolGauges {
+        self.shared.counts.gauges.clone()
     }
 
     /// The address the server listens on (`to_ip()` gives the socket address

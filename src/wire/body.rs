@@ -154,11 +154,8 @@ impl BodyDecoder {
                     sink(&buf[..used], &buf[data]);
                     buf.drain(..used);
                 }
-                None => {
-                    if fill(buf)? == 0 {
-                        return Ok(false);
-                    }
-                }
+                None if fill(buf)? == 0 => return Ok(false),
+                None => {}
             }
         }
         Ok(true)

@@ -65,16 +65,14 @@ const READ_CHUNK: usize = 16 * 1024;
 /// read: `Ok(0)` is the end of the stream.
 pub(crate) fn read_some(mut src: impl Read, buf: &mut Vec<u8>) -> io::Result<usize> {
     let mut chunk = [0u8; READ_CHUNK];
-    loop {
+    let n = loop {
         match src.read(&mut chunk) {
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                return Ok(n);
-            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            read => break read?,
         }
-    }
+    };
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
 }
 
 /// The interim answer to `Expect: 100-continue`.
@@ -147,33 +145,25 @@ pub(crate) struct Refusal {
 impl Refusal {
     /// The head (or a chunk-size line, or the trailers) passed
     /// `max_head_bytes`, or it has more than 100 headers (`MAX_HEADERS`).
-    pub(crate) const HEAD_TOO_LARGE: Refusal = Refusal {
-        status: 431,
-        code: "REQUEST_HEADER_FIELDS_TOO_LARGE",
-        message: "the request head is too large",
-    };
+    pub(crate) const HEAD_TOO_LARGE: Refusal =
+        Refusal::new(431, "REQUEST_HEADER_FIELDS_TOO_LARGE", "the request head is too large");
     /// A declared `Content-Length`, or the chunks so far, passed `max_body_bytes`.
     pub(crate) const BODY_TOO_LARGE: Refusal =
-        Refusal { status: 413, code: "PAYLOAD_TOO_LARGE", message: "the request body is too large" };
-    pub(crate) const UNSUPPORTED_CODING: Refusal = Refusal {
-        status: 501,
-        code: "NOT_IMPLEMENTED",
-        message: "only the chunked transfer coding is supported",
-    };
-    pub(crate) const EXPECTATION: Refusal = Refusal {
-        status: 417,
-        code: "EXPECTATION_FAILED",
-        message: "only Expect: 100-continue is supported",
-    };
-    pub(crate) const VERSION: Refusal = Refusal {
-        status: 505,
-        code: "HTTP_VERSION_NOT_SUPPORTED",
-        message: "only HTTP/1.0 and HTTP/1.1 are supported",
-    };
+        Refusal::new(413, "PAYLOAD_TOO_LARGE", "the request body is too large");
+    pub(crate) const UNSUPPORTED_CODING: Refusal =
+        Refusal::new(501, "NOT_IMPLEMENTED", "only the chunked transfer coding is supported");
+    pub(crate) const EXPECTATION: Refusal =
+        Refusal::new(417, "EXPECTATION_FAILED", "only Expect: 100-continue is supported");
+    pub(crate) const VERSION: Refusal =
+        Refusal::new(505, "HTTP_VERSION_NOT_SUPPORTED", "only HTTP/1.0 and HTTP/1.1 are supported");
+
+    const fn new(status: u16, code: &'static str, message: &'static str) -> Refusal {
+        Refusal { status, code, message }
+    }
 
     /// A malformed request: `400`, saying what is wrong.
     pub(crate) fn bad(message: &'static str) -> Refusal {
-        Refusal { status: 400, code: "BAD_REQUEST", message }
+        Refusal::new(400, "BAD_REQUEST", message)
     }
 
     /// The whole answer, `Connection: close`, with a JSON body

@@ -360,7 +360,7 @@ fn shadow_records_what_the_breaker_would_refuse_until_switched_off_live() {
     let checkout = || request(server.addr, "POST", "/checkout", "X-User-Id: alice\r\n", order).status;
     let mut fraud: DependencyConfig =
         serde_json::from_value(json(&request(server.addr, "GET", "/_config/fraud", "", ""))).unwrap();
-    assert_eq!(fraud.shadow, Shadow::all().without(Policy::Reserve), "a dependency's every policy");
+    assert_eq!(fraud.shadow, Shadow::all(), "a dependency's every policy");
     assert_eq!(circuits()["request_pool"]["reserve_shadow"], true);
     for _ in 0..20 {
         assert_eq!(checkout(), 202, "fraud unavailable: manual review");

@@ -129,7 +129,7 @@ fn a_registry_given_to_the_server_carries_its_request_pool_gauges_to_metrics() {
     // The same two gauges as the request pool's own collector, for a
     // prometheus registry built by hand.
     let mut prom = metrics::PrometheusRegistry::default();
-    prom.register_collector(Box::new(server.request_pool().gauges()));
+    prom.register_collector(Box::new(server.request_pool()));
     let mut own = String::new();
     metrics::prometheus_client::encoding::text::encode(&mut own, &prom).unwrap();
     let descriptors = |text: &str| -> Vec<String> {

@@ -1,4 +1,4 @@
-//! The dependency: the call path, budgets, hang detection, detached calls, reconfiguration, the vocabulary, config round trips and admission, against real loopback providers.
+//! The dependency: the call path, budgets, hang detection, detached calls, reconfiguration, the vocabulary, config files, the capacity rule and admission, against real loopback providers.
 //!
 //! One test binary for the area; each file is a module, with the shared
 //! `tests/support` helpers declared here once.
@@ -12,7 +12,11 @@ mod budget;
 mod burst;
 mod caller;
 mod cancel;
+mod capacity;
+mod config_file;
 mod config_props;
+mod config_section;
+mod config_shape;
 mod deadline;
 mod dependency;
 mod detached;

@@ -56,7 +56,7 @@ pub(super) struct Reply {
 
 /// A reply for a request of HTTP/1.`minor`, whose pieces wait at most `wait`
 /// for room, and the connection thread's receiver of its pieces.
-pub(super) fn reply(close_after: bool, minor: u8, wait: Duration) -> (Reply, Receiver<Piece>) {
+pub(super) fn channel(close_after: bool, minor: u8, wait: Duration) -> (Reply, Receiver<Piece>) {
     let (tx, rx) = crossbeam_channel::bounded(PIECES);
     (Reply { tx, wait, close_after, minor }, rx)
 }

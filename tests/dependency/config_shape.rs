@@ -1,11 +1,14 @@
 //! A file's capacity rule: call shapes, the reserve, the request budget,
 //! the pool's size.
+#![cfg(feature = "serde")]
 
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use super::*;
-use crate::dependency::CallShape;
+use watertight::ConfigError;
+use watertight::config::Config;
+use watertight::dependency::CallShape;
+
+use crate::support::warnings;
 
 /// The configuration of the report: flights and hotels waited on, audit
 /// sent fire-and-forget.
@@ -33,29 +36,6 @@ timeout = "1s"
 fn from_toml(text: &str) -> Result<Config, ConfigError> {
     let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::at("", e.to_string()))?;
     Config::from_deserializer(de)
-}
-
-/// Messages logged at `warn` or above by this test binary.
-fn warnings() -> &'static Mutex<Vec<String>> {
-    struct Capture;
-    static WARNINGS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    static LOGGER: Capture = Capture;
-    impl log::Log for Capture {
-        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-            m.level() <= log::Level::Warn
-        }
-        fn log(&self, record: &log::Record<'_>) {
-            if self.enabled(record.metadata()) {
-                WARNINGS.get_or_init(Default::default).lock().unwrap().push(record.args().to_string());
-            }
-        }
-        fn flush(&self) {}
-    }
-    let w = WARNINGS.get_or_init(Default::default);
-    if log::set_logger(&LOGGER).is_ok() {
-        log::set_max_level(log::LevelFilter::Warn);
-    }
-    w
 }
 
 #[test]

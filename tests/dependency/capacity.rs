@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use super::*;
-use crate::breaker::BreakerConfig;
-use crate::dependency::{CallShape, Mode};
-use crate::{Dependency, DependencyConfig};
+use watertight::breaker::BreakerConfig;
+use watertight::dependency::{CallShape, Mode};
+use watertight::registry::{CapacityLevel, RequestThreads};
+use watertight::{Dependency, DependencyConfig, Registry};
 
 /// A dependency of `workers + queue` whose breaker one wave of hung calls
 /// can open, so that no other warning hides the one under test.
@@ -132,7 +132,7 @@ fn a_timeout_longer_than_the_request_budget_is_warned_about() {
 
 #[test]
 fn a_retry_that_can_outlast_the_request_budget_is_warned_about() {
-    use crate::retry::Retry;
+    use watertight::retry::Retry;
     let retried = |name: &str, retry: Retry| {
         Dependency::builder(name)
             .workers(2)
@@ -143,7 +143,10 @@ fn a_retry_that_can_outlast_the_request_budget_is_warned_about() {
             .unwrap()
     };
     let policy = |attempts: u32, backoff: Duration| {
-        Retry::builder().max_attempts(attempts).backoff(backoff, backoff).jitter(crate::retry::Jitter::None)
+        Retry::builder()
+            .max_attempts(attempts)
+            .backoff(backoff, backoff)
+            .jitter(watertight::retry::Jitter::None)
     };
     let registry = registry([
         // 3 x 200 ms + 2 x 100 ms = 800 ms: within a budget of 1 s.
@@ -197,10 +200,12 @@ fn a_detached_dependency_is_reconfigured_without_a_hold() {
 
 #[test]
 fn call_shapes_are_checked() {
-    let caller =
-        DependencyConfig { mode: Mode::CallerThread, calls: CallShape::Detached, ..Default::default() };
+    // `DependencyConfig` is `#[non_exhaustive]`: the default, its fields set.
+    let mut caller = DependencyConfig::default();
+    (caller.mode, caller.calls) = (Mode::CallerThread, CallShape::Detached);
     assert_eq!(caller.validate().unwrap_err().field(), "calls");
-    let unnamed = DependencyConfig { calls: CallShape::FanOut(" ".into()), ..Default::default() };
+    let mut unnamed = DependencyConfig::default();
+    unnamed.calls = CallShape::FanOut(" ".into());
     assert_eq!(unnamed.validate().unwrap_err().field(), "calls.fan_out");
     let leg = CallShape::FanOut("search".into());
     assert_eq!((leg.fan_out_group(), CallShape::default()), (Some("search"), CallShape::Blocking));
@@ -209,7 +214,7 @@ fn call_shapes_are_checked() {
 #[test]
 fn a_blocking_call_on_a_dependency_declared_detached_is_served() {
     let audit = dep("audit-blocking", 1, 2, CallShape::Detached);
-    let answer = audit.call(|_: &crate::CallContext| Ok::<_, std::io::Error>(7));
+    let answer = audit.call(|_: &watertight::CallContext| Ok::<_, std::io::Error>(7));
     assert_eq!(answer.unwrap(), 7);
     assert_eq!(audit.snapshot().calls.successful, 1);
 }
@@ -218,7 +223,7 @@ fn a_blocking_call_on_a_dependency_declared_detached_is_served() {
 fn a_throttled_dependency_says_so() {
     let account = dep("account", 4, 0, CallShape::Blocking);
     let mut config = account.config();
-    config.throttle = Some(crate::limit::Throttle::new());
+    config.throttle = Some(watertight::limit::Throttle::new());
     account.reconfigure(config.clone()).unwrap();
     let registry = registry([account.clone(), dep("fraud", 4, 0, CallShape::Blocking)]);
     let report = registry.check_capacity(32).unwrap();

@@ -1,8 +1,10 @@
 //! A file's section read in place: paths from the file's root, the format's
 //! line numbers in the user's file, the application's tables left alone.
+#![cfg(feature = "serde")]
 
-use super::super::{Config, ConfigError};
-use crate::dependency::CallShape;
+use watertight::ConfigError;
+use watertight::config::Config;
+use watertight::dependency::CallShape;
 
 fn from_toml(text: &str) -> Result<Config, ConfigError> {
     let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::at("", e.to_string()))?;
