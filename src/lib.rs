@@ -49,6 +49,7 @@
 //! - Keeping answers: [`cache`] (feature `cache`). Prometheus and logs:
 //!   [`metrics`] (`prometheus`). ureq's deadline and outcome table: [`http`]
 //!   (`ureq`). Spans across the hop: feature `tracing`.
+//! - Time in tests ([`ManualClock`]): [`clock`]. Latency histograms: [`histogram`].
 #![cfg_attr(feature = "serde", doc = "- Configuration files: [`config`] (feature `serde`).")]
 #![cfg_attr(not(feature = "serde"), doc = "- Configuration files: `config` (feature `serde`).")]
 #![cfg_attr(
