@@ -164,9 +164,7 @@ impl PoolBuilder {
         if self.name.is_empty() || self.name.contains('\0') {
             return Err(ConfigError::new("name", "non-empty, without NUL bytes", format!("{:?}", self.name)));
         }
-        check_workers(self.workers)?;
-        check_queue(self.queue)?;
-        check_max_wait(self.max_wait)?;
+        check_settings(self.workers, self.queue, self.max_wait)?;
         if let Some(s) = self.stack_size
             && s < MIN_STACK
         {
@@ -229,35 +227,19 @@ impl PoolBuilder {
     }
 }
 
-/// `workers` must be 1 to 4096.
-pub(super) fn check_workers(workers: usize) -> Result<(), ConfigError> {
+/// `workers` (1 to 4096), `queue` (at most 2^20) and `max_wait` (at most a
+/// minute) against their bounds, in that order: what the builder, a resize
+/// and a dependency's configuration are checked against before any thread
+/// starts.
+pub(crate) fn check_settings(workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
     if !(1..=MAX_WORKERS).contains(&workers) {
         return Err(ConfigError::new("workers", "between 1 and 4096", workers));
     }
-    Ok(())
-}
-
-/// `queue` must be at most 2^20.
-pub(super) fn check_queue(queue: usize) -> Result<(), ConfigError> {
     if queue > MAX_QUEUE {
         return Err(ConfigError::new("queue", "at most 1048576", queue));
     }
-    Ok(())
-}
-
-/// `max_wait` must be at most a minute.
-pub(super) fn check_max_wait(max_wait: Duration) -> Result<(), ConfigError> {
     if max_wait > MAX_WAIT {
         return Err(ConfigError::new("max_wait", "at most one minute", format_args!("{max_wait:?}")));
     }
     Ok(())
-}
-
-/// `workers`, `queue` and `max_wait` against their bounds, in that order:
-/// what a dependency's configuration is checked against before any thread
-/// starts.
-pub(crate) fn check_settings(workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
-    check_workers(workers)?;
-    check_queue(queue)?;
-    check_max_wait(max_wait)
 }

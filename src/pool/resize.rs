@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::thread;
 use std::time::Duration;
 
-use super::builder::{check_max_wait, check_queue, check_workers};
+use super::builder::check_settings;
 use super::worker::{ExitGuard, join_worker, worker_main};
 use super::{Control, Pool, Shared, WorkerThread};
 use crate::error::ConfigError;
@@ -45,9 +45,7 @@ impl Pool {
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
     pub fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
-        check_workers(workers)?;
-        check_queue(queue)?;
-        check_max_wait(max_wait)?;
+        check_settings(workers, queue, max_wait)?;
         let h = &*self.inner;
         let mut control = h.control.lock();
         if h.shared.queue.is_closed() {

@@ -234,17 +234,11 @@ impl Running {
     /// between two jobs), or when there is no worker.
     pub(crate) fn all_busy_for(&self, now: Instant) -> Option<Duration> {
         let since_base = saturating_nanos(now.saturating_duration_since(self.base));
-        let marks = self.marks.lock();
-        let mut youngest: Option<u64> = None;
-        for mark in marks.iter() {
-            let at = mark.began.load(Relaxed);
-            if at == 0 {
-                return None;
-            }
-            let age = since_base.saturating_sub(at - 1);
-            youngest = Some(youngest.map_or(age, |y| y.min(age)));
-        }
-        youngest.map(Duration::from_nanos)
+        let ages = self.marks.lock().iter().try_fold(None, |youngest: Option<u64>, mark| {
+            let age = since_base.saturating_sub(mark.began.load(Relaxed).checked_sub(1)?);
+            Some(Some(youngest.map_or(age, |y| y.min(age))))
+        });
+        ages.flatten().map(Duration::from_nanos)
     }
 
     /// The workers whose job, at `now`, is still running more than

@@ -123,15 +123,12 @@ impl<T, E> Ticket<T, E> {
         //    under its lock (`slot.rs`), so a settle in between is never missed.
         let settled = spin_until(CALLER_SPIN, || slot.is_settled());
         if !settled && slot.register(current()) {
-            loop {
-                if slot.is_settled() {
-                    break;
-                }
+            // `park_timeout` may return early (unpark, or spuriously): loop and look.
+            while !slot.is_settled() {
                 let now = Instant::now();
                 if now >= self.deadline {
                     break;
                 }
-                // May return early (unpark, or spuriously): loop and look.
                 park_timeout(self.deadline - now);
             }
         }
