@@ -111,12 +111,7 @@ pub(crate) struct Call<F, T, E> {
     began: AtomicU64,
 }
 
-impl<F, T, E> Call<F, T, E>
-where
-    F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-    T: Send + 'static,
-    E: Send + 'static,
-{
+impl<F, T, E> Call<F, T, E> {
     pub(crate) fn new(
         shared: Arc<Shared>,
         submitted: Instant,

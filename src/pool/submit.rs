@@ -124,11 +124,12 @@ impl Pool {
         let now = how.now.unwrap_or_else(Instant::now);
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        let unmeetable = match how.wait {
-            Wait::IdleOnly => how.deadline <= now,
-            _ => self.cannot_meet(now, how.deadline),
-        };
-        if unmeetable {
+        // A deadline already past, or (with admission on, and a queue to wait
+        // in) one nearer than the wait behind the queued work: the job could
+        // only time out.
+        let behind = || self.estimated_wait().is_some_and(|w| w > how.deadline - now);
+        if how.deadline <= now || (how.wait != Wait::IdleOnly && self.deadline_aware_admission() && behind())
+        {
             stats.callers.rejected.fetch_add(1, Relaxed);
             return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job, false));
         }
@@ -210,13 +211,6 @@ impl Pool {
         after.is_some_and(|after| {
             self.inner.shared.running.all_busy_for(now).is_some_and(|busy| busy >= after)
         })
-    }
-
-    /// A deadline already past, or (with admission on) one nearer than the
-    /// wait behind the queued work: the job could only time out.
-    fn cannot_meet(&self, now: Instant, deadline: Instant) -> bool {
-        deadline <= now
-            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
     }
 }
 
