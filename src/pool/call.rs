@@ -128,11 +128,6 @@ impl<F, T, E> Call<F, T, E> {
         }
     }
 
-    /// The pool the call was submitted to.
-    fn shared(&self) -> &Shared {
-        self.ctx.pool().expect("a pool's call has a pool's context")
-    }
-
     /// The job back out of a call that was never queued.
     pub(crate) fn into_job(self) -> Option<F> {
         self.job.into_inner()
@@ -143,7 +138,10 @@ impl<F, T, E> Call<F, T, E> {
 pub(crate) trait Waitable<T, E>: Send + Sync {
     fn ctx(&self) -> &CallContext;
     fn slot(&self) -> &Slot<Answer<T, E>>;
-    fn shared(&self) -> &Shared;
+    /// The pool the call was submitted to.
+    fn shared(&self) -> &Shared {
+        self.ctx().pool().expect("a pool's call has a pool's context")
+    }
     /// When a worker started the job, if one did.
     fn began(&self) -> Option<Instant>;
 }
@@ -280,10 +278,6 @@ where
 
     fn slot(&self) -> &Slot<Answer<T, E>> {
         &self.slot
-    }
-
-    fn shared(&self) -> &Shared {
-        Call::shared(self)
     }
 
     fn began(&self) -> Option<Instant> {
