@@ -340,26 +340,23 @@ impl<J> Queue<J> {
                 return Resized { start: 0 };
             }
             st.capacity = capacity;
-            let mut retired = Vec::new();
-            let mut handed = Vec::new();
-            let mut start = 0;
-            if workers > st.workers {
+            let (handed, retired, start) = if workers > st.workers {
                 let more = workers - st.workers;
                 let kept = st.retire.min(more);
                 st.retire -= kept;
-                start = more - kept;
                 st.workers = workers;
-                st.away += start;
+                st.away += more - kept;
+                (Vec::new(), Vec::new(), more - kept)
             } else {
                 // Jobs queued for returning workers first go to idle ones: a
                 // returning worker may be the one asked to exit (invariant 1).
-                handed = self.hand_out(&mut st, busy, 0);
+                let handed = self.hand_out(&mut st, busy, 0);
                 let fewer = st.workers - workers;
                 st.workers = workers;
                 let from_idle = fewer.min(st.idle.len());
-                retired = st.idle.drain(..from_idle).collect();
                 st.retire += fewer - from_idle;
-            }
+                (handed, st.idle.drain(..from_idle).collect(), 0)
+            };
             // Room may have grown: let every waiter look again.
             let woken = st.wake(usize::MAX);
             (handed, retired, woken, start)
