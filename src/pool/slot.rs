@@ -103,12 +103,6 @@ pub enum Finish<R> {
     Abandoned,
 }
 
-impl<R> Default for Slot<R> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<R> Slot<R> {
     /// A slot for a job that has just been queued.
     pub fn new() -> Self {
