@@ -120,7 +120,7 @@ pub(super) struct Unlaunched(Rejection, bool);
 
 impl<F> From<SubmitError<F>> for Unlaunched {
     fn from(refused: SubmitError<F>) -> Self {
-        Unlaunched(refused.rejection(), refused.stalled)
+        Unlaunched(refused.rejection(), refused.stuck)
     }
 }
 

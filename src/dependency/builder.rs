@@ -105,10 +105,10 @@ impl DependencyBuilder {
     /// name stays the dependency's). Defaults to [`Pool::builder`]'s.
     pub fn pool(mut self, pool: PoolBuilder) -> Self {
         let name = self.pool.name().to_owned();
-        self.config.workers = pool.configured_workers();
-        self.config.queue = pool.configured_queue();
-        self.config.max_wait = pool.configured_max_wait();
-        self.config.deadline_aware_admission = pool.configured_admission();
+        self.config.workers = pool.workers;
+        self.config.queue = pool.queue;
+        self.config.max_wait = pool.max_wait;
+        self.config.deadline_aware_admission = pool.admission;
         self.pool = pool.rename(name);
         self
     }

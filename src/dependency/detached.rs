@@ -127,7 +127,7 @@ impl Dependency {
         // Admitted or refused at once, unless the caller may wait for
         // room; a refusal while every worker is stuck opens the breaker
         // (the stuck rule), as for any call.
-        let how = Submit::by(deadline.at).stall(inner.stuck_threshold());
+        let how = Submit::by(deadline.at).stuck(inner.stuck_threshold());
         let how = match room_until {
             Some(at) => how.room_until(at),
             None => how.no_wait(),

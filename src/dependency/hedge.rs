@@ -178,7 +178,7 @@ where
         // A hedge never queues; a first attempt may, as any call.
         let how = match form {
             Form::Hedge => how.idle_only(),
-            _ => how.stall(inner.stuck_threshold()),
+            _ => how.stuck(inner.stuck_threshold()),
         };
         pool.submit(how, work).map(|ticket| Leg { ticket, attempt: in_flight.clone() }).map_err(|refused| {
             match in_flight.take() {

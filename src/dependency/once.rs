@@ -65,7 +65,7 @@ impl Dependency {
                 // timeout, say) is refused at submission as unmeetable,
                 // not queued to time out and be retried.
                 let how =
-                    Submit::by(attempt.deadline.at).attempt(attempt.number).stall(inner.stuck_threshold());
+                    Submit::by(attempt.deadline.at).attempt(attempt.number).stuck(inner.stuck_threshold());
                 match pool.submit(how, job) {
                     Ok(ticket) => {
                         let (answer, began) = ticket.wait_timed();

@@ -32,12 +32,13 @@ pub(super) const DEFAULT_DROP_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct PoolBuilder {
     name: String,
-    workers: usize,
-    queue: usize,
+    // The settings a dependency's builder reads back (`DependencyBuilder::pool`).
+    pub(crate) workers: usize,
+    pub(crate) queue: usize,
     stack_size: Option<usize>,
     drop_grace: Duration,
-    admission: bool,
-    max_wait: Duration,
+    pub(crate) admission: bool,
+    pub(crate) max_wait: Duration,
     record_latency: bool,
 }
 
@@ -58,27 +59,6 @@ impl PoolBuilder {
     /// The pool's name, as given to [`Pool::builder`].
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// The `workers` set so far (the dependency's adaptive limit stays at or
-    /// below it).
-    pub(crate) fn configured_workers(&self) -> usize {
-        self.workers
-    }
-
-    /// The `queue` set so far.
-    pub(crate) fn configured_queue(&self) -> usize {
-        self.queue
-    }
-
-    /// The deadline-aware admission set so far.
-    pub(crate) fn configured_admission(&self) -> bool {
-        self.admission
-    }
-
-    /// The `max_wait` set so far (the dependency checks it against its timeout).
-    pub(crate) fn configured_max_wait(&self) -> Duration {
-        self.max_wait
     }
 
     /// The same settings under another name (a dependency's pool takes the
@@ -164,9 +144,7 @@ impl PoolBuilder {
         if self.name.is_empty() || self.name.contains('\0') {
             return Err(ConfigError::new("name", "non-empty, without NUL bytes", format!("{:?}", self.name)));
         }
-        check_workers(self.workers)?;
-        check_queue(self.queue)?;
-        check_max_wait(self.max_wait)?;
+        check_settings(self.workers, self.queue, self.max_wait)?;
         if let Some(s) = self.stack_size
             && s < MIN_STACK
         {
@@ -190,14 +168,7 @@ impl PoolBuilder {
             exit_tx,
             stack_size: self.stack_size,
         };
-        let mut spawn_error = None;
-        for started in 0..self.workers {
-            if let Err(e) = control.spawn(&shared) {
-                shared.queue.not_started(self.workers - started, &shared.stats.workers.busy);
-                spawn_error = Some(e);
-                break;
-            }
-        }
+        let spawned = control.spawn_n(&shared, self.workers);
         let handle = Handle {
             shared,
             drop_grace: self.drop_grace,
@@ -207,7 +178,7 @@ impl PoolBuilder {
             max_wait_ns: AtomicU64::new(saturating_nanos(self.max_wait)),
             control: Mutex::new(control),
         };
-        if let Some(e) = spawn_error {
+        if let Err((_, e)) = spawned {
             let started = handle.control.lock().threads.len();
             handle.shutdown_until(Instant::now() + Duration::from_secs(1));
             // Not even the first thread started with a stack size of the
@@ -218,46 +189,31 @@ impl PoolBuilder {
                     "a stack size the system can give a thread",
                     format!("{bytes} ({e})"),
                 ),
-                _ => ConfigError::new(
-                    "workers",
-                    "a number of threads the system can start",
-                    format!("{} ({e})", self.workers),
-                ),
+                _ => threads_refused(self.workers, &e),
             });
         }
         Ok(Pool { inner: Arc::new(handle) })
     }
 }
 
-/// `workers` must be 1 to 4096.
-pub(super) fn check_workers(workers: usize) -> Result<(), ConfigError> {
+/// `workers` threads could not all be started.
+pub(super) fn threads_refused(workers: usize, e: &std::io::Error) -> ConfigError {
+    ConfigError::new("workers", "a number of threads the system can start", format!("{workers} ({e})"))
+}
+
+/// `workers` (1 to 4096), `queue` (at most 2^20) and `max_wait` (at most a
+/// minute) against their bounds, in that order: what the builder, a resize
+/// and a dependency's configuration are checked against before any thread
+/// starts.
+pub(crate) fn check_settings(workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
     if !(1..=MAX_WORKERS).contains(&workers) {
         return Err(ConfigError::new("workers", "between 1 and 4096", workers));
     }
-    Ok(())
-}
-
-/// `queue` must be at most 2^20.
-pub(super) fn check_queue(queue: usize) -> Result<(), ConfigError> {
     if queue > MAX_QUEUE {
         return Err(ConfigError::new("queue", "at most 1048576", queue));
     }
-    Ok(())
-}
-
-/// `max_wait` must be at most a minute.
-pub(super) fn check_max_wait(max_wait: Duration) -> Result<(), ConfigError> {
     if max_wait > MAX_WAIT {
         return Err(ConfigError::new("max_wait", "at most one minute", format_args!("{max_wait:?}")));
     }
     Ok(())
-}
-
-/// `workers`, `queue` and `max_wait` against their bounds, in that order:
-/// what a dependency's configuration is checked against before any thread
-/// starts.
-pub(crate) fn check_settings(workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
-    check_workers(workers)?;
-    check_queue(queue)?;
-    check_max_wait(max_wait)
 }

@@ -49,12 +49,12 @@ pub struct SubmitError<F> {
     /// Refused for lack of room while every worker had been inside its
     /// current job for longer than the threshold the submission gave: the
     /// provider is stuck, and room was not coming.
-    pub(crate) stalled: bool,
+    pub(crate) stuck: bool,
 }
 
 impl<F> SubmitError<F> {
-    pub(crate) fn new(rejection: Rejection, job: F) -> Self {
-        SubmitError { rejection, job, stalled: false }
+    pub(crate) fn new(rejection: Rejection, job: F, stuck: bool) -> Self {
+        SubmitError { rejection, job, stuck }
     }
 
     /// Why the job was not accepted: [`Rejection::QueueFull`],
@@ -111,12 +111,7 @@ pub(crate) struct Call<F, T, E> {
     began: AtomicU64,
 }
 
-impl<F, T, E> Call<F, T, E>
-where
-    F: FnOnce(&CallContext) -> Result<T, E> + Send + 'static,
-    T: Send + 'static,
-    E: Send + 'static,
-{
+impl<F, T, E> Call<F, T, E> {
     pub(crate) fn new(
         shared: Arc<Shared>,
         submitted: Instant,
@@ -133,11 +128,6 @@ where
         }
     }
 
-    /// The pool the call was submitted to.
-    fn shared(&self) -> &Shared {
-        self.ctx.pool().expect("a pool's call has a pool's context")
-    }
-
     /// The job back out of a call that was never queued.
     pub(crate) fn into_job(self) -> Option<F> {
         self.job.into_inner()
@@ -148,7 +138,10 @@ where
 pub(crate) trait Waitable<T, E>: Send + Sync {
     fn ctx(&self) -> &CallContext;
     fn slot(&self) -> &Slot<Answer<T, E>>;
-    fn shared(&self) -> &Shared;
+    /// The pool the call was submitted to.
+    fn shared(&self) -> &Shared {
+        self.ctx().pool().expect("a pool's call has a pool's context")
+    }
     /// When a worker started the job, if one did.
     fn began(&self) -> Option<Instant>;
 }
@@ -189,23 +182,19 @@ where
         // has gone.
         let began = Instant::now();
         let late = began >= self.ctx.deadline();
-        if late || !self.slot.start() {
-            stats.workers.expired.fetch_add(1, Relaxed);
-            idle_again();
-            if late {
-                self.slot.expire();
+        // Only the one worker that dequeued this call takes the job.
+        let job = self.job.lock().take();
+        let job = match job {
+            Some(job) if !late && self.slot.start() => job,
+            job => {
+                stats.workers.expired.fetch_add(1, Relaxed);
+                idle_again();
+                if late {
+                    self.slot.expire();
+                }
+                drop_quietly(job);
+                return None;
             }
-            let job = self.job.lock().take();
-            drop_quietly(job);
-            return None;
-        }
-        let Some(job) = self.job.lock().take() else {
-            // Unreachable: only the one worker that dequeued this call takes
-            // the job. Answer rather than leave the caller hanging.
-            stats.workers.panicked.fetch_add(1, Relaxed);
-            idle_again();
-            let _ = self.slot.complete(Answer::Panicked("job missing from its call".into()));
-            return None;
         };
         self.began.store(
             saturating_nanos(began.saturating_duration_since(self.submitted)).saturating_add(1),
@@ -215,19 +204,15 @@ where
         let ran = self.ctx.run(job);
         running.clear();
         let ended = Instant::now();
-        let reply = match ran {
-            Ok(returned) => Answer::Ran(returned),
+        let (reply, count) = match ran {
+            Ok(returned) => (Answer::Ran(returned), &stats.workers.completed),
             Err(payload) => {
                 let msg = panic_message(payload.as_ref());
                 drop_quietly(payload);
-                Answer::Panicked(msg)
+                (Answer::Panicked(msg), &stats.workers.panicked)
             }
         };
-        if matches!(reply, Answer::Panicked(_)) {
-            stats.workers.panicked.fetch_add(1, Relaxed);
-        } else {
-            stats.workers.completed.fetch_add(1, Relaxed);
-        }
+        count.fetch_add(1, Relaxed);
         idle_again();
         if let Err(reply) = self.slot.complete(reply) {
             // The caller abandoned the job (and raised `abandoned` under the
@@ -293,10 +278,6 @@ where
 
     fn slot(&self) -> &Slot<Answer<T, E>> {
         &self.slot
-    }
-
-    fn shared(&self) -> &Shared {
-        Call::shared(self)
     }
 
     fn began(&self) -> Option<Instant> {
@@ -516,7 +497,7 @@ mod tests {
     #[test]
     fn submit_error_debug_and_display_without_job_debug() {
         struct NotDebug;
-        let e = SubmitError::new(Rejection::QueueFull, NotDebug);
+        let e = SubmitError::new(Rejection::QueueFull, NotDebug, false);
         assert!(format!("{e:?}").contains("QueueFull"));
         assert!(e.to_string().contains("queue"));
         let _job: NotDebug = e.into_job();

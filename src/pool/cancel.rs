@@ -39,8 +39,9 @@ impl Hook {
     /// The job has returned: the hook never runs.
     pub(super) fn disarm(&self) {
         let f = self.0.lock().take();
-        // Its captures' `Drop` is user code: a panic there must not take the worker down.
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+        // Its captures' `Drop` is user code, run unlocked; a panic there must
+        // not take the worker down.
+        super::call::drop_quietly(f);
     }
 }
 

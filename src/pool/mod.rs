@@ -386,8 +386,7 @@ impl Pool {
     /// Never blocks longer than `grace` (plus joining threads already
     /// finished), except that concurrent calls run one after the other.
     pub fn shutdown(&self, grace: Duration) -> bool {
-        let now = Instant::now();
-        self.inner.shutdown_until(deadline_after(now, grace))
+        self.inner.shutdown_until(deadline_after(Instant::now(), grace))
     }
 }
 
@@ -410,11 +409,7 @@ impl Handle {
         let me = thread::current().id();
         // 2. Let workers drain the queue and exit, until the grace ends.
         //    Each exiting worker reports its index; join it right away.
-        loop {
-            let pending = control.threads.iter().any(|w| w.join.is_some() && w.id != me);
-            if !pending {
-                break;
-            }
+        while control.threads.iter().any(|w| w.join.is_some() && w.id != me) {
             match control.exits.recv_deadline(grace_end) {
                 Ok(i) => join_worker(control.threads.get_mut(i)),
                 Err(_) => break,
@@ -426,9 +421,7 @@ impl Handle {
         self.shared.grace_over.store(true, Release);
         drop(self.shared.queue.drain());
         // 4. Join whoever exited meanwhile; the rest stay detached.
-        while let Ok(i) = control.exits.try_recv() {
-            join_worker(control.threads.get_mut(i));
-        }
+        control.reap();
         let stuck = control.threads.iter().filter(|w| w.join.is_some()).count();
         if stuck > 0 {
             log::warn!(
@@ -442,9 +435,8 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        let grace_end = deadline_after(Instant::now(), self.drop_grace);
-        self.shutdown_until(grace_end);
         // Dropping the remaining `JoinHandle`s detaches stuck workers.
+        self.shutdown_until(deadline_after(Instant::now(), self.drop_grace));
     }
 }
 
@@ -477,16 +469,9 @@ mod tests {
 
     #[test]
     fn builder_validates_each_field() {
-        let e = Pool::builder("p").workers(0).build().unwrap_err();
-        assert_eq!(e.field(), "workers");
-        let e = Pool::builder("p").workers(MAX_WORKERS + 1).build().unwrap_err();
-        assert_eq!(e.field(), "workers");
-        let e = Pool::builder("p").queue(MAX_QUEUE + 1).build().unwrap_err();
-        assert_eq!(e.field(), "queue");
-        let e = Pool::builder("p").stack_size(1024).build().unwrap_err();
-        assert_eq!(e.field(), "stack_size");
-        let e = Pool::builder("").build().unwrap_err();
-        assert_eq!(e.field(), "name");
+        assert_eq!(Pool::builder("p").workers(MAX_WORKERS + 1).build().unwrap_err().field(), "workers");
+        assert_eq!(Pool::builder("p").queue(MAX_QUEUE + 1).build().unwrap_err().field(), "queue");
+        assert_eq!(Pool::builder("").build().unwrap_err().field(), "name");
     }
 
     /// A full pool's waiter goes through the crate's one line for room

@@ -180,14 +180,14 @@ impl<J> Queue<J> {
     /// about to come back). `busy` is the pool's busy counter: raised here
     /// for a job handed to a worker.
     pub fn push(&self, job: J, busy: &AtomicUsize) -> Result<Accepted, (Refused, J)> {
-        let mut st = self.state.lock();
-        let offer = self.offer(&mut st, job, busy);
-        drop(st);
+        let offer = self.offer(&mut self.state.lock(), job, busy, false);
         Self::deliver(offer)
     }
 
-    /// Under the lock: [`push`](Self::push)'s choice.
-    fn offer(&self, st: &mut State<J>, job: J, busy: &AtomicUsize) -> Offer<J> {
+    /// Under the lock: [`push`](Self::push)'s choice, or with `idle_only`
+    /// [`push_to_idle`](Self::push_to_idle)'s (no room beyond the returning
+    /// workers).
+    fn offer(&self, st: &mut State<J>, job: J, busy: &AtomicUsize, idle_only: bool) -> Offer<J> {
         if !st.open {
             return Offer::Refused(Refused::Closed, job);
         }
@@ -201,7 +201,8 @@ impl<J> Queue<J> {
             busy.fetch_add(1, Ordering::Relaxed);
             return Offer::Handed(worker, job);
         }
-        if st.jobs.len() < st.capacity + st.returning(busy_now) {
+        let capacity = if idle_only { 0 } else { st.capacity };
+        if st.jobs.len() < capacity + st.returning(busy_now) {
             st.jobs.push_back(job);
             self.len.store(st.jobs.len(), Ordering::Relaxed);
             return Offer::Queued;
@@ -233,23 +234,8 @@ impl<J> Queue<J> {
     /// or back from a call) that no queued job is waiting for, as `offer`
     /// does, else handed to an idle one; refused (`Full`) when neither is.
     pub fn push_to_idle(&self, job: J, busy: &AtomicUsize) -> Result<Accepted, (Refused, J)> {
-        let mut st = self.state.lock();
-        if !st.open {
-            return Err((Refused::Closed, job));
-        }
-        if st.returning(busy.load(Ordering::Relaxed)) > st.jobs.len() {
-            st.jobs.push_back(job);
-            self.len.store(st.jobs.len(), Ordering::Relaxed);
-            return Ok(Accepted::Queued);
-        }
-        let Some(worker) = st.idle.pop() else {
-            return Err((Refused::Full, job));
-        };
-        st.away += 1;
-        busy.fetch_add(1, Ordering::Relaxed);
-        drop(st);
-        worker.post(Letter::Job(job));
-        Ok(Accepted::Handed)
+        let offer = self.offer(&mut self.state.lock(), job, busy, true);
+        Self::deliver(offer)
     }
 
     /// [`push`](Self::push), waiting for room in the line when the pool is
@@ -263,7 +249,7 @@ impl<J> Queue<J> {
         waiting: &StdAtomicUsize,
     ) -> Result<Accepted, (Refused, J)> {
         let mut st = self.state.lock();
-        let mut job = match self.offer(&mut st, job, busy) {
+        let mut job = match self.offer(&mut st, job, busy, false) {
             Offer::Refused(Refused::Full, job) => job,
             offer => {
                 drop(st);
@@ -295,7 +281,7 @@ impl<J> Queue<J> {
             if waited.is_err() {
                 break (st, Offer::Refused(Refused::Full, job));
             }
-            match self.offer(&mut st, job, busy) {
+            match self.offer(&mut st, job, busy, false) {
                 // A newcomer took the place: back to the front.
                 Offer::Refused(Refused::Full, j) if Instant::now() < line.until() => {
                     job = j;
@@ -354,26 +340,23 @@ impl<J> Queue<J> {
                 return Resized { start: 0 };
             }
             st.capacity = capacity;
-            let mut retired = Vec::new();
-            let mut handed = Vec::new();
-            let mut start = 0;
-            if workers > st.workers {
+            let (handed, retired, start) = if workers > st.workers {
                 let more = workers - st.workers;
                 let kept = st.retire.min(more);
                 st.retire -= kept;
-                start = more - kept;
                 st.workers = workers;
-                st.away += start;
+                st.away += more - kept;
+                (Vec::new(), Vec::new(), more - kept)
             } else {
                 // Jobs queued for returning workers first go to idle ones: a
                 // returning worker may be the one asked to exit (invariant 1).
-                handed = self.hand_out(&mut st, busy, 0);
+                let handed = self.hand_out(&mut st, busy, 0);
                 let fewer = st.workers - workers;
                 st.workers = workers;
                 let from_idle = fewer.min(st.idle.len());
-                retired = st.idle.drain(..from_idle).collect();
                 st.retire += fewer - from_idle;
-            }
+                (handed, st.idle.drain(..from_idle).collect(), 0)
+            };
             // Room may have grown: let every waiter look again.
             let woken = st.wake(usize::MAX);
             (handed, retired, woken, start)
@@ -457,9 +440,8 @@ impl<J> Queue<J> {
     /// Takes every queued job out (shutdown's grace is over).
     pub fn drain(&self) -> Vec<J> {
         let mut st = self.state.lock();
-        let jobs: Vec<J> = st.jobs.drain(..).collect();
         self.len.store(0, Ordering::Relaxed);
-        jobs
+        st.jobs.drain(..).collect()
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::thread;
 use std::time::Duration;
 
-use super::builder::{check_max_wait, check_queue, check_workers};
+use super::builder::{check_settings, threads_refused};
 use super::worker::{ExitGuard, join_worker, worker_main};
 use super::{Control, Pool, Shared, WorkerThread};
 use crate::error::ConfigError;
@@ -45,9 +45,7 @@ impl Pool {
     /// # Ok::<(), watertight::ConfigError>(())
     /// ```
     pub fn resize(&self, workers: usize, queue: usize, max_wait: Duration) -> Result<(), ConfigError> {
-        check_workers(workers)?;
-        check_queue(queue)?;
-        check_max_wait(max_wait)?;
+        check_settings(workers, queue, max_wait)?;
         let h = &*self.inner;
         let mut control = h.control.lock();
         if h.shared.queue.is_closed() {
@@ -62,19 +60,10 @@ impl Pool {
         h.queue.store(queue, Relaxed);
         h.max_wait_ns.store(saturating_nanos(max_wait), Relaxed);
         let resized = h.shared.queue.resize(workers, queue, &h.shared.stats.workers.busy);
-        for started in 0..resized.start {
-            if let Err(e) = control.spawn(&h.shared) {
-                let missing = resized.start - started;
-                h.shared.queue.not_started(missing, &h.shared.stats.workers.busy);
-                h.workers.store(workers - missing, Relaxed);
-                return Err(ConfigError::new(
-                    "workers",
-                    "a number of threads the system can start",
-                    format!("{workers} ({e})"),
-                ));
-            }
-        }
-        Ok(())
+        control.spawn_n(&h.shared, resized.start).map_err(|(missing, e)| {
+            h.workers.store(workers - missing, Relaxed);
+            threads_refused(workers, &e)
+        })
     }
 }
 
@@ -98,6 +87,18 @@ impl Control {
         while let Ok(i) = self.exits.try_recv() {
             join_worker(self.threads.get_mut(i));
         }
+    }
+
+    /// Starts `n` workers; on the first that fails, tells the queue how many
+    /// did not start, and returns that count with the error.
+    pub(super) fn spawn_n(&mut self, shared: &Arc<Shared>, n: usize) -> Result<(), (usize, io::Error)> {
+        for started in 0..n {
+            if let Err(e) = self.spawn(shared) {
+                shared.queue.not_started(n - started, &shared.stats.workers.busy);
+                return Err((n - started, e));
+            }
+        }
+        Ok(())
     }
 
     /// Starts one worker at the lowest free index. The queue has already

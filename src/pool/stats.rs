@@ -195,15 +195,19 @@ pub(crate) struct RunningMark {
 impl RunningMark {
     /// The job started at `began`, to end by `deadline`.
     pub(crate) fn set(&self, began: Instant, deadline: Instant) {
-        let since = |at: Instant| saturating_nanos(at.saturating_duration_since(self.base)).saturating_add(1);
-        self.at.deadline.store(since(deadline), Relaxed);
-        self.at.began.store(since(began), Relaxed);
+        self.at.deadline.store(nanos_since(self.base, deadline) + 1, Relaxed);
+        self.at.began.store(nanos_since(self.base, began) + 1, Relaxed);
     }
 
     /// The job returned.
     pub(crate) fn clear(&self) {
         self.at.began.store(0, Relaxed);
     }
+}
+
+/// `at` in nanoseconds after `base` (0 before it; saturating far after).
+fn nanos_since(base: Instant, at: Instant) -> u64 {
+    saturating_nanos(at.saturating_duration_since(base)).min(u64::MAX - 1)
 }
 
 /// Every live worker's mark.
@@ -233,24 +237,18 @@ impl Running {
     /// jobs has been running at `now`. `None` when a worker is idle (or
     /// between two jobs), or when there is no worker.
     pub(crate) fn all_busy_for(&self, now: Instant) -> Option<Duration> {
-        let since_base = saturating_nanos(now.saturating_duration_since(self.base));
-        let marks = self.marks.lock();
-        let mut youngest: Option<u64> = None;
-        for mark in marks.iter() {
-            let at = mark.began.load(Relaxed);
-            if at == 0 {
-                return None;
-            }
-            let age = since_base.saturating_sub(at - 1);
-            youngest = Some(youngest.map_or(age, |y| y.min(age)));
-        }
-        youngest.map(Duration::from_nanos)
+        let since_base = nanos_since(self.base, now);
+        let ages = self.marks.lock().iter().try_fold(None, |youngest: Option<u64>, mark| {
+            let age = since_base.saturating_sub(mark.began.load(Relaxed).checked_sub(1)?);
+            Some(Some(youngest.map_or(age, |y| y.min(age))))
+        });
+        ages.flatten().map(Duration::from_nanos)
     }
 
     /// The workers whose job, at `now`, is still running more than
     /// [`OVERRUN_GRACE`] past its deadline.
     pub(crate) fn overdue(&self, now: Instant) -> usize {
-        let since_base = saturating_nanos(now.saturating_duration_since(self.base));
+        let since_base = nanos_since(self.base, now);
         let grace = saturating_nanos(OVERRUN_GRACE);
         let marks = self.marks.lock();
         let late = |m: &Arc<Mark>| {

@@ -11,7 +11,6 @@ use super::ticket::Ticket;
 use super::{Pool, Shared, deadline_after};
 use crate::error::{Error, Rejection};
 use crate::room;
-// The room's stuck rule: a line that does not move is not waited in.
 
 /// How a job is submitted to a [`Pool`]: its deadline, which attempt it is,
 /// and whether it may wait for room.
@@ -34,7 +33,7 @@ pub struct Submit {
     now: Option<Instant>,
     attempt: u32,
     wait: Wait,
-    stall: Option<Duration>,
+    stuck: Option<Duration>,
 }
 
 /// Whether and how long a submission waits for room: the one choice.
@@ -53,7 +52,7 @@ impl Submit {
     /// A job to answer by `deadline`. It may wait for room as long as the
     /// pool's [`max_wait`](super::PoolBuilder::max_wait) and the deadline allow.
     pub fn by(deadline: Instant) -> Submit {
-        Submit { deadline, now: None, attempt: 1, wait: Wait::ForRoom { until: None }, stall: None }
+        Submit { deadline, now: None, attempt: 1, wait: Wait::ForRoom { until: None }, stuck: None }
     }
 
     /// A job to answer within `timeout` from now.
@@ -88,9 +87,9 @@ impl Submit {
     /// When the pool is full and every worker has been inside its job for
     /// at least `after`, the provider is stuck and room will not come: the
     /// submission does not wait for room and its refusal says so
-    /// ([`SubmitError::stalled`]).
-    pub(crate) fn stall(mut self, after: Duration) -> Submit {
-        self.stall = Some(after);
+    /// ([`SubmitError::stuck`]).
+    pub(crate) fn stuck(mut self, after: Duration) -> Submit {
+        self.stuck = Some(after);
         self
     }
 
@@ -125,42 +124,40 @@ impl Pool {
         let now = how.now.unwrap_or_else(Instant::now);
         let h = &*self.inner;
         let stats = &h.shared.stats;
-        let unmeetable = match how.wait {
-            Wait::IdleOnly => how.deadline <= now,
-            _ => self.cannot_meet(now, how.deadline),
-        };
-        if unmeetable {
+        // A deadline already past, or (with admission on, and a queue to wait
+        // in) one nearer than the wait behind the queued work: the job could
+        // only time out.
+        let behind = || self.estimated_wait().is_some_and(|w| w > how.deadline - now);
+        if how.deadline <= now || (how.wait != Wait::IdleOnly && self.deadline_aware_admission() && behind())
+        {
             stats.callers.rejected.fetch_add(1, Relaxed);
-            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job));
+            return Err(SubmitError::new(Rejection::DeadlineUnmeetable, job, false));
         }
         // The call's one allocation: job, context and reply slot together.
         let call = Arc::new(Call::new(Arc::clone(&h.shared), now, how.deadline, how.attempt, job));
         let queued = QueuedJob::new(call.clone());
-        let queue = &h.shared.queue;
-        let busy = &stats.workers.busy;
-        let mut stalled = false;
+        let (queue, busy) = (&h.shared.queue, &stats.workers.busy);
+        let mut stuck = false;
         let pushed = match how.wait {
             Wait::IdleOnly => queue.push_to_idle(queued, busy),
-            wait => match queue.push(queued, busy) {
-                // No room: wait for some, unless every worker is stuck.
+            Wait::Never => queue.push(queued, busy),
+            // No room: wait for some, unless every worker is stuck.
+            Wait::ForRoom { until: room_until } => match queue.push(queued, busy) {
                 Err((Refused::Full, queued)) => {
-                    stalled = self.is_stalled(now, how.stall);
+                    stuck = self.is_stuck(now, how.stuck);
                     let max_wait = Duration::from_nanos(h.max_wait_ns.load(Relaxed));
-                    match wait {
-                        Wait::ForRoom { until: room_until } if !max_wait.is_zero() && !stalled => {
-                            let until = how.deadline.min(deadline_after(now, max_wait));
-                            let until = room_until.map_or(until, |at| until.min(at));
-                            let service = &h.shared.service;
-                            let (mean, normal) = (service.mean(), service.normal());
-                            let rule = room::ByTime { mean, normal, max_wait, deadline: how.deadline };
-                            let line = InQueue { shared: &h.shared, rule, until };
-                            let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
-                            if matches!(waited, Err((Refused::Full, _))) {
-                                stalled = self.is_stalled(Instant::now(), how.stall);
-                            }
-                            waited
-                        }
-                        _ => Err((Refused::Full, queued)),
+                    if max_wait.is_zero() || stuck {
+                        Err((Refused::Full, queued))
+                    } else {
+                        let until = how.deadline.min(deadline_after(now, max_wait));
+                        let until = room_until.map_or(until, |at| until.min(at));
+                        let (mean, normal) = (h.shared.service.mean(), h.shared.service.normal());
+                        let rule = room::ByTime { mean, normal, max_wait, deadline: how.deadline };
+                        let line = InQueue { shared: &h.shared, rule, until };
+                        let waited = queue.push_until(queued, &line, busy, &stats.callers.waiting);
+                        stuck = matches!(waited, Err((Refused::Full, _)))
+                            && self.is_stuck(Instant::now(), how.stuck);
+                        waited
                     }
                 }
                 pushed => pushed,
@@ -177,14 +174,11 @@ impl Pool {
                 // so `call` is the only reference left again.
                 drop(queued.take());
                 let job = Arc::try_unwrap(call).ok().and_then(Call::into_job);
-                let rejection = match refused {
-                    Refused::Full => Rejection::QueueFull,
-                    Refused::Closed => Rejection::ShuttingDown,
-                };
                 let job = job.expect("a refused job is referenced only by its submitter");
-                let mut refused = SubmitError::new(rejection, job);
-                refused.stalled = stalled && rejection == Rejection::QueueFull;
-                Err(refused)
+                Err(match refused {
+                    Refused::Full => SubmitError::new(Rejection::QueueFull, job, stuck),
+                    Refused::Closed => SubmitError::new(Rejection::ShuttingDown, job, false),
+                })
             }
         }
     }
@@ -212,18 +206,11 @@ impl Pool {
         self.submit_timeout(timeout, job)?.wait()
     }
 
-    /// Whether every worker has been inside its job for at least `stall`.
-    fn is_stalled(&self, now: Instant, stall: Option<Duration>) -> bool {
-        stall.is_some_and(|after| {
+    /// Whether every worker has been inside its job for at least `after`.
+    fn is_stuck(&self, now: Instant, after: Option<Duration>) -> bool {
+        after.is_some_and(|after| {
             self.inner.shared.running.all_busy_for(now).is_some_and(|busy| busy >= after)
         })
-    }
-
-    /// A deadline already past, or (with admission on) one nearer than the
-    /// wait behind the queued work: the job could only time out.
-    fn cannot_meet(&self, now: Instant, deadline: Instant) -> bool {
-        deadline <= now
-            || (self.deadline_aware_admission() && self.estimated_wait().is_some_and(|w| w > deadline - now))
     }
 }
 

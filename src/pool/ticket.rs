@@ -71,10 +71,8 @@ impl<T, E> Ticket<T, E> {
     /// [`wait`](Ticket::wait) in the pool's own terms, and when a worker
     /// started the job (`None` if none did): how long the provider had the call.
     pub(crate) fn wait_timed(mut self) -> (Answer<T, E>, Option<Instant>) {
-        let Some(call) = self.call.take() else {
-            // Unreachable: `wait` consumes the ticket and is the only taker.
-            return (Answer::Discarded, None);
-        };
+        // Taken only by methods that consume the ticket.
+        let call = self.call.take().expect("a ticket holds its call until consumed");
         let answer = self.wait_on(&*call);
         (answer, call.began())
     }
@@ -110,10 +108,7 @@ impl<T, E> Ticket<T, E> {
     /// what [`Drop`] does, told. A running job sees
     /// [`CallContext::is_cancelled`] turn true.
     pub(crate) fn leave(mut self) -> Left<Answer<T, E>> {
-        match self.call.take() {
-            Some(call) => give_up(&*call),
-            None => Left::NeverRan,
-        }
+        self.call.take().map_or(Left::NeverRan, |call| give_up(&*call))
     }
 
     fn wait_on(&self, call: &dyn Waitable<T, E>) -> Answer<T, E> {
@@ -123,15 +118,12 @@ impl<T, E> Ticket<T, E> {
         //    under its lock (`slot.rs`), so a settle in between is never missed.
         let settled = spin_until(CALLER_SPIN, || slot.is_settled());
         if !settled && slot.register(current()) {
-            loop {
-                if slot.is_settled() {
-                    break;
-                }
+            // `park_timeout` may return early (unpark, or spuriously): loop and look.
+            while !slot.is_settled() {
                 let now = Instant::now();
                 if now >= self.deadline {
                     break;
                 }
-                // May return early (unpark, or spuriously): loop and look.
                 park_timeout(self.deadline - now);
             }
         }

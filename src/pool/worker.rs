@@ -4,6 +4,7 @@
 //! guard that reports its exit.
 
 use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -11,9 +12,7 @@ use crossbeam_channel::Sender;
 
 use super::Shared;
 use super::WorkerThread;
-use super::call::QueuedJob;
 use super::queue::{Letter, Mailbox};
-use super::stats::{Ran, RunningMark};
 use crate::sync::{WORKER_SPIN, spin_until};
 
 /// Joins a worker that has reported its exit. `None` for an index with no
@@ -78,7 +77,13 @@ pub(super) fn worker_main(exit: ExitGuard) {
                 }
             }
         };
-        if let Some(ran) = run(job, &running)
+        // The queue counted the worker busy; `run` uncounts it. `run` catches
+        // the job's own panic; this catches a panic from a `Drop` of the
+        // job's captures or result, so the worker survives even that.
+        let ran = job.take().and_then(|job| catch_unwind(AssertUnwindSafe(|| job.run(&running))).ok());
+        // Cleared by `run` when the job returns; again here for a panic in a `Drop`.
+        running.clear();
+        if let Some(ran) = ran.flatten()
             && shared.record_latency
         {
             shared.latency.record(&ran);
@@ -86,16 +91,4 @@ pub(super) fn worker_main(exit: ExitGuard) {
     }
     shared.running.leave(&running);
     drop(exit);
-}
-
-/// Runs one job the queue handed over (the queue counted the worker busy;
-/// `run` uncounts it), and returns its timings if it ran.
-fn run(queued: QueuedJob, running: &RunningMark) -> Option<Ran> {
-    let job = queued.take()?;
-    // `run` catches the job's own panic; this catches a panic from a `Drop`
-    // of the job's captures or result, so the worker survives even that.
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(running))).ok().flatten();
-    // Cleared by `run` when the job returns; again here for a panic in a `Drop`.
-    running.clear();
-    ran
 }
