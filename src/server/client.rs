@@ -128,13 +128,9 @@ impl<'a> Client<'a> {
             stream.set_write_timeout(Some(cfg.write_timeout())).map_err(|_| Refusal::GONE)?;
             stream.write_all(wire::CONTINUE).map_err(|_| Refusal::GONE)?;
         }
-        // Memory grows with what arrives, not with what was declared.
-        let mut body = Vec::new();
         let stream = self.stream;
         let read = |buf: &mut Vec<u8>| fill(stream, buf, deadline).map_err(Refusal::from_read);
-        let sink = |_: &[u8], data: &[u8]| body.extend_from_slice(data);
-        let whole = BodyDecoder::new(head.framing, limits(cfg)).drive(&mut self.buf, read, sink)?;
-        if whole { Ok(body) } else { Err(Refusal::GONE) }
+        BodyDecoder::new(head.framing, limits(cfg)).drive(&mut self.buf, read)?.ok_or(Refusal::GONE)
     }
 
     /// After a refusal: stop reading what the client sends, for at most

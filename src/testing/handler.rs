@@ -321,12 +321,7 @@ fn read_call(stream: &TcpStream) -> io::Result<Call> {
     let mut buf = Vec::new();
     let fill = |buf: &mut Vec<u8>| wire::read_some(stream, buf);
     let head = wire::read_head(&mut buf, LIMITS, fill)?.ok_or_else(cut_short)?;
-    let mut body = Vec::new();
-    let fill = |buf: &mut Vec<u8>| wire::read_some(stream, buf);
-    let sink = |_: &[u8], data: &[u8]| body.extend_from_slice(data);
-    if !BodyDecoder::new(head.framing, LIMITS).drive(&mut buf, fill, sink)? {
-        return Err(cut_short());
-    }
+    let body = BodyDecoder::new(head.framing, LIMITS).drive(&mut buf, fill)?.ok_or_else(cut_short)?;
     Ok(Call { method: head.method, url: head.target, body: String::from_utf8_lossy(&body).into_owned() })
 }
 
