@@ -135,15 +135,13 @@ impl Shared {
         let Ok(call) = read_call(&stream) else { return };
         let answer = match fault {
             Fault::Healthy => self.answer(&call),
-            Fault::Slow(d) => {
+            Fault::Slow(d) | Fault::Saturated { service: d, .. } => {
+                let slot = match fault {
+                    Fault::Saturated { capacity, .. } => self.take_slot(&stream, capacity, generation),
+                    _ => Some(Slot(None)),
+                };
+                let Some(_slot) = slot else { return };
                 if !self.hold(&stream, d, generation) {
-                    return;
-                }
-                self.answer(&call)
-            }
-            Fault::Saturated { capacity, service } => {
-                let Some(_slot) = self.take_slot(&stream, capacity, generation) else { return };
-                if !self.hold(&stream, service, generation) {
                     return;
                 }
                 self.answer(&call)
