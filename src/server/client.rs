@@ -16,15 +16,6 @@ pub(super) struct Client<'a> {
     buf: Vec<u8>,
 }
 
-/// Why a read gave up.
-#[derive(Debug)]
-pub(super) enum ReadFail {
-    /// The deadline passed.
-    TimedOut,
-    /// The client closed (or reset) the connection.
-    Closed,
-}
-
 /// The guard's own answers, beside those the wire gives to bad bytes.
 impl Refusal {
     /// The head or the body was not read by its deadline.
@@ -51,13 +42,6 @@ impl Refusal {
     };
     /// Not an answer: the client is gone, there is no one to answer.
     pub(super) const GONE: Refusal = Refusal { status: 0, code: "", message: "" };
-
-    fn from_read(fail: ReadFail) -> Refusal {
-        match fail {
-            ReadFail::TimedOut => Refusal::TIMEOUT,
-            ReadFail::Closed => Refusal::GONE,
-        }
-    }
 }
 
 fn limits(cfg: &ServerConfig) -> Limits {
@@ -65,21 +49,22 @@ fn limits(cfg: &ServerConfig) -> Limits {
 }
 
 /// Reads once more off `stream` onto `buf`, waiting until `deadline` at
-/// most; `Ok(n)` with `n > 0`.
-fn fill(stream: &TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<usize, ReadFail> {
+/// most; `Ok(n)` with `n > 0`, else `TIMEOUT` when the deadline passed and
+/// `GONE` when the client closed (or reset) the connection.
+fn fill(stream: &TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<usize, Refusal> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
-        return Err(ReadFail::TimedOut);
+        return Err(Refusal::TIMEOUT);
     }
     // A zero timeout means "none" to the socket; `left` is never zero here.
-    stream.set_read_timeout(Some(left)).map_err(|_| ReadFail::Closed)?;
+    stream.set_read_timeout(Some(left)).map_err(|_| Refusal::GONE)?;
     match wire::read_some(stream, buf) {
-        Ok(0) => Err(ReadFail::Closed),
+        Ok(0) => Err(Refusal::GONE),
         Ok(n) => Ok(n),
         Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-            Err(ReadFail::TimedOut)
+            Err(Refusal::TIMEOUT)
         }
-        Err(_) => Err(ReadFail::Closed),
+        Err(_) => Err(Refusal::GONE),
     }
 }
 
@@ -98,7 +83,7 @@ impl<'a> Client<'a> {
     }
 
     /// Waits until `deadline` for the first byte of a request.
-    pub(super) fn await_request(&mut self, deadline: Instant) -> Result<(), ReadFail> {
+    pub(super) fn await_request(&mut self, deadline: Instant) -> Result<(), Refusal> {
         if self.buf.is_empty() {
             fill(self.stream, &mut self.buf, deadline)?;
         }
@@ -109,8 +94,7 @@ impl<'a> Client<'a> {
     /// ([`await_request`](Client::await_request)).
     pub(super) fn read_head(&mut self, cfg: &ServerConfig) -> Result<RequestHead, Refusal> {
         let deadline = Instant::now() + cfg.head_timeout();
-        let stream = self.stream;
-        let read = |buf: &mut Vec<u8>| fill(stream, buf, deadline).map_err(Refusal::from_read);
+        let read = |buf: &mut Vec<u8>| fill(self.stream, buf, deadline);
         // `fill` never reports the end of the stream: a closed one is `GONE`.
         wire::read_head(&mut self.buf, limits(cfg), read)?.ok_or(Refusal::GONE)
     }
@@ -128,13 +112,8 @@ impl<'a> Client<'a> {
             stream.set_write_timeout(Some(cfg.write_timeout())).map_err(|_| Refusal::GONE)?;
             stream.write_all(wire::CONTINUE).map_err(|_| Refusal::GONE)?;
         }
-        // Memory grows with what arrives, not with what was declared.
-        let mut body = Vec::new();
-        let stream = self.stream;
-        let read = |buf: &mut Vec<u8>| fill(stream, buf, deadline).map_err(Refusal::from_read);
-        let sink = |_: &[u8], data: &[u8]| body.extend_from_slice(data);
-        let whole = BodyDecoder::new(head.framing, limits(cfg)).drive(&mut self.buf, read, sink)?;
-        if whole { Ok(body) } else { Err(Refusal::GONE) }
+        let read = |buf: &mut Vec<u8>| fill(self.stream, buf, deadline);
+        BodyDecoder::new(head.framing, limits(cfg)).drive(&mut self.buf, read)?.ok_or(Refusal::GONE)
     }
 
     /// After a refusal: stop reading what the client sends, for at most

@@ -47,14 +47,11 @@ pub(super) fn serve_conn(shared: &GuardShared, conn: &Conn) {
         }
         wait = cfg.idle_timeout();
         conn.idle.store(false, Ordering::SeqCst);
-        let head = match client.read_head(cfg) {
-            Ok(head) => head,
-            Err(refusal) => return refuse(&mut client, refusal),
-        };
-        let body = match client.read_body(&head, cfg) {
-            Ok(body) => body,
-            Err(refusal) => return refuse(&mut client, refusal),
-        };
+        let (head, body) =
+            match client.read_head(cfg).and_then(|head| Ok((client.read_body(&head, cfg)?, head))) {
+                Ok((body, head)) => (head, body),
+                Err(refusal) => return refuse(&mut client, refusal),
+            };
         let close_after = !head.keep_alive || shared.stopping.load(Ordering::SeqCst);
         let headers = head.headers.iter().map(|(name, value)| (name.as_str(), value.as_str()));
         let arrival = Arrival {
@@ -130,16 +127,21 @@ fn through_hop(
         Ok(taken) => taken,
         Err(e) => {
             log::error!("guard: cannot reach the request pool: {e}");
-            return none_relayed();
+            return NONE_RELAYED;
         }
     };
     let bound = shared.cfg.answer_timeout();
     // A write to tiny_http that cannot finish (a lost wake-up, a socket
     // buffer smaller than Linux's) gives up with the answer's bound.
     if fresh && hop_stream.set_write_timeout(Some(bound)).is_err() {
-        return none_relayed();
+        return NONE_RELAYED;
     }
     let written = AtomicU8::new(WRITING);
+    let write = || {
+        let sent = (&hop_stream).write_all(&ticket.bytes).is_ok();
+        written.store(if sent { WRITTEN } else { FAILED }, Ordering::Release);
+        sent
+    };
     let relay = |rx: Receiver<Piece>| match await_intake(
         &shared.hop,
         &ticket,
@@ -150,34 +152,24 @@ fn through_hop(
         bound,
     ) {
         Ok(first) => reply::relay(rx, first, client, bound),
-        Err(()) => none_relayed(),
+        Err(()) => NONE_RELAYED,
     };
     let (relayed, sent) = if ticket.bytes.len() <= hop::INLINE_BODY {
-        match (&hop_stream).write_all(&ticket.bytes) {
-            Ok(()) => {
-                written.store(WRITTEN, Ordering::Release);
-                (relay(rx), true)
-            }
-            Err(_) => (none_relayed(), false),
-        }
+        if write() { (relay(rx), true) } else { (NONE_RELAYED, false) }
     } else {
         std::thread::scope(|s| {
             let writing =
-                std::thread::Builder::new().name("watertight-hop-writer".to_owned()).spawn_scoped(s, || {
-                    let sent = (&hop_stream).write_all(&ticket.bytes);
-                    written.store(if sent.is_ok() { WRITTEN } else { FAILED }, Ordering::Release);
-                    sent
-                });
+                std::thread::Builder::new().name("watertight-hop-writer".to_owned()).spawn_scoped(s, write);
             let Ok(writer) = writing else {
                 log::warn!("guard: cannot start a thread to write a large body to the hop");
-                return (none_relayed(), false);
+                return (NONE_RELAYED, false);
             };
             let relayed = relay(rx);
             if !relayed.ended {
                 // A writer blocked on tiny_http that will never read.
                 let _ = hop_stream.shutdown(Shutdown::Both);
             }
-            let sent = matches!(writer.join(), Ok(Ok(())));
+            let sent = matches!(writer.join(), Ok(true));
             (relayed, sent)
         })
     };
@@ -187,9 +179,7 @@ fn through_hop(
     relayed
 }
 
-fn none_relayed() -> Relayed {
-    Relayed { ended: false, keep: false, started: false, timed_out: false }
-}
+const NONE_RELAYED: Relayed = Relayed { ended: false, keep: false, started: false, timed_out: false };
 
 /// Waits until tiny_http has taken the request off the hop (its ticket is
 /// claimed) or its answer begins, kicking tiny_http after each of

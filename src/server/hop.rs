@@ -61,7 +61,7 @@ pub(super) const KICKS: [Duration; 3] =
 /// Where the inner server listens, and the kept-alive connections to it.
 pub(super) struct Hop {
     #[cfg(unix)]
-    path: std::path::PathBuf,
+    addr: std::path::PathBuf,
     #[cfg(not(unix))]
     addr: std::net::SocketAddr,
     idle: Mutex<Vec<HopStream>>,
@@ -76,36 +76,12 @@ pub(super) struct Hop {
 }
 
 impl Hop {
-    #[cfg(unix)]
-    fn new(path: std::path::PathBuf, max_idle: usize) -> Hop {
-        Hop {
-            path,
-            idle: Mutex::default(),
-            max_idle,
-            tickets: Mutex::default(),
-            next_ticket: AtomicU64::new(0),
-            secret: secret(),
-        }
-    }
-
-    #[cfg(not(unix))]
-    fn new(addr: std::net::SocketAddr, max_idle: usize) -> Hop {
-        Hop {
-            addr,
-            idle: Mutex::default(),
-            max_idle,
-            tickets: Mutex::default(),
-            next_ticket: AtomicU64::new(0),
-            secret: secret(),
-        }
-    }
-
     /// Binds the private socket and starts tiny_http on it. The [`HopDir`]
     /// must outlive the server: tiny_http's `Drop` connects to the socket to
     /// wake its accept thread, then removes the socket's file.
     pub(super) fn bind(max_idle: usize) -> io::Result<(Hop, tiny_http::Server, HopDir)> {
         #[cfg(unix)]
-        {
+        let (addr, server, dir) = {
             use std::os::unix::fs::DirBuilderExt;
             static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -119,15 +95,17 @@ impl Hop {
                 let _ = std::fs::remove_dir(&dir);
             })?;
             let server = tiny_http::Server::from_listener(listener, None).map_err(io::Error::other)?;
-            Ok((Hop::new(path, max_idle), server, HopDir(Some(dir))))
-        }
+            (path, server, HopDir(Some(dir)))
+        };
         #[cfg(not(unix))]
-        {
+        let (addr, server, dir) = {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             let addr = listener.local_addr()?;
             let server = tiny_http::Server::from_listener(listener, None).map_err(io::Error::other)?;
-            Ok((Hop::new(addr, max_idle), server, HopDir(None)))
-        }
+            (addr, server, HopDir(None))
+        };
+        let (idle, tickets, next_ticket) = (Mutex::default(), Mutex::default(), AtomicU64::new(0));
+        Ok((Hop { addr, idle, max_idle, tickets, next_ticket, secret: secret() }, server, dir))
     }
 
     /// A kept-alive connection to the inner server (`true`: fresh, not yet
@@ -140,14 +118,9 @@ impl Hop {
     }
 
     fn connect(&self) -> io::Result<HopStream> {
-        #[cfg(unix)]
-        let stream = HopStream::connect(&self.path)?;
+        let stream = HopStream::connect(&self.addr)?;
         #[cfg(not(unix))]
-        let stream = {
-            let s = HopStream::connect(self.addr)?;
-            s.set_nodelay(true)?;
-            s
-        };
+        stream.set_nodelay(true)?;
         Ok(stream)
     }
 

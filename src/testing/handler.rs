@@ -135,15 +135,13 @@ impl Shared {
         let Ok(call) = read_call(&stream) else { return };
         let answer = match fault {
             Fault::Healthy => self.answer(&call),
-            Fault::Slow(d) => {
+            Fault::Slow(d) | Fault::Saturated { service: d, .. } => {
+                let slot = match fault {
+                    Fault::Saturated { capacity, .. } => self.take_slot(&stream, capacity, generation),
+                    _ => Some(Slot(None)),
+                };
+                let Some(_slot) = slot else { return };
                 if !self.hold(&stream, d, generation) {
-                    return;
-                }
-                self.answer(&call)
-            }
-            Fault::Saturated { capacity, service } => {
-                let Some(_slot) = self.take_slot(&stream, capacity, generation) else { return };
-                if !self.hold(&stream, service, generation) {
                     return;
                 }
                 self.answer(&call)
@@ -321,12 +319,7 @@ fn read_call(stream: &TcpStream) -> io::Result<Call> {
     let mut buf = Vec::new();
     let fill = |buf: &mut Vec<u8>| wire::read_some(stream, buf);
     let head = wire::read_head(&mut buf, LIMITS, fill)?.ok_or_else(cut_short)?;
-    let mut body = Vec::new();
-    let fill = |buf: &mut Vec<u8>| wire::read_some(stream, buf);
-    let sink = |_: &[u8], data: &[u8]| body.extend_from_slice(data);
-    if !BodyDecoder::new(head.framing, LIMITS).drive(&mut buf, fill, sink)? {
-        return Err(cut_short());
-    }
+    let body = BodyDecoder::new(head.framing, LIMITS).drive(&mut buf, fill)?.ok_or_else(cut_short)?;
     Ok(Call { method: head.method, url: head.target, body: String::from_utf8_lossy(&body).into_owned() })
 }
 

@@ -138,27 +138,27 @@ impl BodyDecoder {
         Ok(Some(Step { used, data: 0..data }))
     }
 
-    /// Takes the whole body off the front of `buf`: each step's bytes go to
-    /// `sink` (all it used, and the data among them), then leave `buf`;
-    /// whenever more are needed, `fill` appends them to `buf`. `Ok(false)`
+    /// Takes the whole body off the front of `buf` and returns its data;
+    /// whenever more bytes are needed, `fill` appends them to `buf`. `Ok(None)`
     /// when `fill` found the end of the stream first.
     pub(crate) fn drive<E: From<Refusal>>(
         &mut self,
         buf: &mut Vec<u8>,
         mut fill: impl FnMut(&mut Vec<u8>) -> Result<usize, E>,
-        mut sink: impl FnMut(&[u8], &[u8]),
-    ) -> Result<bool, E> {
+    ) -> Result<Option<Vec<u8>>, E> {
+        // Memory grows with what arrives, not with what was declared.
+        let mut body = Vec::new();
         while !self.is_done() {
             match self.step(buf)? {
                 Some(Step { used, data }) => {
-                    sink(&buf[..used], &buf[data]);
+                    body.extend_from_slice(&buf[data]);
                     buf.drain(..used);
                 }
-                None if fill(buf)? == 0 => return Ok(false),
+                None if fill(buf)? == 0 => return Ok(None),
                 None => {}
             }
         }
-        Ok(true)
+        Ok(Some(body))
     }
 }
 
@@ -178,32 +178,36 @@ mod tests {
 
     /// Decodes `input` fed one byte at a time.
     fn trickled(framing: Framing, input: &[u8]) -> Decoded {
-        let mut rest = input.iter();
-        decoded(framing, Vec::new(), move |buf| match rest.next() {
-            Some(b) => {
-                buf.push(*b);
-                1
-            }
-            None => 0,
+        let mut fed = 0;
+        decoded(framing, input, Vec::new(), move |buf| {
+            let more = &input[fed..(fed + 1).min(input.len())];
+            buf.extend_from_slice(more);
+            fed += more.len();
+            more.len()
         })
     }
 
     /// Decodes `input` given whole.
     fn whole(framing: Framing, input: &[u8]) -> Decoded {
-        decoded(framing, input.to_vec(), |_| 0)
+        decoded(framing, input, input.to_vec(), |_| 0)
     }
 
-    fn decoded(framing: Framing, mut buf: Vec<u8>, mut fill: impl FnMut(&mut Vec<u8>) -> usize) -> Decoded {
-        let (mut data, mut raw) = (Vec::new(), Vec::new());
-        let end = BodyDecoder::new(framing, LIMITS).drive(
-            &mut buf,
-            |buf| Ok::<_, Refusal>(fill(buf)),
-            |used, d| {
-                raw.extend_from_slice(used);
-                data.extend_from_slice(d);
-            },
-        );
-        Decoded { data, raw, end }
+    /// The bytes used are those of `input` that were fed and left `buf`.
+    fn decoded(
+        framing: Framing,
+        input: &[u8],
+        mut buf: Vec<u8>,
+        mut fill: impl FnMut(&mut Vec<u8>) -> usize,
+    ) -> Decoded {
+        let mut fed = buf.len();
+        let body = BodyDecoder::new(framing, LIMITS).drive(&mut buf, |buf| {
+            let n = fill(buf);
+            fed += n;
+            Ok::<_, Refusal>(n)
+        });
+        let raw = input[..fed - buf.len()].to_vec();
+        let end = body.as_ref().map(Option::is_some).map_err(|r| *r);
+        Decoded { data: body.ok().flatten().unwrap_or_default(), raw, end }
     }
 
     /// Both ways, `input` is refused with `status` after using exactly
@@ -236,7 +240,7 @@ mod tests {
         }
         let mut buf = [&input[..], b"GET /next"].concat();
         let mut d = BodyDecoder::new(Framing::Chunked, LIMITS);
-        assert_eq!(d.drive(&mut buf, |_| Ok::<_, Refusal>(0), |_, _| {}), Ok(true));
+        assert_eq!(d.drive(&mut buf, |_| Ok::<_, Refusal>(0)).map(|b| b.is_some()), Ok(true));
         assert_eq!(buf, b"GET /next");
     }
 
@@ -327,7 +331,7 @@ mod tests {
         let input = [&b"0\r\nX: 1\r\n\r\n"[..], &b"y".repeat(200)].concat();
         let mut buf = input.clone();
         let mut d = BodyDecoder::new(Framing::Chunked, LIMITS);
-        assert_eq!(d.drive(&mut buf, |_| Ok::<_, Refusal>(0), |_, _| {}), Ok(true));
+        assert_eq!(d.drive(&mut buf, |_| Ok::<_, Refusal>(0)).map(|b| b.is_some()), Ok(true));
         assert_eq!(buf, b"y".repeat(200));
         // Lines up to the cap together pass; one more byte does not.
         let trailers =

@@ -89,7 +89,7 @@ pub(super) fn trailer_line(input: &[u8]) -> Result<Option<usize>, &'static str> 
         match at.peek() {
             None => return Ok(None),
             Some(b'\r') => return at.crlf(),
-            Some(b) if b == b'\t' || b == b' ' || b.is_ascii_graphic() || b >= 0x80 => at.at += 1,
+            Some(b) if quotable(b) => at.at += 1,
             Some(_) => return at.fail(CONTROL),
         }
     }

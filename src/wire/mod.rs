@@ -185,13 +185,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_closing_answer_is_framed_by_its_length() {
-        let out = closing_answer(503, "application/json", b"{}");
-        assert_eq!(
-            out,
-            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
-              Connection: close\r\n\r\n{}"
-        );
+    fn a_refusal_is_a_closing_json_answer_framed_by_its_length() {
+        let body = r#"{"code":"PAYLOAD_TOO_LARGE","message":"the request body is too large"}"#;
+        let head =
+            "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\nContent-Length: 70\r\n";
+        let text = String::from_utf8(Refusal::BODY_TOO_LARGE.bytes()).unwrap();
+        assert_eq!(text, format!("{head}Connection: close\r\n\r\n{body}"));
     }
 
     #[test]

@@ -320,12 +320,4 @@ mod tests {
         assert_eq!(head.target, "/");
         assert_eq!(buf, b"GET /next");
     }
-
-    #[test]
-    fn a_refusal_is_a_closing_json_answer() {
-        let text = String::from_utf8(Refusal::BODY_TOO_LARGE.bytes()).unwrap();
-        assert!(text.starts_with("HTTP/1.1 413 Content Too Large\r\n"), "{text}");
-        assert!(text.contains("Connection: close\r\n"), "{text}");
-        assert!(text.ends_with(r#"{"code":"PAYLOAD_TOO_LARGE","message":"the request body is too large"}"#));
-    }
 }
