@@ -158,29 +158,14 @@ impl ByTime {
     }
 }
 
-/// What a room measured of one class's holds, read-only, as its [`Rule`]
-/// sees it, with the room's `max_wait`.
-#[derive(Clone, Copy)]
-pub(crate) struct Holds<'a> {
-    hold: &'a Latency,
-    max_wait: Duration,
-}
-
-impl Holds<'_> {
-    /// The recent mean hold, `None` before one is timed.
-    pub(crate) fn mean(&self) -> Option<Duration> {
-        self.hold.mean()
-    }
-
-    /// The normal hold, `None` before there is one.
-    pub(crate) fn normal(&self) -> Option<Duration> {
-        self.hold.normal()
-    }
-
-    /// The longest the room lets a caller wait.
-    pub(crate) fn max_wait(&self) -> Duration {
-        self.max_wait
-    }
+/// What a room measured of one class's holds, as its [`Rule`] sees it: the
+/// recent `mean` (`None` before one is timed), the `normal` one (`None`
+/// before there is one), and the room's `max_wait`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holds {
+    pub(crate) mean: Option<Duration>,
+    pub(crate) normal: Option<Duration>,
+    pub(crate) max_wait: Duration,
 }
 
 /// The policy a [`Room`] admits its line by, passed in by its user: the room
@@ -189,11 +174,11 @@ impl Holds<'_> {
 /// class's line is stuck. [`HoldTime`] is the crate's rule.
 pub(crate) trait Rule: Send + Sync + 'static {
     /// Whether a caller due by `deadline` may join the line as `ahead` finds it.
-    fn admits(&self, holds: Holds<'_>, ahead: Ahead, deadline: Instant, now: Instant) -> bool;
+    fn admits(&self, holds: Holds, ahead: Ahead, deadline: Instant, now: Instant) -> bool;
 
     /// `None` when the line is stuck: its class has been full for
     /// `full_for` with nothing back; else when that could first be so.
-    fn recheck(&self, holds: Holds<'_>, full_for: Option<Duration>, now: Instant) -> Option<Instant>;
+    fn recheck(&self, holds: Holds, full_for: Option<Duration>, now: Instant) -> Option<Instant>;
 }
 
 /// Admission by time ([`ByTime`]) on the room's own measured holds: the rule
@@ -202,17 +187,17 @@ pub(crate) trait Rule: Send + Sync + 'static {
 pub(crate) struct HoldTime;
 
 impl HoldTime {
-    fn by_time(holds: Holds<'_>, deadline: Instant) -> ByTime {
-        ByTime { mean: holds.mean(), normal: holds.normal(), max_wait: holds.max_wait(), deadline }
+    fn by_time(Holds { mean, normal, max_wait }: Holds, deadline: Instant) -> ByTime {
+        ByTime { mean, normal, max_wait, deadline }
     }
 }
 
 impl Rule for HoldTime {
-    fn admits(&self, holds: Holds<'_>, ahead: Ahead, deadline: Instant, now: Instant) -> bool {
+    fn admits(&self, holds: Holds, ahead: Ahead, deadline: Instant, now: Instant) -> bool {
         Self::by_time(holds, deadline).admits(ahead, now)
     }
 
-    fn recheck(&self, holds: Holds<'_>, full_for: Option<Duration>, now: Instant) -> Option<Instant> {
+    fn recheck(&self, holds: Holds, full_for: Option<Duration>, now: Instant) -> Option<Instant> {
         Self::by_time(holds, now).recheck(full_for, now)
     }
 }
@@ -817,7 +802,7 @@ impl<R> Room<R> {
         if until <= now {
             return Err(NoSeat::Full);
         }
-        if self.stuck(st, class, now) {
+        if self.recheck(st, class, now).is_none() {
             return Err(NoSeat::Stuck);
         }
         let seats = st.limit.saturating_sub(self.inner.kept[class]);
@@ -830,8 +815,9 @@ impl<R> Room<R> {
     }
 
     /// What the room measured of the holds of `class`, for its rule.
-    fn holds(&self, class: usize) -> Holds<'_> {
-        Holds { hold: &self.inner.hold[class], max_wait: self.max_wait() }
+    fn holds(&self, class: usize) -> Holds {
+        let hold = &self.inner.hold[class];
+        Holds { mean: hold.mean(), normal: hold.normal(), max_wait: self.max_wait() }
     }
 
     /// One round of the line: the longest of the classes' mean holds (zero
@@ -879,10 +865,6 @@ impl<R> Room<R> {
         let full_for =
             (!st.free_for(class, &self.inner.kept)).then(|| now.saturating_duration_since(st.moved[class]));
         self.inner.rule.recheck(self.holds(class), full_for, now)
-    }
-
-    fn stuck(&self, st: &State<R>, class: usize, now: Instant) -> bool {
-        self.recheck(st, class, now).is_none()
     }
 
     /// The seats held and the line's length, as gauges readable without the lock.
@@ -1006,7 +988,8 @@ impl<R> Room<R> {
             return next;
         }
         let now = Instant::now();
-        let stuck: Vec<bool> = (0..self.inner.kept.len()).map(|c| self.stuck(st, c, now)).collect();
+        let stuck: Vec<bool> =
+            (0..self.inner.kept.len()).map(|c| self.recheck(st, c, now).is_none()).collect();
         let ends = |q: &Queued<R>| match q.until {
             Some(u) if u <= now => Some(q.why),
             Some(_) if stuck[q.class] => Some(NoSeat::Stuck),
