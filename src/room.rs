@@ -734,7 +734,7 @@ impl<R> Room<R> {
         let class = self.class(class);
         let mut st = inner.state.lock();
         let now = Instant::now();
-        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
+        if let Some(seat) = self.take_seat(&mut st, class, None, Some(now)) {
             return Ok((seat, false));
         }
         let (until, ends) = self.may_wait(&st, class, now, deadline).inspect_err(|_| {
@@ -766,11 +766,16 @@ impl<R> Room<R> {
     /// A seat for `class` if one is free now, never a wait. Its hold is
     /// timed from what `now` gives (asked only in a room that may make a
     /// caller wait, see [`Seat`]).
-    pub(crate) fn try_seat(&self, class: usize, now: impl FnOnce() -> Instant) -> Option<Seat<R>> {
+    pub(crate) fn try_seat(
+        &self,
+        class: usize,
+        or_class: Option<usize>,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Seat<R>> {
         let class = self.class(class);
         let now = (self.inner.max_wait_ns.load(Relaxed) != 0).then(now);
         let mut st = self.inner.state.lock();
-        self.take_seat(&mut st, class, now)
+        self.take_seat(&mut st, class, or_class, now)
     }
 
     fn class(&self, class: usize) -> usize {
@@ -827,11 +832,19 @@ impl<R> Room<R> {
         self.inner.hold.iter().filter_map(Latency::mean).max().unwrap_or(Duration::ZERO)
     }
 
-    /// Under the lock: a seat for `class` if it has one free.
-    fn take_seat(&self, st: &mut State<R>, class: usize, now: Option<Instant>) -> Option<Seat<R>> {
-        if !st.free_for(class, &self.inner.kept) {
-            return None;
-        }
+    /// Under the lock: a seat for `class` if it has one free, else for
+    /// `or_class` (the class it may fall back on) if that has.
+    fn take_seat(
+        &self,
+        st: &mut State<R>,
+        class: usize,
+        or_class: Option<usize>,
+        now: Option<Instant>,
+    ) -> Option<Seat<R>> {
+        let class = [Some(class), or_class.map(|c| self.class(c))]
+            .into_iter()
+            .flatten()
+            .find(|&c| st.free_for(c, &self.inner.kept))?;
         st.seats.add(class, true);
         st.waiters.counts.seated += 1;
         let (limit, in_use) = (st.limit, st.seats.in_use());
@@ -941,10 +954,7 @@ impl<R> Room<R> {
         let class = self.class(class);
         let mut st = self.inner.state.lock();
         let now = Instant::now();
-        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
-            return Admission::Run(value, seat);
-        }
-        if let Some(seat) = or_class.and_then(|c| self.take_seat(&mut st, self.class(c), Some(now))) {
+        if let Some(seat) = self.take_seat(&mut st, class, or_class, Some(now)) {
             return Admission::Run(value, seat);
         }
         let (until, why) = match self.may_wait(&st, class, now, deadline) {
@@ -1003,9 +1013,7 @@ impl<R> Room<R> {
             line.iter().enumerate().find(|(_, w)| matches!(w, Waiter::Request(_)))
         {
             let class = q.class;
-            let seat = self
-                .take_seat(st, class, Some(now))
-                .or_else(|| or_class.and_then(|c| self.take_seat(st, self.class(c), Some(now))));
+            let seat = self.take_seat(st, class, or_class, Some(now));
             if let Some(seat) = seat
                 && let Some(Waiter::Request(q)) = st.waiters.line.remove(i)
             {

@@ -237,19 +237,16 @@ impl RequestPool {
                 .map_err(EnterError::InvalidRequestTimeout)?;
         let class = usize::from(reserved);
         let counts = &inner.counts;
-        let seat = match inner.room.try_seat(class, || context.received()) {
-            Some(seat) => seat,
-            // A reserve in shadow lets an ordinary request onto a free reserved thread.
-            None => match counts.or_class(reserved).and_then(|c| inner.room.try_seat(c, Instant::now)) {
-                Some(seat) => {
-                    counts.shadowed(reserved, &seat);
-                    seat
-                }
-                None => inner.room.acquire_as(class, context.deadline()).map_err(|why| {
-                    counts.refuse(why);
-                    EnterError::Busy
-                })?,
-            },
+        // A reserve in shadow lets an ordinary request onto a free reserved thread.
+        let seat = match inner.room.try_seat(class, counts.or_class(reserved), || context.received()) {
+            Some(seat) => {
+                counts.shadowed(reserved, &seat);
+                seat
+            }
+            None => inner.room.acquire_as(class, context.deadline()).map_err(|why| {
+                counts.refuse(why);
+                EnterError::Busy
+            })?,
         };
         Ok(Entered { _seat: seat, context })
     }
