@@ -50,10 +50,13 @@
 //!
 //! # Admission by time
 //!
-//! The room learns how long a seat is held (the smoothed mean of the
+//! The room measures how long a seat is held (the smoothed mean of the
 //! holds, [`Latency`]: every hold of a seat taken while the room is more
-//! than half full, one in [`SAMPLE_QUIET`] while it is quieter). A caller
-//! that finds no seat is admitted to the line by [`ByTime`]: `mean x rounds`,
+//! than half full, one in [`SAMPLE_QUIET`] while it is quieter), and shows
+//! them, read-only ([`Holds`]), to the [`Rule`] its user gave it, which
+//! judges the line: the room is the mechanism, the rule the policy. The
+//! crate's rule, [`HoldTime`], admits a caller that finds no seat by
+//! [`ByTime`]: `mean x rounds`,
 //! `rounds` being the calls ahead of it (the waiters, and itself) shared
 //! among its class's seats, fits its wait, and a standing line
 //! ([`Standing`]) is joined only for room within one mean hold. Before the
@@ -152,6 +155,50 @@ impl ByTime {
             Some(full) => Some(deadline_after(now, after - full)),
             None => Some(deadline_after(now, after)),
         }
+    }
+}
+
+/// What a room measured of one class's holds, as its [`Rule`] sees it: the
+/// recent `mean` (`None` before one is timed), the `normal` one (`None`
+/// before there is one), and the room's `max_wait`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holds {
+    pub(crate) mean: Option<Duration>,
+    pub(crate) normal: Option<Duration>,
+    pub(crate) max_wait: Duration,
+}
+
+/// The policy a [`Room`] admits its line by, passed in by its user: the room
+/// holds the seats, the line and the deadlines, and asks its rule, under its
+/// lock, whether a caller that found no seat may wait, and whether a full
+/// class's line is stuck. [`HoldTime`] is the crate's rule.
+pub(crate) trait Rule: Send + Sync + 'static {
+    /// Whether a caller due by `deadline` may join the line as `ahead` finds it.
+    fn admits(&self, holds: Holds, ahead: Ahead, deadline: Instant, now: Instant) -> bool;
+
+    /// `None` when the line is stuck: its class has been full for
+    /// `full_for` with nothing back; else when that could first be so.
+    fn recheck(&self, holds: Holds, full_for: Option<Duration>, now: Instant) -> Option<Instant>;
+}
+
+/// Admission by time ([`ByTime`]) on the room's own measured holds: the rule
+/// of every room the crate makes (see "Admission by time").
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HoldTime;
+
+impl HoldTime {
+    fn by_time(Holds { mean, normal, max_wait }: Holds, deadline: Instant) -> ByTime {
+        ByTime { mean, normal, max_wait, deadline }
+    }
+}
+
+impl Rule for HoldTime {
+    fn admits(&self, holds: Holds, ahead: Ahead, deadline: Instant, now: Instant) -> bool {
+        Self::by_time(holds, deadline).admits(ahead, now)
+    }
+
+    fn recheck(&self, holds: Holds, full_for: Option<Duration>, now: Instant) -> Option<Instant> {
+        Self::by_time(holds, now).recheck(full_for, now)
     }
 }
 
@@ -270,16 +317,6 @@ struct Queued<R> {
 enum Waiter<R> {
     Thread(Arc<Parked>),
     Request(Queued<R>),
-}
-
-#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
-impl<R> Waiter<R> {
-    fn class(&self) -> usize {
-        match self {
-            Waiter::Thread(p) => p.class,
-            Waiter::Request(q) => q.class,
-        }
-    }
 }
 
 /// A FIFO of waiters for room, kept under its owner's lock (the room's, or
@@ -576,6 +613,8 @@ struct Inner<R> {
     /// How long a seat is held, per class: the classes of a request pool
     /// hold theirs for very different times (a health check, a search).
     hold: Vec<Latency>,
+    /// The policy the line is admitted by, given at construction.
+    rule: Box<dyn Rule>,
     /// What a timed seat counts its start from.
     epoch: Instant,
 }
@@ -641,17 +680,18 @@ impl Room {
     /// `limit` seats for `kept.len()` classes (at least one), of which class
     /// `c` may hold at most `limit - kept[c]`.
     pub fn with_shares(limit: usize, max_wait: Duration, kept: &[usize]) -> Result<Room, crate::ConfigError> {
-        Room::with_line(limit, max_wait, kept)
+        Room::with_rule(limit, max_wait, kept, HoldTime)
     }
 }
 
 impl<R> Room<R> {
     /// [`with_shares`](Room::with_shares), for a room whose line may hold
-    /// requests `R` ([`enter`](Self::enter)).
-    pub(crate) fn with_line(
+    /// requests `R` ([`enter`](Self::enter)), admitted by `rule`.
+    pub(crate) fn with_rule(
         limit: usize,
         max_wait: Duration,
         kept: &[usize],
+        rule: impl Rule,
     ) -> Result<Room<R>, crate::ConfigError> {
         check(limit, max_wait)?;
         let kept = if kept.is_empty() { vec![0] } else { kept.to_vec() };
@@ -668,6 +708,7 @@ impl<R> Room<R> {
                 kept,
                 max_wait_ns: AtomicU64::new(ns(max_wait)),
                 hold,
+                rule: Box::new(rule),
                 epoch: Instant::now(),
             }),
         })
@@ -693,10 +734,10 @@ impl<R> Room<R> {
         let class = self.class(class);
         let mut st = inner.state.lock();
         let now = Instant::now();
-        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
+        if let Some(seat) = self.take_seat(&mut st, class, None, Some(now)) {
             return Ok((seat, false));
         }
-        let until = self.may_wait(&st, class, now, deadline).inspect_err(|_| {
+        let (until, ends) = self.may_wait(&st, class, now, deadline).inspect_err(|_| {
             st.waiters.counts.refused += 1;
         })?;
         let me = st.waiters.join(class, now, self.line_round());
@@ -713,8 +754,7 @@ impl<R> Room<R> {
             drop(st);
             return Err(match gave_up {
                 GaveUp::Stuck => NoSeat::Stuck,
-                GaveUp::Until if until == deadline => NoSeat::Deadline,
-                GaveUp::Until => NoSeat::Waited,
+                GaveUp::Until => ends,
             });
         }
         let now = Instant::now();
@@ -726,11 +766,16 @@ impl<R> Room<R> {
     /// A seat for `class` if one is free now, never a wait. Its hold is
     /// timed from what `now` gives (asked only in a room that may make a
     /// caller wait, see [`Seat`]).
-    pub(crate) fn try_seat(&self, class: usize, now: impl FnOnce() -> Instant) -> Option<Seat<R>> {
+    pub(crate) fn try_seat(
+        &self,
+        class: usize,
+        or_class: Option<usize>,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Seat<R>> {
         let class = self.class(class);
         let now = (self.inner.max_wait_ns.load(Relaxed) != 0).then(now);
         let mut st = self.inner.state.lock();
-        self.take_seat(&mut st, class, now)
+        self.take_seat(&mut st, class, or_class, now)
     }
 
     fn class(&self, class: usize) -> usize {
@@ -744,15 +789,16 @@ impl<R> Room<R> {
     }
 
     /// Under the lock, for a caller of `class` that found no seat: until
-    /// when it may wait behind the line, or why it may not (see "Admission
-    /// by time" in the module docs).
+    /// when it may wait behind the line, and why its wait ends then
+    /// (`max_wait` or its deadline); or why it may not (see "Admission by
+    /// time" in the module docs).
     fn may_wait(
         &self,
         st: &State<R>,
         class: usize,
         now: Instant,
         deadline: Instant,
-    ) -> Result<Instant, NoSeat> {
+    ) -> Result<(Instant, NoSeat), NoSeat> {
         if deadline <= now {
             return Err(NoSeat::Deadline);
         }
@@ -761,23 +807,22 @@ impl<R> Room<R> {
         if until <= now {
             return Err(NoSeat::Full);
         }
-        if self.stuck(st, class, now) {
+        if self.recheck(st, class, now).is_none() {
             return Err(NoSeat::Stuck);
         }
         let seats = st.limit.saturating_sub(self.inner.kept[class]);
         let stood = st.waiters.stood(now, self.line_round());
         let ahead = Ahead { calls: st.waiters.len(), capacity: 0, seats, standing: stood };
-        match self.rule(class, deadline).admits(ahead, now) {
-            true => Ok(until),
+        match self.inner.rule.admits(self.holds(class), ahead, deadline, now) {
+            true => Ok((until, if until >= deadline { NoSeat::Deadline } else { NoSeat::Waited })),
             false => Err(NoSeat::Full),
         }
     }
 
-    /// The room's rule for a caller of `class` due by `deadline`, from the
-    /// holds of its class.
-    fn rule(&self, class: usize, deadline: Instant) -> ByTime {
+    /// What the room measured of the holds of `class`, for its rule.
+    fn holds(&self, class: usize) -> Holds {
         let hold = &self.inner.hold[class];
-        ByTime { mean: hold.mean(), normal: hold.normal(), max_wait: self.max_wait(), deadline }
+        Holds { mean: hold.mean(), normal: hold.normal(), max_wait: self.max_wait() }
     }
 
     /// One round of the line: the longest of the classes' mean holds (zero
@@ -787,11 +832,19 @@ impl<R> Room<R> {
         self.inner.hold.iter().filter_map(Latency::mean).max().unwrap_or(Duration::ZERO)
     }
 
-    /// Under the lock: a seat for `class` if it has one free.
-    fn take_seat(&self, st: &mut State<R>, class: usize, now: Option<Instant>) -> Option<Seat<R>> {
-        if !st.free_for(class, &self.inner.kept) {
-            return None;
-        }
+    /// Under the lock: a seat for `class` if it has one free, else for
+    /// `or_class` (the class it may fall back on) if that has.
+    fn take_seat(
+        &self,
+        st: &mut State<R>,
+        class: usize,
+        or_class: Option<usize>,
+        now: Option<Instant>,
+    ) -> Option<Seat<R>> {
+        let class = [Some(class), or_class.map(|c| self.class(c))]
+            .into_iter()
+            .flatten()
+            .find(|&c| st.free_for(c, &self.inner.kept))?;
         st.seats.add(class, true);
         st.waiters.counts.seated += 1;
         let (limit, in_use) = (st.limit, st.seats.in_use());
@@ -824,11 +877,7 @@ impl<R> Room<R> {
     fn recheck(&self, st: &State<R>, class: usize, now: Instant) -> Option<Instant> {
         let full_for =
             (!st.free_for(class, &self.inner.kept)).then(|| now.saturating_duration_since(st.moved[class]));
-        self.rule(class, now).recheck(full_for, now)
-    }
-
-    fn stuck(&self, st: &State<R>, class: usize, now: Instant) -> bool {
-        self.recheck(st, class, now).is_none()
+        self.inner.rule.recheck(self.holds(class), full_for, now)
     }
 
     /// The seats held and the line's length, as gauges readable without the lock.
@@ -905,15 +954,11 @@ impl<R> Room<R> {
         let class = self.class(class);
         let mut st = self.inner.state.lock();
         let now = Instant::now();
-        if let Some(seat) = self.take_seat(&mut st, class, Some(now)) {
-            return Admission::Run(value, seat);
-        }
-        if let Some(seat) = or_class.and_then(|c| self.take_seat(&mut st, self.class(c), Some(now))) {
+        if let Some(seat) = self.take_seat(&mut st, class, or_class, Some(now)) {
             return Admission::Run(value, seat);
         }
         let (until, why) = match self.may_wait(&st, class, now, deadline) {
-            Ok(until) if until >= deadline => (Some(until), NoSeat::Deadline),
-            Ok(until) => (Some(until), NoSeat::Waited),
+            Ok((until, why)) => (Some(until), why),
             Err(why) if !patient => {
                 st.waiters.counts.refused += 1;
                 return Admission::Refused(value, why);
@@ -953,7 +998,8 @@ impl<R> Room<R> {
             return next;
         }
         let now = Instant::now();
-        let stuck: Vec<bool> = (0..self.inner.kept.len()).map(|c| self.stuck(st, c, now)).collect();
+        let stuck: Vec<bool> =
+            (0..self.inner.kept.len()).map(|c| self.recheck(st, c, now).is_none()).collect();
         let ends = |q: &Queued<R>| match q.until {
             Some(u) if u <= now => Some(q.why),
             Some(_) if stuck[q.class] => Some(NoSeat::Stuck),
@@ -961,21 +1007,13 @@ impl<R> Room<R> {
         };
         let line = &mut st.waiters.line;
         if line.iter().any(|w| matches!(w, Waiter::Request(q) if ends(q).is_some())) {
-            for w in std::mem::take(line) {
-                match w {
-                    Waiter::Request(q) if ends(&q).is_some() => {
-                        let why = ends(&q).expect("ended");
-                        next.expired.push((q.value, why));
-                    }
-                    w => line.push_back(w),
-                }
-            }
+            next.expired = take_requests(line, ends);
         }
-        if let Some(i) = line.iter().position(|w| matches!(w, Waiter::Request(_))) {
-            let class = line[i].class();
-            let seat = self
-                .take_seat(st, class, Some(now))
-                .or_else(|| or_class.and_then(|c| self.take_seat(st, self.class(c), Some(now))));
+        if let Some((i, Waiter::Request(q))) =
+            line.iter().enumerate().find(|(_, w)| matches!(w, Waiter::Request(_)))
+        {
+            let class = q.class;
+            let seat = self.take_seat(st, class, or_class, Some(now));
             if let Some(seat) = seat
                 && let Some(Waiter::Request(q)) = st.waiters.line.remove(i)
             {
@@ -990,17 +1028,31 @@ impl<R> Room<R> {
     /// Every waiting request, oldest first, for a pool that stops.
     pub(crate) fn drain(&self) -> Vec<R> {
         let mut st = self.inner.state.lock();
-        let mut drained = Vec::new();
-        for w in std::mem::take(&mut st.waiters.line) {
-            match w {
-                Waiter::Request(q) => drained.push(q.value),
-                w => st.waiters.line.push_back(w),
-            }
-        }
+        let drained = take_requests(&mut st.waiters.line, |_| Some(NoSeat::Full));
         st.waiters.standing = Standing::default();
         st.counted();
-        drained
+        drained.into_iter().map(|(value, _)| value).collect()
     }
+}
+
+/// Takes out of `line` the waiting requests for which `ends` says why,
+/// oldest first; every other waiter keeps its place.
+#[cfg_attr(not(feature = "tiny_http"), allow(dead_code))] // the own server's line of requests
+fn take_requests<R>(
+    line: &mut VecDeque<Waiter<R>>,
+    ends: impl Fn(&Queued<R>) -> Option<NoSeat>,
+) -> Vec<(R, NoSeat)> {
+    let mut taken = Vec::new();
+    for w in std::mem::take(line) {
+        match w {
+            Waiter::Request(q) => match ends(&q) {
+                Some(why) => taken.push((q.value, why)),
+                None => line.push_back(Waiter::Request(q)),
+            },
+            w => line.push_back(w),
+        }
+    }
+    taken
 }
 
 impl<R> Inner<R> {

@@ -19,45 +19,6 @@ fn wait_for(mut cond: impl FnMut() -> bool) {
 }
 
 #[test]
-fn a_waiter_that_gives_up_frees_its_place() {
-    let sem = Room::new(1, Duration::from_millis(30)).unwrap();
-    let held = sem.acquire(far()).unwrap();
-    assert!(sem.acquire(far()).is_none(), "gave up after max_wait");
-    assert_eq!(sem.waiting(), 0, "and left the queue");
-    drop(held);
-    assert_eq!(sem.in_use(), 0);
-    assert!(sem.acquire(far()).is_some(), "the place went to nobody");
-}
-
-#[test]
-fn waiters_are_served_in_order_and_never_past_their_deadline() {
-    let sem = Room::new(1, Duration::from_secs(5)).unwrap();
-    let held = sem.acquire(far()).unwrap();
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut threads = Vec::new();
-    for i in 0..3 {
-        let (s, order) = (sem.clone(), Arc::clone(&order));
-        threads.push(thread::spawn(move || {
-            let p = s.acquire(far()).unwrap();
-            order.lock().push(i);
-            drop(p);
-        }));
-        // Queued one after the other.
-        wait_for(|| sem.waiting() == i + 1);
-    }
-    // One with a short deadline gives up on its own, well within its bound.
-    let began = Instant::now();
-    assert!(sem.acquire(Instant::now() + Duration::from_millis(20)).is_none());
-    assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
-    drop(held);
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert_eq!(*order.lock(), [0, 1, 2]);
-    assert_eq!((sem.in_use(), sem.waiting()), (0, 0));
-}
-
-#[test]
 fn a_panic_releases_the_permit() {
     let sem = Room::new(1, Duration::ZERO).unwrap();
     let s = sem.clone();
@@ -312,7 +273,7 @@ fn a_break_shorter_than_one_round_does_not_end_a_standing_line() {
 /// A room whose line holds requests `T` (the crate's own server's), of
 /// `threads` seats, `reserved` of them kept from class 0.
 fn for_requests<T>(threads: usize, reserved: usize, max_wait: Duration) -> Room<T> {
-    Room::with_line(threads, max_wait, &[reserved, 0]).unwrap()
+    Room::with_rule(threads, max_wait, &[reserved, 0], HoldTime).unwrap()
 }
 
 fn run<T>(admission: Admission<T>) -> (T, Seat<T>) {

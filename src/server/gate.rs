@@ -26,7 +26,7 @@ use super::request::{self, Arrival, RequestContext, TIMEOUT_HEADER};
 use super::reserve::{self, Route};
 use crate::quiet::Quiet;
 use crate::registry::{Registry, RequestPoolGauges};
-use crate::room::{NoSeat, Room, Seat};
+use crate::room::{HoldTime, NoSeat, Room, Seat};
 
 /// A request pool's tally: its counts, shared with its gauges in a registry, and the
 /// logs of its refusals.
@@ -93,7 +93,7 @@ pub(super) fn open<R>(
 ) -> io::Result<(Room<R>, Tally, Option<AttachedGauges>)> {
     check_reserve_of(config, threads)?;
     let reserved = config.reserve().map(|r| r.threads);
-    let room = Room::with_line(threads, max_wait, &[reserved.unwrap_or(0), 0])
+    let room = Room::with_rule(threads, max_wait, &[reserved.unwrap_or(0), 0], HoldTime)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let gauges = RequestPoolGauges::new(threads, room.occupancy(), reserved);
     gauges.set_reserve_shadow(config.reserve().is_some_and(|r| r.shadow));
@@ -237,19 +237,16 @@ impl RequestPool {
                 .map_err(EnterError::InvalidRequestTimeout)?;
         let class = usize::from(reserved);
         let counts = &inner.counts;
-        let seat = match inner.room.try_seat(class, || context.received()) {
-            Some(seat) => seat,
-            // A reserve in shadow lets an ordinary request onto a free reserved thread.
-            None => match counts.or_class(reserved).and_then(|c| inner.room.try_seat(c, Instant::now)) {
-                Some(seat) => {
-                    counts.shadowed(reserved, &seat);
-                    seat
-                }
-                None => inner.room.acquire_as(class, context.deadline()).map_err(|why| {
-                    counts.refuse(why);
-                    EnterError::Busy
-                })?,
-            },
+        // A reserve in shadow lets an ordinary request onto a free reserved thread.
+        let seat = match inner.room.try_seat(class, counts.or_class(reserved), || context.received()) {
+            Some(seat) => {
+                counts.shadowed(reserved, &seat);
+                seat
+            }
+            None => inner.room.acquire_as(class, context.deadline()).map_err(|why| {
+                counts.refuse(why);
+                EnterError::Busy
+            })?,
         };
         Ok(Entered { _seat: seat, context })
     }
@@ -382,33 +379,5 @@ impl fmt::Debug for RequestPool {
             .field("reserved_busy", &self.reserved_busy())
             .field("waiting", &self.waiting())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A foreign server's request that finds every thread busy waits for
-    /// one in the pool's room, and is counted there.
-    #[test]
-    fn a_request_waits_for_a_thread_in_the_room() {
-        let config = ServerConfig::builder().max_wait(Duration::from_secs(5)).build().unwrap();
-        let pool = RequestPool::new(1, &config).unwrap();
-        let first = pool.enter("GET", "/a", None, &[]).expect("a free thread");
-        let second = {
-            let pool = pool.clone();
-            std::thread::spawn(move || pool.enter("GET", "/b", None, &[]).map(drop).is_ok())
-        };
-        let start = Instant::now();
-        while pool.waiting() == 0 {
-            assert!(start.elapsed() < Duration::from_secs(10), "the second request never waited");
-            std::thread::yield_now();
-        }
-        drop(first);
-        assert!(second.join().unwrap(), "seated once the first was done");
-        let counts = pool.inner.room.counts();
-        assert_eq!((counts.seated, counts.waited, counts.refused), (2, 1, 0), "{counts:?}");
-        assert_eq!(pool.busy(), 0);
     }
 }

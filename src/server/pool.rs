@@ -114,8 +114,6 @@ pub(super) fn spawn_named(i: usize, shared: Arc<Shared>) -> io::Result<JoinHandl
     std::thread::Builder::new().name(format!("watertight-http-{i}")).spawn(move || shared.run())
 }
 
-/// Starts the request threads; if one cannot be started, stops those that
-/// were and returns the error.
 /// How long a waiting request may wait: it holds no thread here, so its
 /// budget bounds its wait when `max_wait` is shorter, and 0 still refuses at
 /// once.
@@ -210,6 +208,12 @@ impl Shared {
         }
     }
 
+    /// For an idle thread: the waiting requests whose wait ended answered,
+    /// and the oldest other one with a seat free for it, if any.
+    fn sweep(&self) -> Option<(Taken, Seat<Taken>)> {
+        self.refuse_expired(self.room.sweep(self.counts.or_class(false)))
+    }
+
     /// Answers `503` to the waiting requests whose wait ended; the request
     /// to handle next, if any.
     fn refuse_expired(&self, next: Handoff<Taken>) -> Option<(Taken, Seat<Taken>)> {
@@ -236,12 +240,10 @@ impl Shared {
         loop {
             let (request, arrival, reply) = match &self.source {
                 Source::Guard { rx, .. } => match rx.recv_timeout(self.sweep_every) {
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                        match self.refuse_expired(self.room.sweep(self.counts.or_class(false))) {
-                            Some(next) => return Some(next),
-                            None => continue,
-                        }
-                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => match self.sweep() {
+                        Some(next) => return Some(next),
+                        None => continue,
+                    },
                     Ok(Handed::Request(incoming)) => {
                         let incoming = *incoming;
                         // The hop sets it before it hands the request on.
@@ -254,7 +256,7 @@ impl Shared {
                     // `unblock` wakes `recv_timeout` as a timeout would: one
                     // wake-up per call, consumed by exactly one thread.
                     Ok(None) if self.stopping.load(Ordering::Acquire) => return self.leave(),
-                    Ok(None) => match self.refuse_expired(self.room.sweep(self.counts.or_class(false))) {
+                    Ok(None) => match self.sweep() {
                         Some(next) => return Some(next),
                         None => continue,
                     },
