@@ -145,12 +145,13 @@ pub(super) struct Guard {
 
 impl Guard {
     /// Starts the accept loop on `listener`; each connection is served by
-    /// [`serve_conn`](super::conn::serve_conn) on a thread of its own.
+    /// `serve_conn` on a thread of its own.
     pub(super) fn start(
         listener: TcpListener,
         cfg: ServerConfig,
         hop: Arc<Hop>,
         to_pool: Sender<Handed>,
+        serve_conn: fn(&GuardShared, &Conn),
     ) -> io::Result<Guard> {
         let local = listener.local_addr()?;
         let shared = Arc::new(GuardShared {
@@ -166,7 +167,7 @@ impl Guard {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("watertight-accept".to_owned())
-                .spawn(move || accept_loop(&listener, &shared))?
+                .spawn(move || accept_loop(&listener, &shared, serve_conn))?
             // The accept loop owns the hand-off channel's sender: when it
             // returns, idle connection threads see the channel closed and exit.
         };
@@ -233,7 +234,7 @@ fn wake_addr(local: SocketAddr) -> SocketAddr {
     addr
 }
 
-fn accept_loop(listener: &TcpListener, shared: &Arc<GuardShared>) {
+fn accept_loop(listener: &TcpListener, shared: &Arc<GuardShared>, serve_conn: fn(&GuardShared, &Conn)) {
     let (handoff, waiting) = crossbeam_channel::unbounded::<(u64, Arc<Conn>)>();
     let mut backoff = Duration::ZERO;
     loop {
@@ -257,7 +258,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<GuardShared>) {
                 continue;
             }
         };
-        admit(stream, peer, shared, &handoff, &waiting);
+        admit(stream, peer, shared, &handoff, &waiting, serve_conn);
     }
 }
 
@@ -271,6 +272,7 @@ fn admit(
     shared: &Arc<GuardShared>,
     handoff: &crossbeam_channel::Sender<(u64, Arc<Conn>)>,
     waiting: &crossbeam_channel::Receiver<(u64, Arc<Conn>)>,
+    serve_conn: fn(&GuardShared, &Conn),
 ) {
     let _ = stream.set_nodelay(true);
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -279,7 +281,10 @@ fn admit(
     let mut threads = shared.threads.lock();
     if let Err(refusal) = threads.register(id, &conn, &shared.cfg) {
         drop(threads);
-        return refuse_busy(conn, refusal);
+        if let Ok(conn) = Arc::try_unwrap(conn) {
+            refuse_busy(conn.stream, refusal);
+        }
+        return;
     }
     if threads.idle > 0 {
         threads.idle -= 1;
@@ -295,7 +300,7 @@ fn admit(
     let spawned = std::thread::Builder::new()
         .name("watertight-conn".to_owned())
         .stack_size(CONN_STACK)
-        .spawn(move || conn_thread(&thread_shared, (id, first), &waiting));
+        .spawn(move || conn_thread(&thread_shared, (id, first), &waiting, serve_conn));
     if let Err(e) = spawned {
         log::warn!("guard: cannot start a connection thread ({e}); answering 503");
         let mut threads = shared.threads.lock();
@@ -303,7 +308,9 @@ fn admit(
         threads.alive -= 1;
         drop(threads);
         shared.ended.notify_all();
-        refuse_busy(conn, Refusal::BUSY);
+        if let Ok(conn) = Arc::try_unwrap(conn) {
+            refuse_busy(conn.stream, Refusal::BUSY);
+        }
     }
 }
 
@@ -313,23 +320,31 @@ fn conn_thread(
     shared: &GuardShared,
     first: (u64, Arc<Conn>),
     waiting: &crossbeam_channel::Receiver<(u64, Arc<Conn>)>,
+    serve_conn: fn(&GuardShared, &Conn),
 ) {
     let mut next = Some(first);
     while let Some((id, conn)) = next.take() {
         {
             // Deregisters even if serving panics (it does not; this is cheap).
             let _done = Deregister { shared, id };
-            super::conn::serve_conn(shared, &conn);
+            serve_conn(shared, &conn);
         }
         shared.threads.lock().idle += 1;
-        next = waiting.recv_timeout(LINGER).ok().or_else(|| {
-            // Under the lock: a connection sent before it was taken is
-            // served; otherwise this thread leaves the idle count.
-            let mut threads = shared.threads.lock();
-            let handed = waiting.try_recv().ok();
-            threads.idle -= usize::from(handed.is_none());
-            handed
-        });
+        next = match waiting.recv_timeout(LINGER) {
+            Ok(handed) => Some(handed),
+            Err(_) => {
+                // Under the lock: a connection sent before it was taken is
+                // served; otherwise this thread leaves the idle count.
+                let mut threads = shared.threads.lock();
+                match waiting.try_recv() {
+                    Ok(handed) => Some(handed),
+                    Err(_) => {
+                        threads.idle -= 1;
+                        None
+                    }
+                }
+            }
+        };
     }
     shared.threads.lock().alive -= 1;
     shared.ended.notify_all();
@@ -353,8 +368,7 @@ impl Drop for Deregister<'_> {
 
 /// A `503` written without waiting (the accept loop must not block on a
 /// client), then the close.
-fn refuse_busy(conn: Arc<Conn>, refusal: Refusal) {
-    let Ok(Conn { mut stream, .. }) = Arc::try_unwrap(conn) else { return };
+fn refuse_busy(mut stream: TcpStream, refusal: Refusal) {
     let _ = stream.set_nonblocking(true);
     let _ = stream.write_all(&refusal.bytes());
     let _ = stream.shutdown(Shutdown::Write);

@@ -12,7 +12,7 @@ use tiny_http::{Request, ResponseBox, Server};
 
 use super::gate::{self, AttachedGauges};
 use super::pool::{self, Shared, Source};
-use super::{RequestContext, ServerConfig, guard, hop};
+use super::{RequestContext, ServerConfig, conn, guard, hop};
 use crate::registry::RequestPoolGauges;
 
 /// Serves `listener` behind the guard with [`ServerConfig::default`], on
@@ -73,7 +73,7 @@ where
     };
     // Dropping the handle on an error stops whatever was started.
     handle.intake = Some(hop::Intake::start(Arc::clone(&hop), inner, to_pool.clone())?);
-    handle.guard = Some(guard::Guard::start(listener, guard, hop, to_pool)?);
+    handle.guard = Some(guard::Guard::start(listener, guard, hop, to_pool, conn::serve_conn)?);
     Ok(handle)
 }
 
