@@ -96,7 +96,7 @@
 //!   pool/ticket.rs           Ticket::wait_timed: spin, then park, until the answer or the deadline
 //!   pool/slot.rs             the reply slot
 //! worker thread
-//!   pool/worker.rs           worker_main, run: take the call, mark the worker busy
+//!   pool/worker.rs           worker_main: take the call, mark the worker busy
 //!   pool/call.rs             Job::run: the job, under catch_unwind; the answer in the slot
 //!   pool/stats.rs            the run's timings and counts
 //! caller thread

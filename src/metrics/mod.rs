@@ -488,6 +488,27 @@ mod tests {
         assert_eq!(Duration::from_nanos(1_638_400_000).as_secs_f64().to_string(), "1.6383999999999999");
     }
 
+    /// The room's one vocabulary of refusals is the metric's: each reason a
+    /// room refuses with, counted once, is the `reason` label of one line.
+    #[test]
+    fn each_room_refusal_is_its_metric_label() {
+        let deps = Registry::new();
+        let room = crate::room::Room::new(2, Duration::ZERO).unwrap();
+        let gauges = RequestPoolGauges::new(2, room.occupancy(), None);
+        for why in crate::room::NoSeat::ALL {
+            gauges.counts.refuse(why);
+        }
+        deps.attach_request_pool(gauges).unwrap();
+        let text = encode_text(&deps);
+        let labels: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("watertight_request_pool_refused_total{reason=\""))
+            .filter_map(|l| l.strip_suffix("\"} 1"))
+            .collect();
+        assert_eq!(labels, ["full", "max_wait", "budget", "stuck"], "{text}");
+        assert_eq!(labels, crate::registry::REFUSAL_REASONS);
+    }
+
     #[test]
     fn a_registry_carrying_request_pool_gauges_exports_them() {
         let deps = Registry::new();

@@ -41,7 +41,7 @@ impl Hook {
         let f = self.0.lock().take();
         // Its captures' `Drop` is user code, run unlocked; a panic there must
         // not take the worker down.
-        super::call::drop_quietly(f);
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
     }
 }
 

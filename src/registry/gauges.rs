@@ -125,14 +125,3 @@ impl fmt::Debug for RequestPoolGauges {
             .finish()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    /// One vocabulary: the room's refusal reasons are the metric's labels.
-    #[test]
-    fn the_room_refusals_are_the_request_pool_metric_labels() {
-        let labels: Vec<&str> = crate::room::NoSeat::ALL.iter().map(|why| why.as_str()).collect();
-        assert_eq!(labels, super::REFUSAL_REASONS);
-        assert_eq!(super::REFUSAL_REASONS, ["full", "max_wait", "budget", "stuck"]);
-    }
-}
