@@ -55,16 +55,10 @@
 //! than half full, one in [`SAMPLE_QUIET`] while it is quieter), and shows
 //! them, read-only ([`Holds`]), to the [`Rule`] its user gave it, which
 //! judges the line: the room is the mechanism, the rule the policy. The
-//! crate's rule, [`HoldTime`], admits a caller that finds no seat by
-//! [`ByTime`]: `mean x rounds`,
-//! `rounds` being the calls ahead of it (the waiters, and itself) shared
-//! among its class's seats, fits its wait, and a standing line
-//! ([`Standing`]) is joined only for room within one mean hold. Before the
-//! first hold is timed, nothing is expected and `max_wait` and the deadline
-//! alone bound the wait. A line that does not move is not waited in: when no
-//! seat has come back for [`stuck_after`] the normal hold since its class
-//! filled, callers are refused at once and waiters leave. The pool's queue
-//! judges its line by the same two functions.
+//! crate's rule, [`HoldTime`], is the one the [pool's
+//! docs](crate::pool#waiting-for-room-by-time) state, on a seat's hold
+//! instead of a job's run; the pool's queue judges its line by the same
+//! two functions ([`ByTime`], [`stuck_after`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
