@@ -55,16 +55,10 @@
 //! than half full, one in [`SAMPLE_QUIET`] while it is quieter), and shows
 //! them, read-only ([`Holds`]), to the [`Rule`] its user gave it, which
 //! judges the line: the room is the mechanism, the rule the policy. The
-//! crate's rule, [`HoldTime`], admits a caller that finds no seat by
-//! [`ByTime`]: `mean x rounds`,
-//! `rounds` being the calls ahead of it (the waiters, and itself) shared
-//! among its class's seats, fits its wait, and a standing line
-//! ([`Standing`]) is joined only for room within one mean hold. Before the
-//! first hold is timed, nothing is expected and `max_wait` and the deadline
-//! alone bound the wait. A line that does not move is not waited in: when no
-//! seat has come back for [`stuck_after`] the normal hold since its class
-//! filled, callers are refused at once and waiters leave. The pool's queue
-//! judges its line by the same two functions.
+//! crate's rule, [`HoldTime`], is the one the [pool's
+//! docs](crate::pool#waiting-for-room-by-time) state, on a seat's hold
+//! instead of a job's run; the pool's queue judges its line by the same
+//! two functions ([`ByTime`], [`stuck_after`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -158,9 +152,8 @@ impl ByTime {
     }
 }
 
-/// What a room measured of one class's holds, as its [`Rule`] sees it: the
-/// recent `mean` (`None` before one is timed), the `normal` one (`None`
-/// before there is one), and the room's `max_wait`.
+/// What a room measured of one class's holds, as its [`Rule`] sees it (the
+/// fields as in [`ByTime`]), and the room's `max_wait`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Holds {
     pub(crate) mean: Option<Duration>,
@@ -168,10 +161,8 @@ pub(crate) struct Holds {
     pub(crate) max_wait: Duration,
 }
 
-/// The policy a [`Room`] admits its line by, passed in by its user: the room
-/// holds the seats, the line and the deadlines, and asks its rule, under its
-/// lock, whether a caller that found no seat may wait, and whether a full
-/// class's line is stuck. [`HoldTime`] is the crate's rule.
+/// The policy a [`Room`] admits its line by, asked under its lock (see
+/// "Admission by time").
 pub(crate) trait Rule: Send + Sync + 'static {
     /// Whether a caller due by `deadline` may join the line as `ahead` finds it.
     fn admits(&self, holds: Holds, ahead: Ahead, deadline: Instant, now: Instant) -> bool;
@@ -433,10 +424,8 @@ pub(crate) enum GaveUp {
 /// is granted, until `until`, or until `recheck` (asked at once, then when
 /// the moment it names comes, always outside the lock) answers `None`: the
 /// line has stopped moving. Returns the lock held; on giving up, `me` has
-/// left the line, so it never holds a place. The owner calls
-/// [`Waiters::through`] once a granted waiter is through. A grant racing a give-up wins:
-/// the room is not lost. No wake-up is lost either: `granted` is read under
-/// the lock before each park, and set under it before the unpark.
+/// left the line (see "The line" in the module docs). The owner calls
+/// [`Waiters::through`] once a granted waiter is through.
 pub(crate) fn wait<G, R>(
     mut lock: impl FnMut() -> G,
     line: impl Fn(&mut G) -> &mut Waiters<R>,
@@ -546,8 +535,7 @@ impl<R> State<R> {
         self.seats.waiting.store(self.waiters.len(), Relaxed);
     }
 
-    /// Grants parked waiters, first come first served among those whose
-    /// class has a free seat, until none has: the invariant of the module docs.
+    /// Grants parked waiters: the invariant of the module docs.
     #[inline]
     fn grant(&mut self, kept: &[usize]) -> Woken {
         if self.waiters.len() == 0 {
@@ -569,10 +557,9 @@ impl<R> State<R> {
     }
 }
 
-/// Seats, shares kept per class, and a FIFO wait admitted by time (see the
-/// module docs). Cheap to clone: clones share the seats. `R` is what a
-/// request waiting without a thread is (`Room::enter`, the crate's own server); a room whose
-/// waiters are threads has none.
+/// Seats, shares kept per class, and a FIFO wait admitted by time. Cheap
+/// to clone: clones share the seats. `R` is a request waiting without a
+/// thread (`Room::enter`); a room whose waiters are threads has none.
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -921,8 +908,8 @@ impl<R> Room<R> {
         self.inner.hold.get(class)?.mean()
     }
 
-    /// Changes the seats and the wait while seats are held: more seats are
-    /// handed to waiters at once; fewer are absorbed as seats come back.
+    /// Changes the seats and the wait while seats are held (see "resize" in
+    /// the module docs).
     pub fn resize(&self, limit: usize, max_wait: Duration) -> Result<(), crate::ConfigError> {
         check(limit, max_wait)?;
         self.inner.max_wait_ns.store(ns(max_wait), Relaxed);

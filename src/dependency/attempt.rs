@@ -16,10 +16,8 @@
 //!   had taken is given back by the [`Attempt`]'s `Drop`. A policy in shadow
 //!   (`shadow.rs`) refuses nothing: its refusal goes through
 //!   [`Inner::refused_by`], the one place that records it and lets the
-//!   attempt on, unseen by that policy. A wait (for a rate permit, for room,
-//!   for a caller-thread permit) that the attempt's deadline ends is no
-//!   refusal: it is the caller's timeout, counted `timed_out` and recorded
-//!   by no breaker ([`Attempt::not_launched`]).
+//!   attempt on, unseen by that policy. A wait the attempt's deadline ends
+//!   is no refusal ([a deadline is a timeout](crate::pool#waiting-for-room-by-time)).
 //! - **Settlement**, exactly once: classification under `catch_unwind`, the
 //!   late-answer rule (an answer after the deadline is a timeout), the
 //!   job's own timeout at the deadline (the same event as the caller's), the

@@ -116,9 +116,7 @@ impl PoolBuilder {
     /// the queue is full (Resilience4j's bulkhead `maxWaitDuration`). Default
     /// zero: refused at once with `QueueFull`. At most one minute.
     ///
-    /// A short wait lets a healthy burst through a small pool instead of
-    /// turning it away. Admission is by time, not by a count of waiters:
-    /// [waiting for room, by time](crate::pool#waiting-for-room-by-time).
+    /// Admission: [waiting for room, by time](crate::pool#waiting-for-room-by-time).
     /// Before the pool has timed any call, `max_wait` alone bounds the wait.
     /// [`Registry::check_capacity`](crate::Registry::check_capacity) counts
     /// waiters as short holds.
